@@ -1,0 +1,39 @@
+"""Checkpoints: written atomically, read with weights_only=True so a file can never run code."""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posenc_cli.atomic import write_with
+from posenc_cli.errors import UsageError
+
+FORMAT = "posenc-checkpoint"
+VERSION = 1
+FILENAME = "checkpoint.pt"
+
+
+def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
+    write_with(path, lambda tmp: torch.save({"format": FORMAT, "version": VERSION, **payload}, tmp))
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no checkpoint at {path}; a run directory holds {FILENAME} once training has saved one")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UsageError(f"{path} refused: it holds objects a safe (weights_only) load does not allow ({first[:120]})") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as err:
+        raise UsageError(f"{path} is truncated or corrupted and cannot be read ({type(err).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise UsageError(f"{path} is not a posenc checkpoint (format {FORMAT!r} expected)")
+    if payload.get("version") != VERSION:
+        raise UsageError(f"{path} has checkpoint version {payload.get('version')}; this posenc reads version {VERSION}")
+    return payload

@@ -1,0 +1,29 @@
+"""The chapters' comparison table, as data: what each scheme is claimed to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Claim:
+    extrapolation: str
+    extrapolation_zh: str
+    relative: str
+    parameters: str
+    used_by: str
+
+
+NOT_IN_CHAPTERS = Claim("not in the chapters", "章节未涉及", "—", "—", "—")
+
+CLAIMS: dict[str, Claim] = {
+    "none": Claim("not in the chapters", "章节未涉及", "none", "none", "NoPE studies (Kazemnejad et al. 2023)"),
+    "sinusoidal": Claim("weak", "弱", "implicit", "none", "original Transformer"),
+    "learned": Claim("none", "无", "none", "O(max_len·d)", "GPT-2"),
+    "rope": Claim("medium–strong", "中等-强", "explicit", "none", "LLaMA/Qwen/Mistral"),
+    "alibi": Claim("very strong", "极强", "explicit", "none", "BLOOM"),
+}
+
+
+def claim_for(scheme: str) -> Claim:
+    return CLAIMS.get(scheme.split("+")[0], NOT_IN_CHAPTERS) if "+" not in scheme else NOT_IN_CHAPTERS

@@ -1,0 +1,166 @@
+"""The `posenc` command line. Each command is a thin door into one module; errors a user can fix
+become one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from posenc_cli import ui
+from posenc_cli.errors import UsageError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    help="Train small GPTs with different positional encodings and measure how far past their training "
+    "length each one holds up.\n\nQuick start: [bold]posenc train -m scheme=none,sinusoidal,learned,rope,alibi[/bold] "
+    "then [bold]posenc eval --lengths 512,1024,2048[/bold].",
+)
+
+TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
+
+Config groups (pick with group=option):\n
+  scheme: none | sinusoidal | learned | rope | alibi   (default rope)\n
+  model:  tiny | small | medium                        (default tiny)\n
+  data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
+  experiment: smoke                                    (presets that set several groups)\n
+Common keys: model.n_layer model.n_head model.n_embd data.path train.max_steps train.batch_size
+train.block_size (the training length, default 256) train.lr train.eval_interval seed device (auto|cpu|cuda|mps).\n
+Examples:\n
+  posenc train scheme=rope\n
+  posenc train scheme=alibi model.n_layer=2 train.max_steps=50\n
+  posenc train -m scheme=none,sinusoidal,learned,rope,alibi seed=0,1,2\n
+  posenc train data=text data.path=input.txt train.block_size=128\n
+  posenc train --cfg job      (print the composed config and exit)\n
+  posenc train train.resume=outputs/runs/RUN   (continue an interrupted run)\n
+Each run writes outputs/runs/<time>_<scheme>_seed<N>/ (sweeps: outputs/sweeps/<time>/<n>_<scheme>_seed<N>/)
+with .hydra/, metrics.csv, checkpoint.pt, summary.json and train.log. Hydra flags (-m, --cfg, --info,
+hydra/launcher=..., hydra.run.dir=...) pass through unchanged."""
+
+
+def fail(err: Exception) -> None:
+    ui.err.print(f"[bold red]posenc: error:[/] {escape(str(err))}", soft_wrap=True, highlight=False)
+    raise SystemExit(2)
+
+
+@app.command(
+    help=TRAIN_HELP,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def train(ctx: typer.Context) -> None:
+    from posenc_cli.config import preflight
+    from posenc_cli.runs import resume_overrides
+
+    args = resume_overrides(list(ctx.args))
+    preflight(args)
+    sys.argv = ["posenc train", *args]
+    run_hydra_train()
+
+
+def run_hydra_train() -> None:
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig, OmegaConf
+
+    from posenc_cli.config import config_dir
+
+    def job(cfg: DictConfig) -> float | None:
+        from posenc_cli.train import train as train_run
+
+        try:
+            summary = train_run(OmegaConf.to_container(cfg, resolve=True), HydraConfig.get().runtime.output_dir)
+        except UsageError as err:
+            fail(err)
+        return summary["final_val_loss"]
+
+    hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(job)()
+
+
+@app.command("eval")
+def eval_command(
+    runs: List[str] = typer.Argument(None, help="Run directories, sweep directories or globs (default: the latest runs)."),
+    lengths: str = typer.Option("512,1024,2048", "--lengths", "-l", help="Comma list of evaluation lengths; each run's training length is always added."),
+    mode: str = typer.Option("nonoverlap", help="nonoverlap: consecutive windows, every token scored. sliding: windows advance by --stride, only their last stride tokens scored."),
+    stride: Optional[int] = typer.Option(None, help="Stride for --mode sliding (default: half the length)."),
+    max_tokens: int = typer.Option(32768, "--max-tokens", help="Validation tokens scored at every length (rounded down to a multiple of the longest length)."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/eval/<time>)."),
+    data: Optional[Path] = typer.Option(None, help="Evaluate on this UTF-8 text file instead of each run's validation split."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda | mps"),
+    lang: str = typer.Option("en", help="en, or zh to add the chapters' own words to comparison.md."),
+) -> None:
+    """Perplexity at lengths past the training length, and the chapters' comparison table, measured.
+
+    Writes ppl.csv, ppl.md, comparison.md, loss_by_position.csv, ppl_vs_length.png and
+    loss_by_position.png. With no RUNS it takes the newest sweep under outputs/sweeps if it is newer
+    than every single run, otherwise the newest single run of each scheme under outputs/runs.
+    """
+    import datetime
+
+    from posenc_cli.device import resolve_device
+    from posenc_cli.evaluate import MODES, evaluate_runs, parse_lengths
+    from posenc_cli.report import ppl_pivot, write_eval_outputs
+    from posenc_cli.runs import load_run, read_summary, select_runs
+
+    wanted = parse_lengths(lengths)
+    if mode not in MODES:
+        raise UsageError(f"--mode {mode} is not known; choose one of: {', '.join(MODES)}")
+    if max_tokens <= 0:
+        raise UsageError(f"--max-tokens must be a positive integer, got {max_tokens}")
+    if lang not in ("en", "zh"):
+        raise UsageError(f"--lang {lang} is not known; choose en or zh")
+    target = resolve_device(device)
+    paths, why = select_runs(list(runs or []))
+    finished = []
+    for path in paths:
+        status = read_summary(path).get("status", "finished")
+        if status != "finished":
+            ui.err.print(f"skipping {path}: its status is {status}")
+        else:
+            finished.append(path)
+    if not finished:
+        raise UsageError("none of the selected runs has finished training; nothing to evaluate")
+    ui.err.print(f"evaluating {len(finished)} run(s), {why}:")
+    for path in finished:
+        ui.err.print(f"  {path}")
+    loaded = [load_run(p) for p in finished]
+    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target)
+    out = out or Path("outputs") / "eval" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    written = write_eval_outputs(df, positions, info, out, lang)
+    header, rows = ppl_pivot(df)
+    table = Table(title=f"Perplexity ({mode}, {int(df['tokens'].max()):,} tokens per length)")
+    for column in header:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    ui.out.print(table)
+    ui.out.print((out / "comparison.md").read_text(encoding="utf-8"), markup=False, highlight=False)
+    ui.err.print(f"wrote {', '.join(p.name for p in written if p.exists())} to {out}")
+
+
+@app.command()
+def schemes() -> None:
+    """List every positional scheme: how it plugs in, what it costs, and what the chapters claim."""
+    from posenc_cli.claims import claim_for
+    from posenc_cli.model.positional import SCHEMES
+
+    table = Table(title="Positional schemes")
+    for column in ("scheme", "kind", "positional params", "relative position", "claimed extrapolation", "used by"):
+        table.add_column(column)
+    for name, cls in SCHEMES.items():
+        claim = claim_for(name)
+        table.add_row(name, cls.kind, cls.param_formula, cls.relative, claim.extrapolation, claim.used_by)
+    ui.out.print(table)
+
+
+def main() -> None:
+    try:
+        app()
+    except UsageError as err:
+        fail(err)

@@ -1,0 +1,127 @@
+"""Where the configs live, and the check that turns a bad override into one line before Hydra starts.
+
+Hydra itself runs the job (so -m, launchers, --cfg and run directories all work); this module only
+composes each point of the requested sweep with the compose API to validate it, and never runs one.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+from hydra import compose, initialize_config_dir
+from hydra._internal.utils import get_args_parser
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from posenc_cli.data import CORPORA
+from posenc_cli.data.text import read_text_file
+from posenc_cli.device import resolve_device
+from posenc_cli.errors import UsageError
+from posenc_cli.model import ModelConfig
+from posenc_cli.model.positional import build_scheme
+
+MAX_SWEEP_POINTS = 10_000
+
+
+def config_dir() -> Path:
+    """configs/ beside the package in a checkout; the packaged copy in an installed wheel."""
+    here = Path(__file__).resolve().parent
+    checkout = here.parent / "configs"
+    return checkout if (checkout / "config.yaml").is_file() else here / "configs"
+
+
+def one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
+
+
+def preflight(args: list[str]) -> None:
+    """Validate every job that `posenc train ARGS` would launch; raise UsageError on the first bad one."""
+    parsed = get_args_parser().parse_args(args)
+    if parsed.help or parsed.hydra_help or parsed.info or parsed.shell_completion:
+        return
+    directory = Path(parsed.config_dir).resolve() if parsed.config_dir else config_dir()
+    name = parsed.config_name or "config"
+    points = sweep_points(parsed.overrides) if parsed.multirun else [parsed.overrides]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(directory), version_base="1.3"):
+            for overrides in points:
+                try:
+                    cfg = compose(config_name=name, overrides=list(overrides))
+                except (HydraException, OmegaConfBaseException, ValueError) as err:
+                    raise UsageError(f"bad override: {one_line(err)}") from None
+                validate(cfg)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def sweep_points(overrides: list[str]) -> Iterable[list[str]]:
+    """Expand `a=1,2 b=x,y` into the cartesian product of plain overrides, as the basic sweeper does."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as err:
+        raise UsageError(f"bad override: {one_line(err)}") from None
+    choices = []
+    for ov in parsed:
+        key = ov.get_key_element()
+        if ov.is_sweep_override():
+            choices.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
+        else:
+            choices.append([ov.input_line])
+    points = list(itertools.islice(itertools.product(*choices), MAX_SWEEP_POINTS))
+    return [list(p) for p in points]
+
+
+def validate(cfg: DictConfig | dict[str, Any]) -> None:
+    """Everything checkable without training: sizes, divisibility, scheme options, corpus, lengths."""
+    cfg = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+    tc, mc, data, scheme = cfg["train"], cfg["model"], cfg["data"], dict(cfg["scheme"])
+    for key in ("max_steps", "batch_size", "block_size", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
+        _positive_int(f"train.{key}", tc[key])
+    for key in ("lr",):
+        if not isinstance(tc[key], (int, float)) or tc[key] <= 0:
+            raise UsageError(f"train.{key} must be a positive number, got {tc[key]!r}")
+    for key in ("n_layer", "n_head", "n_embd"):
+        _positive_int(f"model.{key}", mc[key])
+    ModelConfig(vocab_size=1, block_size=tc["block_size"], n_layer=mc["n_layer"], n_head=mc["n_head"], n_embd=mc["n_embd"])
+    name = scheme.pop("name")
+    with torch.device("meta"):
+        try:
+            build_scheme(name, mc["n_embd"], mc["n_head"], tc["block_size"], **scheme)
+        except TypeError as err:
+            raise UsageError(f"scheme={name}: {one_line(err)}") from None
+    resolve_device(cfg["device"])
+    split_len = corpus_split_length(data)
+    if tc["block_size"] + 1 > split_len:
+        raise UsageError(
+            f"train.block_size={tc['block_size']} does not fit the corpus: its validation split has {split_len} "
+            f"characters; use train.block_size <= {split_len - 1} or a larger corpus"
+        )
+
+
+def corpus_split_length(data: dict[str, Any]) -> int:
+    """Length of the smaller (validation) split, without building the corpus."""
+    if data.get("name") not in CORPORA:
+        raise UsageError(f"unknown corpus {data.get('name')!r}; choose one of: {', '.join(CORPORA)}")
+    if data["name"] == "synthetic":
+        _positive_int("data.n_chars", data["n_chars"])
+        n = data["n_chars"]
+    else:
+        if not data.get("path"):
+            raise UsageError("data=text needs data.path=FILE (a UTF-8 text file)")
+        n = len(read_text_file(data["path"]))
+    fraction = data.get("val_fraction", 0.1)
+    if not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+        raise UsageError(f"data.val_fraction must be between 0 and 1 (exclusive), got {fraction!r}")
+    return n - int(n * (1 - fraction))
+
+
+def _positive_int(key: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise UsageError(f"{key} must be a positive integer, got {value!r}")

@@ -1,0 +1,143 @@
+"""A small decoder-only GPT. It knows positional schemes only through their three hooks.
+
+Read top to bottom: config, attention, MLP, block, GPT.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from posenc_cli.errors import UsageError
+from posenc_cli.model.positional import PositionalScheme, build_scheme
+
+# Bias schemes attend one block of queries at a time so the (H, Tq, Tk) mask stays below this many
+# floats: evaluation memory then grows linearly with length instead of quadratically.
+MASK_BUDGET = 1 << 22
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int
+    block_size: int
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 128
+    scheme: str = "none"
+    scheme_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise UsageError(f"{key} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise UsageError(
+                f"model.n_embd={self.n_embd} is not divisible by model.n_head={self.n_head}; "
+                "choose n_embd as a multiple of n_head"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, pos: PositionalScheme) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        q, k = pos.rotate(q, k, positions)
+        if pos.adds_bias:
+            y = biased_causal_attention(q, k, v, positions, pos)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+def biased_causal_attention(q, k, v, positions: torch.Tensor, pos: PositionalScheme) -> torch.Tensor:
+    """Causal attention with the scheme's score bias, in query blocks that keep the mask small."""
+    H, T = q.size(1), q.size(2)
+    block = max(1, min(T, MASK_BUDGET // (H * T)))
+    outputs = []
+    for start in range(0, T, block):
+        end = min(start + block, T)
+        q_pos, k_pos = positions[start:end], positions[:end]
+        mask = pos.bias(q_pos, k_pos).to(q.dtype)
+        mask = mask.masked_fill(k_pos[None, None, :] > q_pos[None, :, None], float("-inf"))
+        outputs.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end], attn_mask=mask[None]))
+    return torch.cat(outputs, dim=2)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False)
+        self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, positions, pos):
+        x = x + self.attn(self.ln_1(x), positions, pos)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.pos = build_scheme(cfg.scheme, cfg.n_embd, cfg.n_head, cfg.block_size, **cfg.scheme_options)
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.head.weight = self.tok.weight  # tied input and output embeddings
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for name, p in self.named_parameters():
+            if name.startswith("pos."):
+                continue  # schemes initialise their own parameters
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith("proj.weight") else 0.02
+                nn.init.normal_(p, std=std)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """(B, T) token ids -> (B, T, vocab) logits."""
+        positions = torch.arange(idx.size(1), device=idx.device)
+        x = self.pos.embed(self.tok(idx), positions)
+        for block in self.blocks:
+            x = block(x, positions, self.pos)
+        return self.head(self.ln_f(x))
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    @property
+    def n_positional_params(self) -> int:
+        return self.pos.positional_params
+
+
+def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-token negative log-likelihood in nats, shaped like `targets`."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none").view_as(targets)

@@ -1,0 +1,25 @@
+"""Positional schemes by name. Adding one: a module here, an entry in SCHEMES, a yaml in configs/scheme/."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posenc_cli.errors import UsageError
+from posenc_cli.model.positional.alibi import ALiBi
+from posenc_cli.model.positional.base import NoPE, PositionalScheme
+from posenc_cli.model.positional.learned import Learned
+from posenc_cli.model.positional.rope import RoPE
+from posenc_cli.model.positional.sinusoidal import Sinusoidal
+
+SCHEMES: dict[str, type[PositionalScheme]] = {
+    cls.name: cls for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi)
+}
+
+
+def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options: Any) -> PositionalScheme:
+    if name not in SCHEMES:
+        raise UsageError(f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}")
+    return SCHEMES[name](n_embd, n_head, block_size, **options)
+
+
+__all__ = ["SCHEMES", "PositionalScheme", "build_scheme"]

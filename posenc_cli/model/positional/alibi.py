@@ -1,0 +1,41 @@
+"""ALiBi (Press et al. 2022): no embedding; score(i, j) gets -slope_h * (i - j) for keys j <= i.
+
+The bias is added to the scaled scores as they are (not divided by sqrt(d)), as in the paper.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from posenc_cli.model.positional.base import PositionalScheme
+
+
+def alibi_slopes(n_head: int) -> list[float]:
+    """Geometric slopes 2^(-8/n), 2^(-16/n), ...; for n not a power of two, the ALiBi repo's rule:
+    the slopes of the nearest lower power of two, then every other slope of twice that count."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(n_head).is_integer():
+        return power_of_two(n_head)
+    lower = 2 ** math.floor(math.log2(n_head))
+    return power_of_two(lower) + power_of_two(2 * lower)[0::2][: n_head - lower]
+
+
+class ALiBi(PositionalScheme):
+    name = "alibi"
+    kind = "bias"
+    relative = "explicit"
+    adds_bias = True
+
+    def __init__(self, n_embd: int, n_head: int, block_size: int):
+        super().__init__(n_embd, n_head, block_size)
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(n_head)), persistent=False)
+
+    def bias(self, q_pos, k_pos):
+        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0).to(self.slopes.dtype)
+        return -self.slopes[:, None, None] * distance

@@ -1,0 +1,53 @@
+"""The one seam between the GPT and a positional scheme.
+
+A scheme may add to the token embeddings (`embed`), rotate queries and keys (`rotate`), or add a
+bias to the attention scores (`bias`). Every hook defaults to "do nothing", so NoPE is the empty
+subclass and the model calls all three hooks without ever asking which scheme it holds.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+
+class PositionalScheme(nn.Module):
+    name: ClassVar[str] = "none"
+    kind: ClassVar[str] = "none"  # additive | rotary | bias | none
+    relative: ClassVar[str] = "none"  # none | implicit | explicit
+    param_formula: ClassVar[str] = "0"
+    adds_bias: ClassVar[bool] = False  # True: the model calls `bias` and cannot use the plain causal kernel
+
+    def __init__(self, n_embd: int, n_head: int, block_size: int):
+        super().__init__()
+        self.n_embd, self.n_head, self.block_size = n_embd, n_head, block_size
+        self.head_dim = n_embd // n_head
+
+    @property
+    def max_len(self) -> int | None:
+        """Longest sequence the scheme can represent; None when unbounded."""
+        return None
+
+    @property
+    def positional_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x: (B, T, C) token embeddings -> (B, T, C)."""
+        return x
+
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q, k: (B, H, T, D) -> rotated q, k."""
+        return q, k
+
+    def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """Additive attention bias of shape (H, len(q_pos), len(k_pos)), or None."""
+        return None
+
+
+class NoPE(PositionalScheme):
+    """No positional information at all: only the causal mask tells tokens apart by order."""

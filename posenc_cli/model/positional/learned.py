@@ -1,0 +1,32 @@
+"""Learned absolute positions (GPT-2, BERT): one trained vector per position, nothing past the table."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from posenc_cli.errors import PositionOutOfRange
+from posenc_cli.model.positional.base import PositionalScheme
+
+
+class Learned(PositionalScheme):
+    name = "learned"
+    kind = "additive"
+    relative = "none"
+    param_formula = "max_len·d"
+
+    def __init__(self, n_embd: int, n_head: int, block_size: int, max_len: int | None = None):
+        super().__init__(n_embd, n_head, block_size)
+        self.table = nn.Embedding(max_len or block_size, n_embd)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    @property
+    def max_len(self) -> int:
+        return self.table.num_embeddings
+
+    def embed(self, x, positions):
+        if positions.numel() and int(positions.max()) >= self.max_len:
+            raise PositionOutOfRange(
+                f"learned positions stop at {self.max_len - 1}: the table has max_len={self.max_len} rows, "
+                f"position {int(positions.max())} was asked for"
+            )
+        return x + self.table(positions)

@@ -1,0 +1,58 @@
+"""Rotary position embedding (Su et al. 2021; LLaMA, Qwen, Mistral).
+
+Pair layout: split halves, as in GPT-NeoX and HF LLaMA: dimension i is paired with i + D/2 (the
+chapter pairs 2i with 2i+1; the two layouts are the same rotation up to a fixed permutation of the
+head dimensions, so every property below holds for both). Pair i turns by angle m·θ_i at position m,
+θ_i = base^(-2i/D); rotations compose, so q_m·k_n depends on m - n only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posenc_cli.errors import UsageError
+from posenc_cli.model.positional.base import PositionalScheme
+
+
+def rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:
+    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + rotate_half(x) * sin
+
+
+class RoPE(PositionalScheme):
+    name = "rope"
+    kind = "rotary"
+    relative = "explicit"
+
+    def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0):
+        super().__init__(n_embd, n_head, block_size)
+        if self.head_dim % 2:
+            raise UsageError(
+                f"{self.name} needs an even head_dim, got n_embd/n_head = {n_embd}/{n_head} = {self.head_dim}; "
+                "choose model.n_embd and model.n_head so their quotient is even"
+            )
+        self.base = base
+        self.register_buffer("inv_freq", rope_inv_freq(self.head_dim, base), persistent=False)
+
+    def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
+        """Per-pair inverse frequencies and a factor on cos/sin for a sequence of `seq_len`."""
+        return self.inv_freq, 1.0
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        inv_freq, factor = self.frequencies(positions.numel())
+        angles = positions.to(torch.float64)[:, None] * inv_freq.to(positions.device)[None, :]
+        angles = torch.cat((angles, angles), dim=-1)
+        return (angles.cos() * factor).float(), (angles.sin() * factor).float()
+
+    def rotate(self, q, k, positions):
+        cos, sin = self.cos_sin(positions)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

@@ -1,0 +1,153 @@
+"""Tables and figures from evaluation results: ppl.csv, ppl.md, comparison.md and PNG plots.
+
+Everything here is derived from a tidy DataFrame, so an eval directory can be deleted and rebuilt.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from posenc_cli.atomic import write_text, write_with
+from posenc_cli.claims import claim_for
+
+SCHEME_ORDER = ["none", "sinusoidal", "learned", "rope", "alibi"]
+# Extrapolation verdicts from ppl(longest) / ppl(training length); the upper bound of each band.
+VERDICTS = [(1.10, "very strong"), (1.50, "strong"), (3.0, "medium"), (10.0, "weak"), (math.inf, "none")]
+BEYOND_TABLE = "—"
+
+
+def verdict(ratio: float) -> str:
+    if not math.isfinite(ratio):
+        return "none"
+    return next(word for bound, word in VERDICTS if ratio <= bound)
+
+
+def scheme_order(schemes: Iterable[str]) -> list[str]:
+    present = list(dict.fromkeys(schemes))
+    return [s for s in SCHEME_ORDER if s in present] + sorted(s for s in present if s not in SCHEME_ORDER)
+
+
+def mean_std(values: pd.Series, digits: int = 2) -> str:
+    values = values.dropna()
+    if values.empty:
+        return BEYOND_TABLE
+    if len(values) == 1:
+        return f"{values.iloc[0]:.{digits}f}"
+    return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def ppl_pivot(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Scheme rows, eval-length columns, 'mean ± std' cells over seeds."""
+    lengths = sorted(df["eval_len"].unique())
+    header = ["scheme", "seeds"] + [f"L={L}" + (" (train)" if L in set(df["train_len"]) else "") for L in lengths]
+    rows = []
+    for scheme in scheme_order(df["scheme"]):
+        sub = df[df["scheme"] == scheme]
+        rows.append([scheme, str(sub["seed"].nunique())] + [mean_std(sub[sub["eval_len"] == L]["ppl"]) for L in lengths])
+    return header, rows
+
+
+def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en") -> str:
+    """The chapters' table, with measured numbers beside the claims."""
+    schemes = scheme_order(df["scheme"])
+    lengths = sorted(df["eval_len"].unique())
+    train_len = int(df["train_len"].min())
+    longest = max(lengths)
+    rows: list[list[str]] = []
+    for L in lengths:
+        label = f"ppl @ {L}" + (" (training length)" if L == train_len else f" ({L / train_len:g}×)")
+        rows.append([label] + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["ppl"]) for s in schemes])
+    ratios, words = [], []
+    for s in schemes:
+        sub = df[df.scheme == s].groupby("eval_len")["ppl"].mean()
+        ratio = sub.get(longest, math.nan) / sub.get(train_len, math.nan)
+        ratios.append(f"{ratio:.2f}×" if math.isfinite(ratio) else BEYOND_TABLE)
+        words.append(verdict(ratio))
+    rows.append([f"ppl({longest}) / ppl({train_len})"] + ratios)
+    rows.append(["extrapolation, measured"] + words)
+    rows.append(["extrapolation, chapters' claim"] + [claim_for(s).extrapolation for s in schemes])
+    if lang == "zh":
+        rows.append(["外推能力（章节原话）"] + [claim_for(s).extrapolation_zh for s in schemes])
+    rows.append(["positional parameters"] + [f"{info.get(s, {}).get('positional_params', 0):,}" for s in schemes])
+    rows.append(["relative position"] + [info.get(s, {}).get("relative", claim_for(s).relative) for s in schemes])
+    rows.append(["used by"] + [claim_for(s).used_by for s in schemes])
+    seeds = {s: df[df.scheme == s]["seed"].nunique() for s in schemes}
+    mode = ", ".join(sorted(df["mode"].unique()))
+    tokens = int(df["tokens"].max())
+    notes = [
+        f"Perplexity on {tokens:,} validation tokens at every length ({mode} windows); "
+        + ("mean ± std over seeds: " + ", ".join(f"{s} n={n}" for s, n in seeds.items()) if max(seeds.values()) > 1 else "one seed each") + ".",
+        "Verdict from ppl(longest)/ppl(training length): " + ", ".join(
+            f"≤ {b:g}× {w}" if math.isfinite(b) else f"above: {w}" for b, w in VERDICTS) + ".",
+    ]
+    if (df["note"].fillna("") != "").any():
+        notes.append(f"{BEYOND_TABLE}: " + "; ".join(sorted(set(df["note"].dropna()) - {""})) + ".")
+    return ("# Positional schemes: the chapters' table, measured\n\n"
+            + markdown_table([""] + schemes, rows) + "\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+
+
+def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for scheme in scheme_order(df["scheme"]):
+        stats = df[df.scheme == scheme].groupby("eval_len")["ppl"].agg(["mean", "std"]).dropna(subset=["mean"])
+        ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=scheme)
+    ax.axvline(int(df["train_len"].min()), color="grey", linestyle="--", linewidth=1, label="training length")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("evaluation length (tokens)")
+    ax.set_ylabel("perplexity")
+    ax.set_title("Perplexity past the training length")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    write_with(path, lambda p: fig.savefig(p, format="png", dpi=120))
+    plt.close(fig)
+
+
+def plot_loss_by_position(positions: pd.DataFrame, train_len: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    longest = positions["eval_len"].max()
+    sub = positions[positions.eval_len == longest]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for scheme in scheme_order(sub["scheme"]):
+        curve = sub[sub.scheme == scheme].groupby("position")["nll"].mean()
+        ax.plot(curve.index, curve.values, label=scheme)
+    ax.axvline(train_len, color="grey", linestyle="--", linewidth=1, label="training length")
+    ax.set_xlabel(f"position inside a window of {longest} tokens")
+    ax.set_ylabel("mean NLL (nats)")
+    ax.set_title("Loss by position: where a scheme breaks")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    write_with(path, lambda p: fig.savefig(p, format="png", dpi=120))
+    plt.close(fig)
+
+
+def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], out: Path, lang: str = "en") -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    write_with(out / "ppl.csv", lambda p: df.to_csv(p, index=False))
+    write_with(out / "loss_by_position.csv", lambda p: positions.to_csv(p, index=False))
+    header, rows = ppl_pivot(df)
+    write_text(out / "ppl.md", "# Perplexity by evaluation length\n\n" + markdown_table(header, rows))
+    write_text(out / "comparison.md", comparison(df, info, lang))
+    plot_ppl_vs_length(df, out / "ppl_vs_length.png")
+    if not positions.empty:
+        plot_loss_by_position(positions, int(df["train_len"].min()), out / "loss_by_position.png")
+    return [out / n for n in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv", "ppl_vs_length.png", "loss_by_position.png")]

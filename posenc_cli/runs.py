@@ -1,0 +1,121 @@
+"""Run directories: finding them, reading them, and rebuilding their models.
+
+A run directory holds .hydra/, metrics.csv, checkpoint.pt, summary.json and train.log; everything
+downstream (eval, probe, inspect) reads runs only through this module.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from posenc_cli.checkpoint import FILENAME, load_checkpoint
+from posenc_cli.data.vocab import Vocab
+from posenc_cli.errors import UsageError
+from posenc_cli.model import GPT, ModelConfig
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "summary.json").is_file() or (path / FILENAME).is_file()
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def resume_overrides(args: list[str]) -> list[str]:
+    """`train.resume=RUN` continues RUN in place: reuse its overrides and its directory."""
+    given = [a for a in args if a.startswith("train.resume=")]
+    if not given or given[-1].split("=", 1)[1] in ("", "null"):
+        return args
+    run = Path(given[-1].split("=", 1)[1])
+    saved = run / ".hydra" / "overrides.yaml"
+    if not saved.is_file():
+        raise UsageError(f"train.resume={run} is not a run directory (no .hydra/overrides.yaml in it)")
+    keys = {a.split("=", 1)[0].lstrip("+~") for a in args}
+    previous = [o for o in OmegaConf.load(saved) if o.split("=", 1)[0].lstrip("+~") not in keys]
+    run_dir = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={run}"]
+    return [*previous, *args, *run_dir]
+
+
+@dataclass
+class LoadedRun:
+    path: Path
+    model: GPT
+    vocab: Vocab
+    train_len: int
+    summary: dict[str, Any]
+    checkpoint: dict[str, Any]
+
+    @property
+    def scheme(self) -> str:
+        return self.model.cfg.scheme
+
+    @property
+    def seed(self) -> int:
+        return int(self.checkpoint.get("seed", self.summary.get("seed", 0)))
+
+
+def load_run(run_dir: str | Path) -> LoadedRun:
+    """Rebuild a run's model from its directory alone."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a directory; give a run directory (one with {FILENAME} and summary.json)")
+    if not is_run_dir(path):
+        raise UsageError(f"{path} is not a run: it has no {FILENAME} or summary.json")
+    payload = load_checkpoint(path / FILENAME)
+    try:
+        model = GPT(ModelConfig(**payload["model_config"]))
+        model.load_state_dict(payload["model"])
+    except (TypeError, KeyError, RuntimeError) as err:
+        reason = " ".join(str(err).split())[:160]
+        raise UsageError(f"{path / FILENAME} no longer matches this version's model code ({reason})") from None
+    model.eval()
+    return LoadedRun(path, model, Vocab(tuple(payload["vocab"])), int(payload["train_len"]), read_summary(path), payload)
+
+
+def find_runs(path: Path) -> list[Path]:
+    """A run directory itself, or every run directory below `path` (a sweep, or outputs/)."""
+    if is_run_dir(path):
+        return [path]
+    return sorted({p.parent for p in path.rglob("summary.json")} | {p.parent for p in path.rglob(FILENAME)})
+
+
+def latest_runs(outputs: Path) -> tuple[list[Path], str]:
+    """The default selection, and a sentence saying why: the newest sweep if it is newer than every
+    single run, otherwise the newest single run of each scheme (names start with a sortable time)."""
+    sweeps = sorted(p for p in (outputs / "sweeps").glob("*") if p.is_dir() and find_runs(p))
+    singles = sorted(p for p in (outputs / "runs").glob("*") if is_run_dir(p))
+    if not sweeps and not singles:
+        raise UsageError(f"no runs found under {outputs}/; train some first (posenc train ...) or name run directories")
+    if sweeps and (not singles or sweeps[-1].name >= singles[-1].name[: len(sweeps[-1].name)]):
+        return find_runs(sweeps[-1]), f"the latest sweep, {sweeps[-1]}"
+    newest: dict[str, Path] = {}
+    for run in singles:
+        newest[read_summary(run).get("scheme", run.name)] = run
+    return sorted(newest.values()), f"the latest single run of each scheme under {outputs / 'runs'}"
+
+
+def select_runs(paths: list[str], outputs: Path = Path("outputs")) -> tuple[list[Path], str]:
+    """Run directories from paths, sweep directories or globs; the latest runs when none are given."""
+    if not paths:
+        return latest_runs(outputs)
+    selected: list[Path] = []
+    for given in paths:
+        matches = [Path(p) for p in sorted(glob.glob(given))] or [Path(given)]
+        for match in matches:
+            if not match.exists():
+                raise UsageError(f"{given} does not exist; give run directories, sweep directories or a glob")
+            found = find_runs(match) if match.is_dir() else []
+            if not found:
+                raise UsageError(f"{match} is not a run or a sweep: no summary.json or {FILENAME} in or below it")
+            selected += [r for r in found if r not in selected]
+    return selected, "the runs you named"
