@@ -126,11 +126,8 @@ def eval_command(
             finished.append(path)
     if not finished:
         raise UsageError("none of the selected runs has finished training; nothing to evaluate")
-    ui.err.print(f"evaluating {len(finished)} run(s), {why}:")
-    for path in finished:
-        ui.err.print(f"  {path}")
     loaded = [load_run(p) for p in finished]
-    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target)
+    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target, why)
     out = out or Path("outputs") / "eval" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     written = write_eval_outputs(df, positions, info, out, lang)
     header, rows = ppl_pivot(df)
@@ -140,7 +137,7 @@ def eval_command(
     for row in rows:
         table.add_row(*row)
     ui.out.print(table)
-    ui.out.print((out / "comparison.md").read_text(encoding="utf-8"), markup=False, highlight=False)
+    ui.out.print((out / "comparison.md").read_text(encoding="utf-8"), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote {', '.join(p.name for p in written if p.exists())} to {out}")
 
 
