@@ -175,10 +175,14 @@ def inspect_command(
 ) -> None:
     """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
 
-    The checks follow the scheme's kind: every scheme, permutation equivariance of attention;
-    additive, same vector across the batch, unique, and bounded and shift-linear (computed tables) or
-    refused past max_len (learned tables); rotary, norms kept and q·k depending on m − n only; bias,
-    depending on distance only, and for linear biases the slopes' geometric rule.
+    Checks follow the scheme's kind:\n
+      every scheme: attention is permutation-equivariant only without positions\n
+      additive: same vector across the batch, unique per position; bounded and shift-linear if computed, refused past max_len if a table\n
+      rotary: norms kept, q·k depends on m − n only\n
+      bias: depends on distance only; linear biases follow ALiBi's geometric slopes\n
+    Examples:\n
+      posenc inspect rope --dim 64 --heads 2\n
+      posenc inspect --run outputs/runs/RUN --layer 1 --head 2
     """
     from posenc_cli.inspection import inspect_scheme, print_report
 

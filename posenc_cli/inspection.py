@@ -8,7 +8,7 @@ and a scheme that breaks a claim fails its check. Each check returns the number 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +33,7 @@ class Check:
 
 
 def below(claim: str, value: float, tol: float = TOL) -> Check:
-    return Check(claim, value < tol, f"{value:.1e}", f"< {tol:.0e}")
+    return Check(claim, value < tol, f"{value:.1e}", f"< {tol:g}")
 
 
 def generator() -> torch.Generator:
@@ -102,7 +102,7 @@ def check_permutation(scheme: PositionalScheme, length: int) -> Check:
     if scheme.kind == "none":
         return below("no positions: attention is permutation-equivariant, max|Attn(PX) − P·Attn(X)|", error)
     return Check("positions break permutation equivariance: max|Attn(PX) − P·Attn(X)|", error > 1e-3,
-                 f"{error:.1e}", "> 1e-3")
+                 f"{error:.1e}", "> 0.001")
 
 
 def position_vectors(scheme: PositionalScheme, length: int) -> torch.Tensor:
@@ -121,7 +121,7 @@ def check_unique(scheme: PositionalScheme, length: int) -> Check:
     pe = position_vectors(scheme, length)
     distances = torch.cdist(pe, pe).fill_diagonal_(math.inf)
     ratio = float(distances.min() / pe.norm(dim=1).mean().clamp(min=1e-12))
-    return Check("unique per position: min ‖PE_i − PE_j‖ / mean ‖PE‖", ratio > 1e-3, f"{ratio:.1e}", "> 1e-3")
+    return Check("unique per position: min ‖PE_i − PE_j‖ / mean ‖PE‖", ratio > 1e-3, f"{ratio:.1e}", "> 0.001")
 
 
 def check_bounded(scheme: PositionalScheme, length: int) -> Check:
@@ -211,9 +211,9 @@ def check_linear_slopes(scheme: PositionalScheme, length: int) -> Check | None:
         return None
     rule = torch.tensor(alibi_slopes(scheme.n_head))
     error = float((slopes / rule - 1).abs().max())
-    check = below(f"linear bias: slopes follow 2^(−8h/{scheme.n_head}), max |slope/rule − 1|", error)
     measured = ", ".join(f"{s:.4g}" for s in slopes.tolist())
-    return Check(check.claim, check.passed, check.measured, check.needs, note=f"measured slopes per head: {measured}")
+    return replace(below(f"linear bias: slopes follow 2^(−8h/{scheme.n_head}), max |slope/rule − 1|", error),
+                   note=f"measured slopes per head: {measured}")
 
 
 def run_checks(scheme: PositionalScheme, length: int) -> list[Check]:
@@ -257,10 +257,10 @@ def rotation_angles(scheme: PositionalScheme, length: int) -> torch.Tensor:
     """(pairs, T) angle each rotated 2-D plane has turned at each position, read off the rotate hook by
     rotating basis vectors: e_j goes to cos·e_j + sin·e_partner, whatever the pair layout."""
     D = scheme.head_dim
-    basis = torch.eye(D)[:, None, None, :].expand(D, scheme.n_head, length, D).contiguous()
+    basis = torch.eye(D)[:, None, None, :].expand(D, 1, length, D).contiguous()
     turned, _ = scheme.rotate(basis, basis, torch.arange(length))
-    turned = turned[:, 0].detach().double()  # (D, T, D): basis vector j at every position, head 0
-    probe = turned[:, min(1, length - 1)].abs().clone()
+    turned = turned[:, 0].detach().double()  # (D, T, D): basis vector j at every position
+    probe = turned[:, 1].abs().clone()
     probe.fill_diagonal_(-1)
     partner = probe.argmax(-1)
     rows = torch.arange(D)
@@ -281,13 +281,13 @@ def figures_additive(scheme: PositionalScheme, length: int, out: Path, label: st
     width = pe.shape[1]
     for dim in sorted({0, 1, width // 32 * 2, width // 16 * 2, width // 8 * 2} - {width}):
         ax.plot(pe[:, dim], label=f"dim {dim}")
-    ax.set(xlabel="position", ylabel="value", title=f"{label}: a few dimensions as waveforms")
+    ax.set(xlabel="position", ylabel="value", title=f"{label}: dimensions as waveforms")
     ax.legend(fontsize=7, ncol=5, loc="lower right")
     written.append(save(fig, out / "pe_waveforms.png"))
     unit = torch.nn.functional.normalize(torch.from_numpy(pe), dim=1)
-    fig, ax = plt.subplots(figsize=(5, 4.2))
+    fig, ax = plt.subplots(figsize=(5.6, 4.6))
     image = ax.imshow((unit @ unit.T).numpy(), cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
-    ax.set(xlabel="position j", ylabel="position i", title=f"{label}: cosine similarity of position vectors")
+    ax.set(xlabel="position j", ylabel="position i", title=f"{label}: cosine similarity of positions")
     fig.colorbar(image, ax=ax)
     written.append(save(fig, out / "pe_cosine.png"))
     return written
@@ -302,7 +302,7 @@ def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str)
                         vmin=0, vmax=2 * math.pi, interpolation="nearest")
     left.set(xlabel="frequency pair i", ylabel="position m", title="rotation angle m·θ_i (mod 2π)")
     fig.colorbar(image, ax=left)
-    right.semilogy(angles[:, min(1, length - 1)].abs().numpy(), marker="o")
+    right.semilogy(angles[:, 1].abs().numpy(), marker="o")
     right.set(xlabel="frequency pair i", ylabel="θ_i (radians per position)", title=f"{label}: angle per step")
     written = [save(fig, out / "rope_angles.png")]
     g = generator()
@@ -363,12 +363,12 @@ def figure_attention(run, layer: int, head: int, length: int, out: Path) -> Path
 
     image = ax.imshow(probs[0, head].numpy(), cmap="viridis", norm=PowerNorm(0.5, 0, 1), interpolation="nearest")
     ax.set(xlabel="key position", ylabel="query position",
-           title=f"{run.scheme}: attention, layer {layer} head {head} (colour ∝ √weight)")
+           title=f"{run.scheme} (trained): attention, layer {layer} head {head}")
     if len(tokens) <= 48:
         chars = [repr(run.vocab.decode([t]))[1:-1] for t in tokens.tolist()]
         ax.set_xticks(range(len(chars)), chars, fontsize=6)
         ax.set_yticks(range(len(chars)), chars, fontsize=6)
-    fig.colorbar(image, ax=ax)
+    fig.colorbar(image, ax=ax, label="attention weight (square-root colour scale)")
     return save(fig, out / f"attention_layer{layer}_head{head}.png")
 
 
@@ -384,15 +384,18 @@ class Inspection:
     figures: list[Path] = field(default_factory=list)
 
 
+def check_length(length: int) -> int:
+    if length < 4:
+        raise UsageError(f"--length must be at least 4, got {length}")
+    return length
+
+
 def fresh_scheme(name: str, dim: int, heads: int, length: int) -> PositionalScheme:
     if name not in SCHEMES:
         raise UsageError(f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}")
-    for option, value in (("--dim", dim), ("--heads", heads), ("--length", length)):
-        if value < (4 if option == "--length" else 1):
-            raise UsageError(f"{option} must be at least {4 if option == '--length' else 1}, got {value}")
-    if dim % heads:
-        raise UsageError(f"--dim {dim} is not divisible by --heads {heads}; choose dim as a multiple of heads")
-    return build_scheme(name, dim, heads, length)
+    if dim < 1 or heads < 1 or dim % heads:
+        raise UsageError(f"--dim {dim} and --heads {heads}: both must be positive and dim a multiple of heads")
+    return build_scheme(name, dim, heads, check_length(length))
 
 
 def inspect_scheme(name: str | None, dim: int | None, length: int | None, heads: int | None, out: Path | None,
@@ -415,10 +418,8 @@ def inspect_scheme(name: str | None, dim: int | None, length: int | None, heads:
                 raise UsageError(f"{option} {given} does not match --run's model ({option[2:]} = {actual}); drop {option}")
         if not 0 <= layer < cfg.n_layer or not 0 <= head < cfg.n_head:
             raise UsageError(f"--layer {layer} --head {head}: the run has layers 0..{cfg.n_layer - 1} and heads 0..{cfg.n_head - 1}")
-        length = length or run.train_len
-        if length < 4:
-            raise UsageError(f"--length must be at least 4, got {length}")
-        scheme, label = run.model.pos, f"{run.scheme} (trained, {run.path.name})"
+        length = check_length(length or run.train_len)
+        scheme, label = run.model.pos, f"{run.scheme} (trained)"
     out = out or Path("outputs") / "inspect" / (run.path.name if run_dir else name)
     length = min(length, scheme.max_len or length)  # a learned table has no rows past max_len
     result = Inspection(scheme, label, length, run_checks(scheme, length))
@@ -454,6 +455,8 @@ def print_report(result: Inspection) -> None:
     ui.out.print(f"{len(result.checks)} checks: {len(result.checks) - failed} PASS, {failed} FAIL", highlight=False)
     for path in result.figures:
         ui.err.print(f"wrote {path}", highlight=False)
+    if not result.figures:
+        ui.err.print(f"no figures: {s.name} adds no positions to draw (--run RUN_DIR draws a trained model's attention)")
 
 
 def print_bias_by_distance(scheme: PositionalScheme, length: int) -> None:
