@@ -201,13 +201,15 @@ def check_bias_distance_only(scheme: PositionalScheme, length: int) -> Check:
 
 
 def check_linear_slopes(scheme: PositionalScheme, length: int) -> Check | None:
-    """A bias that is a straight line in distance (ALiBi's family) has a slope per head, and the chapter
-    gives the rule for them: the geometric sequence 2^(−8/H), 2^(−16/H), ... Other biases: no check."""
+    """A fixed bias that is a sloped straight line in distance (ALiBi's family) has a slope per head,
+    and the chapter gives their rule: the geometric sequence 2^(−8/H), 2^(−16/H), ... Biases with
+    trained parameters (T5, KERPLE) or curved ones make no such claim: no check."""
     curve = bias_by_distance(scheme, length)
     slopes = curve[:, 0] - curve[:, 1]
     distance = torch.arange(length, dtype=curve.dtype)
     line = curve[:, :1] - slopes[:, None] * distance
-    if float((curve - line).abs().max()) > TOL * (float(curve.abs().max()) or 1.0):
+    curved = float((curve - line).abs().max()) > TOL * (float(curve.abs().max()) or 1.0)
+    if scheme.positional_params or curved or not slopes.any():
         return None
     rule = torch.tensor(alibi_slopes(scheme.n_head))
     error = float((slopes / rule - 1).abs().max())
@@ -304,7 +306,7 @@ def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str)
     fig.colorbar(image, ax=left)
     right.semilogy(angles[:, 1].abs().numpy(), marker="o")
     right.set(xlabel="frequency pair i", ylabel="θ_i (radians per position)", title=f"{label}: angle per step")
-    written = [save(fig, out / "rope_angles.png")]
+    written = [save(fig, out / "rotary_angles.png")]
     g = generator()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     for name, vectors in (("q = k = all ones", torch.ones(1, scheme.head_dim)),
@@ -315,7 +317,7 @@ def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str)
         ax.plot(logit.mean(0).numpy(), label=name)
     ax.set(xlabel="relative distance m − n", ylabel="q_m·k_n / ‖q‖‖k‖", title=f"{label}: logit vs distance")
     ax.legend(fontsize=8)
-    written.append(save(fig, out / "rope_logit_vs_distance.png"))
+    written.append(save(fig, out / "rotary_logit_vs_distance.png"))
     return written
 
 

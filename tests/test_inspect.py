@@ -14,7 +14,7 @@ from posenc_cli import inspection as ins
 from posenc_cli.errors import UsageError
 from posenc_cli.model.positional import SCHEMES, build_scheme
 from posenc_cli.model.positional.alibi import ALiBi
-from posenc_cli.model.positional.base import NoPE
+from posenc_cli.model.positional.base import NoPE, PositionalScheme
 from posenc_cli.model.positional.learned import Learned
 from posenc_cli.model.positional.rope import RoPE
 from posenc_cli.model.positional.sinusoidal import Sinusoidal, sinusoidal_table
@@ -128,6 +128,30 @@ class LogBias(ALiBi):
         return -self.slopes[:, None, None] * torch.log1p(distance)
 
 
+class TrainedSlopes(ALiBi):
+    """A linear bias whose slopes are trained (KERPLE's power form at exponent 1): no geometric rule."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.trained = torch.nn.Parameter(self.slopes.clone())
+
+    def bias(self, q_pos, k_pos):
+        return -self.trained[:, None, None] * (q_pos[:, None] - k_pos[None, :]).clamp(min=0)
+
+
+class LearnedDistanceBias(PositionalScheme):
+    """A T5-like newcomer: one trained scalar per head and distance. Not registered anywhere."""
+
+    name, kind, relative, adds_bias = "t5_like", "bias", "explicit", True
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.table = torch.nn.Embedding(self.block_size, self.n_head)
+
+    def bias(self, q_pos, k_pos):
+        return self.table((q_pos[:, None] - k_pos[None, :]).clamp(0, self.block_size - 1)).permute(2, 0, 1)
+
+
 # ---- every check: passes for the real scheme, fails for the broken one --------------------------
 
 CASES = [
@@ -170,6 +194,12 @@ def test_measured_numbers_are_the_maths():
 
 
 def test_checks_dispatch_on_kind_and_hooks_not_names():
+    newcomer = ins.run_checks(make(LearnedDistanceBias), LENGTH)
+    assert [c.claim.split(":")[0] for c in newcomer] == [
+        "positions break permutation equivariance", "bias depends only on distance i − j"]
+    assert all(c.passed for c in newcomer)
+    assert ins.check_linear_slopes(make(TrainedSlopes), LENGTH) is None  # trained slopes claim no rule
+
     class Renamed(MismatchedRoPE):
         name = "some_new_rotary"
 
@@ -190,7 +220,7 @@ def test_rotation_angles_are_read_from_the_hook():
 def test_figures_are_written(tmp_path: Path):
     expected = {"none": set(), "sinusoidal": {"pe_heatmap.png", "pe_waveforms.png", "pe_cosine.png"},
                 "learned": {"pe_heatmap.png", "pe_waveforms.png", "pe_cosine.png"},
-                "rope": {"rope_angles.png", "rope_logit_vs_distance.png"},
+                "rope": {"rotary_angles.png", "rotary_logit_vs_distance.png"},
                 "alibi": {"bias_matrices.png", "bias_vs_distance.png"}}
     for name, files in expected.items():
         result = ins.inspect_scheme(name, DIM, LENGTH, HEADS, tmp_path / name)
@@ -231,7 +261,7 @@ def test_cli_inspect_fresh_schemes(tmp_path: Path):
 def test_default_out_is_outputs_inspect_scheme(tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ins.inspect_scheme("rope", DIM, LENGTH, HEADS, None)
-    assert (tmp_path / "outputs" / "inspect" / "rope" / "rope_angles.png").is_file()
+    assert (tmp_path / "outputs" / "inspect" / "rope" / "rotary_angles.png").is_file()
 
 
 def test_cli_inspect_a_trained_run(smoke_sweep: Path, tmp_path: Path):
