@@ -397,6 +397,7 @@ def fresh_scheme(name: str, dim: int, heads: int, length: int) -> PositionalSche
         raise UsageError(f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}")
     if dim < 1 or heads < 1 or dim % heads:
         raise UsageError(f"--dim {dim} and --heads {heads}: both must be positive and dim a multiple of heads")
+    torch.manual_seed(SEED)  # a learned table's initial vectors, so the report repeats exactly
     return build_scheme(name, dim, heads, check_length(length))
 
 
