@@ -144,16 +144,46 @@ def eval_command(
 @app.command()
 def schemes() -> None:
     """List every positional scheme: how it plugs in, what it costs, and what the chapters claim."""
+    from rich import box
+
     from posenc_cli.claims import claim_for
     from posenc_cli.model.positional import SCHEMES
 
-    table = Table(title="Positional schemes")
-    for column in ("scheme", "kind", "positional params", "relative position", "claimed extrapolation", "used by"):
-        table.add_column(column)
+    table = Table(title="Positional schemes", box=box.SIMPLE_HEAD)
+    for column in ("scheme", "kind", "positional\nparameters", "relative\nposition", "extrapolation\n(claimed)", "used by"):
+        table.add_column(column, overflow="fold")
     for name, cls in SCHEMES.items():
         claim = claim_for(name)
         table.add_row(name, cls.kind, cls.param_formula, cls.relative, claim.extrapolation, claim.used_by)
     ui.out.print(table)
+    ui.out.print("Check a scheme's claims and draw it: posenc inspect SCHEME", highlight=False)
+
+
+@app.command("inspect")
+def inspect_command(
+    scheme: Optional[str] = typer.Argument(None, help="Scheme to inspect (see `posenc schemes`); optional with --run."),
+    dim: Optional[int] = typer.Option(None, help="Model width d (default 128; with --run, the run's)."),
+    length: Optional[int] = typer.Option(None, help="Positions to check and draw (default 128; with --run, its training length)."),
+    heads: Optional[int] = typer.Option(None, help="Attention heads (default 4; with --run, the run's)."),
+    run: Optional[Path] = typer.Option(None, "--run", help="A trained run directory: inspect its trained scheme and draw its attention."),
+    layer: int = typer.Option(0, help="With --run: the layer whose attention is drawn."),
+    head: int = typer.Option(0, help="With --run: the head whose attention is drawn."),
+    out: Optional[Path] = typer.Option(None, help="Figure directory (default outputs/inspect/<scheme or run>)."),
+) -> None:
+    """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
+
+    Checks follow the scheme's kind:\n
+      every scheme: attention is permutation-equivariant only without positions\n
+      additive: same vector across the batch, unique per position; bounded and shift-linear if computed, refused past max_len if a table\n
+      rotary: norms kept, q·k depends on m − n only\n
+      bias: depends on distance only; linear biases follow ALiBi's geometric slopes\n
+    Examples:\n
+      posenc inspect rope --dim 64 --heads 2\n
+      posenc inspect --run outputs/runs/RUN --layer 1 --head 2
+    """
+    from posenc_cli.inspection import inspect_scheme, print_report
+
+    print_report(inspect_scheme(scheme, dim, length, heads, out, run, layer, head))
 
 
 def main() -> None:
