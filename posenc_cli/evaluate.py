@@ -140,11 +140,10 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
     eval_text = read_text_file(data_path, what="--data") if data_path else None
     corpora: dict[str, torch.Tensor] = {}
     rows, position_rows, info = [], [], {}
-    variants = {id(run): scaling_variants(run, rope_scaling, rope_factor) for run in runs}
+    jobs = [(run, scheme, scaling) for run in runs for scheme, scaling in scaling_variants(run, rope_scaling, rope_factor)]
     with ui.progress() as bar:
-        total = sum(len(set(lengths) | {r.train_len}) * len(variants[id(r)]) for r in runs)
-        task = bar.add_task("eval", total=total, status="")
-        for run in runs:
+        task = bar.add_task("eval", total=sum(len(set(lengths) | {r.train_len}) for r, _, _ in jobs), status="")
+        for run, scheme, scaling in jobs:
             if eval_text is not None:
                 tokens = run.vocab.encode(eval_text)
             else:
@@ -155,26 +154,23 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
             run_lengths = sorted(set(lengths) | {run.train_len})
             span = scored_span(len(tokens), run_lengths, max_tokens)
             model = run.model.to(device)
-            for scheme, scaling in variants[id(run)]:
-                if scaling is not None:
-                    model.pos.scaling = scaling
-                info[scheme] = {"positional_params": model.n_positional_params, "relative": model.pos.relative}
-                for length in run_lengths:
-                    bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
-                    row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
-                           "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan, "note": ""}
-                    limit = model.pos.max_len
-                    if limit is not None and length > limit:
-                        row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
-                    else:
-                        result = evaluate_length(model, tokens, span, length, mode, stride, device)
-                        row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl)
-                        position_rows += [
-                            {"run": str(run.path), "scheme": scheme, "seed": run.seed, "eval_len": length,
-                             "position": p, "nll": nll, "tokens": n} for p, nll, n in position_buckets(result)
-                        ]
-                    rows.append(row)
-                    bar.advance(task)
-                if scaling is not None:
-                    model.pos.scaling = None
+            if hasattr(model.pos, "scaling"):
+                model.pos.scaling = scaling  # evaluation time only: the checkpoint is untouched
+            info[scheme] = {"positional_params": model.n_positional_params, "relative": model.pos.relative}
+            for length in run_lengths:
+                bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
+                row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
+                       "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan, "note": ""}
+                limit = model.pos.max_len
+                if limit is not None and length > limit:
+                    row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
+                else:
+                    result = evaluate_length(model, tokens, span, length, mode, stride, device)
+                    row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl)
+                    position_rows += [
+                        {"run": str(run.path), "scheme": scheme, "seed": run.seed, "eval_len": length,
+                         "position": p, "nll": nll, "tokens": n} for p, nll, n in position_buckets(result)
+                    ]
+                rows.append(row)
+                bar.advance(task)
     return pd.DataFrame(rows), pd.DataFrame(position_rows), info
