@@ -27,7 +27,7 @@ app = typer.Typer(
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
 Config groups (pick with group=option):\n
-  scheme: none | sinusoidal | learned | rope | alibi   (default rope)\n
+  scheme: none | sinusoidal | learned | rope | alibi | t5 | xpos | kerple   (default rope)\n
   model:  tiny | small | medium                        (default tiny)\n
   data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
   experiment: smoke                                    (presets that set several groups)\n
@@ -94,6 +94,8 @@ def eval_command(
     data: Optional[Path] = typer.Option(None, help="Evaluate on this UTF-8 text file instead of each run's validation split."),
     device: str = typer.Option("auto", help="auto | cpu | cuda | mps"),
     lang: str = typer.Option("en", help="en, or zh to add the chapters' own words to comparison.md."),
+    rope_scaling: str = typer.Option("none", "--rope-scaling", help="Comma list of none, linear, ntk, dynamic, yarn: each RoPE-based run is evaluated once per method (labelled rope+yarn etc.), no retraining."),
+    rope_factor: Optional[float] = typer.Option(None, "--rope-factor", help="Scale factor s for --rope-scaling (default: eval length / training length; dynamic: 1, it scales with the length itself)."),
 ) -> None:
     """Perplexity at lengths past the training length, and the chapters' comparison table, measured.
 
@@ -105,10 +107,12 @@ def eval_command(
 
     from posenc_cli.device import resolve_device
     from posenc_cli.evaluate import MODES, evaluate_runs, parse_lengths
+    from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
     from posenc_cli.report import ppl_pivot, write_eval_outputs
     from posenc_cli.runs import load_run, read_summary, select_runs
 
     wanted = parse_lengths(lengths)
+    methods = parse_rope_scaling(rope_scaling, rope_factor)
     if mode not in MODES:
         raise UsageError(f"--mode {mode} is not known; choose one of: {', '.join(MODES)}")
     if max_tokens <= 0:
@@ -127,7 +131,8 @@ def eval_command(
     if not finished:
         raise UsageError("none of the selected runs has finished training; nothing to evaluate")
     loaded = [load_run(p) for p in finished]
-    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target, why)
+    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target,
+                                        methods, rope_factor, why)
     out = out or Path("outputs") / "eval" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     written = write_eval_outputs(df, positions, info, out, lang)
     header, rows = ppl_pivot(df)
