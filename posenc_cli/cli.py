@@ -55,29 +55,38 @@ def fail(err: Exception) -> None:
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def train(ctx: typer.Context) -> None:
+    from posenc_cli import distributed
     from posenc_cli.config import preflight
     from posenc_cli.runs import resume_overrides
 
     args = resume_overrides(list(ctx.args))
     preflight(args)
-    sys.argv = ["posenc train", *args]
-    run_hydra_train()
+    with distributed.process_group(args) as args:
+        sys.argv = ["posenc train", *args]
+        run_hydra_train()
 
 
 def run_hydra_train() -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import DictConfig, OmegaConf
 
     from posenc_cli.config import config_dir
+    from posenc_cli.distributed import threads_per_job
 
     def job(cfg: DictConfig) -> float | None:
         from posenc_cli.train import train as train_run
 
+        hydra_cfg = HydraConfig.get()
+        config = OmegaConf.to_container(cfg, resolve=True)
+        config["train"]["threads"] = config["train"]["threads"] or threads_per_job(hydra_cfg.launcher)
         try:
-            summary = train_run(OmegaConf.to_container(cfg, resolve=True), HydraConfig.get().runtime.output_dir)
+            summary = train_run(config, hydra_cfg.runtime.output_dir)
         except UsageError as err:
             fail(err)
+        if summary["status"] == "failed" and hydra_cfg.mode == RunMode.RUN:
+            raise SystemExit(1)  # in a sweep the other jobs go on; eval skips this one
         return summary["final_val_loss"]
 
     hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(job)()
@@ -126,10 +135,10 @@ def eval_command(
             finished.append(path)
     if not finished:
         raise UsageError("none of the selected runs has finished training; nothing to evaluate")
+    loaded = [load_run(p) for p in finished]  # a bad checkpoint fails here, before any output
     ui.err.print(f"evaluating {len(finished)} run(s), {why}:")
     for path in finished:
         ui.err.print(f"  {path}")
-    loaded = [load_run(p) for p in finished]
     df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target)
     out = out or Path("outputs") / "eval" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     written = write_eval_outputs(df, positions, info, out, lang)
@@ -164,3 +173,6 @@ def main() -> None:
         app()
     except UsageError as err:
         fail(err)
+    except KeyboardInterrupt:
+        ui.err.print("posenc: interrupted")
+        raise SystemExit(130) from None
