@@ -77,8 +77,9 @@ def rank_args(args: list[str]) -> list[str]:
         box = [resolved_run_dir(args) if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(box, src=0)
         extra.append(f"hydra.run.dir={box[0]}")
-    if dist.get_rank() > 0:
-        extra += ["hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+    if dist.get_rank() > 0:  # no .hydra/, no train.log, warnings and errors only
+        extra += ["hydra.output_subdir=null", f"hydra.job_logging.handlers.file.filename={os.devnull}",
+                  "hydra.job_logging.root.level=WARNING", "hydra/hydra_logging=disabled"]
     return [*args, *extra]
 
 
@@ -98,7 +99,7 @@ def wrap(model: nn.Module, device: torch.device, ctx: Context) -> nn.Module:
     if not ctx.enabled:
         return model
     ids = [device.index] if device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
 
 def shard(batch: torch.Tensor, ctx: Context) -> torch.Tensor:

@@ -180,15 +180,14 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
         final_train_loss=final.get("train_loss"), final_val_loss=final.get("val_loss"),
         tokens_per_s=round(s.state.step * tc["batch_size"] * tc["block_size"] / max(s.state.elapsed, 1e-9)),
     )
-    if ctx.is_main:
+    if ctx.is_main:  # the other ranks hold the same state and stay quiet
         write_summary(s.run_dir, summary)
-    if status == "finished":
-        log.info(f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {s.state.step} steps "
-                 f"({summary['wall_time_s']:.0f} s) -> {s.run_dir}")
-    elif status == "failed":
-        log.error(message)
-    else:
-        log.warning(message)
+        if status == "finished":
+            log.info(f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {s.state.step} steps "
+                     f"({summary['wall_time_s']:.0f} s) -> {s.run_dir}")
+        else:
+            (log.error if status == "failed" else log.warning)(message)
+    if status == "interrupted":
         raise SystemExit(130)
     return summary
 
