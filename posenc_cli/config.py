@@ -7,6 +7,7 @@ composes each point of the requested sweep with the compose API to validate it, 
 from __future__ import annotations
 
 import itertools
+import math
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -56,7 +57,7 @@ def resolved_run_dir(args: list[str]) -> str:
     """The directory Hydra would give this single run, with ${now:...} and the rest resolved now."""
     parsed = parse_hydra_args(args)
     with composing(parsed) as compose_point:
-        return str(OmegaConf.select(compose_point(parsed.overrides, with_hydra=True), "hydra.run.dir"))
+        return str(compose_point(parsed.overrides, select="hydra.run.dir"))
 
 
 def parse_hydra_args(args: list[str]):
@@ -71,14 +72,16 @@ def parse_hydra_args(args: list[str]):
 
 
 @contextmanager
-def composing(parsed) -> Iterator[Callable[..., DictConfig]]:
+def composing(parsed) -> Iterator[Callable[..., Any]]:
     """Hydra's compose API over the config directory the arguments name; bad overrides -> UsageError."""
     directory = Path(parsed.config_dir).resolve() if parsed.config_dir else config_dir()
     name = parsed.config_name or "config"
 
-    def compose_point(overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    def compose_point(overrides: list[str], select: str | None = None) -> Any:
+        """The resolved config as plain data, or one resolved key of it (with Hydra's own config)."""
         try:
-            return compose(config_name=name, overrides=list(overrides), return_hydra_config=with_hydra)
+            cfg = compose(config_name=name, overrides=list(overrides), return_hydra_config=select is not None)
+            return OmegaConf.select(cfg, select) if select else OmegaConf.to_container(cfg, resolve=True)
         except (HydraException, OmegaConfBaseException, ValueError) as err:
             raise UsageError(f"bad override: {one_line(err)}") from None
 
@@ -113,9 +116,14 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
     tc, mc, data, scheme = cfg["train"], cfg["model"], cfg["data"], dict(cfg["scheme"])
     for key in ("max_steps", "batch_size", "block_size", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
         _positive_int(f"train.{key}", tc[key])
-    for key in ("lr",):
-        if not isinstance(tc[key], (int, float)) or tc[key] <= 0:
-            raise UsageError(f"train.{key} must be a positive number, got {tc[key]!r}")
+    for key in ("lr", "grad_clip"):
+        _number(f"train.{key}", tc[key], positive=True)
+    for key in ("min_lr", "weight_decay"):
+        _number(f"train.{key}", tc[key], positive=False)
+    if not isinstance(tc["warmup_steps"], int) or isinstance(tc["warmup_steps"], bool) or tc["warmup_steps"] < 0:
+        raise UsageError(f"train.warmup_steps must be an integer >= 0, got {tc['warmup_steps']!r}")
+    if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or cfg["seed"] < 0:
+        raise UsageError(f"seed must be an integer >= 0, got {cfg['seed']!r}")
     for key in ("n_layer", "n_head", "n_embd"):
         _positive_int(f"model.{key}", mc[key])
     if tc.get("threads") is not None:
@@ -156,3 +164,9 @@ def corpus_split_length(data: dict[str, Any]) -> int:
 def _positive_int(key: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise UsageError(f"{key} must be a positive integer, got {value!r}")
+
+
+def _number(key: str, value: Any, positive: bool) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):
+        raise UsageError(f"{key} must be a finite {'positive' if positive else 'non-negative'} number, got {value!r}")

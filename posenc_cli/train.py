@@ -299,6 +299,7 @@ def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
         "kind": pos.kind, "relative": pos.relative, "max_len": pos.max_len,
         "positional_params": model.n_positional_params, "total_params": model.n_params,
         "corpus": corpus.name, "vocab_size": len(corpus.vocab), "device": str(device),
+        "threads": torch.get_num_threads(), "processes": distributed.current().world_size,
         **{f"corpus_{k}": v for k, v in corpus.stats.items()},
     }
 
