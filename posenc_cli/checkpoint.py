@@ -30,6 +30,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        if not found and not zipfile.is_zipfile(path):  # torch.save always writes a zip archive
+            raise UsageError(f"{path} is truncated or corrupted and cannot be read (not a checkpoint file)") from None
         what = f"it references {found.group(1)}" if found else "it holds objects beyond tensors and plain data"
         raise UsageError(f"{path} refused: {what}, which a safe (weights_only) load never runs; "
                          "a posenc checkpoint holds only tensors and plain data") from None

@@ -73,6 +73,7 @@ def reference(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("reference")
     result = run_cli("train", *FAULT, f"hydra.run.dir={cwd / 'run'}", cwd=cwd)
     assert result.returncode == 0, result.stderr
+    assert list(cwd.iterdir()) == [cwd / "run"]  # nothing written outside the run directory
     return cwd / "run"
 
 
@@ -129,6 +130,7 @@ def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_s
     assert evaluated.returncode == 0, evaluated.stderr
     assert f"skipping {run}: its status is failed" in " ".join(evaluated.stderr.split())
     assert set(pd.read_csv(tmp_path / "eval" / "ppl.csv")["run"]) == {str(reference)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diverged", "eval"]  # nothing outside --out and the run
 
 
 class RunsCode:
