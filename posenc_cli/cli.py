@@ -39,7 +39,9 @@ Examples:\n
   posenc train -m scheme=none,sinusoidal,learned,rope,alibi seed=0,1,2\n
   posenc train data=text data.path=input.txt train.block_size=128\n
   posenc train --cfg job      (print the composed config and exit)\n
-  posenc train train.resume=outputs/runs/RUN   (continue an interrupted run)\n
+  posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)\n
+  posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   (parallel jobs; pip install 'posenc\\[cluster]')\n
+  torchrun --standalone --nproc_per_node=2 -m posenc_cli train   (DDP; train.batch_size is the global batch)\n
 Each run writes outputs/runs/<time>_<scheme>_seed<N>/ (sweeps: outputs/sweeps/<time>/<n>_<scheme>_seed<N>/)
 with .hydra/, metrics.csv, checkpoint.pt, summary.json and train.log. Hydra flags (-m, --cfg, --info,
 hydra/launcher=..., hydra.run.dir=...) pass through unchanged."""

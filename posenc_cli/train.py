@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from posenc_cli import distributed, ui
-from posenc_cli.atomic import write_text, write_with
+from posenc_cli.atomic import remove_leftovers, write_text, write_with
 from posenc_cli.checkpoint import FILENAME, load_checkpoint, save_checkpoint
 from posenc_cli.data import Corpus, load_corpus, random_batch
 from posenc_cli.device import autocast, resolve_device
@@ -157,6 +157,8 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
                 [random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng) for _ in range(tc["eval_batches"])])
     if tc.get("resume"):
         restore(s, Path(tc["resume"]) / FILENAME)
+        if ctx.is_main:
+            remove_leftovers(s.run_dir)
 
     summary = describe(cfg, model, corpus, device)
     if ctx.is_main:

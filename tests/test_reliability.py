@@ -94,6 +94,7 @@ def test_sigkill_at_random_points_then_resume_gives_identical_weights_and_metric
     assert killed_at[0] < 60, f"the first kill should land mid-run, checkpoints were at steps {killed_at}"
     print(f"SIGKILLed with the last checkpoint at steps {killed_at}")
     assert_same_training(reference, run)
+    assert not list(run.glob(".*.tmp"))  # half-written temporaries of killed writes are cleaned up
 
 
 def test_ctrl_c_saves_says_how_to_resume_and_resume_matches(reference, tmp_path):
