@@ -137,11 +137,8 @@ def eval_command(
             finished.append(path)
     if not finished:
         raise UsageError("none of the selected runs has finished training; nothing to evaluate")
-    loaded = [load_run(p) for p in finished]  # a bad checkpoint fails here, before any output
-    ui.err.print(f"evaluating {len(finished)} run(s), {why}:")
-    for path in finished:
-        ui.err.print(f"  {path}")
-    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target)
+    loaded = [load_run(p) for p in finished]
+    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target, why)
     out = out or Path("outputs") / "eval" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     written = write_eval_outputs(df, positions, info, out, lang)
     header, rows = ppl_pivot(df)
@@ -151,23 +148,53 @@ def eval_command(
     for row in rows:
         table.add_row(*row)
     ui.out.print(table)
-    ui.out.print((out / "comparison.md").read_text(encoding="utf-8"), markup=False, highlight=False)
+    ui.out.print((out / "comparison.md").read_text(encoding="utf-8"), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote {', '.join(p.name for p in written if p.exists())} to {out}")
 
 
 @app.command()
 def schemes() -> None:
     """List every positional scheme: how it plugs in, what it costs, and what the chapters claim."""
+    from rich import box
+
     from posenc_cli.claims import claim_for
     from posenc_cli.model.positional import SCHEMES
 
-    table = Table(title="Positional schemes")
-    for column in ("scheme", "kind", "positional params", "relative position", "claimed extrapolation", "used by"):
-        table.add_column(column)
+    table = Table(title="Positional schemes", box=box.SIMPLE_HEAD)
+    for column in ("scheme", "kind", "positional\nparameters", "relative\nposition", "extrapolation\n(claimed)", "used by"):
+        table.add_column(column, overflow="fold")
     for name, cls in SCHEMES.items():
         claim = claim_for(name)
         table.add_row(name, cls.kind, cls.param_formula, cls.relative, claim.extrapolation, claim.used_by)
     ui.out.print(table)
+    ui.out.print("Check a scheme's claims and draw it: posenc inspect SCHEME", highlight=False)
+
+
+@app.command("inspect")
+def inspect_command(
+    scheme: Optional[str] = typer.Argument(None, help="Scheme to inspect (see `posenc schemes`); optional with --run."),
+    dim: Optional[int] = typer.Option(None, help="Model width d (default 128; with --run, the run's)."),
+    length: Optional[int] = typer.Option(None, help="Positions to check and draw (default 128; with --run, its training length)."),
+    heads: Optional[int] = typer.Option(None, help="Attention heads (default 4; with --run, the run's)."),
+    run: Optional[Path] = typer.Option(None, "--run", help="A trained run directory: inspect its trained scheme and draw its attention."),
+    layer: int = typer.Option(0, help="With --run: the layer whose attention is drawn."),
+    head: int = typer.Option(0, help="With --run: the head whose attention is drawn."),
+    out: Optional[Path] = typer.Option(None, help="Figure directory (default outputs/inspect/<scheme or run>)."),
+) -> None:
+    """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
+
+    Checks follow the scheme's kind:\n
+      every scheme: attention is permutation-equivariant only without positions\n
+      additive: same vector across the batch, unique per position; bounded and shift-linear if computed, refused past max_len if a table\n
+      rotary: norms kept, q·k depends on m − n only\n
+      bias: depends on distance only; linear biases follow ALiBi's geometric slopes\n
+    Examples:\n
+      posenc inspect rope --dim 64 --heads 2\n
+      posenc inspect --run outputs/runs/RUN --layer 1 --head 2
+    """
+    from posenc_cli.inspection import inspect_scheme, print_report
+
+    print_report(inspect_scheme(scheme, dim, length, heads, out, run, layer, head))
 
 
 def main() -> None:

@@ -116,7 +116,7 @@ def position_buckets(result: LengthResult, n_buckets: int = 128) -> list[tuple[i
 
 
 def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
-                  data_path: str | None, device) -> tuple["pd.DataFrame", "pd.DataFrame", dict[str, dict]]:
+                  data_path: str | None, device, why: str = "") -> tuple["pd.DataFrame", "pd.DataFrame", dict[str, dict]]:
     """Every run at every length (its training length included): tidy ppl rows, per-position rows,
     and per-scheme facts (positional parameters, relative-position kind) for the report."""
     import pandas as pd
@@ -127,19 +127,25 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
 
     eval_text = read_text_file(data_path, what="--data") if data_path else None
     corpora: dict[str, torch.Tensor] = {}
+    plans = []  # everything that can be wrong with the input is found before any work starts
+    for run in runs:
+        if eval_text is not None:
+            tokens = run.vocab.encode(eval_text)
+        else:
+            key = repr(sorted(run.checkpoint["data"].items()))
+            if key not in corpora:
+                corpora[key] = load_corpus(run.checkpoint["data"]).val
+            tokens = corpora[key]
+        run_lengths = sorted(set(lengths) | {run.train_len})
+        span = scored_span(len(tokens), run_lengths, max_tokens)
+        for length in run_lengths:
+            plan_windows(span, length, mode, stride)  # validates mode and stride
+        plans.append((run, tokens, run_lengths, span))
+    ui.err.print(f"evaluating {len(runs)} run(s), {why}:\n" + "\n".join(f"  {run.path}" for run in runs), highlight=False)
     rows, position_rows, info = [], [], {}
     with ui.progress() as bar:
-        task = bar.add_task("eval", total=sum(len(set(lengths) | {r.train_len}) for r in runs), status="")
-        for run in runs:
-            if eval_text is not None:
-                tokens = run.vocab.encode(eval_text)
-            else:
-                key = repr(sorted(run.checkpoint["data"].items()))
-                if key not in corpora:
-                    corpora[key] = load_corpus(run.checkpoint["data"]).val
-                tokens = corpora[key]
-            run_lengths = sorted(set(lengths) | {run.train_len})
-            span = scored_span(len(tokens), run_lengths, max_tokens)
+        task = bar.add_task("eval", total=sum(len(p[2]) for p in plans), status="")
+        for run, tokens, run_lengths, span in plans:
             model = run.model.to(device)
             info[run.scheme] = {"positional_params": model.n_positional_params, "relative": model.pos.relative}
             for length in run_lengths:
