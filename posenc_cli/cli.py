@@ -39,7 +39,9 @@ Examples:\n
   posenc train -m scheme=none,sinusoidal,learned,rope,alibi seed=0,1,2\n
   posenc train data=text data.path=input.txt train.block_size=128\n
   posenc train --cfg job      (print the composed config and exit)\n
-  posenc train train.resume=outputs/runs/RUN   (continue an interrupted run)\n
+  posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)\n
+  posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   (parallel jobs; pip install 'posenc\\[cluster]')\n
+  torchrun --standalone --nproc_per_node=2 -m posenc_cli train   (DDP; train.batch_size is the global batch)\n
 Each run writes outputs/runs/<time>_<scheme>_seed<N>/ (sweeps: outputs/sweeps/<time>/<n>_<scheme>_seed<N>/)
 with .hydra/, metrics.csv, checkpoint.pt, summary.json and train.log. Hydra flags (-m, --cfg, --info,
 hydra/launcher=..., hydra.run.dir=...) pass through unchanged."""
@@ -55,29 +57,38 @@ def fail(err: Exception) -> None:
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def train(ctx: typer.Context) -> None:
+    from posenc_cli import distributed
     from posenc_cli.config import preflight
     from posenc_cli.runs import resume_overrides
 
     args = resume_overrides(list(ctx.args))
     preflight(args)
-    sys.argv = ["posenc train", *args]
-    run_hydra_train()
+    with distributed.process_group(args) as args:
+        sys.argv = ["posenc train", *args]
+        run_hydra_train()
 
 
 def run_hydra_train() -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import DictConfig, OmegaConf
 
     from posenc_cli.config import config_dir
+    from posenc_cli.distributed import threads_per_job
 
     def job(cfg: DictConfig) -> float | None:
         from posenc_cli.train import train as train_run
 
+        hydra_cfg = HydraConfig.get()
+        config = OmegaConf.to_container(cfg, resolve=True)
+        config["train"]["threads"] = config["train"]["threads"] or threads_per_job(hydra_cfg.launcher)
         try:
-            summary = train_run(OmegaConf.to_container(cfg, resolve=True), HydraConfig.get().runtime.output_dir)
+            summary = train_run(config, hydra_cfg.runtime.output_dir)
         except UsageError as err:
             fail(err)
+        if summary["status"] == "failed" and hydra_cfg.mode == RunMode.RUN:
+            raise SystemExit(1)  # in a sweep the other jobs go on; eval skips this one
         return summary["final_val_loss"]
 
     hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(job)()
@@ -196,3 +207,6 @@ def main() -> None:
         app()
     except UsageError as err:
         fail(err)
+    except KeyboardInterrupt:
+        ui.err.print("posenc: interrupted")
+        raise SystemExit(130) from None
