@@ -39,6 +39,8 @@ TRAIN_CONFIGS = {  # name -> Hydra overrides on top of the defaults
 }
 EVAL_MULTIPLES = (1, 8, 32)  # evaluation lengths, in multiples of the training length
 MAIN_JOB = (["train", "-m", "scheme=none,sinusoidal,learned,rope,alibi"], ["eval", "--lengths", "512,1024,2048"])
+COLUMNS = ("note", "multiple", "peak_rss_mib", "eval_rss_mib", "vs_baseline", "seconds")  # optional sections' columns
+LEVERS = ("baseline", "threads=1", "bf16-autocast", "compile")  # --levers: each against the baseline
 TARGETS = {"train_mfu": 0.65, "bias_vs_rope": 0.85, "nanogpt_tokens_per_s": 1.2 * 19_000,
            "eval_rss_gib": 1.5, "eval_slowdown": 2.0, "main_job_s": 600}
 
@@ -48,28 +50,30 @@ class Effort:
     """How long to measure: the full benchmark, or --quick's smoke version."""
     gemm_size: int = 2048
     gemm_repeats: int = 10
-    train_rounds: int = 5
-    train_steps: int = 10  # timed steps per round, after one untimed warm-up step
-    eval_tokens: int = 32768  # tokens scored per evaluation case (at least one window)
+    train_rounds: int = 3
+    train_steps: int = 5  # timed steps per round, after one untimed warm-up step
+    eval_tokens: int = 16384  # tokens scored per evaluation case (at least one window)
     overrides: tuple[str, ...] = ()
 
 
 FULL = Effort()
-QUICK = Effort(gemm_size=256, gemm_repeats=3, train_rounds=1, train_steps=2, eval_tokens=64,
+QUICK = Effort(gemm_size=256, gemm_repeats=2, train_rounds=1, train_steps=2, eval_tokens=64,
                overrides=("model.n_layer=1", "model.n_embd=32", "model.n_head=2", "train.block_size=16",
                           "train.batch_size=2", "data.n_chars=5000"))
 
 
-def gemm_peak(size: int, repeats: int) -> float:
-    """Best fp32 FLOP/s of a size x size matmul over `repeats` tries."""
-    a, b, c = torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)
-    torch.mm(a, b, out=c)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b, out=c)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
+class Peak:
+    """The machine's fp32 GEMM peak: the best FLOP/s of a square matmul over every try in the run."""
+
+    def __init__(self, size: int, repeats: int):
+        self.size, self.repeats, self.flops = size, repeats, 0.0
+        self.a, self.b, self.c = torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)
+
+    def measure(self) -> None:
+        for _ in range(self.repeats):
+            start = time.perf_counter()
+            torch.mm(self.a, self.b, out=self.c)
+            self.flops = max(self.flops, 2 * self.size**3 / (time.perf_counter() - start))
 
 
 def compose(overrides: list[str]) -> dict[str, Any]:
@@ -96,24 +100,27 @@ def flops_per_token(model, seq_len: int) -> float:
 
 
 class Trainer:
-    """One scheme's model and optimizer, stepped exactly as train.py steps them."""
+    """One scheme's model and optimizer, stepped exactly as train.py steps them, under one lever setting."""
 
-    def __init__(self, cfg: dict[str, Any], tokens: torch.Tensor, vocab_size: int):
+    def __init__(self, cfg: dict[str, Any], tokens: torch.Tensor, vocab_size: int, lever: str = "baseline"):
         from posenc_cli.model import GPT
         from posenc_cli.train import make_optimizer, model_config
 
         torch.manual_seed(cfg["seed"])
-        self.tc, self.tokens = cfg["train"], tokens
+        self.tc, self.tokens, self.lever = cfg["train"], tokens, lever
         self.model = GPT(model_config(cfg, vocab_size))
         self.optimizer = make_optimizer(self.model, self.tc)
         self.generator = torch.Generator().manual_seed(cfg["seed"])
+        self.forward = torch.compile(self.model) if lever == "compile" else self.model
+        self.threads = 1 if lever == "threads=1" else torch.get_num_threads()
 
     def step(self) -> None:
         from posenc_cli.data import random_batch
         from posenc_cli.model import token_nll
 
         x, y = random_batch(self.tokens, self.tc["batch_size"], self.tc["block_size"], self.generator)
-        loss = token_nll(self.model(x), y).mean()
+        with torch.autocast("cpu", torch.bfloat16, enabled=self.lever == "bf16-autocast"):
+            loss = token_nll(self.forward(x), y).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.tc["grad_clip"])
@@ -126,34 +133,61 @@ class Trainer:
         return steps * self.tc["batch_size"] * self.tc["block_size"] / (time.perf_counter() - start)
 
 
-def bench_training(schemes: list[str], effort: Effort, peak: float) -> tuple[list[dict], dict[str, Any]]:
-    """Tokens/s and MFU of every scheme at every training config; rounds interleave the schemes."""
+def interleaved_best(trainers: dict[Any, Trainer], effort: Effort, peak: Peak, title: str) -> dict[Any, dict[str, float]]:
+    """Each trainer's best tokens/s over rounds that visit all of them in turn (fair under changing load),
+    with the seconds its first step took (torch.compile's compile time shows up there)."""
+    best = {key: {"tokens_per_s": 0.0, "first_step_s": 0.0} for key in trainers}
+    default_threads = torch.get_num_threads()
+    with ui.progress() as bar:
+        task = bar.add_task(title, total=effort.train_rounds * len(trainers), status="")
+        for round_ in range(effort.train_rounds):
+            peak.measure()
+            for key, trainer in trainers.items():
+                bar.update(task, status=str(key))
+                torch.set_num_threads(trainer.threads)
+                start = time.perf_counter()
+                trainer.step()  # warm-up: allocator and kernel caches (and compilation, the first time)
+                if round_ == 0:
+                    best[key]["first_step_s"] = time.perf_counter() - start
+                best[key]["tokens_per_s"] = max(best[key]["tokens_per_s"], trainer.tokens_per_s(effort.train_steps))
+                torch.set_num_threads(default_threads)
+                bar.advance(task)
+    return best
+
+
+def bench_training(schemes: list[str], effort: Effort, peak: Peak) -> list[dict]:
+    """Tokens/s of every scheme at every training config (MFU is added once the peak is final)."""
     from posenc_cli.data import load_corpus
 
-    rows, default_cfg = [], None
+    rows = []
     for config_name, overrides in TRAIN_CONFIGS.items():
         cfgs = {s: compose([f"scheme={s}", *overrides, *effort.overrides]) for s in schemes}
-        first = cfgs[schemes[0]]
-        default_cfg = default_cfg or first
-        corpus = load_corpus(first["data"])
+        corpus = load_corpus(cfgs[schemes[0]]["data"])
         trainers = {s: Trainer(cfg, corpus.train, len(corpus.vocab)) for s, cfg in cfgs.items()}
-        best = dict.fromkeys(schemes, 0.0)
-        with ui.progress() as bar:
-            task = bar.add_task(f"train {config_name}", total=effort.train_rounds * len(schemes), status="")
-            for _ in range(effort.train_rounds):
-                for scheme, trainer in trainers.items():
-                    bar.update(task, status=scheme)
-                    trainer.step()  # warm-up: allocator and kernel caches
-                    best[scheme] = max(best[scheme], trainer.tokens_per_s(effort.train_steps))
-                    bar.advance(task)
-        for scheme, trainer in trainers.items():
-            T = first["train"]["block_size"]
-            rate = best[scheme]
-            rows.append({"section": "train", "config": config_name, "scheme": scheme, "length": T,
-                         "batch": first["train"]["batch_size"], "n_layer": first["model"]["n_layer"],
-                         "n_embd": first["model"]["n_embd"], "tokens_per_s": rate,
-                         "mfu": rate * flops_per_token(trainer.model, T) / peak})
-    return rows, default_cfg
+        best = interleaved_best(trainers, effort, peak, f"train {config_name}")
+        rows += [training_row(config_name, scheme, "baseline", cfgs[scheme], trainer.model, best[scheme])
+                 for scheme, trainer in trainers.items()]
+    return rows
+
+
+def bench_levers(effort: Effort, peak: Peak, scheme: str = "rope") -> list[dict]:
+    """Levers not on by default, each against the baseline in the same interleaved rounds."""
+    from posenc_cli.data import load_corpus
+
+    cfg = compose([f"scheme={scheme}", *effort.overrides])
+    corpus = load_corpus(cfg["data"])
+    trainers = {lever: Trainer(cfg, corpus.train, len(corpus.vocab), lever) for lever in LEVERS}
+    best = interleaved_best(trainers, effort, peak, f"levers ({scheme})")
+    baseline = best["baseline"]["tokens_per_s"]
+    return [{**training_row("default", scheme, lever, cfg, trainer.model, best[lever]),
+             "vs_baseline": best[lever]["tokens_per_s"] / baseline} for lever, trainer in trainers.items()]
+
+
+def training_row(config_name: str, scheme: str, lever: str, cfg: dict, model, measured: dict[str, float]) -> dict:
+    T = cfg["train"]["block_size"]
+    return {"section": "train" if lever == "baseline" else "lever", "config": config_name, "scheme": scheme,
+            "lever": lever, "length": T, "batch": cfg["train"]["batch_size"], "n_layer": cfg["model"]["n_layer"],
+            "n_embd": cfg["model"]["n_embd"], "flops_per_token": flops_per_token(model, T), **measured}
 
 
 def eval_case(cfg: dict[str, Any], vocab_size: int, length: int, n_tokens: int) -> dict[str, float]:
@@ -248,17 +282,21 @@ def machine() -> dict[str, Any]:
             "load_avg_1min_at_start": round(os.getloadavg()[0], 2)}
 
 
-def run_bench(quick: bool = False, main_job: bool = False, schemes: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+def run_bench(quick: bool = False, main_job: bool = False, levers: bool = False,
+              schemes: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     from posenc_cli.model.positional import SCHEMES
 
     effort = QUICK if quick else FULL
     schemes = schemes or list(SCHEMES)
     info = machine()
-    ui.err.print(f"GEMM peak: best of {effort.gemm_repeats} fp32 {effort.gemm_size}² matmuls")
-    peak = gemm_peak(effort.gemm_size, effort.gemm_repeats)
-    rows = [{"section": "gemm", "config": f"{effort.gemm_size}x{effort.gemm_size} fp32", "gflops": peak / 1e9}]
-    train_rows, _ = bench_training(schemes, effort, peak)
-    rows += [{**r, "gflops": r["mfu"] * peak / 1e9} for r in train_rows]
+    peak = Peak(effort.gemm_size, effort.gemm_repeats)
+    peak.measure()
+    rows = bench_training(schemes, effort, peak)
+    if levers:
+        rows += bench_levers(effort, peak)
+    for row in rows:
+        row.update(gflops=row["tokens_per_s"] * row["flops_per_token"] / 1e9, mfu=row["tokens_per_s"] * row["flops_per_token"] / peak.flops)
+    rows.insert(0, {"section": "gemm", "config": f"{peak.size}x{peak.size} fp32", "gflops": peak.flops / 1e9})
     rows += bench_eval(schemes, effort)
     if main_job:
         rows += bench_main_job(quick)
@@ -270,8 +308,8 @@ def add_ratios(df: pd.DataFrame) -> pd.DataFrame:
     """tokens/s of each scheme over rope's at the same config and length."""
     df = df.copy()
     df["vs_rope"] = float("nan")
-    measured = df[df["tokens_per_s"].notna()] if "tokens_per_s" in df else df.iloc[:0]
-    for (_, config, length), group in measured.groupby(["section", "config", "length"]):
+    compared = df[df["section"].isin(["train", "eval"]) & df["tokens_per_s"].notna()]
+    for _, group in compared.groupby(["section", "config", "length"]):
         rope = group[group["scheme"] == "rope"]["tokens_per_s"]
         if len(rope):
             df.loc[group.index, "vs_rope"] = group["tokens_per_s"] / rope.iloc[0]
@@ -330,15 +368,24 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
              f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['isa']}), "
              f"{info['torch_threads']} threads; 1-min load average {info['load_avg_1min_at_start']} at start, "
              f"{info['load_avg_1min_at_end']} at end.", "",
-             f"fp32 GEMM peak: **{gemm['gflops']:.1f} GFLOP/s** ({gemm['config']}, best of several).", "",
+             f"fp32 GEMM peak: **{gemm['gflops']:.1f} GFLOP/s** (best {gemm['config']} matmul of the run).", "",
              "## Training", "",
              "MFU = tokens/s × (6·N + 12·n_layer·d_model·T) / GEMM peak; N = non-positional parameters, tied "
              "embedding counted once. Each scheme's best of several interleaved rounds.", ""]
     train = df[df["section"] == "train"]
     lines.append(markdown_table(
-        ["config", "scheme", "n_layer × d_model", "T", "batch", "tokens/s", "MFU", "vs rope"],
+        ["config", "scheme", "n_layer × d_model", "T", "batch", "tokens/s", "GFLOP/s", "MFU", "vs rope"],
         [[r.config, r.scheme, f"{int(r.n_layer)} × {int(r.n_embd)}", int(r.length), int(r.batch),
-          f"{r.tokens_per_s:,.0f}", f"{r.mfu:.1%}", num(r.vs_rope, ".2f")] for r in train.itertuples()]))
+          f"{r.tokens_per_s:,.0f}", f"{r.gflops:.1f}", f"{r.mfu:.1%}", num(r.vs_rope, ".2f")] for r in train.itertuples()]))
+    levers = df[df["section"] == "lever"]
+    if len(levers):
+        lines += ["## Levers (default config, not on by default)", "",
+                  "Each lever against the baseline in the same interleaved rounds; first step = warm-up step "
+                  "(includes torch.compile's compile time).", ""]
+        lines.append(markdown_table(
+            ["scheme", "lever", "tokens/s", "vs baseline", "MFU", "first step (s)"],
+            [[r.scheme, r.lever, f"{r.tokens_per_s:,.0f}", f"{r.vs_baseline:.2f}", f"{r.mfu:.1%}", f"{r.first_step_s:.1f}"]
+             for r in levers.itertuples()]))
     lines += ["## Evaluation", "", "Default model, untrained weights, every case in a fresh process. "
               "RSS growth = peak RSS minus the process's peak before evaluating.", ""]
     evals = df[df["section"] == "eval"]
@@ -357,7 +404,7 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
 
 
 def write_outputs(df: pd.DataFrame, info: dict[str, Any], out: Path) -> str:
-    markdown = render(df.assign(note=df.get("note")), info)
+    markdown = render(df.reindex(columns=list(dict.fromkeys([*df.columns, *COLUMNS]))), info)
     write_with(out / "bench.csv", lambda p: df.to_csv(p, index=False))
     write_text(out / "bench.md", markdown)
     return markdown
