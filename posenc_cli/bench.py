@@ -278,6 +278,7 @@ def machine() -> dict[str, Any]:
         pass
     return {"cpu": model, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "isa": torch.backends.cpu.get_cpu_capability(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "load_avg_1min_at_start": round(os.getloadavg()[0], 2)}
 
@@ -366,7 +367,7 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
     gemm = df[df["section"] == "gemm"].iloc[0]
     lines = [f"# posenc bench, {info['date']}", "",
              f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['isa']}), "
-             f"{info['torch_threads']} threads; 1-min load average {info['load_avg_1min_at_start']} at start, "
+             f"{info['torch_threads']} threads, OMP_WAIT_POLICY {info['omp_wait_policy']}; 1-min load average {info['load_avg_1min_at_start']} at start, "
              f"{info['load_avg_1min_at_end']} at end.", "",
              f"fp32 GEMM peak: **{gemm['gflops']:.1f} GFLOP/s** (best {gemm['config']} matmul of the run).", "",
              "## Training", "",
