@@ -200,13 +200,24 @@ def eval_case(cfg: dict[str, Any], vocab_size: int, length: int, n_tokens: int) 
     model = GPT(model_config(cfg, vocab_size)).eval()
     span = max(length, n_tokens // length * length)
     tokens = torch.randint(vocab_size, (span + 1,), generator=torch.Generator().manual_seed(0))
-    idle_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    idle_kib = peak_rss_kib()
     evaluate_length(model, tokens[: length + 1], length, length)  # warm-up: one window
     start = time.perf_counter()
     evaluate_length(model, tokens, span, length)
     seconds = time.perf_counter() - start
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux reports KiB
+    peak_kib = peak_rss_kib()
     return {"tokens_per_s": span / seconds, "peak_rss_mib": peak_kib / 1024, "eval_rss_mib": (peak_kib - idle_kib) / 1024}
+
+
+def peak_rss_kib() -> int:
+    """This process's peak resident memory: VmHWM on Linux (ru_maxrss there starts from the parent's
+    RSS at fork), ru_maxrss elsewhere (KiB on Linux, bytes on macOS)."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return maxrss // 1024 if sys.platform == "darwin" else maxrss
 
 
 def eval_in_subprocess(cfg: dict[str, Any], vocab_size: int, length: int, n_tokens: int) -> dict[str, float]:
