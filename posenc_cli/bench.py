@@ -165,7 +165,7 @@ def bench_training(schemes: list[str], effort: Effort, peak: Peak) -> list[dict]
         corpus = load_corpus(cfgs[schemes[0]]["data"])
         trainers = {s: Trainer(cfg, corpus.train, len(corpus.vocab)) for s, cfg in cfgs.items()}
         best = interleaved_best(trainers, effort, peak, f"train {config_name}")
-        rows += [training_row(config_name, scheme, "baseline", cfgs[scheme], trainer.model, best[scheme])
+        rows += [training_row("train", config_name, scheme, "baseline", cfgs[scheme], trainer.model, best[scheme])
                  for scheme, trainer in trainers.items()]
     return rows
 
@@ -179,13 +179,13 @@ def bench_levers(effort: Effort, peak: Peak, scheme: str = "rope") -> list[dict]
     trainers = {lever: Trainer(cfg, corpus.train, len(corpus.vocab), lever) for lever in LEVERS}
     best = interleaved_best(trainers, effort, peak, f"levers ({scheme})")
     baseline = best["baseline"]["tokens_per_s"]
-    return [{**training_row("default", scheme, lever, cfg, trainer.model, best[lever]),
+    return [{**training_row("lever", "default", scheme, lever, cfg, trainer.model, best[lever]),
              "vs_baseline": best[lever]["tokens_per_s"] / baseline} for lever, trainer in trainers.items()]
 
 
-def training_row(config_name: str, scheme: str, lever: str, cfg: dict, model, measured: dict[str, float]) -> dict:
+def training_row(section: str, config_name: str, scheme: str, lever: str, cfg: dict, model, measured: dict[str, float]) -> dict:
     T = cfg["train"]["block_size"]
-    return {"section": "train" if lever == "baseline" else "lever", "config": config_name, "scheme": scheme,
+    return {"section": section, "config": config_name, "scheme": scheme,
             "lever": lever, "length": T, "batch": cfg["train"]["batch_size"], "n_layer": cfg["model"]["n_layer"],
             "n_embd": cfg["model"]["n_embd"], "flops_per_token": flops_per_token(model, T), **measured}
 
