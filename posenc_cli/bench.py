@@ -220,14 +220,18 @@ def peak_rss_kib() -> int:
         return maxrss // 1024 if sys.platform == "darwin" else maxrss
 
 
+def child_env() -> dict[str, str]:
+    """The environment for a child Python that imports this very package."""
+    package_root = str(Path(__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+
+
 def eval_in_subprocess(cfg: dict[str, Any], vocab_size: int, length: int, n_tokens: int) -> dict[str, float]:
-    """eval_case in a new interpreter, so ru_maxrss is this case's peak and no other's."""
+    """eval_case in a new interpreter, so the peak RSS is this case's and no other's."""
     code = ("import json, sys; from posenc_cli.bench import eval_case; "
             "print(json.dumps(eval_case(*json.loads(sys.argv[1]))))")
-    package_root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", code, json.dumps([cfg, vocab_size, length, n_tokens])],
-                          capture_output=True, text=True, env=env, check=False)
+                          capture_output=True, text=True, env=child_env(), check=False)
     if done.returncode:
         raise RuntimeError(f"evaluation case {cfg['scheme']['name']} @ {length} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -262,15 +266,13 @@ def bench_eval(schemes: list[str], effort: Effort) -> list[dict]:
 
 def bench_main_job(quick: bool) -> list[dict]:
     """Wall time of the README's main job (--quick: the same commands on experiment=smoke)."""
-    package_root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     rows, work = [], Path(tempfile.mkdtemp(prefix="posenc-main-job-"))
     try:
         for args in MAIN_JOB:
             args = [*args, "experiment=smoke"] if quick and args[0] == "train" else list(args)
             ui.err.print(f"main job: posenc {' '.join(args)}")
             start = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "posenc_cli", *args], cwd=work, env=env,
+            done = subprocess.run([sys.executable, "-m", "posenc_cli", *args], cwd=work, env=child_env(),
                                   capture_output=True, text=True, check=False)
             if done.returncode:
                 raise RuntimeError(f"posenc {' '.join(args)} failed:\n{done.stderr[-2000:]}")
@@ -284,7 +286,8 @@ def bench_main_job(quick: bool) -> list[dict]:
 def machine() -> dict[str, Any]:
     model = platform.processor() or platform.machine()
     try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
     return {"cpu": model, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
