@@ -202,6 +202,33 @@ def inspect_command(
     print_report(inspect_scheme(scheme, dim, length, heads, out, run, layer, head))
 
 
+@app.command()
+def bench(
+    quick: bool = typer.Option(False, "--quick", help="A smoke version on a tiny model that runs in seconds; its numbers mean nothing."),
+    main_job: bool = typer.Option(False, "--main-job", help="Also time the README's main job (train all five schemes, then eval): minutes."),
+    levers: bool = typer.Option(False, "--levers", help="Also measure levers that are off by default (1 thread, bf16 autocast, torch.compile) against the baseline."),
+    out: Optional[Path] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
+    scheme: Optional[List[str]] = typer.Option(None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."),
+) -> None:
+    """Training tokens/s and MFU against this machine's measured fp32 GEMM peak, evaluation tokens/s and
+    peak memory at 1x/8x/32x the training length, and optionally levers and the main job's wall time.
+
+    Writes bench.csv and bench.md. The numbers are this machine's, now: on a busy machine compare the
+    ratios (MFU, vs rope) rather than the absolute tokens/s."""
+    import datetime
+
+    from posenc_cli.bench import run_bench, write_outputs
+    from posenc_cli.model.positional import SCHEMES
+
+    unknown = [s for s in scheme or [] if s not in SCHEMES]
+    if unknown:
+        raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
+    df, info = run_bench(quick=quick, main_job=main_job, levers=levers, schemes=scheme)
+    out = out or Path("outputs") / "bench" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
+    ui.err.print(f"wrote bench.csv, bench.md to {out}")
+
+
 def main() -> None:
     try:
         app()
