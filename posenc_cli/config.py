@@ -7,6 +7,7 @@ composes each point of the requested sweep with the compose API to validate it, 
 from __future__ import annotations
 
 import itertools
+import re
 import math
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +40,11 @@ def config_dir() -> Path:
 
 
 def one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
+    """Hydra's message on one line, without the config search path it appends for debugging."""
+    text = str(err).split("Config search path")[0]
+    text = re.sub(r"Available options in '([^']+)':((?:\s+\S+)+)",
+                  lambda m: f"Available options in '{m[1]}': {', '.join(m[2].split())}", text)
+    return " ".join(text.split())
 
 
 def preflight(args: list[str]) -> None:

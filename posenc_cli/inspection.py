@@ -228,7 +228,8 @@ def run_checks(scheme: PositionalScheme, length: int) -> list[Check]:
         else:
             checks.append(check_past_max_len(scheme))
     if scheme.kind == "rotary":
-        checks += [check_norms(scheme, length), check_relative(scheme, length)]
+        checks += [check_norms(scheme, length)] if scheme.preserves_norms else []
+        checks.append(check_relative(scheme, length))
     if scheme.adds_bias:
         checks.append(check_bias_distance_only(scheme, length))
         slopes = check_linear_slopes(scheme, length)

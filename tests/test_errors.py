@@ -60,8 +60,8 @@ def workdir(tmp_path, monkeypatch) -> Path:
 
 
 TRAIN_CASES = {
-    "unknown scheme lists the options": (["scheme=fourier"], ["scheme/fourier", "alibi learned none rope sinusoidal"]),
-    "unknown group option": (["model=huge"], ["model/huge", "medium small tiny"]),
+    "unknown scheme lists the options": (["scheme=fourier"], ["scheme/fourier", "alibi, kerple, learned, none, rope, sinusoidal, t5, xpos"]),
+    "unknown group option": (["model=huge"], ["model/huge", "medium, small, tiny"]),
     "unknown override key": (["train.lrate=1e-3"], ["train.lrate"]),
     "zero size": (["model.n_layer=0"], ["model.n_layer", "positive integer", "got 0"]),
     "negative size": (["train.batch_size=-4"], ["train.batch_size", "got -4"]),

@@ -131,7 +131,7 @@ def test_new_schemes_evaluate_past_training_length(new_sweep, tmp_path):
     assert df["ppl"].notna().all() and (df["ppl"] > 1).all()
     comparison = (out / "comparison.md").read_text(encoding="utf-8")
     assert "| extrapolation, chapters' claim | not in the chapters | not in the chapters |" in comparison
-    assert "| positional parameters | 4 | 64 | 0 | 0 |" in comparison  # kerple 2·h, t5 32·h, xpos 0 (h = 2)
+    assert "| positional parameters | 64 | 0 | 0 | 4 |" in comparison  # kerple 2·h, t5 32·h, xpos 0 (h = 2)
     assert "| relative position | explicit | explicit | explicit | explicit |" in comparison
 
 

@@ -129,8 +129,11 @@ def test_alibi_bias_matrix_by_hand():
 def test_every_scheme_reports_its_parameters_and_relative_kind(name):
     model = GPT(ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8, scheme=name))
     assert model.pos.relative in ("none", "implicit", "explicit")
-    expected = 16 * 8 if name == "learned" else 0
-    assert model.n_positional_params == expected
+    assert model.n_positional_params == sum(p.numel() for p in model.pos.parameters())
+    if name == "learned":
+        assert model.n_positional_params == 16 * 8  # max_len·d
+    elif name in ("none", "sinusoidal", "rope", "alibi"):
+        assert model.n_positional_params == 0  # the chapters: no parameters
     logits = model(torch.randint(0, 11, (2, 16)))
     assert logits.shape == (2, 16, 11)
 

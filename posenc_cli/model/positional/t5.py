@@ -36,7 +36,7 @@ class T5Bias(PositionalScheme):
         super().__init__(n_embd, n_head, block_size)
         self.n_buckets, self.max_distance = n_buckets, max_distance
         self.table = nn.Embedding(n_buckets, n_head)
-        nn.init.zeros_(self.table.weight)  # starts as NoPE; training finds the bias
+        nn.init.normal_(self.table.weight, std=n_embd**-0.5)  # as HF's T5 initialises its bias table
 
     def bias(self, q_pos, k_pos):
         buckets = t5_bucket(q_pos[:, None] - k_pos[None, :], self.n_buckets, self.max_distance)

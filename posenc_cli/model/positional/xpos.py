@@ -17,6 +17,7 @@ from posenc_cli.model.positional.rope import RoPE
 
 class XPos(RoPE):
     name = "xpos"
+    preserves_norms = False  # q and k are scaled by the decay on purpose
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0,
                  gamma: float = 0.4, scale_base: float = 512.0):
