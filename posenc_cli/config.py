@@ -24,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from posenc_cli.data import CORPORA
 from posenc_cli.data.text import read_text_file
-from posenc_cli.device import resolve_device
+from posenc_cli.device import PRECISIONS, resolve_device
 from posenc_cli.errors import UsageError
 from posenc_cli.model import ModelConfig
 from posenc_cli.model.positional import build_scheme
@@ -141,6 +141,8 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
         except TypeError as err:
             raise UsageError(f"scheme={name}: {one_line(err)}") from None
     resolve_device(cfg["device"])
+    if tc.get("precision", "auto") not in PRECISIONS:
+        raise UsageError(f"train.precision={tc['precision']} is not known; choose one of: {', '.join(PRECISIONS)}")
     split_len = corpus_split_length(data)
     if tc["block_size"] + 1 > split_len:
         raise UsageError(

@@ -81,7 +81,7 @@ def evaluate_length(model: GPT, tokens: torch.Tensor, span: int, length: int, mo
     for i in range(0, len(windows), batch):
         group = windows[i : i + batch]
         chunk = torch.stack([tokens[w.start : w.start + length + 1] for w in group]).to(device)
-        with autocast(torch.device(device)):
+        with autocast(torch.device(device), "fp32"):  # perplexities in full precision, like for like
             nll = token_nll(model(chunk[:, :-1]), chunk[:, 1:]).double().cpu()
         scored = torch.zeros_like(nll, dtype=torch.bool)
         for row, w in enumerate(group):

@@ -82,11 +82,11 @@ def make_optimizer(model: GPT, tc: Mapping[str, Any]) -> torch.optim.AdamW:
 
 
 @torch.no_grad()
-def validation_loss(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device) -> float:
+def validation_loss(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device, precision: str) -> float:
     model.eval()
     total = torch.zeros((), device=device)
     for x, y in batches:
-        with autocast(device):
+        with autocast(device, precision):
             total += token_nll(model(x.to(device)), y.to(device)).mean()
     model.train()
     return float(total) / len(batches)
@@ -209,7 +209,7 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopRequest, elapsed) -> No
                 group["lr"] = lr
             x, y = random_batch(s.corpus.train, tc["batch_size"], tc["block_size"], s.data_rng)
             x, y = distributed.shard(x, ctx), distributed.shard(y, ctx)  # this rank's rows of the global batch
-            with autocast(s.device):
+            with autocast(s.device, tc["precision"]):
                 loss = token_nll(net(x.to(s.device)), y.to(s.device)).mean()
             s.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -225,7 +225,7 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopRequest, elapsed) -> No
                 bar.update(task, completed=state.step, status=f"loss {state.train_loss:.3f}")
             if (state.step % tc["eval_interval"] == 0 or last) and ctx.is_main:
                 tokens_per_s = rate_steps * tc["batch_size"] * tc["block_size"] / max(time.perf_counter() - rate_start, 1e-9)
-                val_loss = validation_loss(s.model, s.val_batches, s.device)
+                val_loss = validation_loss(s.model, s.val_batches, s.device, tc["precision"])
                 state.metrics.append({"step": state.step, "train_loss": round(state.train_loss, 6), "val_loss": round(val_loss, 6),
                                       "lr": lr, "tokens_per_s": round(tokens_per_s)})
                 write_with(s.run_dir / "metrics.csv", lambda p: pd.DataFrame(state.metrics).to_csv(p, index=False))
