@@ -31,6 +31,7 @@ import torch
 
 from posenc_cli import ui
 from posenc_cli.atomic import write_text, write_with
+from posenc_cli.device import autocast
 from posenc_cli.report import markdown_table
 
 TRAIN_CONFIGS = {  # name -> Hydra overrides on top of the defaults
@@ -40,7 +41,7 @@ TRAIN_CONFIGS = {  # name -> Hydra overrides on top of the defaults
 EVAL_MULTIPLES = (1, 8, 32)  # evaluation lengths, in multiples of the training length
 MAIN_JOB = (["train", "-m", "scheme=none,sinusoidal,learned,rope,alibi"], ["eval", "--lengths", "512,1024,2048"])
 COLUMNS = ("note", "multiple", "peak_rss_mib", "eval_rss_mib", "vs_baseline", "seconds")  # optional sections' columns
-LEVERS = ("baseline", "threads=1", "bf16-autocast", "compile")  # --levers: each against the baseline
+LEVERS = ("baseline", "threads=1", "fp32", "compile")  # --levers: each against the baseline (train.precision=auto)
 TARGETS = {"train_mfu": 0.65, "bias_vs_rope": 0.85, "nanogpt_tokens_per_s": 1.2 * 19_000,
            "eval_rss_gib": 1.5, "eval_slowdown": 2.0, "main_job_s": 600}
 
@@ -119,7 +120,7 @@ class Trainer:
         from posenc_cli.model import token_nll
 
         x, y = random_batch(self.tokens, self.tc["batch_size"], self.tc["block_size"], self.generator)
-        with torch.autocast("cpu", torch.bfloat16, enabled=self.lever == "bf16-autocast"):
+        with autocast(torch.device("cpu"), "fp32" if self.lever == "fp32" else self.tc["precision"]):
             loss = token_nll(self.forward(x), y).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

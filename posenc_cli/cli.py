@@ -206,7 +206,7 @@ def inspect_command(
 def bench(
     quick: bool = typer.Option(False, "--quick", help="A smoke version on a tiny model that runs in seconds; its numbers mean nothing."),
     main_job: bool = typer.Option(False, "--main-job", help="Also time the README's main job (train all five schemes, then eval): minutes."),
-    levers: bool = typer.Option(False, "--levers", help="Also measure levers that are off by default (1 thread, bf16 autocast, torch.compile) against the baseline."),
+    levers: bool = typer.Option(False, "--levers", help="Also measure levers against the default settings: 1 thread, fp32 instead of train.precision=auto, torch.compile."),
     out: Optional[Path] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
     scheme: Optional[List[str]] = typer.Option(None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."),
 ) -> None:
