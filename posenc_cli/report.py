@@ -152,26 +152,8 @@ def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
 
 def plot_probe_summary(passkey: pd.DataFrame, path: Path) -> None:
     """Accuracy vs length, one line per scheme, mean ± std over seeds (depths averaged)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_length = retrieval_by_length(passkey)
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for scheme in scheme_order(by_length["scheme"]):
-        stats = by_length[by_length.scheme == scheme].groupby("length")["accuracy"].agg(["mean", "std"]).dropna(subset=["mean"])
-        ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=scheme)
-    ax.axvline(int(passkey["train_len"].min()), color="grey", linestyle="--", linewidth=1, label="training length")
-    ax.set_xscale("log", base=2)
-    ax.set_ylim(-5, 105)
-    ax.set_xlabel("prompt length (tokens)")
-    ax.set_ylabel("passkey retrieved (%)")
-    ax.set_title("Passkey retrieval past the training length")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    write_with(path, lambda p: fig.savefig(p, format="png", dpi=120))
-    plt.close(fig)
+    plot_by_length(retrieval_by_length(passkey), "length", "accuracy", int(passkey["train_len"].min()), path,
+                   "prompt length (tokens)", "passkey retrieved (%)", "Passkey retrieval past the training length")
 
 
 def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path, lang: str = "en") -> list[Path]:
@@ -191,6 +173,13 @@ def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path,
 
 
 def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
+    plot_by_length(df, "eval_len", "ppl", int(df["train_len"].min()), path,
+                   "evaluation length (tokens)", "perplexity", "Perplexity past the training length", log_y=True)
+
+
+def plot_by_length(df: pd.DataFrame, x: str, y: str, train_len: int, path: Path, xlabel: str, ylabel: str,
+                   title: str, log_y: bool = False) -> None:
+    """One line per scheme of y against length x (log 2 axis), mean ± std over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -198,14 +187,15 @@ def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for scheme in scheme_order(df["scheme"]):
-        stats = df[df.scheme == scheme].groupby("eval_len")["ppl"].agg(["mean", "std"]).dropna(subset=["mean"])
+        stats = df[df.scheme == scheme].groupby(x)[y].agg(["mean", "std"]).dropna(subset=["mean"])
         ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=scheme)
-    ax.axvline(int(df["train_len"].min()), color="grey", linestyle="--", linewidth=1, label="training length")
+    ax.axvline(train_len, color="grey", linestyle="--", linewidth=1, label="training length")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("perplexity")
-    ax.set_title("Perplexity past the training length")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     write_with(path, lambda p: fig.savefig(p, format="png", dpi=120))
