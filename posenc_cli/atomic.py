@@ -39,6 +39,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def remove_leftovers(directory: str | os.PathLike) -> None:
+    """Delete temporaries that a process killed mid-write (SIGKILL skips every cleanup) left behind."""
+    for leftover in Path(directory).glob(".*.tmp"):
+        leftover.unlink(missing_ok=True)
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

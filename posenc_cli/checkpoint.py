@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,12 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UsageError(f"{path} refused: it holds objects a safe (weights_only) load does not allow ({first[:120]})") from None
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        if not found and not zipfile.is_zipfile(path):  # torch.save always writes a zip archive
+            raise UsageError(f"{path} is truncated or corrupted and cannot be read (not a checkpoint file)") from None
+        what = f"it references {found.group(1)}" if found else "it holds objects beyond tensors and plain data"
+        raise UsageError(f"{path} refused: {what}, which a safe (weights_only) load never runs; "
+                         "a posenc checkpoint holds only tensors and plain data") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as err:
         raise UsageError(f"{path} is truncated or corrupted and cannot be read ({type(err).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:

@@ -22,6 +22,9 @@ CLAIMS: dict[str, Claim] = {
     "learned": Claim("none", "无", "none", "O(max_len·d)", "GPT-2"),
     "rope": Claim("medium–strong", "中等-强", "explicit", "none", "LLaMA/Qwen/Mistral"),
     "alibi": Claim("very strong", "极强", "explicit", "none", "BLOOM"),
+    "t5": Claim("not in the chapters", "章节未涉及", "explicit", "buckets·heads, shared by all layers", "T5, Flan-T5"),
+    "xpos": Claim("not in the chapters", "章节未涉及", "explicit", "none", "LEX Transformer (TorchScale)"),
+    "kerple": Claim("not in the chapters", "章节未涉及", "explicit", "2 per head", "research (Chi et al. 2022)"),
 }
 
 

@@ -27,7 +27,7 @@ app = typer.Typer(
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
 Config groups (pick with group=option):\n
-  scheme: none | sinusoidal | learned | rope | alibi   (default rope)\n
+  scheme: none | sinusoidal | learned | rope | alibi | t5 | xpos | kerple   (default rope)\n
   model:  tiny | small | medium                        (default tiny)\n
   data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
   experiment: smoke | probe                            (presets that set several groups)\n
@@ -39,7 +39,9 @@ Examples:\n
   posenc train -m scheme=none,sinusoidal,learned,rope,alibi seed=0,1,2\n
   posenc train data=text data.path=input.txt train.block_size=128\n
   posenc train --cfg job      (print the composed config and exit)\n
-  posenc train train.resume=outputs/runs/RUN   (continue an interrupted run)\n
+  posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)\n
+  posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   (parallel jobs; pip install 'posenc\\[cluster]')\n
+  torchrun --standalone --nproc_per_node=2 -m posenc_cli train   (DDP; train.batch_size is the global batch)\n
 Each run writes outputs/runs/<time>_<scheme>_seed<N>/ (sweeps: outputs/sweeps/<time>/<n>_<scheme>_seed<N>/)
 with .hydra/, metrics.csv, checkpoint.pt, summary.json and train.log. Hydra flags (-m, --cfg, --info,
 hydra/launcher=..., hydra.run.dir=...) pass through unchanged."""
@@ -55,29 +57,38 @@ def fail(err: Exception) -> None:
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def train(ctx: typer.Context) -> None:
+    from posenc_cli import distributed
     from posenc_cli.config import preflight
     from posenc_cli.runs import resume_overrides
 
     args = resume_overrides(list(ctx.args))
     preflight(args)
-    sys.argv = ["posenc train", *args]
-    run_hydra_train()
+    with distributed.process_group(args) as args:
+        sys.argv = ["posenc train", *args]
+        run_hydra_train()
 
 
 def run_hydra_train() -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import DictConfig, OmegaConf
 
     from posenc_cli.config import config_dir
+    from posenc_cli.distributed import threads_per_job
 
     def job(cfg: DictConfig) -> float | None:
         from posenc_cli.train import train as train_run
 
+        hydra_cfg = HydraConfig.get()
+        config = OmegaConf.to_container(cfg, resolve=True)
+        config["train"]["threads"] = config["train"]["threads"] or threads_per_job(hydra_cfg.launcher)
         try:
-            summary = train_run(OmegaConf.to_container(cfg, resolve=True), HydraConfig.get().runtime.output_dir)
+            summary = train_run(config, hydra_cfg.runtime.output_dir)
         except UsageError as err:
             fail(err)
+        if summary["status"] == "failed" and hydra_cfg.mode == RunMode.RUN:
+            raise SystemExit(1)  # in a sweep the other jobs go on; eval skips this one
         return summary["final_val_loss"]
 
     hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(job)()
@@ -94,6 +105,8 @@ def eval_command(
     data: Optional[Path] = typer.Option(None, help="Evaluate on this UTF-8 text file instead of each run's validation split."),
     device: str = typer.Option("auto", help="auto | cpu | cuda | mps"),
     lang: str = typer.Option("en", help="en, or zh to add the chapters' own words to comparison.md."),
+    rope_scaling: str = typer.Option("none", "--rope-scaling", help="Comma list of none, linear, ntk, dynamic, yarn: each RoPE-based run is evaluated once per method (labelled rope+yarn etc.), no retraining."),
+    rope_factor: Optional[float] = typer.Option(None, "--rope-factor", help="Scale factor s for --rope-scaling (default: eval length / training length; dynamic: 1, it scales with the length itself)."),
 ) -> None:
     """Perplexity at lengths past the training length, and the chapters' comparison table, measured.
 
@@ -105,10 +118,12 @@ def eval_command(
 
     from posenc_cli.device import resolve_device
     from posenc_cli.evaluate import MODES, evaluate_runs, parse_lengths
+    from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
     from posenc_cli.report import ppl_pivot, write_eval_outputs
-    from posenc_cli.runs import announce, finished_runs, load_run
+    from posenc_cli.runs import finished_runs, load_run
 
     wanted = parse_lengths(lengths)
+    methods = parse_rope_scaling(rope_scaling, rope_factor)
     if mode not in MODES:
         raise UsageError(f"--mode {mode} is not known; choose one of: {', '.join(MODES)}")
     if max_tokens <= 0:
@@ -116,9 +131,9 @@ def eval_command(
     check_lang(lang)
     target = resolve_device(device)
     finished, why = finished_runs(list(runs or []), "evaluate")
-    announce(finished, why, "evaluating")
     loaded = [load_run(p) for p in finished]
-    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target)
+    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target,
+                                        methods, rope_factor, why)
     out = out or Path("outputs") / "eval" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     written = write_eval_outputs(df, positions, info, out, lang)
     header, rows = ppl_pivot(df)
@@ -128,7 +143,7 @@ def eval_command(
     for row in rows:
         table.add_row(*row)
     ui.out.print(table)
-    ui.out.print((out / "comparison.md").read_text(encoding="utf-8"), markup=False, highlight=False)
+    ui.out.print((out / "comparison.md").read_text(encoding="utf-8"), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote {', '.join(p.name for p in written if p.exists())} to {out}")
 
 
@@ -185,16 +200,73 @@ def check_lang(lang: str) -> None:
 @app.command()
 def schemes() -> None:
     """List every positional scheme: how it plugs in, what it costs, and what the chapters claim."""
+    from rich import box
+
     from posenc_cli.claims import claim_for
     from posenc_cli.model.positional import SCHEMES
 
-    table = Table(title="Positional schemes")
-    for column in ("scheme", "kind", "positional params", "relative position", "claimed extrapolation", "used by"):
-        table.add_column(column)
+    table = Table(title="Positional schemes", box=box.SIMPLE_HEAD)
+    for column in ("scheme", "kind", "positional\nparameters", "relative\nposition", "extrapolation\n(claimed)", "used by"):
+        table.add_column(column, overflow="fold")
     for name, cls in SCHEMES.items():
         claim = claim_for(name)
         table.add_row(name, cls.kind, cls.param_formula, cls.relative, claim.extrapolation, claim.used_by)
     ui.out.print(table)
+    ui.out.print("Check a scheme's claims and draw it: posenc inspect SCHEME", highlight=False)
+
+
+@app.command("inspect")
+def inspect_command(
+    scheme: Optional[str] = typer.Argument(None, help="Scheme to inspect (see `posenc schemes`); optional with --run."),
+    dim: Optional[int] = typer.Option(None, help="Model width d (default 128; with --run, the run's)."),
+    length: Optional[int] = typer.Option(None, help="Positions to check and draw (default 128; with --run, its training length)."),
+    heads: Optional[int] = typer.Option(None, help="Attention heads (default 4; with --run, the run's)."),
+    run: Optional[Path] = typer.Option(None, "--run", help="A trained run directory: inspect its trained scheme and draw its attention."),
+    layer: int = typer.Option(0, help="With --run: the layer whose attention is drawn."),
+    head: int = typer.Option(0, help="With --run: the head whose attention is drawn."),
+    out: Optional[Path] = typer.Option(None, help="Figure directory (default outputs/inspect/<scheme or run>)."),
+) -> None:
+    """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
+
+    Checks follow the scheme's kind:\n
+      every scheme: attention is permutation-equivariant only without positions\n
+      additive: same vector across the batch, unique per position; bounded and shift-linear if computed, refused past max_len if a table\n
+      rotary: norms kept, q·k depends on m − n only\n
+      bias: depends on distance only; linear biases follow ALiBi's geometric slopes\n
+    Examples:\n
+      posenc inspect rope --dim 64 --heads 2\n
+      posenc inspect --run outputs/runs/RUN --layer 1 --head 2
+    """
+    from posenc_cli.inspection import inspect_scheme, print_report
+
+    print_report(inspect_scheme(scheme, dim, length, heads, out, run, layer, head))
+
+
+@app.command()
+def bench(
+    quick: bool = typer.Option(False, "--quick", help="A smoke version on a tiny model that runs in seconds; its numbers mean nothing."),
+    main_job: bool = typer.Option(False, "--main-job", help="Also time the README's main job (train all five schemes, then eval): minutes."),
+    levers: bool = typer.Option(False, "--levers", help="Also measure levers that are off by default (1 thread, bf16 autocast, torch.compile) against the baseline."),
+    out: Optional[Path] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
+    scheme: Optional[List[str]] = typer.Option(None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."),
+) -> None:
+    """Training tokens/s and MFU against this machine's measured fp32 GEMM peak, evaluation tokens/s and
+    peak memory at 1x/8x/32x the training length, and optionally levers and the main job's wall time.
+
+    Writes bench.csv and bench.md. The numbers are this machine's, now: on a busy machine compare the
+    ratios (MFU, vs rope) rather than the absolute tokens/s."""
+    import datetime
+
+    from posenc_cli.bench import run_bench, write_outputs
+    from posenc_cli.model.positional import SCHEMES
+
+    unknown = [s for s in scheme or [] if s not in SCHEMES]
+    if unknown:
+        raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
+    df, info = run_bench(quick=quick, main_job=main_job, levers=levers, schemes=scheme)
+    out = out or Path("outputs") / "bench" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
+    ui.err.print(f"wrote bench.csv, bench.md to {out}")
 
 
 def main() -> None:
@@ -202,3 +274,6 @@ def main() -> None:
         app()
     except UsageError as err:
         fail(err)
+    except KeyboardInterrupt:
+        ui.err.print("posenc: interrupted")
+        raise SystemExit(130) from None

@@ -7,8 +7,11 @@ composes each point of the requested sweep with the compose API to validate it, 
 from __future__ import annotations
 
 import itertools
+import re
+import math
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -21,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from posenc_cli.data import CORPORA
 from posenc_cli.data.text import read_text_file
-from posenc_cli.device import resolve_device
+from posenc_cli.device import PRECISIONS, resolve_device
 from posenc_cli.errors import UsageError
 from posenc_cli.model import ModelConfig
 from posenc_cli.model.positional import build_scheme
@@ -37,26 +40,60 @@ def config_dir() -> Path:
 
 
 def one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
+    """Hydra's message on one line, without the config search path it appends for debugging."""
+    text = str(err).split("Config search path")[0]
+    text = re.sub(r"Available options in '([^']+)':((?:\s+\S+)+)",
+                  lambda m: f"Available options in '{m[1]}': {', '.join(m[2].split())}", text)
+    return " ".join(text.split())
 
 
 def preflight(args: list[str]) -> None:
     """Validate every job that `posenc train ARGS` would launch; raise UsageError on the first bad one."""
-    parsed = get_args_parser().parse_args(args)
+    parsed = parse_hydra_args(args)
     if parsed.help or parsed.hydra_help or parsed.info or parsed.shell_completion:
         return
+    points = sweep_points(parsed.overrides) if parsed.multirun else [parsed.overrides]
+    with composing(parsed) as compose_point:
+        for overrides in points:
+            validate(compose_point(overrides))
+
+
+def resolved_run_dir(args: list[str]) -> str:
+    """The directory Hydra would give this single run, with ${now:...} and the rest resolved now."""
+    parsed = parse_hydra_args(args)
+    with composing(parsed) as compose_point:
+        return str(compose_point(parsed.overrides, select="hydra.run.dir"))
+
+
+def parse_hydra_args(args: list[str]):
+    """Hydra's own command-line parser, with its usage errors as one line instead of a usage block."""
+    parser = get_args_parser()
+
+    def error(message: str):
+        raise UsageError(f"{message}; Hydra flags are -m, --cfg job, --info, -cn/-cp/-cd and the like (see posenc train --help)")
+
+    parser.error = error
+    return parser.parse_args(args)
+
+
+@contextmanager
+def composing(parsed) -> Iterator[Callable[..., Any]]:
+    """Hydra's compose API over the config directory the arguments name; bad overrides -> UsageError."""
     directory = Path(parsed.config_dir).resolve() if parsed.config_dir else config_dir()
     name = parsed.config_name or "config"
-    points = sweep_points(parsed.overrides) if parsed.multirun else [parsed.overrides]
+
+    def compose_point(overrides: list[str], select: str | None = None) -> Any:
+        """The resolved config as plain data, or one resolved key of it (with Hydra's own config)."""
+        try:
+            cfg = compose(config_name=name, overrides=list(overrides), return_hydra_config=select is not None)
+            return OmegaConf.select(cfg, select) if select else OmegaConf.to_container(cfg, resolve=True)
+        except (HydraException, OmegaConfBaseException, ValueError) as err:
+            raise UsageError(f"bad override: {one_line(err)}") from None
+
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(directory), version_base="1.3"):
-            for overrides in points:
-                try:
-                    cfg = compose(config_name=name, overrides=list(overrides))
-                except (HydraException, OmegaConfBaseException, ValueError) as err:
-                    raise UsageError(f"bad override: {one_line(err)}") from None
-                validate(cfg)
+            yield compose_point
     finally:
         GlobalHydra.instance().clear()
 
@@ -84,11 +121,18 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
     tc, mc, data, scheme = cfg["train"], cfg["model"], cfg["data"], dict(cfg["scheme"])
     for key in ("max_steps", "batch_size", "block_size", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
         _positive_int(f"train.{key}", tc[key])
-    for key in ("lr",):
-        if not isinstance(tc[key], (int, float)) or tc[key] <= 0:
-            raise UsageError(f"train.{key} must be a positive number, got {tc[key]!r}")
+    for key in ("lr", "grad_clip"):
+        _number(f"train.{key}", tc[key], positive=True)
+    for key in ("min_lr", "weight_decay"):
+        _number(f"train.{key}", tc[key], positive=False)
+    if not isinstance(tc["warmup_steps"], int) or isinstance(tc["warmup_steps"], bool) or tc["warmup_steps"] < 0:
+        raise UsageError(f"train.warmup_steps must be an integer >= 0, got {tc['warmup_steps']!r}")
+    if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or cfg["seed"] < 0:
+        raise UsageError(f"seed must be an integer >= 0, got {cfg['seed']!r}")
     for key in ("n_layer", "n_head", "n_embd"):
         _positive_int(f"model.{key}", mc[key])
+    if tc.get("threads") is not None:
+        _positive_int("train.threads", tc["threads"])
     ModelConfig(vocab_size=1, block_size=tc["block_size"], n_layer=mc["n_layer"], n_head=mc["n_head"], n_embd=mc["n_embd"])
     name = scheme.pop("name")
     with torch.device("meta"):
@@ -97,6 +141,8 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
         except TypeError as err:
             raise UsageError(f"scheme={name}: {one_line(err)}") from None
     resolve_device(cfg["device"])
+    if tc.get("precision", "auto") not in PRECISIONS:
+        raise UsageError(f"train.precision={tc['precision']} is not known; choose one of: {', '.join(PRECISIONS)}")
     split_len = corpus_split_length(data)
     if tc["block_size"] + 1 > split_len:
         raise UsageError(
@@ -125,3 +171,9 @@ def corpus_split_length(data: dict[str, Any]) -> int:
 def _positive_int(key: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise UsageError(f"{key} must be a positive integer, got {value!r}")
+
+
+def _number(key: str, value: Any, positive: bool) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):
+        raise UsageError(f"{key} must be a finite {'positive' if positive else 'non-negative'} number, got {value!r}")

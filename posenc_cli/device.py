@@ -1,4 +1,6 @@
-"""Device choice: `auto` means cuda, then mps, then cpu. bf16 autocast only where it pays (CUDA)."""
+"""Device and precision. `auto` device means cuda, then mps, then cpu. `auto` precision means bf16
+autocast where the hardware computes bf16 natively (CUDA with bf16, CPUs with AVX-512 BF16 or AMX),
+fp32 elsewhere; the loss is always computed in fp32."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import torch
 from posenc_cli.errors import UsageError
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -28,7 +31,17 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def autocast(device: torch.device):
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+def native_bf16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return False
+
+
+def autocast(device: torch.device, precision: str = "auto"):
+    """bf16 autocast when asked for (bf16) or when it pays (auto on native-bf16 hardware)."""
+    bf16 = precision == "bf16" or (precision == "auto" and native_bf16(device))
+    if bf16 and device.type in ("cuda", "cpu"):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -16,6 +16,7 @@ import torch
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, token_nll
+from posenc_cli.model.positional.rope_scaling import RopeScaling
 
 MODES = ("nonoverlap", "sliding")
 TOKENS_PER_FORWARD = 16384  # windows are batched up to this many tokens per forward pass
@@ -80,7 +81,7 @@ def evaluate_length(model: GPT, tokens: torch.Tensor, span: int, length: int, mo
     for i in range(0, len(windows), batch):
         group = windows[i : i + batch]
         chunk = torch.stack([tokens[w.start : w.start + length + 1] for w in group]).to(device)
-        with autocast(torch.device(device)):
+        with autocast(torch.device(device), "fp32"):  # perplexities in full precision, like for like
             nll = token_nll(model(chunk[:, :-1]), chunk[:, 1:]).double().cpu()
         scored = torch.zeros_like(nll, dtype=torch.bool)
         for row, w in enumerate(group):
@@ -115,45 +116,67 @@ def position_buckets(result: LengthResult, n_buckets: int = 128) -> list[tuple[i
     return rows
 
 
+def scaling_variants(run, methods: list[str], factor: float | None) -> list[tuple[str, RopeScaling | None]]:
+    """(scheme label, scaling) pairs: a run whose scheme takes RoPE scaling once per method, labelled
+    `rope+yarn` etc. ('none' keeps the plain name); any other run once, as it is."""
+    if not hasattr(run.model.pos, "scaling"):
+        return [(run.scheme, None)]
+    return [(run.scheme, None) if m == "none" else (f"{run.scheme}+{m}", RopeScaling(m, run.train_len, factor))
+            for m in methods]
+
+
 def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
-                  data_path: str | None, device) -> tuple["pd.DataFrame", "pd.DataFrame", dict[str, dict]]:
-    """Every run at every length (its training length included): tidy ppl rows, per-position rows,
-    and per-scheme facts (positional parameters, relative-position kind) for the report."""
+                  data_path: str | None, device, rope_scaling: tuple[str, ...] | list[str] = ("none",),
+                  rope_factor: float | None = None, why: str = "") -> tuple["pd.DataFrame", "pd.DataFrame", dict[str, dict]]:
+    """Every run at every length (its training length included), rotary runs once per RoPE scaling
+    method: tidy ppl rows, per-position rows, and per-scheme facts (positional parameters,
+    relative-position kind) for the report."""
     import pandas as pd
 
     from posenc_cli import ui
     from posenc_cli.data import load_corpus
     from posenc_cli.data.text import read_text_file
+    from posenc_cli.runs import announce
 
     eval_text = read_text_file(data_path, what="--data") if data_path else None
     corpora: dict[str, torch.Tensor] = {}
+    plans = {}  # run path -> (tokens, lengths, span); bad input is found here, before any work starts
+    for run in runs:
+        if eval_text is not None:
+            tokens = run.vocab.encode(eval_text)
+        else:
+            key = repr(sorted(run.checkpoint["data"].items()))
+            if key not in corpora:
+                corpora[key] = load_corpus(run.checkpoint["data"]).val
+            tokens = corpora[key]
+        run_lengths = sorted(set(lengths) | {run.train_len})
+        span = scored_span(len(tokens), run_lengths, max_tokens)
+        for length in run_lengths:
+            plan_windows(span, length, mode, stride)  # validates mode and stride
+        plans[run.path] = (tokens, run_lengths, span)
+    announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
+    jobs = [(run, scheme, scaling) for run in runs for scheme, scaling in scaling_variants(run, rope_scaling, rope_factor)]
     with ui.progress() as bar:
-        task = bar.add_task("eval", total=sum(len(set(lengths) | {r.train_len}) for r in runs), status="")
-        for run in runs:
-            if eval_text is not None:
-                tokens = run.vocab.encode(eval_text)
-            else:
-                key = repr(sorted(run.checkpoint["data"].items()))
-                if key not in corpora:
-                    corpora[key] = load_corpus(run.checkpoint["data"]).val
-                tokens = corpora[key]
-            run_lengths = sorted(set(lengths) | {run.train_len})
-            span = scored_span(len(tokens), run_lengths, max_tokens)
+        task = bar.add_task("eval", total=sum(len(plans[run.path][1]) for run, _, _ in jobs), status="")
+        for run, scheme, scaling in jobs:
+            tokens, run_lengths, span = plans[run.path]
             model = run.model.to(device)
-            info[run.scheme] = {"positional_params": model.n_positional_params, "relative": model.pos.relative}
+            if hasattr(model.pos, "scaling"):
+                model.pos.scaling = scaling  # evaluation time only: the checkpoint is untouched
+            info[scheme] = {"positional_params": model.n_positional_params, "relative": model.pos.relative}
             for length in run_lengths:
-                bar.update(task, status=f"{run.scheme} seed {run.seed} @ {length}")
-                row = {"run": str(run.path), "scheme": run.scheme, "seed": run.seed, "train_len": run.train_len,
+                bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
+                row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
                        "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan, "note": ""}
                 limit = model.pos.max_len
                 if limit is not None and length > limit:
-                    row["note"] = f"{run.scheme} cannot represent positions ≥ max_len={limit}"
+                    row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
                     result = evaluate_length(model, tokens, span, length, mode, stride, device)
                     row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl)
                     position_rows += [
-                        {"run": str(run.path), "scheme": run.scheme, "seed": run.seed, "eval_len": length,
+                        {"run": str(run.path), "scheme": scheme, "seed": run.seed, "eval_len": length,
                          "position": p, "nll": nll, "tokens": n} for p, nll, n in position_buckets(result)
                     ]
                 rows.append(row)

@@ -16,7 +16,7 @@ from posenc_cli.atomic import write_text, write_with
 from posenc_cli.claims import claim_for
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
 
-SCHEME_ORDER = ["none", "sinusoidal", "learned", "rope", "alibi"]
+SCHEME_ORDER = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "xpos", "kerple"]
 # Extrapolation verdicts from ppl(longest) / ppl(training length); the upper bound of each band.
 VERDICTS = [(1.10, "very strong"), (1.50, "strong"), (3.0, "medium"), (10.0, "weak"), (math.inf, "none")]
 BEYOND_TABLE = "—"
@@ -29,8 +29,14 @@ def verdict(ratio: float) -> str:
 
 
 def scheme_order(schemes: Iterable[str]) -> list[str]:
-    present = list(dict.fromkeys(schemes))
-    return [s for s in SCHEME_ORDER if s in present] + sorted(s for s in present if s not in SCHEME_ORDER)
+    """The chapters' order, unknown schemes after, and each `rope+yarn`-style variant after its base."""
+
+    def key(label: str):
+        base, _, variant = label.partition("+")
+        rank = SCHEME_ORDER.index(base) if base in SCHEME_ORDER else len(SCHEME_ORDER)
+        return rank, base, variant
+
+    return sorted(dict.fromkeys(schemes), key=key)
 
 
 def mean_std(values: pd.Series, digits: int = 2) -> str:
@@ -186,6 +192,7 @@ def plot_by_length(df: pd.DataFrame, x: str, y: str, train_len: int, path: Path,
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # more schemes than tab10's ten colours
     for scheme in scheme_order(df["scheme"]):
         stats = df[df.scheme == scheme].groupby(x)[y].agg(["mean", "std"]).dropna(subset=["mean"])
         ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=scheme)
@@ -211,6 +218,7 @@ def plot_loss_by_position(positions: pd.DataFrame, train_len: int, path: Path) -
     longest = positions["eval_len"].max()
     sub = positions[positions.eval_len == longest]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
     for scheme in scheme_order(sub["scheme"]):
         curve = sub[sub.scheme == scheme].groupby("position")["nll"].mean()
         ax.plot(curve.index, curve.values, label=scheme)

@@ -31,19 +31,26 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def resume_overrides(args: list[str]) -> list[str]:
-    """`train.resume=RUN` continues RUN in place: reuse its overrides and its directory."""
+def resume_overrides(args: list[str], outputs: Path = Path("outputs")) -> list[str]:
+    """`train.resume=RUN` continues RUN in place: reuse its overrides and its directory.
+    `train.resume=true` means the newest run under outputs/runs."""
     given = [a for a in args if a.startswith("train.resume=")]
-    if not given or given[-1].split("=", 1)[1] in ("", "null"):
+    if not given or given[-1].split("=", 1)[1] in ("", "null", "false", "False"):
         return args
-    run = Path(given[-1].split("=", 1)[1])
+    value = given[-1].split("=", 1)[1]
+    if value in ("true", "True"):
+        newest = sorted(p for p in (outputs / "runs").glob("*") if (p / ".hydra").is_dir())
+        if not newest:
+            raise UsageError(f"train.resume=true found no run under {outputs / 'runs'}; give train.resume=RUN_DIR")
+        value = str(newest[-1])
+    run = Path(value)
     saved = run / ".hydra" / "overrides.yaml"
     if not saved.is_file():
         raise UsageError(f"train.resume={run} is not a run directory (no .hydra/overrides.yaml in it)")
     keys = {a.split("=", 1)[0].lstrip("+~") for a in args}
     previous = [o for o in OmegaConf.load(saved) if o.split("=", 1)[0].lstrip("+~") not in keys]
     run_dir = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={run}"]
-    return [*previous, *args, *run_dir]
+    return [*previous, *[a for a in args if a not in given], f"train.resume={run}", *run_dir]
 
 
 @dataclass
@@ -141,8 +148,7 @@ def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str]:
 
 
 def announce(paths: list[Path], why: str, doing: str) -> None:
+    """Say on stderr which runs a command works on and why those (after its checks passed)."""
     from posenc_cli import ui
 
-    ui.err.print(f"{doing} {len(paths)} run(s), {why}:")
-    for path in paths:
-        ui.err.print(f"  {path}")
+    ui.err.print(f"{doing} {len(paths)} run(s), {why}:\n" + "\n".join(f"  {path}" for path in paths), highlight=False)

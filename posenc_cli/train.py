@@ -15,8 +15,8 @@ from typing import Any, Mapping
 import pandas as pd
 import torch
 
-from posenc_cli import ui
-from posenc_cli.atomic import write_text, write_with
+from posenc_cli import distributed, ui
+from posenc_cli.atomic import remove_leftovers, write_text, write_with
 from posenc_cli.checkpoint import FILENAME, load_checkpoint, save_checkpoint
 from posenc_cli.data import Corpus, load_corpus, random_batch
 from posenc_cli.device import autocast, resolve_device
@@ -28,13 +28,20 @@ log = logging.getLogger("posenc.train")
 
 @dataclass
 class TrainState:
+    """What changes step by step; saved in every checkpoint so a resume continues exactly."""
     step: int = 0
     elapsed: float = 0.0
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    recent: list[torch.Tensor] = field(default_factory=list)  # losses since the last log line
+    train_loss: float = math.nan  # the last logged mean
 
 
 class NonFiniteLoss(RuntimeError):
     pass
+
+
+class Stopped(Exception):
+    """The loop saved a checkpoint and stopped because a signal asked it to."""
 
 
 def model_config(cfg: Mapping[str, Any], vocab_size: int) -> ModelConfig:
@@ -75,143 +82,216 @@ def make_optimizer(model: GPT, tc: Mapping[str, Any]) -> torch.optim.AdamW:
 
 
 @torch.no_grad()
-def validation_loss(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device) -> float:
+def validation_loss(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device, precision: str) -> float:
     model.eval()
     total = torch.zeros((), device=device)
     for x, y in batches:
-        with autocast(device):
+        with autocast(device, precision):
             total += token_nll(model(x.to(device)), y.to(device)).mean()
     model.train()
     return float(total) / len(batches)
 
 
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM (SLURM, torchrun) ask the loop to stop at the next step boundary, so
+    the checkpoint it saves holds whole steps and a resume continues exactly. A second Ctrl-C stops at
+    once without saving (the last checkpoint is kept)."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    def __call__(self, signum: int, frame) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+
+
 @contextmanager
-def sigint_as_keyboard_interrupt():
-    """Hydra's launchers may install their own handlers; make sure Ctrl-C reaches the loop."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+def stop_requests():
+    request, previous = StopRequest(), {}
     try:
-        yield
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, request)
+    except ValueError:  # not the main thread (a thread-based launcher): leave signals alone
+        pass
+    try:
+        yield request
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class Session:
+    """One run being trained: what the loop works on and what a checkpoint saves."""
+    cfg: Mapping[str, Any]
+    run_dir: Path
+    mc: ModelConfig
+    corpus: Corpus
+    device: torch.device
+    ctx: distributed.Context
+    model: GPT  # the bare model: validation and checkpoints
+    optimizer: torch.optim.Optimizer
+    data_rng: torch.Generator
+    val_batches: list[tuple[torch.Tensor, torch.Tensor]]
+    state: TrainState = field(default_factory=TrainState)
+    saved_step: int | None = None  # the step of the newest checkpoint on disk
 
 
 def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
-    run_dir = Path(run_dir)
     tc = cfg["train"]
     if tc.get("threads"):
         torch.set_num_threads(int(tc["threads"]))
-    device = resolve_device(cfg["device"])
+    ctx = distributed.current()
+    distributed.check_batch(tc["batch_size"], ctx)
+    device = distributed.device_for(resolve_device(cfg["device"]), ctx)
     corpus = load_corpus(cfg["data"])
     check_lengths(corpus, tc["block_size"])
 
     torch.manual_seed(cfg["seed"])
     mc = model_config(cfg, len(corpus.vocab))
     model = GPT(mc).to(device)
-    optimizer = make_optimizer(model, tc)
-    data_rng = torch.Generator().manual_seed(cfg["seed"])
     val_rng = torch.Generator().manual_seed(12345)  # the same validation windows for every run
-    val_batches = [random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng) for _ in range(tc["eval_batches"])]
-
-    state = TrainState()
-    checkpoint_path = run_dir / FILENAME
+    s = Session(cfg, Path(run_dir), mc, corpus, device, ctx, model, make_optimizer(model, tc),
+                torch.Generator().manual_seed(cfg["seed"]),
+                [random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng) for _ in range(tc["eval_batches"])])
     if tc.get("resume"):
-        state = restore(checkpoint_path, model, optimizer, data_rng, mc)
-        log.info(f"resumed {run_dir} at step {state.step}")
+        restore(s, Path(tc["resume"]) / FILENAME)
+        if ctx.is_main:
+            remove_leftovers(s.run_dir)
 
     summary = describe(cfg, model, corpus, device)
-    write_summary(run_dir, {**summary, "status": "running"})
-
-    def save() -> None:
-        save_checkpoint(checkpoint_path, {
-            "model_config": mc.to_dict(), "vocab": list(corpus.vocab.chars), "train_len": tc["block_size"],
-            "data": dict(cfg["data"]), "seed": cfg["seed"], "step": state.step, "elapsed": state.elapsed,
-            "metrics": state.metrics, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "data_rng": data_rng.get_state(), "torch_rng": torch.get_rng_state(),
-        })
-
+    if ctx.is_main:
+        write_summary(s.run_dir, {**summary, "status": "running"})
     status, message = "finished", None
+    started, elapsed_before = time.perf_counter(), s.state.elapsed
     try:
-        with sigint_as_keyboard_interrupt():
-            run_loop(model, optimizer, corpus, val_batches, data_rng, state, tc, device, run_dir, save)
-    except KeyboardInterrupt:
-        save()
-        status = "interrupted"
-        message = f"interrupted at step {state.step}; checkpoint saved. Resume with: posenc train train.resume={run_dir}"
+        with stop_requests() as stop:
+            run_loop(s, distributed.wrap(model, device, ctx), stop, lambda: elapsed_before + time.perf_counter() - started)
     except NonFiniteLoss as err:
-        status, message = "failed", str(err)
-    final = state.metrics[-1] if state.metrics else {}
+        kept = f"the checkpoint of step {s.saved_step} is kept" if s.saved_step else "no checkpoint had been saved yet"
+        status, message = "failed", f"training stopped: {err}; {kept} (try a lower train.lr)"
+    except Stopped as stop:
+        status, message = "interrupted", f"{stop} at step {s.state.step}; checkpoint saved. Resume with: posenc train train.resume={s.run_dir}"
+    except KeyboardInterrupt:
+        status, message = "interrupted", f"stopped at once at step {s.state.step}; the last checkpoint is kept. Resume with: posenc train train.resume={s.run_dir}"
+    s.state.elapsed = elapsed_before + time.perf_counter() - started
+    final = s.state.metrics[-1] if s.state.metrics else {}
     summary.update(
-        status=status, message=message, steps=state.step, wall_time_s=round(state.elapsed, 2),
+        status=status, message=message, steps=s.state.step, wall_time_s=round(s.state.elapsed, 2),
         final_train_loss=final.get("train_loss"), final_val_loss=final.get("val_loss"),
-        tokens_per_s=round(state.step * tc["batch_size"] * tc["block_size"] / max(state.elapsed, 1e-9)),
+        tokens_per_s=round(s.state.step * tc["batch_size"] * tc["block_size"] / max(s.state.elapsed, 1e-9)),
     )
-    write_summary(run_dir, summary)
-    if status == "finished":
-        log.info(f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {state.step} steps "
-                 f"({summary['wall_time_s']:.0f} s) -> {run_dir}")
-    elif status == "failed":
-        log.error(message)
-    else:
-        log.warning(message)
+    if ctx.is_main:  # the other ranks hold the same state and stay quiet
+        write_summary(s.run_dir, summary)
+        if status == "finished":
+            log.info(f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {s.state.step} steps "
+                     f"({summary['wall_time_s']:.0f} s) -> {s.run_dir}")
+        else:
+            (log.error if status == "failed" else log.warning)(message)
+    if status == "interrupted":
         raise SystemExit(130)
     return summary
 
 
-def run_loop(model, optimizer, corpus, val_batches, data_rng, state, tc, device, run_dir, save) -> None:
-    recent: list[torch.Tensor] = []
-    train_loss = float("nan")
-    tick = rate_start = time.perf_counter()  # tick: wall time into state.elapsed; rate_start: tokens/s
-    interval_steps = 0
-    with ui.progress() as bar:
-        task = bar.add_task(f"train {model.cfg.scheme}", total=tc["max_steps"], completed=state.step, status="")
+def run_loop(s: Session, net: torch.nn.Module, stop: StopRequest, elapsed) -> None:
+    """Train until max_steps; `net` is the model as trained (DDP-wrapped under torchrun)."""
+    tc, state, ctx = s.cfg["train"], s.state, s.ctx
+    rate_start, rate_steps = time.perf_counter(), 0  # tokens/s over each eval interval
+    with ui.progress(disable=not ctx.is_main) as bar:
+        task = bar.add_task(f"train {s.mc.scheme}", total=tc["max_steps"], completed=state.step, status="")
         while state.step < tc["max_steps"]:
+            if stop_requested(s, stop):
+                save(s, elapsed())
+                raise Stopped(f"stopped by {stop.signal}")
             lr = lr_at(state.step, tc)
-            for group in optimizer.param_groups:
+            for group in s.optimizer.param_groups:
                 group["lr"] = lr
-            x, y = random_batch(corpus.train, tc["batch_size"], tc["block_size"], data_rng)
-            with autocast(device):
-                loss = token_nll(model(x.to(device)), y.to(device)).mean()
-            optimizer.zero_grad(set_to_none=True)
+            x, y = random_batch(s.corpus.train, tc["batch_size"], tc["block_size"], s.data_rng)
+            x, y = distributed.shard(x, ctx), distributed.shard(y, ctx)  # this rank's rows of the global batch
+            with autocast(s.device, tc["precision"]):
+                loss = token_nll(net(x.to(s.device)), y.to(s.device)).mean()
+            s.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tc["grad_clip"])
-            optimizer.step()
-            recent.append(loss.detach())
+            torch.nn.utils.clip_grad_norm_(net.parameters(), tc["grad_clip"])
+            s.optimizer.step()
+            state.recent.append(loss.detach())
             state.step += 1
-            interval_steps += 1
+            rate_steps += 1
             last = state.step == tc["max_steps"]
             if state.step % tc["log_interval"] == 0 or last:
-                losses = torch.stack(recent).float().cpu()  # one host sync per log interval
-                bad = (~torch.isfinite(losses)).nonzero()
-                if len(bad):
-                    step = state.step - len(recent) + int(bad[0]) + 1
-                    raise NonFiniteLoss(f"training stopped: the loss became {float(losses[bad[0]]):.4g} at step {step}; "
-                                        "the last good checkpoint is kept (try a lower train.lr)")
-                train_loss = float(losses.mean())
-                recent.clear()
-                bar.update(task, completed=state.step, status=f"loss {train_loss:.3f}")
-            if state.step % tc["eval_interval"] == 0 or last:
-                tokens_per_s = interval_steps * tc["batch_size"] * tc["block_size"] / max(time.perf_counter() - rate_start, 1e-9)
-                val_loss = validation_loss(model, val_batches, device)
-                state.metrics.append({"step": state.step, "train_loss": round(train_loss, 6), "val_loss": round(val_loss, 6),
+                state.train_loss = float(checked_losses(s).mean())  # one host sync per log interval
+                state.recent.clear()
+                bar.update(task, completed=state.step, status=f"loss {state.train_loss:.3f}")
+            if (state.step % tc["eval_interval"] == 0 or last) and ctx.is_main:
+                tokens_per_s = rate_steps * tc["batch_size"] * tc["block_size"] / max(time.perf_counter() - rate_start, 1e-9)
+                val_loss = validation_loss(s.model, s.val_batches, s.device, tc["precision"])
+                state.metrics.append({"step": state.step, "train_loss": round(state.train_loss, 6), "val_loss": round(val_loss, 6),
                                       "lr": lr, "tokens_per_s": round(tokens_per_s)})
-                write_with(run_dir / "metrics.csv", lambda p: pd.DataFrame(state.metrics).to_csv(p, index=False))
-                bar.update(task, status=f"loss {train_loss:.3f}  val {val_loss:.3f}  {tokens_per_s:,.0f} tok/s")
-                rate_start, interval_steps = time.perf_counter(), 0
+                write_with(s.run_dir / "metrics.csv", lambda p: pd.DataFrame(state.metrics).to_csv(p, index=False))
+                bar.update(task, status=f"loss {state.train_loss:.3f}  val {val_loss:.3f}  {tokens_per_s:,.0f} tok/s")
+                rate_start, rate_steps = time.perf_counter(), 0
             if state.step % tc["checkpoint_interval"] == 0 or last:
-                now = time.perf_counter()
-                state.elapsed, tick = state.elapsed + now - tick, now
-                save()
+                save(s, elapsed())
 
 
-def restore(path: Path, model: GPT, optimizer, data_rng: torch.Generator, mc: ModelConfig) -> TrainState:
+def stop_requested(s: Session, stop: StopRequest) -> bool:
+    """Under torchrun all ranks must stop at the same step: they agree once per log interval."""
+    if not s.ctx.enabled:
+        return stop.signal is not None
+    return s.state.step % s.cfg["train"]["log_interval"] == 0 and distributed.any_rank(stop.signal is not None, s.device, s.ctx)
+
+
+def checked_losses(s: Session) -> torch.Tensor:
+    """The global-batch loss of each step since the last log line; stops training at a non-finite one."""
+    if not s.state.recent:
+        return torch.zeros(0)
+    losses = distributed.mean(torch.stack(s.state.recent).float(), s.ctx).cpu()
+    bad = (~torch.isfinite(losses)).nonzero()
+    if len(bad):
+        step = s.state.step - len(losses) + int(bad[0]) + 1
+        raise NonFiniteLoss(f"the loss became {float(losses[bad[0]]):.4g} at step {step}")
+    return losses
+
+
+def save(s: Session, elapsed: float) -> None:
+    """Checkpoint the whole session; never one whose weights a non-finite loss has touched."""
+    recent = checked_losses(s)
+    if not all(bool(torch.isfinite(p).all()) for p in s.model.parameters()):
+        raise NonFiniteLoss(f"the weights became non-finite by step {s.state.step}")
+    s.state.elapsed, s.saved_step = elapsed, s.state.step
+    if not s.ctx.is_main:
+        return
+    save_checkpoint(s.run_dir / FILENAME, {
+        "model_config": s.mc.to_dict(), "vocab": list(s.corpus.vocab.chars), "train_len": s.cfg["train"]["block_size"],
+        "data": dict(s.cfg["data"]), "seed": s.cfg["seed"], "step": s.state.step, "elapsed": s.state.elapsed,
+        "metrics": s.state.metrics, "recent_losses": recent, "train_loss": s.state.train_loss,
+        "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(),
+        "data_rng": s.data_rng.get_state(), "torch_rng": torch.get_rng_state(),
+    })
+
+
+def restore(s: Session, path: Path) -> None:
+    """Continue from `path`: weights, optimizer, step, RNG streams, metrics so far. A run killed before
+    its first checkpoint simply starts again."""
+    if not path.is_file():
+        log.warning(f"{path.parent} has no checkpoint yet; training it from step 0")
+        return
     payload = load_checkpoint(path)
-    if payload["model_config"] != mc.to_dict():
-        raise UsageError(f"{path} was trained with a different model or scheme config; resume with the run's own overrides")
-    model.load_state_dict(payload["model"])
-    optimizer.load_state_dict(payload["optimizer"])
-    data_rng.set_state(payload["data_rng"])
-    torch.set_rng_state(payload["torch_rng"])
-    return TrainState(step=payload["step"], elapsed=payload["elapsed"], metrics=list(payload["metrics"]))
+    if payload.get("model_config") != s.mc.to_dict():
+        raise UsageError(f"{path} was trained with a different model, scheme or corpus; resume with the run's own overrides")
+    try:
+        s.model.load_state_dict(payload["model"])
+        s.optimizer.load_state_dict(payload["optimizer"])
+        s.data_rng.set_state(payload["data_rng"])
+        torch.set_rng_state(payload["torch_rng"])
+        s.state = TrainState(step=payload["step"], elapsed=payload["elapsed"], metrics=list(payload["metrics"]),
+                             recent=[loss.to(s.device) for loss in payload["recent_losses"]],
+                             train_loss=payload["train_loss"])
+        s.saved_step = s.state.step
+    except (KeyError, RuntimeError, ValueError, TypeError) as err:
+        raise UsageError(f"{path} cannot be resumed by this version of posenc ({' '.join(str(err).split())[:120]})") from None
+    log.info(f"resumed from {path} at step {s.state.step}")
 
 
 def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
@@ -221,6 +301,7 @@ def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
         "kind": pos.kind, "relative": pos.relative, "max_len": pos.max_len,
         "positional_params": model.n_positional_params, "total_params": model.n_params,
         "corpus": corpus.name, "vocab_size": len(corpus.vocab), "device": str(device),
+        "threads": torch.get_num_threads(), "processes": distributed.current().world_size,
         **{f"corpus_{k}": v for k, v in corpus.stats.items()},
     }
 

@@ -7,12 +7,15 @@ from typing import Any
 from posenc_cli.errors import UsageError
 from posenc_cli.model.positional.alibi import ALiBi
 from posenc_cli.model.positional.base import NoPE, PositionalScheme
+from posenc_cli.model.positional.kerple import Kerple
 from posenc_cli.model.positional.learned import Learned
 from posenc_cli.model.positional.rope import RoPE
 from posenc_cli.model.positional.sinusoidal import Sinusoidal
+from posenc_cli.model.positional.t5 import T5Bias
+from posenc_cli.model.positional.xpos import XPos
 
 SCHEMES: dict[str, type[PositionalScheme]] = {
-    cls.name: cls for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi)
+    cls.name: cls for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple)
 }
 
 

@@ -18,6 +18,7 @@ class PositionalScheme(nn.Module):
     kind: ClassVar[str] = "none"  # additive | rotary | bias | none
     relative: ClassVar[str] = "none"  # none | implicit | explicit
     param_formula: ClassVar[str] = "0"
+    preserves_norms: ClassVar[bool] = True  # rotary schemes: False where q and k are also rescaled (xPos)
     adds_bias: ClassVar[bool] = False  # True: the model calls `bias` and cannot use the plain causal kernel
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):

@@ -8,10 +8,15 @@ head dimensions, so every property below holds for both). Pair i turns by angle 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from posenc_cli.errors import UsageError
 from posenc_cli.model.positional.base import PositionalScheme
+
+if TYPE_CHECKING:
+    from posenc_cli.model.positional.rope_scaling import RopeScaling
 
 
 def rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:
@@ -41,10 +46,13 @@ class RoPE(PositionalScheme):
             )
         self.base = base
         self.register_buffer("inv_freq", rope_inv_freq(self.head_dim, base), persistent=False)
+        self.scaling: RopeScaling | None = None  # set by the evaluator only: context extension, see rope_scaling.py
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         """Per-pair inverse frequencies and a factor on cos/sin for a sequence of `seq_len`."""
-        return self.inv_freq, 1.0
+        if self.scaling is None:
+            return self.inv_freq, 1.0
+        return self.scaling.frequencies(self.head_dim, self.base, seq_len)
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         inv_freq, factor = self.frequencies(positions.numel())

@@ -1,0 +1,63 @@
+"""Attention in query blocks (bias schemes) is exactly attention in one block, and stays causal."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model import gpt as gpt_module
+from posenc_cli.model.gpt import biased_causal_attention
+from posenc_cli.model.positional import SCHEMES, build_scheme
+
+BIAS_SCHEMES = [name for name, cls in SCHEMES.items() if cls.adds_bias]
+
+
+def reference_attention(q, k, v, positions, pos) -> torch.Tensor:
+    """softmax(q·kᵀ/√d + bias + causal mask)·v, written out with the whole (H, T, T) score matrix."""
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)) + pos.bias(positions, positions)
+    future = positions[None, :] > positions[:, None]
+    return scores.masked_fill(future, float("-inf")).softmax(-1) @ v
+
+
+@pytest.mark.parametrize("scheme", BIAS_SCHEMES)
+@pytest.mark.parametrize("block", [1, 3, 37])
+def test_query_blocks_equal_the_plain_reference(scheme, block, monkeypatch):
+    torch.manual_seed(0)
+    B, H, T, D = 2, 4, 37, 8  # T prime: the last query block is shorter than the others
+    pos = build_scheme(scheme, H * D, H, T)
+    q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
+    positions = torch.arange(T)
+    monkeypatch.setattr(gpt_module, "MASK_BUDGET", H * T * block)  # forces blocks of `block` queries
+    got = biased_causal_attention(q, k, v, positions, pos)
+    torch.testing.assert_close(got, reference_attention(q, k, v, positions, pos), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_eval_past_training_length_does_not_depend_on_the_block_size(scheme, monkeypatch):
+    """4x the training length, one query block vs blocks of 5 queries: the same logits."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, scheme=scheme,
+                      scheme_options={"max_len": 64} if scheme == "learned" else {})
+    model = GPT(cfg).eval()
+    idx = torch.randint(11, (2, 64))
+    with torch.no_grad():
+        whole = model(idx)
+        monkeypatch.setattr(gpt_module, "MASK_BUDGET", cfg.n_head * 64 * 5)
+        blocked = model(idx)
+    torch.testing.assert_close(blocked, whole, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_blocked_attention_is_causal(scheme, monkeypatch):
+    """Changing the last tokens changes no logit before them, with several query blocks in play."""
+    torch.manual_seed(0)
+    monkeypatch.setattr(gpt_module, "MASK_BUDGET", 2 * 32 * 4)
+    model = GPT(ModelConfig(vocab_size=11, block_size=32, n_layer=2, n_head=2, n_embd=16, scheme=scheme)).eval()
+    idx = torch.randint(11, (1, 32))
+    changed = idx.clone()
+    changed[0, 20:] = (changed[0, 20:] + 1) % 11
+    with torch.no_grad():
+        torch.testing.assert_close(model(changed)[:, :20], model(idx)[:, :20], rtol=1e-5, atol=1e-5)

@@ -1,0 +1,59 @@
+"""DDP under torchrun on CPU (gloo): two ranks stay identical, and follow the single-process run with
+the same global batch (train.batch_size is global; each rank trains on its half of every batch)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import torch
+
+from conftest import ROOT, SMOKE, run_cli
+from posenc_cli.checkpoint import FILENAME, load_checkpoint
+
+STEPS = 6
+ARGS = [*SMOKE, "device=cpu", "train.threads=1", f"train.max_steps={STEPS}", "train.batch_size=8",
+        "train.log_interval=2", "train.eval_interval=3", "train.checkpoint_interval=3"]
+TOLERANCE = 1e-4  # float sums in another order (DDP averages two half-batch gradients); measured ~1e-6
+
+# Every rank also dumps its own weights at each checkpoint, so the test can compare ranks; the
+# training itself is the real CLI, unchanged.
+RANK_DUMP = """
+import sys, torch
+from posenc_cli import cli, train
+real_save = train.save
+def save(s, elapsed):
+    real_save(s, elapsed)
+    torch.save(s.model.state_dict(), f"DUMPS/rank{s.ctx.rank}_step{s.state.step}.pt")
+train.save = save
+cli.main()
+"""
+
+
+def test_two_gloo_ranks_match_each_other_and_the_single_process_run(tmp_path):
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_DUMP.replace("DUMPS", str(dumps)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          str(script), "train", *ARGS], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+
+    (run,) = (tmp_path / "outputs" / "runs").iterdir()  # both ranks agreed on one run directory
+    assert sorted(p.name for p in run.iterdir()) == [".hydra", FILENAME, "metrics.csv", "summary.json", "train.log"]
+    assert ddp.stderr.count("val loss") == 1, ddp.stderr  # only rank 0 reports
+    for step in (3, STEPS):
+        rank0, rank1 = (torch.load(dumps / f"rank{r}_step{step}.pt") for r in (0, 1))
+        assert all(torch.equal(rank0[k], rank1[k]) for k in rank0), f"ranks differ at step {step}"
+
+    single = run_cli("train", *ARGS, f"hydra.run.dir={tmp_path / 'single'}", cwd=tmp_path)
+    assert single.returncode == 0, single.stderr
+    ours, theirs = pd.read_csv(run / "metrics.csv"), pd.read_csv(tmp_path / "single" / "metrics.csv")
+    assert list(ours["step"]) == list(theirs["step"]) == [3, 6]
+    for column in ("train_loss", "val_loss"):
+        assert (ours[column] - theirs[column]).abs().max() < TOLERANCE, (column, ours[column], theirs[column])
+    weights, reference = load_checkpoint(run / FILENAME)["model"], load_checkpoint(tmp_path / "single" / FILENAME)["model"]
+    assert max(float((weights[k] - reference[k]).abs().max()) for k in weights) < TOLERANCE

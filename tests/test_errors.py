@@ -1,0 +1,162 @@
+"""Bad input: one line naming the value and what is allowed, exit code 2, no traceback, nothing written.
+
+Most cases call the CLI's own entry point (cli.main, what the `posenc` script runs) in this process,
+which is faithful for errors: they are raised and printed before any process-specific work starts.
+A few run as real subprocesses to pin the exit code and stderr of the installed command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import SMOKE, assert_one_line_error, run_cli
+from posenc_cli import cli
+from posenc_cli.checkpoint import FILENAME
+
+
+def posenc(*args: str) -> tuple[int, str]:
+    """`posenc ARGS` in this process: (exit code, stderr)."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
+            mock.patch.object(sys, "argv", ["posenc", *args]):
+        try:
+            cli.main()
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code
+    return code, stderr.getvalue()
+
+
+def assert_refused(code: int, stderr: str, *needles: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, (code, stderr)
+    assert lines[0].startswith("posenc: error: ") and "Traceback" not in stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def files_under(path: Path) -> set[Path]:
+    return set(path.rglob("*"))
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.txt").write_text("  \n")
+    (tmp_path / "binary.txt").write_bytes(b"abc\x00def")
+    (tmp_path / "latin1.txt").write_bytes("café au lait".encode("latin-1"))
+    (tmp_path / "notarun").mkdir()
+    return tmp_path
+
+
+TRAIN_CASES = {
+    "unknown scheme lists the options": (["scheme=fourier"], ["scheme/fourier", "alibi, kerple, learned, none, rope, sinusoidal, t5, xpos"]),
+    "unknown group option": (["model=huge"], ["model/huge", "medium, small, tiny"]),
+    "unknown override key": (["train.lrate=1e-3"], ["train.lrate"]),
+    "zero size": (["model.n_layer=0"], ["model.n_layer", "positive integer", "got 0"]),
+    "negative size": (["train.batch_size=-4"], ["train.batch_size", "got -4"]),
+    "n_embd not divisible by n_head": (["model.n_head=3"], ["n_embd=128", "n_head=3"]),
+    "odd head_dim with rope": (["scheme=rope", "model.n_embd=6", "model.n_head=2"], ["rope", "even head_dim"]),
+    "block size past the corpus split": (["train.block_size=300000"], ["train.block_size=300000", "<= 199999"]),
+    "missing text file": (["data=text", "data.path=nowhere.txt"], ["data.path=nowhere.txt", "does not exist"]),
+    "empty text file": (["data=text", "data.path=empty.txt"], ["empty.txt", "empty"]),
+    "binary text file": (["data=text", "data.path=binary.txt"], ["binary.txt", "binary"]),
+    "non-UTF-8 text file": (["data=text", "data.path=latin1.txt"], ["latin1.txt", "UTF-8"]),
+    "text corpus without a path": (["data=text"], ["data.path=FILE"]),
+    "non-finite learning rate": (["train.lr=inf"], ["train.lr", "inf"]),
+    "seed of the wrong type": (["seed=abc"], ["seed", "'abc'"]),
+    "unknown device": (["device=tpu"], ["device=tpu", "auto, cpu, cuda, mps"]),
+    "unknown launcher": (["-m", "hydra/launcher=slurmish"], ["hydra/launcher/slurmish", "joblib"]),
+    "bad point inside a sweep": (["-m", "model.n_layer=1,0"], ["model.n_layer", "got 0"]),
+    "resume from a directory that is not a run": (["train.resume=notarun"], ["train.resume=notarun", "not a run"]),
+    "unknown flag": (["--epochs", "3"], ["--epochs"]),
+}
+
+
+@pytest.mark.parametrize("args, needles", TRAIN_CASES.values(), ids=TRAIN_CASES.keys())
+def test_train_refuses_bad_input_in_one_line_and_writes_nothing(workdir, args, needles):
+    before = files_under(workdir)
+    assert_refused(*posenc("train", *args), *needles)
+    assert files_under(workdir) == before
+
+
+@pytest.fixture
+def broken_runs(smoke_sweep, workdir) -> dict[str, Path]:
+    """Copies of a finished tiny run, each broken one way."""
+    good = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+    runs = {}
+    for name in ("truncated", "garbage", "stale"):
+        runs[name] = workdir / name
+        shutil.copytree(good, runs[name])
+    data = (good / FILENAME).read_bytes()
+    (runs["truncated"] / FILENAME).write_bytes(data[: len(data) // 2])
+    (runs["garbage"] / FILENAME).write_bytes(b"not a zip file" * 100)
+    payload = torch.load(good / FILENAME, weights_only=True)
+    payload["model_config"]["rotary_fraction"] = 0.5  # a field this version's model does not know
+    torch.save(payload, runs["stale"] / FILENAME)
+    runs["good"] = good
+    return runs
+
+
+def test_eval_refuses_bad_runs_and_lengths_in_one_line_and_writes_nothing(broken_runs, workdir):
+    before = files_under(workdir)
+    cases = [
+        (["notarun"], ["notarun", "not a run"]),
+        (["missing_dir"], ["missing_dir", "does not exist"]),
+        ([str(broken_runs["truncated"])], ["truncated", "truncated or corrupted"]),
+        ([str(broken_runs["garbage"])], ["garbage", "truncated or corrupted"]),
+        ([str(broken_runs["stale"])], ["stale", "no longer matches"]),
+    ]
+    for runs, needles in cases:
+        assert_refused(*posenc("eval", *runs, "--lengths", "64"), *needles)
+    for lengths in ("0", "-64", "64,abc", "", "1e3", "64,,128"):
+        assert_refused(*posenc("eval", str(broken_runs["good"]), f"--lengths={lengths}"), "--lengths")
+    assert files_under(workdir) == before
+
+
+def test_resuming_with_another_model_is_refused(broken_runs, workdir):
+    assert_refused(*posenc("train", f"train.resume={broken_runs['good']}", "model.n_layer=2"), "different model")
+
+
+def test_real_subprocess_errors(workdir):
+    """The installed entry point: exit code 2, one stderr line, nothing on stdout, no outputs/."""
+    for args in (["train", "scheme=fourier"], ["train", *SMOKE, "model.n_head=5"], ["eval", "--lengths", "0,x"]):
+        result = run_cli(*args, cwd=workdir)
+        assert_one_line_error(result)
+        assert result.stdout == ""
+    assert not (workdir / "outputs").exists()
+
+
+LENGTH_ALPHABET = st.sampled_from(list("0123456789,-+. xe_") + ["", "١", "½", "\t"])
+OVERRIDE_ALPHABET = st.sampled_from(list("abcdefghijklmnopqrstuvwxyz_.=,/+~$[]{}():'\"0123456789- ") + ["train.", "model.", "scheme=", "n_head="])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(LENGTH_ALPHABET, min_size=0, max_size=12).map("".join))
+def test_any_lengths_string_is_refused_in_one_line_or_reaches_run_selection(workdir, lengths):
+    """Malformed --lengths: one line naming --lengths. Well-formed ones get as far as finding runs
+    (there are none here), which is also one line. Never a traceback, never a file."""
+    code, stderr = posenc("eval", f"--lengths={lengths}")
+    assert_refused(code, stderr)
+    assert "--lengths" in stderr or "no runs found" in stderr
+    assert not (workdir / "outputs").exists()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(OVERRIDE_ALPHABET, min_size=1, max_size=10).map("".join).filter(lambda s: not s.lstrip().startswith("-")))
+def test_any_malformed_override_is_refused_in_one_line(workdir, override):
+    """`--cfg job` makes a valid override print its config instead of training; anything else is one line."""
+    code, stderr = posenc("train", "--cfg", "job", *SMOKE, override)
+    if code != 0:
+        assert_refused(code, stderr)
+    assert not (workdir / "outputs").exists()

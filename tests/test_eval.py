@@ -1,0 +1,156 @@
+"""Evaluation: windowing, perplexity arithmetic, the verdicts, and `posenc eval` end to end."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from conftest import assert_one_line_error, run_cli
+from posenc_cli.evaluate import evaluate_length, parse_lengths, plan_windows, scored_span
+from posenc_cli.errors import UsageError
+from posenc_cli.report import comparison, verdict
+
+
+def scored_targets(windows, length):
+    """(target index, tokens of context it sees) for every scored target."""
+    return [(w.start + p, p) for w in windows for p in range(length - w.scored, length)]
+
+
+@pytest.mark.parametrize("span, length", [(64, 8), (64, 64), (96, 32)])
+def test_nonoverlap_scores_every_target_once_with_its_position_as_context(span, length):
+    scored = scored_targets(plan_windows(span, length), length)
+    assert sorted(t for t, _ in scored) == list(range(span))
+    assert all(context == t % length for t, context in scored)
+
+
+@pytest.mark.parametrize("span, length, stride", [(64, 16, 8), (64, 16, 4), (70, 16, 6), (64, 16, 16)])
+def test_sliding_scores_every_target_once_with_at_least_length_minus_stride_context(span, length, stride):
+    windows = plan_windows(span, length, "sliding", stride)
+    scored = scored_targets(windows, length)
+    assert sorted(t for t, _ in scored) == list(range(span))
+    for t, context in scored:
+        assert context == t if t < length else context >= length - stride
+    assert all(w.start >= 0 and w.start + length <= span for w in windows)
+
+
+def test_the_same_span_is_scored_at_every_length():
+    span = scored_span(n_tokens=10_000, lengths=[256, 512, 2048], max_tokens=5000)
+    assert span == 4096
+    for length in (256, 512, 2048):
+        assert sum(w.scored for w in plan_windows(span, length)) == span
+    with pytest.raises(UsageError, match="has 1000 tokens"):
+        scored_span(n_tokens=1000, lengths=[2048], max_tokens=5000)
+
+
+class FixedDistribution(nn.Module):
+    """A 'model' whose next-token distribution is always the same: probabilities p."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.logp = torch.log(torch.tensor(p))
+        self.pos = type("NoPositions", (), {"max_len": None})()
+
+    def forward(self, idx):
+        return self.logp.expand(*idx.shape, len(self.logp)).clone()
+
+
+def test_perplexity_by_hand():
+    # targets after the first token: 0, 1, 2, 0 -> NLL = ln 2, ln 4, ln 4, ln 2 -> mean ln(2√2 · ... )
+    model = FixedDistribution([0.5, 0.25, 0.25])
+    tokens = torch.tensor([0, 0, 1, 2, 0])
+    result = evaluate_length(model, tokens, span=4, length=2)
+    expected = (math.log(2) + math.log(4) + math.log(4) + math.log(2)) / 4
+    assert result.tokens == 4
+    assert result.nll == pytest.approx(expected)
+    assert result.ppl == pytest.approx(math.sqrt(8))
+    assert result.position_nll.tolist() == pytest.approx([(math.log(2) + math.log(4)) / 2] * 2)
+
+
+@pytest.mark.parametrize("text", ["", "0", "-5", "512,abc", "1.5", "512,,1024"])
+def test_parse_lengths_rejects_malformed_lists(text):
+    with pytest.raises(UsageError):
+        parse_lengths(text)
+
+
+def test_parse_lengths():
+    assert parse_lengths(" 1024, 512,512") == [512, 1024]
+
+
+@pytest.mark.parametrize("ratio, word", [(1.0, "very strong"), (1.3, "strong"), (2.0, "medium"), (5.0, "weak"), (50, "none"), (math.nan, "none")])
+def test_verdicts(ratio, word):
+    assert verdict(ratio) == word
+
+
+def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
+    rows = []
+    for seed, ppl in ((0, 4.0), (1, 6.0)):
+        rows += [dict(run=f"r{seed}", scheme="alibi", seed=seed, train_len=256, eval_len=256, mode="nonoverlap", tokens=100, nll=math.log(ppl), ppl=ppl, note=""),
+                 dict(run=f"r{seed}", scheme="alibi", seed=seed, train_len=256, eval_len=1024, mode="nonoverlap", tokens=100, nll=math.log(ppl), ppl=ppl, note="")]
+    rows += [dict(run="l", scheme="learned", seed=0, train_len=256, eval_len=256, mode="nonoverlap", tokens=100, nll=1.0, ppl=math.e, note=""),
+             dict(run="l", scheme="learned", seed=0, train_len=256, eval_len=1024, mode="nonoverlap", tokens=0, nll=math.nan, ppl=math.nan, note="learned cannot represent positions ≥ max_len=256")]
+    text = comparison(pd.DataFrame(rows), {"alibi": {"positional_params": 0, "relative": "explicit"},
+                                           "learned": {"positional_params": 32768, "relative": "none"}}, lang="zh")
+    lines = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in text.splitlines() if line.startswith("| ")}
+    assert lines[""] == ["learned", "alibi"]
+    assert lines["ppl @ 256 (training length)"] == ["2.72", "5.00 ± 1.41"]
+    assert lines["ppl @ 1024 (4×)"] == ["—", "5.00 ± 1.41"]
+    assert lines["extrapolation, measured"] == ["none", "very strong"]
+    assert lines["extrapolation, chapters' claim"] == ["none", "very strong"]
+    assert lines["外推能力（章节原话）"] == ["无", "极强"]
+    assert lines["positional parameters"] == ["32,768", "0"]
+    assert lines["used by"] == ["GPT-2", "BLOOM"]
+    assert "cannot represent positions ≥ max_len=256" in text and "alibi n=2" in text
+
+
+def test_eval_end_to_end(smoke_sweep, tmp_path):
+    out = tmp_path / "ev"
+    result = run_cli("eval", str(smoke_sweep), "--lengths", "128,256", "--max-tokens", "1024", "--out", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for name in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv", "ppl_vs_length.png", "loss_by_position.png"):
+        assert (out / name).is_file(), name
+    df = pd.read_csv(out / "ppl.csv")
+    assert list(df.columns[:9]) == ["run", "scheme", "seed", "train_len", "eval_len", "mode", "tokens", "nll", "ppl"]
+    assert sorted(df["eval_len"].unique()) == [64, 128, 256]  # the training length is always included
+    learned = df[df.scheme == "learned"].set_index("eval_len")
+    assert learned.loc[64, "ppl"] > 1 and math.isnan(learned.loc[128, "ppl"]) and math.isnan(learned.loc[256, "ppl"])
+    assert (df[df.scheme != "learned"]["tokens"] == 1024).all()
+    assert "—" in (out / "comparison.md").read_text() and "max_len=64" in (out / "comparison.md").read_text()
+    # with no run named it picks the latest sweep under ./outputs
+    again = run_cli("eval", "--lengths", "128", "--max-tokens", "512", "--out", str(tmp_path / "ev2"), cwd=smoke_sweep.parents[2])
+    assert again.returncode == 0, again.stderr
+    assert "latest sweep" in again.stderr
+
+
+def test_sliding_mode_end_to_end(smoke_sweep, tmp_path):
+    run = smoke_sweep / "3_rope_seed0"
+    result = run_cli("eval", str(run), "--lengths", "128", "--mode", "sliding", "--stride", "32", "--max-tokens", "512", "--out", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    df = pd.read_csv(tmp_path / "ppl.csv")
+    assert set(df["mode"]) == {"sliding"} and (df["tokens"] == 512).all()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--lengths", "512,abc"], "'abc' is not a positive integer"),
+    (["--lengths", "0"], "'0' is not a positive integer"),
+    (["--lengths", "100000000"], "lengths up to"),
+    (["--mode", "diagonal"], "--mode diagonal"),
+])
+def test_eval_bad_input(smoke_sweep, tmp_path, args, needle):
+    assert_one_line_error(run_cli("eval", str(smoke_sweep / "3_rope_seed0"), *args, "--out", str(tmp_path / "x"), cwd=tmp_path), needle)
+    assert not (tmp_path / "x").exists()
+
+
+def test_eval_rejects_a_directory_that_is_not_a_run(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert_one_line_error(run_cli("eval", str(tmp_path / "empty"), cwd=tmp_path), "is not a run")
+
+
+def test_eval_on_other_text_needs_the_run_vocabulary(smoke_sweep, tmp_path):
+    other = tmp_path / "other.txt"
+    other.write_text("ABC " * 600, encoding="utf-8")
+    assert_one_line_error(run_cli("eval", str(smoke_sweep / "3_rope_seed0"), "--data", str(other), "--lengths", "128", cwd=tmp_path),
+                          "outside the run's vocabulary")

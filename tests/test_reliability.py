@@ -1,0 +1,163 @@
+"""Faults: a killed or interrupted run resumes to exactly the run that was never stopped; a diverging
+run stops as failed with its last good checkpoint; a checkpoint cannot run code when it is loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import ROOT, SMOKE, assert_one_line_error, run_cli
+from posenc_cli.checkpoint import FILENAME, load_checkpoint
+from posenc_cli.errors import UsageError
+
+# Misaligned intervals on purpose: checkpoints land between log lines and between evals.
+FAULT = [*SMOKE, "device=cpu", "train.threads=1", "train.max_steps=60", "train.log_interval=2",
+         "train.eval_interval=5", "train.checkpoint_interval=3"]
+DETERMINISTIC = ["step", "train_loss", "val_loss", "lr"]  # tokens_per_s is wall-clock
+
+
+def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "posenc_cli", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def checkpoint_mtime(run: Path) -> int | None:
+    try:
+        return (run / FILENAME).stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def wait_for_new_checkpoint(run: Path, before: int | None, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while checkpoint_mtime(run) == before and proc.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.01)
+
+
+def tensors(tree, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor in a nested state dict, by its path."""
+    if isinstance(tree, torch.Tensor):
+        return {prefix: tree}
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, (list, tuple)) else []
+    return {k: v for key, value in items for k, v in tensors(value, f"{prefix}/{key}").items()}
+
+
+def assert_same_training(reference: Path, run: Path) -> None:
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+    ref, got = load_checkpoint(reference / FILENAME), load_checkpoint(run / FILENAME)
+    assert got["step"] == ref["step"]
+    for part in ("model", "optimizer"):
+        ref_t, got_t = tensors(ref[part]), tensors(got[part])
+        assert ref_t.keys() == got_t.keys()
+        different = [k for k in ref_t if not torch.equal(ref_t[k], got_t[k])]
+        assert not different, f"{part} differs at {different[:5]}"
+    pd.testing.assert_frame_equal(pd.read_csv(reference / "metrics.csv")[DETERMINISTIC],
+                                  pd.read_csv(run / "metrics.csv")[DETERMINISTIC], check_exact=True)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The same run, never stopped."""
+    cwd = tmp_path_factory.mktemp("reference")
+    result = run_cli("train", *FAULT, f"hydra.run.dir={cwd / 'run'}", cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    assert list(cwd.iterdir()) == [cwd / "run"]  # nothing written outside the run directory
+    return cwd / "run"
+
+
+def test_sigkill_at_random_points_then_resume_gives_identical_weights_and_metrics(reference, tmp_path):
+    rng, run = random.Random(0), tmp_path / "run"
+    proc = start_cli("train", *FAULT, f"hydra.run.dir={run}", cwd=tmp_path)
+    killed_at = []
+    for _ in range(3):
+        wait_for_new_checkpoint(run, checkpoint_mtime(run) if killed_at else None, proc)
+        time.sleep(rng.uniform(0.0, 0.15))  # anywhere: mid-step, mid-eval, mid-checkpoint-write
+        proc.kill()
+        proc.communicate()
+        killed_at.append(load_checkpoint(run / FILENAME)["step"])
+        proc = start_cli("train", f"train.resume={run}", cwd=tmp_path)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert "resumed from" in (run / "train.log").read_text()
+    assert killed_at[0] < 60, f"the first kill should land mid-run, checkpoints were at steps {killed_at}"
+    print(f"SIGKILLed with the last checkpoint at steps {killed_at}")
+    assert_same_training(reference, run)
+    assert not list(run.glob(".*.tmp"))  # half-written temporaries of killed writes are cleaned up
+
+
+def test_ctrl_c_saves_says_how_to_resume_and_resume_matches(reference, tmp_path):
+    run = tmp_path / "run"
+    proc = start_cli("train", *FAULT, f"hydra.run.dir={run}", cwd=tmp_path)
+    wait_for_new_checkpoint(run, None, proc)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert f"checkpoint saved. Resume with: posenc train train.resume={run}" in stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert load_checkpoint(run / FILENAME)["step"] == summary["steps"] < 60  # saved where it stopped
+
+    result = run_cli("train", f"train.resume={run}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert_same_training(reference, run)
+
+
+def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_skips_it(reference, tmp_path):
+    run = tmp_path / "diverged"
+    result = run_cli("train", *FAULT, "train.lr=1e6", "train.checkpoint_interval=1", f"hydra.run.dir={run}", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    bad_step = int(summary["message"].split(" at step ")[1].split(";")[0])
+    assert f"at step {bad_step}" in result.stderr
+    kept = load_checkpoint(run / FILENAME)
+    assert kept["step"] == bad_step - 1
+    assert all(torch.isfinite(t).all() for t in tensors(kept["model"]).values())
+
+    evaluated = run_cli("eval", str(run), str(reference), "--lengths", "64,128", "--max-tokens", "256",
+                        "--out", str(tmp_path / "eval"), "--device", "cpu", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert f"skipping {run}: its status is failed" in " ".join(evaluated.stderr.split())
+    assert set(pd.read_csv(tmp_path / "eval" / "ppl.csv")["run"]) == {str(reference)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diverged", "eval"]  # nothing outside --out and the run
+
+
+class RunsCode:
+    """Pickles to a call that writes a file: what a hostile checkpoint would carry."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return exec, (f"open({str(self.marker)!r}, 'w').write('ran')",)
+
+
+def test_a_checkpoint_crafted_to_run_code_is_refused_and_the_code_never_runs(reference, tmp_path):
+    marker = tmp_path / "payload-ran"
+    run = tmp_path / "hostile"
+    run.mkdir()
+    (run / "summary.json").write_text((reference / "summary.json").read_text())
+    payload = {**torch.load(reference / FILENAME, weights_only=True), "optimizer": RunsCode(marker)}
+    torch.save(payload, run / FILENAME)
+
+    with pytest.raises(UsageError, match="refused"):
+        load_checkpoint(run / FILENAME)
+    result = run_cli("eval", str(run), "--lengths", "64", "--out", str(tmp_path / "eval"), cwd=tmp_path)
+    assert_one_line_error(result, str(run / FILENAME), "refused")
+    assert not marker.exists(), "loading the checkpoint ran its code"
+    assert not (tmp_path / "eval").exists()
+
+    torch.load(run / FILENAME, weights_only=False)  # the control: an unsafe load does run it
+    assert marker.read_text() == "ran"

@@ -1,0 +1,167 @@
+"""The chapters' maths, stated as properties of the scheme modules."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from posenc_cli.errors import PositionOutOfRange, UsageError
+from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model.positional import SCHEMES, build_scheme
+from posenc_cli.model.positional.alibi import alibi_slopes
+from posenc_cli.model.positional.sinusoidal import sinusoidal_table
+
+torch.manual_seed(0)
+
+
+def test_attention_without_positions_is_permutation_equivariant():
+    """Self-attention with no positional information and no causal mask: Attn(PX) = P·Attn(X)."""
+    x = torch.randn(1, 2, 10, 8)  # (B, H, T, D); q = k = v = x for simplicity
+    perm = torch.randperm(10)
+    out = F.scaled_dot_product_attention(x, x, x)
+    out_permuted = F.scaled_dot_product_attention(x[:, :, perm], x[:, :, perm], x[:, :, perm])
+    assert torch.allclose(out_permuted, out[:, :, perm], atol=1e-6)
+    # ...and a scheme that adds positions breaks the symmetry, which is the point of having one.
+    pe = sinusoidal_table(torch.arange(10), 8)[None, None]
+    y = x + pe
+    y_perm = x[:, :, perm] + pe
+    assert not torch.allclose(F.scaled_dot_product_attention(y_perm, y_perm, y_perm),
+                              F.scaled_dot_product_attention(y, y, y)[:, :, perm], atol=1e-3)
+
+
+def test_sinusoidal_values_from_the_chapter():
+    pe = sinusoidal_table(torch.tensor([1, 2]), 16)
+    assert pe[0, :4].tolist() == pytest.approx([0.8415, 0.5403, 0.3110, 0.9504], abs=5e-5)
+    assert pe[1, :4].tolist() == pytest.approx([0.9093, -0.4161, 0.5911, 0.8066], abs=5e-5)
+
+
+@pytest.mark.parametrize("k", [1, 5, 37])
+def test_sinusoidal_shift_is_a_fixed_rotation_per_frequency_pair(k):
+    """PE(pos + k) = R(k)·PE(pos) for each (sin, cos) pair, with R(k) independent of pos."""
+    d, positions = 16, torch.arange(0, 200, 7)
+    pe, shifted = sinusoidal_table(positions, d).double(), sinusoidal_table(positions + k, d).double()
+    freqs = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    c, s = torch.cos(k * freqs), torch.sin(k * freqs)
+    sin_part, cos_part = pe[:, 0::2], pe[:, 1::2]
+    assert torch.allclose(shifted[:, 0::2], c * sin_part + s * cos_part, atol=1e-5)
+    assert torch.allclose(shifted[:, 1::2], -s * sin_part + c * cos_part, atol=1e-5)
+
+
+def test_sinusoidal_has_no_length_limit():
+    scheme = build_scheme("sinusoidal", 16, 2, block_size=8)
+    assert scheme.max_len is None and scheme.positional_params == 0
+    out = scheme.embed(torch.zeros(1, 5000, 16), torch.arange(5000))
+    assert out.shape == (1, 5000, 16) and out.abs().max() <= 1.0
+
+
+def test_learned_is_the_same_vector_across_the_batch_and_stops_at_its_table():
+    scheme = build_scheme("learned", 16, 2, block_size=32)
+    out = scheme.embed(torch.zeros(3, 32, 16), torch.arange(32))
+    assert torch.equal(out[0], out[1]) and torch.equal(out[1], out[2])
+    assert scheme.max_len == 32 and scheme.positional_params == 32 * 16
+    with pytest.raises(PositionOutOfRange, match="max_len=32"):
+        scheme.embed(torch.zeros(1, 33, 16), torch.arange(33))
+
+
+def _rope_qk(head_dim=8, T=12):
+    scheme = build_scheme("rope", head_dim * 2, 2, block_size=T)
+    return scheme, torch.randn(1, 2, T, head_dim, dtype=torch.float64), torch.randn(1, 2, T, head_dim, dtype=torch.float64)
+
+
+def test_rope_preserves_norms():
+    scheme, q, k = _rope_qk()
+    rq, rk = scheme.rotate(q, k, torch.arange(12))
+    assert torch.allclose(rq.norm(dim=-1), q.norm(dim=-1), atol=1e-5)
+    assert torch.allclose(rk.norm(dim=-1), k.norm(dim=-1), atol=1e-5)
+
+
+@pytest.mark.parametrize("shift", [1, 17, 1000])
+def test_rope_logits_depend_only_on_relative_position(shift):
+    """q_m·k_n is unchanged when both positions move by the same shift."""
+    scheme, q, k = _rope_qk()
+    positions = torch.arange(12)
+    rq, rk = scheme.rotate(q, k, positions)
+    sq, sk = scheme.rotate(q, k, positions + shift)
+    assert torch.allclose(rq @ rk.transpose(-1, -2), sq @ sk.transpose(-1, -2), atol=1e-4)
+
+
+def test_rope_at_position_zero_is_the_identity_and_rotates_elsewhere():
+    scheme, q, k = _rope_qk()
+    rq, _ = scheme.rotate(q, k, torch.arange(12))
+    assert torch.allclose(rq[..., 0, :], q[..., 0, :], atol=1e-6)
+    assert not torch.allclose(rq[..., 5, :], q[..., 5, :], atol=1e-3)
+
+
+def test_rope_rejects_an_odd_head_dim():
+    with pytest.raises(UsageError, match="even head_dim"):
+        build_scheme("rope", 12, 4, block_size=8)  # head_dim 3
+
+
+@pytest.mark.parametrize(
+    "n_head, expected",
+    [
+        (4, [2**-2, 2**-4, 2**-6, 2**-8]),
+        (8, [2 ** -(i + 1) for i in range(8)]),
+        # not a power of two: the 4-head slopes, then every other slope of the 8-head sequence
+        (6, [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3]),
+        (12, [2 ** -(i + 1) for i in range(8)] + [2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5]),
+    ],
+)
+def test_alibi_slopes(n_head, expected):
+    assert alibi_slopes(n_head) == pytest.approx(expected)
+
+
+def test_alibi_bias_matrix_by_hand():
+    scheme = build_scheme("alibi", 8, 2, block_size=4)
+    slopes = alibi_slopes(2)
+    assert slopes == pytest.approx([1 / 16, 1 / 256])
+    bias = scheme.bias(torch.arange(4), torch.arange(4))
+    distance = torch.tensor([[0, 0, 0, 0], [1, 0, 0, 0], [2, 1, 0, 0], [3, 2, 1, 0]], dtype=torch.float32)
+    assert torch.allclose(bias[0], -distance / 16)
+    assert torch.allclose(bias[1], -distance / 256)
+    # a function of distance alone: shifting both positions leaves it unchanged
+    assert torch.equal(scheme.bias(torch.arange(4) + 50, torch.arange(4) + 50), bias)
+
+
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_every_scheme_reports_its_parameters_and_relative_kind(name):
+    model = GPT(ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8, scheme=name))
+    assert model.pos.relative in ("none", "implicit", "explicit")
+    assert model.n_positional_params == sum(p.numel() for p in model.pos.parameters())
+    if name == "learned":
+        assert model.n_positional_params == 16 * 8  # max_len·d
+    elif name in ("none", "sinusoidal", "rope", "alibi"):
+        assert model.n_positional_params == 0  # the chapters: no parameters
+    logits = model(torch.randint(0, 11, (2, 16)))
+    assert logits.shape == (2, 16, 11)
+
+
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_the_model_is_causal_for_every_scheme(name):
+    """Changing a later token never changes earlier logits."""
+    torch.manual_seed(1)
+    model = GPT(ModelConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=8, scheme=name)).eval()
+    idx = torch.randint(0, 11, (1, 16))
+    changed = idx.clone()
+    changed[0, 10] = (idx[0, 10] + 1) % 11
+    assert torch.allclose(model(idx)[0, :10], model(changed)[0, :10], atol=1e-5)
+
+
+def test_biased_attention_in_query_blocks_equals_one_block(monkeypatch):
+    import posenc_cli.model.gpt as gpt
+
+    torch.manual_seed(2)
+    model = GPT(ModelConfig(vocab_size=11, block_size=32, n_layer=1, n_head=2, n_embd=8, scheme="alibi")).eval()
+    idx = torch.randint(0, 11, (1, 32))
+    whole = model(idx)
+    monkeypatch.setattr(gpt, "MASK_BUDGET", 2 * 32 * 5)  # 5 queries per block
+    assert torch.allclose(model(idx), whole, atol=1e-5)
+
+
+def test_model_config_rejects_bad_sizes():
+    with pytest.raises(UsageError, match="not divisible"):
+        ModelConfig(vocab_size=5, block_size=8, n_head=3, n_embd=8)
+    with pytest.raises(UsageError, match="positive integer"):
+        ModelConfig(vocab_size=5, block_size=0)
