@@ -17,7 +17,6 @@ import torch
 
 from posenc_cli.data import passkey
 from posenc_cli.data.vocab import UNK, Vocab
-from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
 from posenc_cli.evaluate import TOKENS_PER_FORWARD
 from posenc_cli.model import token_nll
@@ -94,8 +93,7 @@ def score(model, prompts: torch.Tensor, keys: torch.Tensor, device="cpu") -> tup
     hits, nlls = [], []
     for i in range(0, len(sequences), batch):
         target = keys[i : i + batch].to(device)
-        with autocast(torch.device(device)):
-            logits = model(sequences[i : i + batch].to(device))[:, -n_key:].float()
+        logits = model(sequences[i : i + batch].to(device))[:, -n_key:].float()  # full precision, as eval
         hits.append((logits.argmax(-1) == target).all(-1).cpu())
         nlls.append(token_nll(logits, target).mean(-1).cpu())
     return torch.cat(hits), torch.cat(nlls)
