@@ -170,7 +170,7 @@ def probe(
     from posenc_cli.device import resolve_device
     from posenc_cli.evaluate import parse_lengths
     from posenc_cli.probe import check_vocab, parse_depths, probe_runs
-    from posenc_cli.report import markdown_table, passkey_rows, scheme_order, write_probe_outputs
+    from posenc_cli.report import markdown_table, passkey_rows, scheme_facts, scheme_order, write_probe_outputs
     from posenc_cli.runs import announce, finished_runs, load_run
 
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
@@ -184,7 +184,7 @@ def probe(
         check_vocab(run.vocab, str(run.path))
     announce(finished, why, "probing")
     df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
-    info = {r.scheme: {"positional_params": r.model.n_positional_params, "relative": r.model.pos.relative} for r in loaded}
+    info = {r.scheme: scheme_facts(r.model) for r in loaded}
     out = out or Path("outputs") / "probe" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     written = write_probe_outputs(df, info, out, lang)
     schemes = scheme_order(df["scheme"])

@@ -65,6 +65,11 @@ def ppl_pivot(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def scheme_facts(model) -> dict:
+    """What comparison.md's "positional parameters" and "relative position" rows show for a model."""
+    return {"positional_params": model.n_positional_params, "relative": model.pos.relative}
+
+
 def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passkey: pd.DataFrame | None = None) -> str:
     """The chapters' table, with measured numbers beside the claims (and passkey rows from a probe)."""
     schemes = scheme_order(df["scheme"])
