@@ -30,7 +30,7 @@ Config groups (pick with group=option):\n
   scheme: none | sinusoidal | learned | rope | alibi | t5 | xpos | kerple   (default rope)\n
   model:  tiny | small | medium                        (default tiny)\n
   data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
-  experiment: smoke                                    (presets that set several groups)\n
+  experiment: smoke | probe                            (presets that set several groups)\n
 Common keys: model.n_layer model.n_head model.n_embd data.path train.max_steps train.batch_size
 train.block_size (the training length, default 256) train.lr train.eval_interval seed device (auto|cpu|cuda|mps).\n
 Examples:\n
@@ -120,7 +120,7 @@ def eval_command(
     from posenc_cli.evaluate import MODES, evaluate_runs, parse_lengths
     from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
     from posenc_cli.report import ppl_pivot, write_eval_outputs
-    from posenc_cli.runs import load_run, read_summary, select_runs
+    from posenc_cli.runs import finished_runs, load_run
 
     wanted = parse_lengths(lengths)
     methods = parse_rope_scaling(rope_scaling, rope_factor)
@@ -128,19 +128,9 @@ def eval_command(
         raise UsageError(f"--mode {mode} is not known; choose one of: {', '.join(MODES)}")
     if max_tokens <= 0:
         raise UsageError(f"--max-tokens must be a positive integer, got {max_tokens}")
-    if lang not in ("en", "zh"):
-        raise UsageError(f"--lang {lang} is not known; choose en or zh")
+    check_lang(lang)
     target = resolve_device(device)
-    paths, why = select_runs(list(runs or []))
-    finished = []
-    for path in paths:
-        status = read_summary(path).get("status", "finished")
-        if status != "finished":
-            ui.err.print(f"skipping {path}: its status is {status}")
-        else:
-            finished.append(path)
-    if not finished:
-        raise UsageError("none of the selected runs has finished training; nothing to evaluate")
+    finished, why = finished_runs(list(runs or []), "evaluate")
     loaded = [load_run(p) for p in finished]
     df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target,
                                         methods, rope_factor, why)
@@ -155,6 +145,56 @@ def eval_command(
     ui.out.print(table)
     ui.out.print((out / "comparison.md").read_text(encoding="utf-8"), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote {', '.join(p.name for p in written if p.exists())} to {out}")
+
+
+@app.command()
+def probe(
+    runs: List[str] = typer.Argument(None, help="Run directories, sweep directories or globs (default: the latest runs)."),
+    lengths: str = typer.Option("256,512,1024,2048", "--lengths", "-l", help="Comma list of trial lengths; each run's training length is always added."),
+    depths: str = typer.Option("0.1,0.5,0.9", help="Comma list of relative depths of the key sentence in the filler (0 = start, 1 = end)."),
+    trials: int = typer.Option(50, help="Trials per run, length and depth (a fresh key and filler each)."),
+    seed: int = typer.Option(0, help="Seed for keys and filler: the same trials for every run."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/probe/<time>). Use eval's --out to get passkey rows in its comparison.md."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda | mps"),
+    lang: str = typer.Option("en", help="en, or zh: as eval's --lang, for the comparison.md it rewrites."),
+) -> None:
+    """Passkey retrieval: can a model find a 5-digit key at depth δ in a prompt of L characters?
+
+    Filler comes from each run's own validation text; the key's phrasing is the one the synthetic
+    corpus teaches with data.passkey_rate>0 (see experiment=probe). Writes probe.csv, a heatmap per
+    scheme (probe_<scheme>.png), probe_summary.png, and rewrites comparison.md with "passkey @ L" rows
+    when the output directory also holds eval's ppl.csv. Runs are chosen as in eval.
+    """
+    import datetime
+
+    from posenc_cli.device import resolve_device
+    from posenc_cli.evaluate import parse_lengths
+    from posenc_cli.probe import check_vocab, parse_depths, probe_runs
+    from posenc_cli.report import markdown_table, passkey_rows, scheme_facts, scheme_order, write_probe_outputs
+    from posenc_cli.runs import announce, finished_runs, load_run
+
+    wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
+    if trials <= 0:
+        raise UsageError(f"--trials must be a positive integer, got {trials}")
+    check_lang(lang)
+    target = resolve_device(device)
+    finished, why = finished_runs(list(runs or []), "probe")
+    loaded = [load_run(p) for p in finished]
+    for run in loaded:
+        check_vocab(run.vocab, str(run.path))
+    announce(finished, why, "probing")
+    df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
+    info = {r.scheme: scheme_facts(r.model) for r in loaded}
+    out = out or Path("outputs") / "probe" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    written = write_probe_outputs(df, info, out, lang)
+    schemes = scheme_order(df["scheme"])
+    ui.out.print(markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False)
+    ui.err.print(f"wrote {', '.join(p.name for p in written)} to {out}")
+
+
+def check_lang(lang: str) -> None:
+    if lang not in ("en", "zh"):
+        raise UsageError(f"--lang {lang} is not known; choose en or zh")
 
 
 @app.command()

@@ -136,6 +136,8 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
     from posenc_cli import ui
     from posenc_cli.data import load_corpus
     from posenc_cli.data.text import read_text_file
+    from posenc_cli.report import scheme_facts
+    from posenc_cli.runs import announce
 
     eval_text = read_text_file(data_path, what="--data") if data_path else None
     corpora: dict[str, torch.Tensor] = {}
@@ -153,7 +155,7 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
         for length in run_lengths:
             plan_windows(span, length, mode, stride)  # validates mode and stride
         plans[run.path] = (tokens, run_lengths, span)
-    ui.err.print(f"evaluating {len(runs)} run(s), {why}:\n" + "\n".join(f"  {run.path}" for run in runs), highlight=False)
+    announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
     jobs = [(run, scheme, scaling) for run in runs for scheme, scaling in scaling_variants(run, rope_scaling, rope_factor)]
     with ui.progress() as bar:
@@ -163,7 +165,7 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
             model = run.model.to(device)
             if hasattr(model.pos, "scaling"):
                 model.pos.scaling = scaling  # evaluation time only: the checkpoint is untouched
-            info[scheme] = {"positional_params": model.n_positional_params, "relative": model.pos.relative}
+            info[scheme] = scheme_facts(model)
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
                 row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,

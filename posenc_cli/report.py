@@ -1,4 +1,4 @@
-"""Tables and figures from evaluation results: ppl.csv, ppl.md, comparison.md and PNG plots.
+"""Tables and figures from evaluation results: ppl.csv, ppl.md, comparison.md, probe.csv and PNG plots.
 
 Everything here is derived from a tidy DataFrame, so an eval directory can be deleted and rebuilt.
 """
@@ -9,10 +9,12 @@ import math
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 from posenc_cli.atomic import write_text, write_with
 from posenc_cli.claims import claim_for
+from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
 
 SCHEME_ORDER = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "xpos", "kerple"]
 # Extrapolation verdicts from ppl(longest) / ppl(training length); the upper bound of each band.
@@ -63,8 +65,13 @@ def ppl_pivot(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en") -> str:
-    """The chapters' table, with measured numbers beside the claims."""
+def scheme_facts(model) -> dict:
+    """What comparison.md's "positional parameters" and "relative position" rows show for a model."""
+    return {"positional_params": model.n_positional_params, "relative": model.pos.relative}
+
+
+def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passkey: pd.DataFrame | None = None) -> str:
+    """The chapters' table, with measured numbers beside the claims (and passkey rows from a probe)."""
     schemes = scheme_order(df["scheme"])
     lengths = sorted(df["eval_len"].unique())
     train_len = int(df["train_len"].min())
@@ -80,6 +87,8 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en") -> str
         ratios.append(f"{ratio:.2f}×" if math.isfinite(ratio) else BEYOND_TABLE)
         words.append(verdict(ratio))
     rows.append([f"ppl({longest}) / ppl({train_len})"] + ratios)
+    if passkey is not None:
+        rows += passkey_rows(passkey, schemes)
     rows.append(["extrapolation, measured"] + words)
     rows.append(["extrapolation, chapters' claim"] + [claim_for(s).extrapolation for s in schemes])
     if lang == "zh":
@@ -96,13 +105,92 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en") -> str
         "Verdict from ppl(longest)/ppl(training length): " + ", ".join(
             f"≤ {b:g}× {w}" if math.isfinite(b) else f"above: {w}" for b, w in VERDICTS) + ".",
     ]
+    if passkey is not None:
+        notes.append(passkey_note(passkey))
     if (df["note"].fillna("") != "").any():
         notes.append(f"{BEYOND_TABLE}: " + "; ".join(sorted(set(df["note"].dropna()) - {""})) + ".")
     return ("# Positional schemes: the chapters' table, measured\n\n"
             + markdown_table([""] + schemes, rows) + "\n" + "\n".join(f"- {n}" for n in notes) + "\n")
 
 
+def retrieval_by_length(passkey: pd.DataFrame) -> pd.DataFrame:
+    """Percent retrieved per scheme, seed and length, averaged over depths (NaN past a learned table)."""
+    return (passkey.groupby(["scheme", "seed", "length"])["accuracy"].mean() * 100).reset_index()
+
+
+def passkey_rows(passkey: pd.DataFrame, schemes: list[str]) -> list[list[str]]:
+    """Rows "passkey @ L": % of trials retrieved exactly, mean ± std over seeds."""
+    by_length = retrieval_by_length(passkey)
+    train_len = int(passkey["train_len"].min())
+    rows = []
+    for L in sorted(by_length["length"].unique()):
+        label = f"passkey @ {L}" + (" (training length)" if L == train_len else f" ({L / train_len:.3g}×)")
+        cells = by_length[by_length.length == L]
+        rows.append([label] + [mean_std(cells[cells.scheme == s]["accuracy"], digits=0) for s in schemes])
+    return rows
+
+
+def passkey_note(passkey: pd.DataFrame) -> str:
+    depths = ", ".join(f"{d:g}" for d in sorted(passkey["depth"].unique()))
+    return (f"passkey: % of {int(passkey['trials'].max())} trials per depth (depths {depths}) whose "
+            f"{PASSKEY_DIGITS}-digit key greedy decoding reproduced exactly (`posenc probe`).")
+
+
+def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
+    """Length x depth accuracy for one scheme, like the needle-in-a-haystack figures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = passkey[passkey.scheme == scheme].pivot_table(index="depth", columns="length", values="accuracy",
+                                                         aggfunc="mean", dropna=False) * 100
+    fig, ax = plt.subplots(figsize=(1.1 * len(grid.columns) + 2, 0.55 * len(grid.index) + 1.6))
+    ax.imshow(grid.to_numpy(dtype=float), cmap="RdYlGn", vmin=0, vmax=100, aspect="auto")
+    ax.set_facecolor("lightgrey")
+    for (i, j), value in np.ndenumerate(grid.to_numpy(dtype=float)):
+        ax.text(j, i, BEYOND_TABLE if math.isnan(value) else f"{value:.0f}", ha="center", va="center", fontsize=9,
+                color="white" if value < 20 or value > 85 else "black")
+    ax.set_xticks(range(len(grid.columns)), [str(c) for c in grid.columns])
+    ax.set_yticks(range(len(grid.index)), [f"{d:g}" for d in grid.index])
+    ax.set_xlabel("prompt length (tokens)")
+    ax.set_ylabel("key depth")
+    ax.set_title(f"{scheme}: passkey retrieved (%), trained at {int(passkey['train_len'].min())}")
+    fig.tight_layout()
+    write_with(path, lambda p: fig.savefig(p, format="png", dpi=120))
+    plt.close(fig)
+
+
+def plot_probe_summary(passkey: pd.DataFrame, path: Path) -> None:
+    """Accuracy vs length, one line per scheme, mean ± std over seeds (depths averaged)."""
+    plot_by_length(retrieval_by_length(passkey), "length", "accuracy", int(passkey["train_len"].min()), path,
+                   "prompt length (tokens)", "passkey retrieved (%)", "Passkey retrieval past the training length")
+
+
+def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path, lang: str = "en") -> list[Path]:
+    """probe.csv, one heatmap per scheme, the summary plot; comparison.md again if eval's ppl.csv is here."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
+    written = [out / "probe.csv"]
+    for scheme in scheme_order(passkey["scheme"]):
+        written.append(out / f"probe_{scheme}.png")
+        plot_probe_heatmap(passkey, scheme, written[-1])
+    written.append(out / "probe_summary.png")
+    plot_probe_summary(passkey, written[-1])
+    if (out / "ppl.csv").is_file():
+        write_text(out / "comparison.md", comparison(pd.read_csv(out / "ppl.csv"), info, lang, passkey))
+        written.append(out / "comparison.md")
+    return written
+
+
 def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
+    plot_by_length(df, "eval_len", "ppl", int(df["train_len"].min()), path,
+                   "evaluation length (tokens)", "perplexity", "Perplexity past the training length", log_y=True)
+
+
+def plot_by_length(df: pd.DataFrame, x: str, y: str, train_len: int, path: Path, xlabel: str, ylabel: str,
+                   title: str, log_y: bool = False) -> None:
+    """One line per scheme of y against length x (log 2 axis), mean ± std over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -111,14 +199,15 @@ def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # more schemes than tab10's ten colours
     for scheme in scheme_order(df["scheme"]):
-        stats = df[df.scheme == scheme].groupby("eval_len")["ppl"].agg(["mean", "std"]).dropna(subset=["mean"])
+        stats = df[df.scheme == scheme].groupby(x)[y].agg(["mean", "std"]).dropna(subset=["mean"])
         ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=scheme)
-    ax.axvline(int(df["train_len"].min()), color="grey", linestyle="--", linewidth=1, label="training length")
+    ax.axvline(train_len, color="grey", linestyle="--", linewidth=1, label="training length")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("perplexity")
-    ax.set_title("Perplexity past the training length")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     write_with(path, lambda p: fig.savefig(p, format="png", dpi=120))
@@ -154,7 +243,8 @@ def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str
     write_with(out / "loss_by_position.csv", lambda p: positions.to_csv(p, index=False))
     header, rows = ppl_pivot(df)
     write_text(out / "ppl.md", "# Perplexity by evaluation length\n\n" + markdown_table(header, rows))
-    write_text(out / "comparison.md", comparison(df, info, lang))
+    passkey = pd.read_csv(out / "probe.csv") if (out / "probe.csv").is_file() else None
+    write_text(out / "comparison.md", comparison(df, info, lang, passkey))
     plot_ppl_vs_length(df, out / "ppl_vs_length.png")
     if not positions.empty:
         plot_loss_by_position(positions, int(df["train_len"].min()), out / "loss_by_position.png")

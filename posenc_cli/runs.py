@@ -126,3 +126,29 @@ def select_runs(paths: list[str], outputs: Path = Path("outputs")) -> tuple[list
                 raise UsageError(f"{match} is not a run or a sweep: no summary.json or {FILENAME} in or below it")
             selected += [r for r in found if r not in selected]
     return selected, "the runs you named"
+
+
+
+def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str]:
+    """select_runs without the runs that have not finished training (each skipped one is named on
+    stderr); `verb` (evaluate, probe) words the error when none is left."""
+    from posenc_cli import ui
+
+    selected, why = select_runs(paths)
+    finished = []
+    for path in selected:
+        status = read_summary(path).get("status", "finished")
+        if status != "finished":
+            ui.err.print(f"skipping {path}: its status is {status}")
+        else:
+            finished.append(path)
+    if not finished:
+        raise UsageError(f"none of the selected runs has finished training; nothing to {verb}")
+    return finished, why
+
+
+def announce(paths: list[Path], why: str, doing: str) -> None:
+    """Say on stderr which runs a command works on and why those (after its checks passed)."""
+    from posenc_cli import ui
+
+    ui.err.print(f"{doing} {len(paths)} run(s), {why}:\n" + "\n".join(f"  {path}" for path in paths), highlight=False)

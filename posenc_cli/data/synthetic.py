@@ -7,6 +7,10 @@ log-uniformly between `copy_min_distance` and `copy_max_distance` characters (de
 up to 8x the default training length). A model that really uses far context predicts those spans.
 Entropy: the generator knows the probability of every fresh word, so `fresh_entropy` (nats per fresh
 character) is exact for the fresh text; copies cost almost nothing to a model that finds them.
+Passkey episodes (off by default, `passkey_rate`): the key sentence with a random key, fresh filler of a
+distance drawn uniformly from `passkey_min_distance`..`passkey_max_distance` characters, then the
+question and the answer (phrasing in passkey.py). Keep the distances inside the training length, so
+every episode can fit in one training window: that is what `posenc probe` asks about.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from posenc_cli.data import passkey
+from posenc_cli.errors import UsageError
 
 CONSONANTS = "bdfghklmnprstvz"
 VOWELS = "aeiou"
@@ -35,6 +42,9 @@ class SyntheticSpec:
     copy_max_len: int = 96
     copy_min_distance: int = 32
     copy_max_distance: int = 2048
+    passkey_rate: float = 0.0  # probability that the next segment is a passkey episode
+    passkey_min_distance: int = 16  # characters of filler between the key sentence and the question
+    passkey_max_distance: int = 160  # an episode is ~70 characters plus this: fits the default 256
 
 
 @dataclass
@@ -58,6 +68,11 @@ def _lexicon(rng: np.random.Generator, size: int) -> list[str]:
 
 
 def generate(spec: SyntheticSpec) -> SyntheticText:
+    if spec.passkey_rate > 0 and not 1 <= spec.passkey_min_distance <= spec.passkey_max_distance:
+        raise UsageError(
+            f"data.passkey_min_distance={spec.passkey_min_distance} and data.passkey_max_distance="
+            f"{spec.passkey_max_distance} must satisfy 1 <= min <= max"
+        )
     rng = np.random.default_rng(spec.seed)
     words = _lexicon(rng, spec.lexicon_size)
     zipf = 1.0 / np.arange(1, len(words) + 1) ** spec.zipf_exponent
@@ -75,20 +90,38 @@ def generate(spec: SyntheticSpec) -> SyntheticText:
     length = fresh_chars = 0
     fresh_nats = 0.0
     prev = 0
+
+    def sentence() -> tuple[str, float]:
+        """A fresh sentence and its exact information content in nats."""
+        nonlocal prev
+        n_words = int(rng.integers(spec.min_sentence, spec.max_sentence + 1))
+        nats, chosen = math.log(sentence_choices), []
+        for u in rng.random(n_words):
+            nats += next_entropy[prev]
+            prev = min(int(np.searchsorted(cdf[prev], u, side="right")), len(words) - 1)
+            chosen.append(words[prev])
+        return " ".join(chosen) + ". ", nats
+
     while length < spec.n_chars:
         if length > spec.copy_max_distance and rng.random() < spec.copy_rate:
             log_distance = rng.uniform(math.log(spec.copy_min_distance), math.log(spec.copy_max_distance))
             span = int(rng.integers(spec.copy_min_len, spec.copy_max_len + 1))
             piece = _tail(out, int(math.exp(log_distance)))[:span]
+        elif spec.passkey_rate > 0 and rng.random() < spec.passkey_rate:
+            key = passkey.random_key(rng)
+            distance = int(rng.integers(spec.passkey_min_distance, spec.passkey_max_distance + 1))
+            filler, nats = "", 0.0
+            while len(filler) < distance:
+                text, sentence_nats = sentence()
+                filler, nats = filler + text, nats + sentence_nats
+            # the filler is cut to the distance, ending in a space (as in the probe's prompts);
+            # count its fresh characters and (pro rata) their nats
+            fresh_chars += distance
+            fresh_nats += nats * distance / max(len(filler), 1) + passkey.KEY_DIGITS * math.log(len(passkey.DIGITS))
+            piece = passkey.key_sentence(key) + filler[: distance - 1] + " " + passkey.QUESTION + passkey.answer(key)
         else:
-            n_words = int(rng.integers(spec.min_sentence, spec.max_sentence + 1))
-            chosen = []
-            for u in rng.random(n_words):
-                fresh_nats += next_entropy[prev]
-                prev = min(int(np.searchsorted(cdf[prev], u, side="right")), len(words) - 1)
-                chosen.append(words[prev])
-            piece = " ".join(chosen) + ". "
-            fresh_nats += math.log(sentence_choices)
+            piece, nats = sentence()
+            fresh_nats += nats
             fresh_chars += len(piece)
         out.append(piece)
         length += len(piece)

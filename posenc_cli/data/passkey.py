@@ -1,0 +1,49 @@
+"""The passkey phrasing, in one place: the synthetic corpus teaches it and `posenc probe` asks it.
+
+An episode is the key sentence, some filler, then the question and the answer:
+
+    the pass key is 40913. <filler …> what is the pass key? the pass key is 40913.
+
+The question repeats the key sentence's words, so answering is copying what followed them earlier
+(the induction pattern copy spans already teach); the key itself is random, so it cannot be guessed.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+KEY_DIGITS = 5
+DIGITS = string.digits
+KEY_SENTENCE = "the pass key is {key}. "
+QUESTION = "what is the pass key? the pass key is "
+ANSWER = "{key}. "
+
+
+
+
+def _with_any_key(template: str) -> str:
+    return re.escape(template.format(key="KEY")).replace("KEY", r"\d+")
+
+
+# what `posenc probe` removes from filler so no other key competes with the one it asks for:
+# key sentences, questions with their answers, and stray digits (from copies of parts of episodes)
+EPISODE_PARTS = re.compile("|".join([_with_any_key(KEY_SENTENCE), _with_any_key(QUESTION + ANSWER), r"\d+"]))
+
+
+def key_sentence(key: str) -> str:
+    return KEY_SENTENCE.format(key=key)
+
+
+def answer(key: str) -> str:
+    return ANSWER.format(key=key)
+
+
+def random_key(rng) -> str:
+    """KEY_DIGITS uniform digits from a numpy Generator (leading zeros allowed)."""
+    return "".join(DIGITS[i] for i in rng.integers(0, len(DIGITS), size=KEY_DIGITS))
+
+
+def needed_chars() -> set[str]:
+    """Every character an episode can contain: a vocabulary lacking one cannot be probed."""
+    return set(KEY_SENTENCE.format(key="") + QUESTION + ANSWER.format(key="") + DIGITS)

@@ -1,0 +1,153 @@
+"""posenc probe: passkey prompts, scoring, the corpus episodes that teach it, and the command end to end."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import SMOKE, assert_one_line_error, run_cli
+from posenc_cli.data import passkey
+from posenc_cli.data.synthetic import SyntheticSpec, generate
+from posenc_cli.data.vocab import Vocab
+from posenc_cli.errors import UsageError
+from posenc_cli.probe import build_prompt, check_vocab, filler_length, make_trials, score, without_episodes
+
+WORDS = "ba bode kalimu so tefa ri gunazo pe".split()
+VOCAB = Vocab.from_text("".join(sorted(passkey.needed_chars())) + "abcdefghijklmnopqrstuvwxyz")
+FILLER = VOCAB.encode(" ".join(WORDS[(i * 7 + i // 3) % len(WORDS)] for i in range(2000)))
+OVERHEAD = len(passkey.key_sentence("00000")) + len(passkey.QUESTION) + passkey.KEY_DIGITS
+
+
+@pytest.mark.parametrize("length", [OVERHEAD + 1, 128, 300, 1024])
+@pytest.mark.parametrize("depth", [0.0, 0.1, 0.5, 0.9, 1.0])
+def test_prompt_has_exact_length_key_at_depth_and_question_last(length, depth):
+    key = "40913"
+    text = VOCAB.decode(build_prompt(FILLER[5:], key, depth, length, VOCAB))
+    assert len(text) + passkey.KEY_DIGITS == length
+    assert text.endswith(" " + passkey.QUESTION)
+    sentence = passkey.key_sentence(key)
+    assert text.count(sentence) == 1
+    at = text.index(sentence)
+    target = round(depth * filler_length(length))
+    # the key moved forward from its depth only to the next word start: no space skipped on the way
+    assert at >= target and " " not in text[target : max(target, at - 1)]
+    assert at == 0 or text[at - 1] == " "
+
+
+def test_trials_are_reproducible_and_keys_vary():
+    a_prompts, a_keys = make_trials(FILLER, VOCAB, 200, 0.5, 8, seed=3)
+    b_prompts, b_keys = make_trials(FILLER, VOCAB, 200, 0.5, 8, seed=3)
+    assert torch.equal(a_prompts, b_prompts) and torch.equal(a_keys, b_keys)
+    assert a_prompts.shape == (8, 200 - passkey.KEY_DIGITS) and a_keys.shape == (8, passkey.KEY_DIGITS)
+    assert len({VOCAB.decode(k) for k in a_keys}) > 1
+
+
+class SpellsKey(torch.nn.Module):
+    """A fake model whose next-token logits always spell `key`: after j consecutive digits it puts
+    `margin` on key[j] and 0 elsewhere, whatever the prompt says."""
+
+    def __init__(self, key: str, vocab: Vocab, margin: float = 4.0):
+        super().__init__()
+        self.ids = vocab.encode(key)
+        self.digits = vocab.encode(passkey.DIGITS)
+        self.size, self.margin = len(vocab), margin
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(*idx.shape, self.size)
+        for b in range(idx.size(0)):
+            run = 0
+            for t in range(idx.size(1)):
+                run = run + 1 if idx[b, t] in self.digits else 0
+                logits[b, t, self.ids[min(run, len(self.ids) - 1)]] = self.margin
+        return logits
+
+
+def greedy_key(model, prompt: torch.Tensor) -> torch.Tensor:
+    """The plain decoding loop that `score` replaces with one teacher-forced pass."""
+    sequence = prompt[None]
+    for _ in range(passkey.KEY_DIGITS):
+        sequence = torch.cat([sequence, model(sequence)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return sequence[0, -passkey.KEY_DIGITS :]
+
+
+def test_score_matches_greedy_decoding_and_the_nll_by_hand():
+    model = SpellsKey("12345", VOCAB)
+    keys = ["12345", "12399", "54321", "12345"]
+    prompts = torch.stack([build_prompt(FILLER, k, 0.5, 128, VOCAB) for k in keys])
+    key_ids = torch.stack([VOCAB.encode(k) for k in keys])
+    hits, nll = score(model, prompts, key_ids)
+    assert hits.tolist() == [True, False, False, True]
+    assert hits.tolist() == [torch.equal(greedy_key(model, p), k) for p, k in zip(prompts, key_ids)]
+    log_z = math.log(math.exp(4.0) + len(VOCAB) - 1)  # per digit: -log p = log Z - logit
+    right, wrong = log_z - 4.0, log_z
+    for k, value in zip(keys, nll.tolist()):
+        n_right = sum(a == b for a, b in zip(k, "12345"))
+        assert value == pytest.approx((n_right * right + (5 - n_right) * wrong) / 5, rel=1e-5)
+
+
+def test_vocab_without_digits_is_refused_naming_what_is_missing():
+    with pytest.raises(UsageError, match=re.escape("lacks the characters '0123456789?'")):
+        check_vocab(Vocab.from_text("abcdefghijklmnopqrstuvwxyz ."), "run")
+    check_vocab(VOCAB, "run")
+
+
+def test_default_corpus_is_unchanged_when_passkey_rate_is_zero():
+    text = generate(SyntheticSpec(n_chars=20_000)).text
+    assert hashlib.sha256(text.encode()).hexdigest() == "f9ff8441b3485ec356dc94ea5d68d5be3111b583debc94afdbef3cac09cfe1d3"
+
+
+def test_corpus_episodes_answer_their_own_key_at_distances_in_range():
+    spec = SyntheticSpec(n_chars=30_000, passkey_rate=0.2, passkey_min_distance=10, passkey_max_distance=50)
+    text = generate(spec).text
+    episode = re.compile(re.escape(passkey.key_sentence("KEY")).replace("KEY", r"(\d{5})") + r"([a-z .]*?)"
+                         + re.escape(passkey.QUESTION) + r"(\d{5})\. ")
+    found = episode.findall(text)
+    assert len(found) > 20
+    for key, filler, answer in found:
+        assert answer == key
+        assert spec.passkey_min_distance <= len(filler) <= spec.passkey_max_distance
+    assert passkey.needed_chars() <= set(text[: int(len(text) * 0.9)])  # the training split has them all
+
+
+def test_probe_on_a_sweep_without_passkey_data_is_one_line_exit_2(smoke_sweep, tmp_path):
+    result = run_cli("probe", str(smoke_sweep), "--lengths", "128", cwd=tmp_path)
+    assert_one_line_error(result, "cannot be probed", "'0123456789?", "data.passkey_rate")
+
+
+def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path):
+    train = run_cli("train", "-m", "scheme=rope,learned", *SMOKE, "train.block_size=96",
+                    "data.passkey_rate=0.3", "data.passkey_max_distance=20", cwd=tmp_path)
+    assert train.returncode == 0, train.stderr
+    out = tmp_path / "report"
+    evaluated = run_cli("eval", "--lengths", "96", "--max-tokens", "384", "--out", str(out), cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    probed = run_cli("probe", "--lengths", "128", "--depths", "0.2,0.8", "--trials", "3", "--out", str(out), cwd=tmp_path)
+    assert probed.returncode == 0, probed.stderr
+    df = pd.read_csv(out / "probe.csv")
+    assert list(df.columns) == ["run", "scheme", "seed", "train_len", "length", "depth", "trials", "accuracy", "key_nll"]
+    assert len(df) == 2 * 2 * 2  # runs x lengths (96 added) x depths
+    beyond = df[(df.scheme == "learned") & (df.length == 128)]
+    assert beyond["accuracy"].isna().all() and (beyond["trials"] == 0).all()
+    inside = df.dropna(subset=["accuracy"])
+    assert inside["accuracy"].between(0, 1).all() and (inside["key_nll"] > 0).all()
+    for name in ("probe_rope.png", "probe_learned.png", "probe_summary.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    comparison = (out / "comparison.md").read_text()
+    row = next(line for line in comparison.splitlines() if line.startswith("| passkey @ 128"))
+    assert "—" in row
+    again = run_cli("eval", "--lengths", "96", "--max-tokens", "384", "--out", str(out), cwd=tmp_path)
+    assert again.returncode == 0 and "passkey @ 96" in (out / "comparison.md").read_text()
+
+
+def test_filler_loses_the_corpus_own_episodes_and_keeps_unk_tokens():
+    vocab = Vocab(VOCAB.chars + ("<unk>",))
+    text = "ba so. " + passkey.key_sentence("11111") + "ri pe. " + passkey.QUESTION + passkey.answer("11111") + "gu 42 na"
+    tokens = torch.cat([vocab.encode(text), torch.tensor([len(vocab) - 1])])
+    kept = without_episodes(tokens, vocab)
+    assert vocab.decode(kept[:-1]) == "ba so. ri pe. gu  na"
+    assert kept[-1] == len(vocab) - 1
