@@ -188,23 +188,23 @@ def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
                    "evaluation length (tokens)", "perplexity", "Perplexity past the training length", log_y=True)
 
 
-def plot_by_length(df: pd.DataFrame, x: str, y: str, train_len: int, path: Path, xlabel: str, ylabel: str,
-                   title: str, log_y: bool = False) -> None:
-    """One line per scheme of y against length x (log 2 axis), mean ± std over seeds."""
+def scheme_axes(n_schemes: int):
+    """A figure whose colour cycle has a distinct colour per scheme (tab10, or tab20 past ten)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # more schemes than tab10's ten colours
-    for scheme in scheme_order(df["scheme"]):
-        stats = df[df.scheme == scheme].groupby(x)[y].agg(["mean", "std"]).dropna(subset=["mean"])
-        ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=scheme)
+    ax.set_prop_cycle(color=plt.get_cmap("tab10" if n_schemes <= 10 else "tab20").colors)
+    return fig, ax
+
+
+def finish_figure(fig, ax, train_len: int, xlabel: str, ylabel: str, title: str, path: Path) -> None:
+    """Mark the training length, label, and write the PNG atomically."""
+    import matplotlib.pyplot as plt
+
     ax.axvline(train_len, color="grey", linestyle="--", linewidth=1, label="training length")
-    ax.set_xscale("log", base=2)
-    if log_y:
-        ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -214,27 +214,31 @@ def plot_by_length(df: pd.DataFrame, x: str, y: str, train_len: int, path: Path,
     plt.close(fig)
 
 
+def plot_by_length(df: pd.DataFrame, x: str, y: str, train_len: int, path: Path, xlabel: str, ylabel: str,
+                   title: str, log_y: bool = False) -> None:
+    """One line per scheme of y against length x (log 2 axis), mean ± std over seeds."""
+    schemes = scheme_order(df["scheme"])
+    fig, ax = scheme_axes(len(schemes))
+    for scheme in schemes:
+        stats = df[df.scheme == scheme].groupby(x)[y].agg(["mean", "std"]).dropna(subset=["mean"])
+        ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=scheme)
+    ax.set_xscale("log", base=2)
+    if log_y:
+        ax.set_yscale("log")
+    finish_figure(fig, ax, train_len, xlabel, ylabel, title, path)
+
+
 def plot_loss_by_position(positions: pd.DataFrame, train_len: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Mean NLL by position inside the longest window, seeds averaged: where a scheme breaks."""
     longest = positions["eval_len"].max()
     sub = positions[positions.eval_len == longest]
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
-    for scheme in scheme_order(sub["scheme"]):
+    schemes = scheme_order(sub["scheme"])
+    fig, ax = scheme_axes(len(schemes))
+    for scheme in schemes:
         curve = sub[sub.scheme == scheme].groupby("position")["nll"].mean()
         ax.plot(curve.index, curve.values, label=scheme)
-    ax.axvline(train_len, color="grey", linestyle="--", linewidth=1, label="training length")
-    ax.set_xlabel(f"position inside a window of {longest} tokens")
-    ax.set_ylabel("mean NLL (nats)")
-    ax.set_title("Loss by position: where a scheme breaks")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    write_with(path, lambda p: fig.savefig(p, format="png", dpi=120))
-    plt.close(fig)
+    finish_figure(fig, ax, train_len, f"position inside a window of {longest} tokens", "mean NLL (nats)",
+                  "Loss by position: where a scheme breaks", path)
 
 
 def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], out: Path, lang: str = "en") -> list[Path]:
