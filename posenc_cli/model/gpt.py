@@ -65,15 +65,19 @@ class CausalSelfAttention(nn.Module):
 
 
 def biased_causal_attention(q, k, v, positions: torch.Tensor, pos: PositionalScheme) -> torch.Tensor:
-    """Causal attention with the scheme's score bias, in query blocks that keep the mask small."""
+    """Causal attention with the scheme's score bias, in query blocks that keep the mask small.
+
+    Positions increase along the sequence, so in the block of queries [start, end) only the keys
+    [start, end) can lie in the future: the causal mask is applied to that square alone."""
     H, T = q.size(1), q.size(2)
     block = max(1, min(T, MASK_BUDGET // (H * T)))
+    future = torch.ones(block, block, dtype=torch.bool, device=q.device).triu(1)
     outputs = []
     for start in range(0, T, block):
         end = min(start + block, T)
-        q_pos, k_pos = positions[start:end], positions[:end]
-        mask = pos.bias(q_pos, k_pos).to(q.dtype)
-        mask = mask.masked_fill(k_pos[None, None, :] > q_pos[None, :, None], float("-inf"))
+        mask = pos.bias(positions[start:end], positions[:end]).to(q.dtype)
+        square = mask[:, :, start:end].masked_fill(future[: end - start, : end - start], float("-inf"))
+        mask = torch.cat((mask[:, :, :start], square), dim=-1) if start else square
         outputs.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end], attn_mask=mask[None]))
     return torch.cat(outputs, dim=2)
 
