@@ -114,13 +114,11 @@ def eval_command(
     loss_by_position.png. With no RUNS it takes the newest sweep under outputs/sweeps if it is newer
     than every single run, otherwise the newest single run of each scheme under outputs/runs.
     """
-    import datetime
-
     from posenc_cli.device import resolve_device
     from posenc_cli.evaluate import MODES, evaluate_runs, parse_lengths
     from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
     from posenc_cli.report import ppl_pivot, write_eval_outputs
-    from posenc_cli.runs import finished_runs, load_run
+    from posenc_cli.runs import load_finished_runs, timestamped_dir
 
     wanted = parse_lengths(lengths)
     methods = parse_rope_scaling(rope_scaling, rope_factor)
@@ -130,11 +128,10 @@ def eval_command(
         raise UsageError(f"--max-tokens must be a positive integer, got {max_tokens}")
     check_lang(lang)
     target = resolve_device(device)
-    finished, why = finished_runs(list(runs or []), "evaluate")
-    loaded = [load_run(p) for p in finished]
+    loaded, why = load_finished_runs(list(runs or []), "evaluate")
     df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target,
                                         methods, rope_factor, why)
-    out = out or Path("outputs") / "eval" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    out = out or timestamped_dir("eval")
     written = write_eval_outputs(df, positions, info, out, lang)
     header, rows = ppl_pivot(df)
     table = Table(title=f"Perplexity ({mode}, {int(df['tokens'].max()):,} tokens per length)")
@@ -165,27 +162,24 @@ def probe(
     scheme (probe_<scheme>.png), probe_summary.png, and rewrites comparison.md with "passkey @ L" rows
     when the output directory also holds eval's ppl.csv. Runs are chosen as in eval.
     """
-    import datetime
-
     from posenc_cli.device import resolve_device
     from posenc_cli.evaluate import parse_lengths
     from posenc_cli.probe import check_vocab, parse_depths, probe_runs
     from posenc_cli.report import markdown_table, passkey_rows, scheme_facts, scheme_order, write_probe_outputs
-    from posenc_cli.runs import announce, finished_runs, load_run
+    from posenc_cli.runs import announce, load_finished_runs, timestamped_dir
 
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
     if trials <= 0:
         raise UsageError(f"--trials must be a positive integer, got {trials}")
     check_lang(lang)
     target = resolve_device(device)
-    finished, why = finished_runs(list(runs or []), "probe")
-    loaded = [load_run(p) for p in finished]
+    loaded, why = load_finished_runs(list(runs or []), "probe")
     for run in loaded:
         check_vocab(run.vocab, str(run.path))
-    announce(finished, why, "probing")
+    announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
     info = {r.scheme: scheme_facts(r.model) for r in loaded}
-    out = out or Path("outputs") / "probe" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    out = out or timestamped_dir("probe")
     written = write_probe_outputs(df, info, out, lang)
     schemes = scheme_order(df["scheme"])
     ui.out.print(markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False)
@@ -255,16 +249,15 @@ def bench(
 
     Writes bench.csv and bench.md. The numbers are this machine's, now: on a busy machine compare the
     ratios (MFU, vs rope) rather than the absolute tokens/s."""
-    import datetime
-
     from posenc_cli.bench import run_bench, write_outputs
+    from posenc_cli.runs import timestamped_dir
     from posenc_cli.model.positional import SCHEMES
 
     unknown = [s for s in scheme or [] if s not in SCHEMES]
     if unknown:
         raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
     df, info = run_bench(quick=quick, main_job=main_job, levers=levers, schemes=scheme)
-    out = out or Path("outputs") / "bench" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    out = out or timestamped_dir("bench")
     ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote bench.csv, bench.md to {out}")
 

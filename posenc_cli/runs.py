@@ -147,6 +147,19 @@ def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str]:
     return finished, why
 
 
+def load_finished_runs(paths: list[str], verb: str) -> tuple[list[LoadedRun], str]:
+    """The finished runs among `paths` (or the latest), loaded, and why those were chosen."""
+    finished, why = finished_runs(paths, verb)
+    return [load_run(p) for p in finished], why
+
+
+def timestamped_dir(kind: str) -> Path:
+    """The default output directory of a command: outputs/<kind>/<local time>."""
+    import datetime
+
+    return Path("outputs") / kind / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+
+
 def announce(paths: list[Path], why: str, doing: str) -> None:
     """Say on stderr which runs a command works on and why those (after its checks passed)."""
     from posenc_cli import ui
