@@ -154,3 +154,21 @@ def test_eval_on_other_text_needs_the_run_vocabulary(smoke_sweep, tmp_path):
     other.write_text("ABC " * 600, encoding="utf-8")
     assert_one_line_error(run_cli("eval", str(smoke_sweep / "3_rope_seed0"), "--data", str(other), "--lengths", "128", cwd=tmp_path),
                           "outside the run's vocabulary")
+
+
+def test_two_evals_into_different_directories_do_not_interfere(smoke_sweep, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    args = [sys.executable, "-m", "posenc_cli", "eval", str(smoke_sweep), "--lengths", "128", "--max-tokens", "512"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    jobs = [subprocess.Popen([*args, "--out", str(tmp_path / name)], cwd=tmp_path, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
+    assert all(job.wait(timeout=300) == 0 for job in jobs), [job.stderr.read() for job in jobs]
+    a, b = (pd.read_csv(tmp_path / name / "ppl.csv").drop(columns="run") for name in ("a", "b"))
+    pd.testing.assert_frame_equal(a, b)
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert not list(tmp_path.glob("*/.*.tmp"))  # no temporary file left behind by the atomic writes
