@@ -244,10 +244,10 @@ def bench(
     out: Optional[Path] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
     scheme: Optional[List[str]] = typer.Option(None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."),
 ) -> None:
-    """Training tokens/s and MFU against this machine's measured fp32 GEMM peak, evaluation tokens/s and
-    peak memory at 1x/8x/32x the training length, and optionally levers and the main job's wall time.
+    """Speed against this machine's limits: training MFU, evaluation speed and memory, per scheme.
 
-    Writes bench.csv and bench.md. The numbers are this machine's, now: on a busy machine compare the
+    Training tokens/s and MFU against the measured fp32 GEMM peak, evaluation tokens/s and peak memory
+    at 1x/8x/32x the training length, and optionally levers and the main job's wall time. Writes bench.csv and bench.md. The numbers are this machine's, now: on a busy machine compare the
     ratios (MFU, vs rope) rather than the absolute tokens/s."""
     from posenc_cli.bench import run_bench, write_outputs
     from posenc_cli.runs import timestamped_dir
