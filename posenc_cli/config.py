@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from posenc_cli.data import CORPORA
 from posenc_cli.data.text import read_text_file
 from posenc_cli.device import PRECISIONS, resolve_device
-from posenc_cli.errors import UsageError
+from posenc_cli.errors import UsageError, require_positive_int
 from posenc_cli.model import ModelConfig
 from posenc_cli.model.positional import build_scheme
 
@@ -120,7 +120,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
     cfg = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
     tc, mc, data, scheme = cfg["train"], cfg["model"], cfg["data"], dict(cfg["scheme"])
     for key in ("max_steps", "batch_size", "block_size", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
-        _positive_int(f"train.{key}", tc[key])
+        require_positive_int(f"train.{key}", tc[key])
     for key in ("lr", "grad_clip"):
         _number(f"train.{key}", tc[key], positive=True)
     for key in ("min_lr", "weight_decay"):
@@ -130,9 +130,9 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
     if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or cfg["seed"] < 0:
         raise UsageError(f"seed must be an integer >= 0, got {cfg['seed']!r}")
     for key in ("n_layer", "n_head", "n_embd"):
-        _positive_int(f"model.{key}", mc[key])
+        require_positive_int(f"model.{key}", mc[key])
     if tc.get("threads") is not None:
-        _positive_int("train.threads", tc["threads"])
+        require_positive_int("train.threads", tc["threads"])
     ModelConfig(vocab_size=1, block_size=tc["block_size"], n_layer=mc["n_layer"], n_head=mc["n_head"], n_embd=mc["n_embd"])
     name = scheme.pop("name")
     with torch.device("meta"):
@@ -156,7 +156,7 @@ def corpus_split_length(data: dict[str, Any]) -> int:
     if data.get("name") not in CORPORA:
         raise UsageError(f"unknown corpus {data.get('name')!r}; choose one of: {', '.join(CORPORA)}")
     if data["name"] == "synthetic":
-        _positive_int("data.n_chars", data["n_chars"])
+        require_positive_int("data.n_chars", data["n_chars"])
         n = data["n_chars"]
     else:
         if not data.get("path"):
@@ -166,11 +166,6 @@ def corpus_split_length(data: dict[str, Any]) -> int:
     if not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
         raise UsageError(f"data.val_fraction must be between 0 and 1 (exclusive), got {fraction!r}")
     return n - int(n * (1 - fraction))
-
-
-def _positive_int(key: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise UsageError(f"{key} must be a positive integer, got {value!r}")
 
 
 def _number(key: str, value: Any, positive: bool) -> None:

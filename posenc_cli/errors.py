@@ -7,3 +7,9 @@ class UsageError(Exception):
 
 class PositionOutOfRange(UsageError):
     """A scheme was asked for positions it cannot represent (learned, past its table)."""
+
+
+def require_positive_int(key: str, value) -> None:
+    """`key` must be a positive integer (bools excluded): one clear line otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise UsageError(f"{key} must be a positive integer, got {value!r}")

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posenc_cli.errors import UsageError
+from posenc_cli.errors import UsageError, require_positive_int
 from posenc_cli.model.positional import PositionalScheme, build_scheme
 
 # Bias schemes attend one block of queries at a time so the (H, Tq, Tk) mask stays below this many
@@ -33,9 +33,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise UsageError(f"{key} must be a positive integer, got {value!r}")
+            require_positive_int(key, getattr(self, key))
         if self.n_embd % self.n_head:
             raise UsageError(
                 f"model.n_embd={self.n_embd} is not divisible by model.n_head={self.n_head}; "
