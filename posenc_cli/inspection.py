@@ -16,6 +16,7 @@ import torch
 
 from posenc_cli.atomic import write_with
 from posenc_cli.errors import PositionOutOfRange, UsageError
+from posenc_cli.model.attention import biased_causal_attention
 from posenc_cli.model.positional import SCHEMES, PositionalScheme, build_scheme
 from posenc_cli.model.positional.alibi import alibi_slopes
 
@@ -54,7 +55,7 @@ def attention_probs(q, k, positions, scheme: PositionalScheme, causal: bool = Tr
     q, k = scheme.rotate(q, k, positions)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if scheme.adds_bias:
-        scores = scores + scheme.bias(positions, positions).to(scores.dtype)
+        scores = scores + scheme.bias(positions[:, None] - positions[None, :]).to(scores.dtype)
     if causal:
         scores = scores.masked_fill(positions[None, :] > positions[:, None], float("-inf"))
     return scores.softmax(-1)
@@ -180,24 +181,25 @@ def check_relative(scheme: PositionalScheme, length: int) -> Check:
     return below("q·k depends on m − n only: max|q_m·k_n − q_{m+s}·k_{n+s}| / ‖q‖‖k‖", error)
 
 
-def bias_matrix(scheme: PositionalScheme, length: int, offset: int = 0) -> torch.Tensor:
-    positions = torch.arange(length) + offset
-    return scheme.bias(positions, positions).detach().float()
+def bias_matrix(scheme: PositionalScheme, length: int) -> torch.Tensor:
+    positions = torch.arange(length)
+    return scheme.bias(positions[:, None] - positions[None, :]).detach().float()
 
 
 def bias_by_distance(scheme: PositionalScheme, length: int) -> torch.Tensor:
     """(H, length): the bias a query gives the key `d` positions back, d = 0..length-1."""
-    return bias_matrix(scheme, length)[:, -1, :].flip(-1)
+    return scheme.bias(torch.arange(length)).detach().float()
 
 
-def check_bias_distance_only(scheme: PositionalScheme, length: int) -> Check:
-    """Over the keys a query can see (j ≤ i): the same bias along every diagonal, and after a shift."""
-    bias = bias_matrix(scheme, length)
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    scale = float(bias.abs().max()) or 1.0
-    shifted = float(((bias_matrix(scheme, length, offset=length) - bias) * causal).abs().max())
-    error = max(diagonal_spread(bias, range(-(length - 1), 1)), shifted) / scale
-    return below("bias depends only on distance i − j: max spread / max |bias|", error)
+@torch.no_grad()
+def check_bias_attention(scheme: PositionalScheme, length: int) -> Check:
+    """The model evaluates the bias once per distance and reads the mask as a view of that vector;
+    that must equal softmax(q·k/√D + bias(i − j)) computed pair by pair."""
+    g = generator()
+    q, k, v = (torch.randn(1, scheme.n_head, length, 16, generator=g) for _ in range(3))
+    expected = attention_probs(q, k, torch.arange(length), scheme) @ v
+    error = float((biased_causal_attention(q, k, v, scheme) - expected).abs().max() / expected.abs().max())
+    return below("attention with the bias built per distance = the pair-by-pair formula: max rel. error", error)
 
 
 def check_linear_slopes(scheme: PositionalScheme, length: int) -> Check | None:
@@ -231,7 +233,7 @@ def run_checks(scheme: PositionalScheme, length: int) -> list[Check]:
         checks += [check_norms(scheme, length)] if scheme.preserves_norms else []
         checks.append(check_relative(scheme, length))
     if scheme.adds_bias:
-        checks.append(check_bias_distance_only(scheme, length))
+        checks.append(check_bias_attention(scheme, length))
         slopes = check_linear_slopes(scheme, length)
         checks += [slopes] if slopes else []
     return checks

@@ -14,7 +14,7 @@ from posenc_cli import inspection as ins
 from posenc_cli.errors import UsageError
 from posenc_cli.model.positional import SCHEMES, build_scheme
 from posenc_cli.model.positional.alibi import ALiBi
-from posenc_cli.model.positional.base import NoPE, PositionalScheme
+from posenc_cli.model.positional.base import NoPE, PositionalScheme, per_head
 from posenc_cli.model.positional.learned import Learned
 from posenc_cli.model.positional.rope import RoPE
 from posenc_cli.model.positional.sinusoidal import Sinusoidal, sinusoidal_table
@@ -113,19 +113,20 @@ class WrongSlopesALiBi(ALiBi):
         self.slopes = torch.linspace(0.5, 0.1, self.n_head)
 
 
-class AbsoluteALiBi(ALiBi):
-    """The penalty grows with the query's absolute position, not only with distance."""
+class IndexedALiBi(ALiBi):
+    """Reads where a distance sits in the tensor it is given, not its value: fine on a whole matrix of
+    distances, wrong on the one-per-distance vector the model builds its mask from."""
 
-    def bias(self, q_pos, k_pos):
-        return super().bias(q_pos, k_pos) * (1 + q_pos[None, :, None].float() / 16)
+    def bias(self, distance):
+        flat = torch.arange(distance.numel()).view_as(distance) % 7
+        return super().bias(distance) * (1 + flat.float() / 16)
 
 
 class LogBias(ALiBi):
     """A KERPLE-like logarithmic bias: relative, but not a straight line."""
 
-    def bias(self, q_pos, k_pos):
-        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0).float()
-        return -self.slopes[:, None, None] * torch.log1p(distance)
+    def bias(self, distance):
+        return -per_head(self.slopes, distance) * torch.log1p(distance.clamp(min=0).float())
 
 
 class TrainedSlopes(ALiBi):
@@ -135,8 +136,8 @@ class TrainedSlopes(ALiBi):
         super().__init__(*args)
         self.trained = torch.nn.Parameter(self.slopes.clone())
 
-    def bias(self, q_pos, k_pos):
-        return -self.trained[:, None, None] * (q_pos[:, None] - k_pos[None, :]).clamp(min=0)
+    def bias(self, distance):
+        return -per_head(self.trained, distance) * distance.clamp(min=0)
 
 
 class LearnedDistanceBias(PositionalScheme):
@@ -148,8 +149,8 @@ class LearnedDistanceBias(PositionalScheme):
         super().__init__(*args)
         self.table = torch.nn.Embedding(self.block_size, self.n_head)
 
-    def bias(self, q_pos, k_pos):
-        return self.table((q_pos[:, None] - k_pos[None, :]).clamp(0, self.block_size - 1)).permute(2, 0, 1)
+    def bias(self, distance):
+        return self.table(distance.clamp(0, self.block_size - 1)).movedim(-1, 0)
 
 
 # ---- every check: passes for the real scheme, fails for the broken one --------------------------
@@ -163,7 +164,7 @@ CASES = [
     (ins.check_shift_linear, Sinusoidal, MismatchedSinusoidal),
     (ins.check_norms, RoPE, StretchingRoPE),
     (ins.check_relative, RoPE, MismatchedRoPE),
-    (ins.check_bias_distance_only, ALiBi, AbsoluteALiBi),
+    (ins.check_bias_attention, ALiBi, IndexedALiBi),
     (ins.check_linear_slopes, ALiBi, WrongSlopesALiBi),
 ]
 
@@ -190,13 +191,13 @@ def test_measured_numbers_are_the_maths():
     slopes = ins.check_linear_slopes(make(ALiBi), LENGTH)
     assert slopes.note.endswith("0.25, 0.0625, 0.01562, 0.003906")  # 2^(-8h/4) for h = 1..4
     assert ins.check_linear_slopes(make(LogBias), LENGTH) is None  # not linear: no slope rule to hold it to
-    assert ins.check_bias_distance_only(make(LogBias), LENGTH).passed
+    assert ins.check_bias_attention(make(LogBias), LENGTH).passed
 
 
 def test_checks_dispatch_on_kind_and_hooks_not_names():
     newcomer = ins.run_checks(make(LearnedDistanceBias), LENGTH)
     assert [c.claim.split(":")[0] for c in newcomer] == [
-        "positions break permutation equivariance", "bias depends only on distance i − j"]
+        "positions break permutation equivariance", "attention with the bias built per distance = the pair-by-pair formula"]
     assert all(c.passed for c in newcomer)
     assert ins.check_linear_slopes(make(TrainedSlopes), LENGTH) is None  # trained slopes claim no rule
 

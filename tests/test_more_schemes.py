@@ -29,7 +29,7 @@ def test_t5_bias_is_its_table_read_at_each_distance_bucket():
     t5 = build_scheme("t5", 32, 4, 64)
     torch.nn.init.normal_(t5.table.weight)
     positions = torch.arange(300)
-    bias = t5.bias(positions, positions)
+    bias = t5.bias(positions[:, None] - positions[None, :])
     assert bias.shape == (4, 300, 300)
     i, j = 250, 10
     torch.testing.assert_close(bias[:, i, j], t5.table.weight[t5_bucket(torch.tensor(i - j))])
@@ -75,7 +75,7 @@ def test_kerple_bias_is_minus_p_log_one_plus_a_distance():
     with torch.no_grad():
         kerple.log_p.copy_(torch.tensor([2.0, 0.5]).log())
         kerple.log_a.copy_(torch.tensor([0.5, 3.0]).log())
-    bias = kerple.bias(torch.arange(10), torch.arange(10))
+    bias = kerple.bias(torch.arange(10)[:, None] - torch.arange(10)[None, :])
     # head 0, distance 2: -2·log(1 + 0.5·2) = -2 log 2; head 1, distance 3: -0.5·log(10)
     assert bias[0, 5, 3].item() == pytest.approx(-2 * math.log(2), rel=1e-6)
     assert bias[1, 9, 6].item() == pytest.approx(-0.5 * math.log(10), rel=1e-6)
@@ -84,7 +84,7 @@ def test_kerple_bias_is_minus_p_log_one_plus_a_distance():
 def test_kerple_bias_is_a_non_positive_decreasing_function_of_distance():
     kerple = build_scheme("kerple", 32, 4, 64)
     positions = torch.arange(500)
-    bias = kerple.bias(positions, positions)
+    bias = kerple.bias(positions[:, None] - positions[None, :])
     assert (bias <= 0).all() and (bias.diagonal(dim1=1, dim2=2) == 0).all()
     torch.testing.assert_close(bias[:, 400, 100], bias[:, 499, 199])
     from_last = bias[:, 499, :].flip(1)  # distances 0..499

@@ -104,8 +104,8 @@ def test_default_corpus_is_unchanged_when_passkey_rate_is_zero():
 def test_corpus_episodes_answer_their_own_key_at_distances_in_range():
     spec = SyntheticSpec(n_chars=30_000, passkey_rate=0.2, passkey_min_distance=10, passkey_max_distance=50)
     text = generate(spec).text
-    episode = re.compile(re.escape(passkey.key_sentence("KEY")).replace("KEY", r"(\d{5})") + r"([a-z .]*?)"
-                         + re.escape(passkey.QUESTION) + r"(\d{5})\. ")
+    sentence = re.escape(passkey.key_sentence("KEY")).replace("KEY", r"(\d{5})", 1).replace("KEY", r"\1")
+    episode = re.compile(sentence + r"([a-z .]*?)" + re.escape(passkey.QUESTION) + r"(\d{5})\. ")
     found = episode.findall(text)
     assert len(found) > 20
     for key, filler, answer in found:

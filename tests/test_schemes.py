@@ -117,12 +117,13 @@ def test_alibi_bias_matrix_by_hand():
     scheme = build_scheme("alibi", 8, 2, block_size=4)
     slopes = alibi_slopes(2)
     assert slopes == pytest.approx([1 / 16, 1 / 256])
-    bias = scheme.bias(torch.arange(4), torch.arange(4))
-    distance = torch.tensor([[0, 0, 0, 0], [1, 0, 0, 0], [2, 1, 0, 0], [3, 2, 1, 0]], dtype=torch.float32)
-    assert torch.allclose(bias[0], -distance / 16)
-    assert torch.allclose(bias[1], -distance / 256)
-    # a function of distance alone: shifting both positions leaves it unchanged
-    assert torch.equal(scheme.bias(torch.arange(4) + 50, torch.arange(4) + 50), bias)
+    distance = torch.tensor([[0, -1, -2, -3], [1, 0, -1, -2], [2, 1, 0, -1], [3, 2, 1, 0]])  # i - j
+    bias = scheme.bias(distance)
+    seen = distance.clamp(min=0).float()  # keys ahead of the query are masked out; their bias is 0
+    assert torch.allclose(bias[0], -seen / 16)
+    assert torch.allclose(bias[1], -seen / 256)
+    # one value per distance, whatever shape the distances come in
+    assert torch.equal(scheme.bias(torch.arange(4)), bias[:, 3, :].flip(-1))
 
 
 @pytest.mark.parametrize("name", list(SCHEMES))
@@ -150,13 +151,13 @@ def test_the_model_is_causal_for_every_scheme(name):
 
 
 def test_biased_attention_in_query_blocks_equals_one_block(monkeypatch):
-    import posenc_cli.model.gpt as gpt
+    import posenc_cli.model.attention as attention
 
     torch.manual_seed(2)
     model = GPT(ModelConfig(vocab_size=11, block_size=32, n_layer=1, n_head=2, n_embd=8, scheme="alibi")).eval()
     idx = torch.randint(0, 11, (1, 32))
     whole = model(idx)
-    monkeypatch.setattr(gpt, "MASK_BUDGET", 2 * 32 * 5)  # 5 queries per block
+    monkeypatch.setattr(attention, "MASK_BUDGET", 2 * 32 * 5)  # 5 queries per block
     assert torch.allclose(model(idx), whole, atol=1e-5)
 
 

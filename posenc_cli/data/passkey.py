@@ -2,10 +2,15 @@
 
 An episode is the key sentence, some filler, then the question and the answer:
 
-    the pass key is 40913. <filler …> what is the pass key? the pass key is 40913.
+    the pass key is 40913. remember 40913. <filler …> what is the pass key? the pass key is 40913.
 
 The question repeats the key sentence's words, so answering is copying what followed them earlier
 (the induction pattern copy spans already teach); the key itself is random, so it cannot be guessed.
+The key sentence states the key twice, as Mohtashami & Jaggi's prompt does ("The pass key is 12345.
+Remember it. 12345 is the pass key."), shortened to fit short windows. That matters for training:
+digits that are only ever random push a tied embedding to make them all alike (measured: cosine 0.96
+between digit embeddings in a rope model that never learned retrieval), and the copy a few characters
+later is the cheap signal that keeps them apart.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import string
 
 KEY_DIGITS = 5
 DIGITS = string.digits
-KEY_SENTENCE = "the pass key is {key}. "
+KEY_SENTENCE = "the pass key is {key}. remember {key}. "
 QUESTION = "what is the pass key? the pass key is "
 ANSWER = "{key}. "
 

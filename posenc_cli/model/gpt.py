@@ -14,12 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc_cli.errors import UsageError, require_positive_int
+from posenc_cli.model.attention import biased_causal_attention
 from posenc_cli.model.positional import PositionalScheme, build_scheme
-
-# Bias schemes attend one block of queries at a time so the (H, Tq, Tk) mask stays below this many
-# floats: evaluation memory then grows linearly with length instead of quadratically.
-MASK_BUDGET = 1 << 22
-
 
 @dataclass
 class ModelConfig:
@@ -56,28 +52,10 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
         q, k = pos.rotate(q, k, positions)
         if pos.adds_bias:
-            y = biased_causal_attention(q, k, v, positions, pos)
+            y = biased_causal_attention(q, k, v, pos)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
-
-
-def biased_causal_attention(q, k, v, positions: torch.Tensor, pos: PositionalScheme) -> torch.Tensor:
-    """Causal attention with the scheme's score bias, in query blocks that keep the mask small.
-
-    Positions increase along the sequence, so in the block of queries [start, end) only the keys
-    [start, end) can lie in the future: the causal mask is applied to that square alone."""
-    H, T = q.size(1), q.size(2)
-    block = max(1, min(T, MASK_BUDGET // (H * T)))
-    future = torch.ones(block, block, dtype=torch.bool, device=q.device).triu(1)
-    outputs = []
-    for start in range(0, T, block):
-        end = min(start + block, T)
-        mask = pos.bias(positions[start:end], positions[:end]).to(q.dtype)
-        square = mask[:, :, start:end].masked_fill(future[: end - start, : end - start], float("-inf"))
-        mask = torch.cat((mask[:, :, :start], square), dim=-1) if start else square
-        outputs.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end], attn_mask=mask[None]))
-    return torch.cat(outputs, dim=2)
 
 
 class MLP(nn.Module):

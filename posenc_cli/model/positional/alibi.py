@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from posenc_cli.model.positional.base import PositionalScheme
+from posenc_cli.model.positional.base import PositionalScheme, per_head
 
 
 def alibi_slopes(n_head: int) -> list[float]:
@@ -36,6 +36,5 @@ class ALiBi(PositionalScheme):
         super().__init__(n_embd, n_head, block_size)
         self.register_buffer("slopes", torch.tensor(alibi_slopes(n_head)), persistent=False)
 
-    def bias(self, q_pos, k_pos):
-        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0).to(self.slopes.dtype)
-        return -self.slopes[:, None, None] * distance
+    def bias(self, distance):
+        return -per_head(self.slopes, distance) * distance.clamp(min=0).to(self.slopes.dtype)

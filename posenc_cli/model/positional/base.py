@@ -45,10 +45,17 @@ class PositionalScheme(nn.Module):
         """q, k: (B, H, T, D) -> rotated q, k."""
         return q, k
 
-    def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
-        """Additive attention bias of shape (H, len(q_pos), len(k_pos)), or None."""
+    def bias(self, distance: torch.Tensor) -> torch.Tensor | None:
+        """(H, *distance.shape): what a head adds to the score of a key `distance` = i - j positions
+        before its query (only distances >= 0 are ever attended), or None. A function of distance
+        alone, so the attention evaluates it once per distance, not per query-key pair."""
         return None
 
 
 class NoPE(PositionalScheme):
     """No positional information at all: only the causal mask tells tokens apart by order."""
+
+
+def per_head(values: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+    """(H,) per-head values shaped (H, 1, ...) to broadcast against a tensor of distances."""
+    return values.view(-1, *[1] * distance.dim())

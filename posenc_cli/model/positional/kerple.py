@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from posenc_cli.model.positional.base import PositionalScheme
+from posenc_cli.model.positional.base import PositionalScheme, per_head
 
 
 class Kerple(PositionalScheme):
@@ -26,7 +26,6 @@ class Kerple(PositionalScheme):
         self.log_p = nn.Parameter(torch.empty(n_head).uniform_(0, 2).clamp(min=1e-2).log())
         self.log_a = nn.Parameter(torch.empty(n_head).uniform_(0, 1).clamp(min=1e-2).log())
 
-    def bias(self, q_pos, k_pos):
-        distance = (q_pos[:, None] - k_pos[None, :]).abs().to(self.log_p.dtype)
-        p, a = self.log_p.exp()[:, None, None], self.log_a.exp()[:, None, None]
-        return -p * torch.log1p(a * distance)
+    def bias(self, distance):
+        p, a = per_head(self.log_p.exp(), distance), per_head(self.log_a.exp(), distance)
+        return -p * torch.log1p(a * distance.abs().to(p.dtype))

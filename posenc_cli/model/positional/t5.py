@@ -38,6 +38,5 @@ class T5Bias(PositionalScheme):
         self.table = nn.Embedding(n_buckets, n_head)
         nn.init.normal_(self.table.weight, std=n_embd**-0.5)  # as HF's T5 initialises its bias table
 
-    def bias(self, q_pos, k_pos):
-        buckets = t5_bucket(q_pos[:, None] - k_pos[None, :], self.n_buckets, self.max_distance)
-        return self.table(buckets).permute(2, 0, 1)
+    def bias(self, distance):
+        return self.table(t5_bucket(distance, self.n_buckets, self.max_distance)).movedim(-1, 0)
