@@ -131,6 +131,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
         raise UsageError(f"seed must be an integer >= 0, got {cfg['seed']!r}")
     for key in ("n_layer", "n_head", "n_embd"):
         require_positive_int(f"model.{key}", mc[key])
+    _number("model.embed_std", mc["embed_std"], positive=True)
     if tc.get("threads") is not None:
         require_positive_int("train.threads", tc["threads"])
     ModelConfig(vocab_size=1, block_size=tc["block_size"], n_layer=mc["n_layer"], n_head=mc["n_head"], n_embd=mc["n_embd"])

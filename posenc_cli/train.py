@@ -52,6 +52,7 @@ def model_config(cfg: Mapping[str, Any], vocab_size: int) -> ModelConfig:
         n_layer=cfg["model"]["n_layer"],
         n_head=cfg["model"]["n_head"],
         n_embd=cfg["model"]["n_embd"],
+        embed_std=cfg["model"]["embed_std"],
         scheme=scheme.pop("name"),
         scheme_options=scheme,
     )
@@ -278,7 +279,8 @@ def restore(s: Session, path: Path) -> None:
         log.warning(f"{path.parent} has no checkpoint yet; training it from step 0")
         return
     payload = load_checkpoint(path)
-    if payload.get("model_config") != s.mc.to_dict():
+    saved = payload.get("model_config")
+    if saved is None or ModelConfig(**saved).to_dict() != s.mc.to_dict():  # older checkpoints lack newer fields
         raise UsageError(f"{path} was trained with a different model, scheme or corpus; resume with the run's own overrides")
     try:
         s.model.load_state_dict(payload["model"])

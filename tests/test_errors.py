@@ -74,6 +74,7 @@ TRAIN_CASES = {
     "non-UTF-8 text file": (["data=text", "data.path=latin1.txt"], ["latin1.txt", "UTF-8"]),
     "text corpus without a path": (["data=text"], ["data.path=FILE"]),
     "non-finite learning rate": (["train.lr=inf"], ["train.lr", "inf"]),
+    "non-positive embedding init": (["model.embed_std=0"], ["model.embed_std", "0"]),
     "seed of the wrong type": (["seed=abc"], ["seed", "'abc'"]),
     "unknown device": (["device=tpu"], ["device=tpu", "auto, cpu, cuda, mps"]),
     "unknown launcher": (["-m", "hydra/launcher=slurmish"], ["hydra/launcher/slurmish", "joblib"]),

@@ -166,3 +166,13 @@ def test_model_config_rejects_bad_sizes():
         ModelConfig(vocab_size=5, block_size=8, n_head=3, n_embd=8)
     with pytest.raises(UsageError, match="positive integer"):
         ModelConfig(vocab_size=5, block_size=0)
+
+
+def test_embed_std_sets_the_tied_embedding_init_only():
+    """model.embed_std scales the token embedding (shared with the output head) and nothing else."""
+    torch.manual_seed(0)
+    small, large = (GPT(ModelConfig(vocab_size=500, block_size=8, n_embd=64, embed_std=s)) for s in (0.02, 0.1))
+    assert small.tok.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert large.tok.weight.std().item() == pytest.approx(0.1, rel=0.05)
+    assert large.head.weight is large.tok.weight
+    assert large.blocks[0].mlp.fc.weight.std().item() == pytest.approx(0.02, rel=0.05)

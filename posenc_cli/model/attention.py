@@ -44,7 +44,9 @@ def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    if mask.requires_grad and q.device.type == "cpu":
+    if q.device.type != "cpu":  # GPU kernels want a dense mask, and give it a gradient themselves
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.contiguous())
+    if mask.requires_grad:
         return MaskGradAttention.apply(q, k, v, mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 

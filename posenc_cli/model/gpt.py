@@ -24,6 +24,7 @@ class ModelConfig:
     n_layer: int = 2
     n_head: int = 4
     n_embd: int = 128
+    embed_std: float = 0.02  # init std of the token embedding (tied with the output head); GPT-2's 0.02
     scheme: str = "none"
     scheme_options: dict[str, Any] = field(default_factory=dict)
 
@@ -97,7 +98,9 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.startswith("pos."):
                 continue  # schemes initialise their own parameters
-            if p.dim() >= 2:
+            if name == "tok.weight":
+                nn.init.normal_(p, std=self.cfg.embed_std)
+            elif p.dim() >= 2:
                 std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith("proj.weight") else 0.02
                 nn.init.normal_(p, std=std)
 
