@@ -151,3 +151,17 @@ def test_filler_loses_the_corpus_own_episodes_and_keeps_unk_tokens():
     kept = without_episodes(tokens, vocab)
     assert vocab.decode(kept[:-1]) == "ba so. ri pe. gu  na"
     assert kept[-1] == len(vocab) - 1
+
+
+def test_probe_preset_episodes_fit_its_training_window():
+    """experiment=probe must give whole episodes inside one training window, with the init that lets
+    digits stay apart: if the phrasing grows, this fails before a 6-minute run learns nothing."""
+    from hydra import compose, initialize_config_dir
+
+    from posenc_cli.config import config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=probe"])
+    episode = len(passkey.key_sentence("0" * passkey.KEY_DIGITS) + passkey.QUESTION + passkey.answer("0" * passkey.KEY_DIGITS))
+    assert episode + cfg.data.passkey_max_distance <= cfg.train.block_size
+    assert cfg.data.passkey_rate > 0 and cfg.model.embed_std > 0.02
