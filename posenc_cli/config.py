@@ -7,8 +7,8 @@ composes each point of the requested sweep with the compose API to validate it, 
 from __future__ import annotations
 
 import itertools
-import re
 import math
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator

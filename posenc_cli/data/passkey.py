@@ -25,8 +25,6 @@ QUESTION = "what is the pass key? the pass key is "
 ANSWER = "{key}. "
 
 
-
-
 def _with_any_key(template: str) -> str:
     return re.escape(template.format(key="KEY")).replace("KEY", r"\d+")
 

@@ -17,6 +17,7 @@ from posenc_cli.errors import UsageError, require_positive_int
 from posenc_cli.model.attention import biased_causal_attention
 from posenc_cli.model.positional import PositionalScheme, build_scheme
 
+
 @dataclass
 class ModelConfig:
     vocab_size: int
