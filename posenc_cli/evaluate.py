@@ -119,7 +119,7 @@ def position_buckets(result: LengthResult, n_buckets: int = 128) -> list[tuple[i
 def scaling_variants(run, methods: list[str], factor: float | None) -> list[tuple[str, RopeScaling | None]]:
     """(scheme label, scaling) pairs: a run whose scheme takes RoPE scaling once per method, labelled
     `rope+yarn` etc. ('none' keeps the plain name); any other run once, as it is."""
-    if not hasattr(run.model.pos, "scaling"):
+    if not hasattr(run.model.scheme, "scaling"):
         return [(run.scheme, None)]
     return [(run.scheme, None) if m == "none" else (f"{run.scheme}+{m}", RopeScaling(m, run.train_len, factor))
             for m in methods]
@@ -163,14 +163,14 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
         for run, scheme, scaling in jobs:
             tokens, run_lengths, span = plans[run.path]
             model = run.model.to(device)
-            if hasattr(model.pos, "scaling"):
-                model.pos.scaling = scaling  # evaluation time only: the checkpoint is untouched
+            if hasattr(model.scheme, "scaling"):
+                model.scheme.scaling = scaling  # evaluation time only: the checkpoint is untouched
             info[scheme] = scheme_facts(model)
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
                 row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
                        "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan, "note": ""}
-                limit = model.pos.max_len
+                limit = model.scheme.max_len
                 if limit is not None and length > limit:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:

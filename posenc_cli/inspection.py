@@ -71,12 +71,12 @@ def layer_attention(model, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor,
     """Attention weights (B, H, T, T) of a trained GPT's `layer` on tokens idx, recomputed from the
     block's own qkv weights, and that layer's values v (B, H, T, D)."""
     positions = torch.arange(idx.size(1))
-    x = model.pos.embed(model.tok(idx), positions)
+    x = model.scheme.embed(model.tok(idx), positions)
     for block in model.blocks[:layer]:
-        x = block(x, positions, model.pos)
+        x = block(x, positions, model.scheme)
     block = model.blocks[layer]
     q, k, v = (split_heads(t, model.cfg.n_head) for t in block.attn.qkv(block.ln_1(x)).split(model.cfg.n_embd, dim=2))
-    return attention_probs(q, k, positions, model.pos), v
+    return attention_probs(q, k, positions, model.scheme), v
 
 
 # ---- checks -----------------------------------------------------------------------------------
@@ -425,7 +425,7 @@ def inspect_scheme(name: str | None, dim: int | None, length: int | None, heads:
         if not 0 <= layer < cfg.n_layer or not 0 <= head < cfg.n_head:
             raise UsageError(f"--layer {layer} --head {head}: the run has layers 0..{cfg.n_layer - 1} and heads 0..{cfg.n_head - 1}")
         length = check_length(length or run.train_len)
-        scheme, label = run.model.pos, f"{run.scheme} (trained)"
+        scheme, label = run.model.scheme, f"{run.scheme} (trained)"
     out = out or Path("outputs") / "inspect" / (run.path.name if run_dir else name)
     length = min(length, scheme.max_len or length)  # a learned table has no rows past max_len
     result = Inspection(scheme, label, length, run_checks(scheme, length))

@@ -67,7 +67,7 @@ def ppl_pivot(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 def scheme_facts(model) -> dict:
     """What comparison.md's "positional parameters" and "relative position" rows show for a model."""
-    return {"positional_params": model.n_positional_params, "relative": model.pos.relative}
+    return {"positional_params": model.n_positional_params, "relative": model.scheme.relative}
 
 
 def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passkey: pd.DataFrame | None = None) -> str:

@@ -129,8 +129,8 @@ def test_alibi_bias_matrix_by_hand():
 @pytest.mark.parametrize("name", list(SCHEMES))
 def test_every_scheme_reports_its_parameters_and_relative_kind(name):
     model = GPT(ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8, scheme=name))
-    assert model.pos.relative in ("none", "implicit", "explicit")
-    assert model.n_positional_params == sum(p.numel() for p in model.pos.parameters())
+    assert model.scheme.relative in ("none", "implicit", "explicit")
+    assert model.n_positional_params == sum(p.numel() for p in model.scheme.parameters())
     if name == "learned":
         assert model.n_positional_params == 16 * 8  # max_len·d
     elif name in ("none", "sinusoidal", "rope", "alibi"):

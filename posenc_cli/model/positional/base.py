@@ -2,7 +2,9 @@
 
 A scheme may add to the token embeddings (`embed`), rotate queries and keys (`rotate`), or add a
 bias to the attention scores (`bias`). Every hook defaults to "do nothing", so NoPE is the empty
-subclass and the model calls all three hooks without ever asking which scheme it holds.
+subclass. The model calls `embed` and `rotate` on every scheme and `bias` on those that set
+`adds_bias` (they need the biased attention kernel, not the plain causal one); it never asks which
+scheme it holds.
 """
 
 from __future__ import annotations
