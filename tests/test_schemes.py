@@ -139,6 +139,18 @@ def test_every_scheme_reports_its_parameters_and_relative_kind(name):
     assert logits.shape == (2, 16, 11)
 
 
+def test_a_checkpoint_from_before_the_rename_loads_its_scheme_weights():
+    """Runs saved when the scheme attribute was called `pos` evaluate with the same weights."""
+    config = ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8, scheme="kerple")
+    saved = GPT(config).state_dict()
+    legacy = {key.replace("scheme.", "pos.", 1): value for key, value in saved.items()}
+    assert any(key.startswith("pos.") for key in legacy)
+    torch.manual_seed(1)
+    model = GPT(config)
+    model.load_state_dict(legacy)
+    assert all(torch.equal(value, saved[key]) for key, value in model.state_dict().items())
+
+
 @pytest.mark.parametrize("name", list(SCHEMES))
 def test_the_model_is_causal_for_every_scheme(name):
     """Changing a later token never changes earlier logits."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from posenc_cli.errors import UsageError
-from posenc_cli.model.positional.base import PositionalScheme
+from posenc_cli.model.positional.base import Claim, PositionalScheme
 
 if TYPE_CHECKING:
     from posenc_cli.model.positional.rope_scaling import RopeScaling
@@ -36,6 +36,7 @@ class RoPE(PositionalScheme):
     name = "rope"
     kind = "rotary"
     relative = "explicit"
+    claim = Claim("medium–strong", "中等-强", "LLaMA/Qwen/Mistral")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0):
         super().__init__(n_embd, n_head, block_size)
