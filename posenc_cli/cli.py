@@ -178,7 +178,7 @@ def probe(
         check_vocab(run.vocab, str(run.path))
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
-    info = {r.scheme: scheme_facts(r.model) for r in loaded}
+    info = {r.label: scheme_facts(r.model) for r in loaded}
     out = out or timestamped_dir("probe")
     written = write_probe_outputs(df, info, out, lang)
     schemes = scheme_order(df["scheme"])
