@@ -257,23 +257,27 @@ def inspect_command(
 def bench(
     quick: bool = typer.Option(False, "--quick", help="A smoke version on a tiny model that runs in seconds; its numbers mean nothing."),
     main_job: bool = typer.Option(False, "--main-job", help="Also time the README's main job (train all five schemes, then eval): minutes."),
-    levers: bool = typer.Option(False, "--levers", help="Also measure levers against the default settings: 1 thread, fp32 instead of train.precision=auto, torch.compile."),
+    levers: bool = typer.Option(False, "--levers", help="Also measure settings that are off by default through the same training path: 1 thread, fp32."),
+    nanogpt: str = typer.Option("../shared/peers/nanogpt", "--nanogpt", help="nanoGPT's peer directory (with run.sh) for the side-by-side; 'none' skips it. Absent: the report says so."),
     out: Optional[Path] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
     scheme: Optional[List[str]] = typer.Option(None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."),
 ) -> None:
-    """Speed against this machine's limits: training MFU, evaluation speed and memory, per scheme.
+    """Speed on the paths users run, against this machine's limits: training, nanoGPT side by side, evaluation.
 
-    Training tokens/s and MFU against the measured fp32 GEMM peak, evaluation tokens/s and peak memory
-    at 1x/8x/32x the training length, and optionally levers and the main job's wall time. Writes bench.csv and bench.md. The numbers are this machine's, now: on a busy machine compare the
-    ratios (MFU, vs rope) rather than the absolute tokens/s."""
+    Training: `posenc train`'s own training function per scheme (median eval interval), MFU against
+    the GEMM peak of the precision it computes in; `posenc train` beside nanoGPT's CPU recipe as whole
+    processes, alternated; evaluation tokens/s and peak memory at 1x/8x/32x the training length; with
+    --main-job the README's main job. Writes bench.csv and bench.md. The numbers are this machine's,
+    now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
     from posenc_cli.bench import run_bench, write_outputs
-    from posenc_cli.runs import timestamped_dir
     from posenc_cli.model.positional import SCHEMES
+    from posenc_cli.runs import timestamped_dir
 
     unknown = [s for s in scheme or [] if s not in SCHEMES]
     if unknown:
         raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
-    df, info = run_bench(quick=quick, main_job=main_job, levers=levers, schemes=scheme)
+    peer = None if nanogpt == "none" else Path(nanogpt)
+    df, info = run_bench(quick=quick, main_job=main_job, levers=levers, schemes=scheme, peer=peer)
     out = out or timestamped_dir("bench")
     ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote bench.csv, bench.md to {out}")
