@@ -49,12 +49,14 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, pos: PositionalScheme) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, pos: PositionalScheme,
+                given: torch.Tensor | None = None) -> torch.Tensor:
+        """`given`: the caller's (B, T) positions, None when they are 0..T-1 (then the bias is cheap)."""
         B, T, C = x.shape
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
         q, k = pos.rotate(q, k, positions)
         if pos.adds_bias:
-            y = biased_causal_attention(q, k, v, pos)
+            y = biased_causal_attention(q, k, v, pos, given)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
@@ -78,8 +80,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, pos):
-        x = x + self.attn(self.ln_1(x), positions, pos)
+    def forward(self, x, positions, pos, given=None):
+        x = x + self.attn(self.ln_1(x), positions, pos, given)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -105,12 +107,15 @@ class GPT(nn.Module):
                 std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith("proj.weight") else 0.02
                 nn.init.normal_(p, std=std)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """(B, T) token ids -> (B, T, vocab) logits."""
-        positions = torch.arange(idx.size(1), device=idx.device)
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) token ids -> (B, T, vocab) logits. positions: (B, T) increasing positions of each
+        token (train.positions=randomized); None: 0..T-1, as in evaluation."""
+        given = positions
+        if positions is None:
+            positions = torch.arange(idx.size(1), device=idx.device)
         x = self.pos.embed(self.tok(idx), positions)
         for block in self.blocks:
-            x = block(x, positions, self.pos)
+            x = block(x, positions, self.pos, given)
         return self.head(self.ln_f(x))
 
     @property
