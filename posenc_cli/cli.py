@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperCommand
 
 from posenc_cli import ui
 from posenc_cli.errors import UsageError
@@ -27,10 +28,10 @@ app = typer.Typer(
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
 Config groups (pick with group=option):\n
-  scheme: none | sinusoidal | learned | rope | alibi | t5 | xpos | kerple   (default rope)\n
+  scheme: {schemes}   (default rope)\n
   model:  tiny | small | medium                        (default tiny)\n
   data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
-  experiment: smoke | probe                            (presets that set several groups)\n
+  experiment: smoke | probe | extend                   (presets that set several groups)\n
 Common keys: model.n_layer model.n_head model.n_embd data.path train.max_steps train.batch_size
 train.block_size (the training length, default 256) train.lr train.eval_interval seed device (auto|cpu|cuda|mps).\n
 Examples:\n
@@ -40,11 +41,30 @@ Examples:\n
   posenc train data=text data.path=input.txt train.block_size=128\n
   posenc train --cfg job      (print the composed config and exit)\n
   posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)\n
+  posenc train experiment=extend train.init_from=RUN scheme.scaling=yarn scheme.scaling_factor=4
+      (a new run from RUN's weights at 1,024 tokens; scheme.scaling: none|linear|ntk|dynamic|yarn, rope/xpos)\n
+  posenc train scheme=learned train.positions=randomized train.max_position=2048
+      (randomized positions: sorted random positions from [0, 2048) per sequence; eval uses 0..L-1)\n
   posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   (parallel jobs; pip install 'posenc\\[cluster]')\n
   torchrun --standalone --nproc_per_node=2 -m posenc_cli train   (DDP; train.batch_size is the global batch)\n
 Each run writes outputs/runs/<time>_<scheme>_seed<N>/ (sweeps: outputs/sweeps/<time>/<n>_<scheme>_seed<N>/)
 with .hydra/, metrics.csv, checkpoint.pt, summary.json and train.log. Hydra flags (-m, --cfg, --info,
 hydra/launcher=..., hydra.run.dir=...) pass through unchanged."""
+
+
+class TrainCommand(TyperCommand):
+    """`posenc train`'s help lists the schemes from their classes, imported (with torch) only when the
+    help is shown; the command list of `posenc --help` shows its short help."""
+
+    @property
+    def help(self) -> str:
+        from posenc_cli.model.positional import SCHEMES
+
+        return TRAIN_HELP.format(schemes=" | ".join(SCHEMES))
+
+    @help.setter
+    def help(self, _: str | None) -> None:
+        pass
 
 
 def fail(err: Exception) -> None:
@@ -53,7 +73,8 @@ def fail(err: Exception) -> None:
 
 
 @app.command(
-    help=TRAIN_HELP,
+    cls=TrainCommand,
+    short_help=TRAIN_HELP.split("\n", 1)[0],
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def train(ctx: typer.Context) -> None:
@@ -196,15 +217,13 @@ def schemes() -> None:
     """List every positional scheme: how it plugs in, what it costs, and what the chapters claim."""
     from rich import box
 
-    from posenc_cli.claims import claim_for
     from posenc_cli.model.positional import SCHEMES
 
     table = Table(title="Positional schemes", box=box.SIMPLE_HEAD)
     for column in ("scheme", "kind", "positional\nparameters", "relative\nposition", "extrapolation\n(claimed)", "used by"):
         table.add_column(column, overflow="fold")
     for name, cls in SCHEMES.items():
-        claim = claim_for(name)
-        table.add_row(name, cls.kind, cls.param_formula, cls.relative, claim.extrapolation, claim.used_by)
+        table.add_row(name, cls.kind, cls.param_formula, cls.relative, cls.claim.extrapolation, cls.claim.used_by)
     ui.out.print(table)
     ui.out.print("Check a scheme's claims and draw it: posenc inspect SCHEME", highlight=False)
 

@@ -17,6 +17,7 @@ import torch
 from posenc_cli.checkpoint import FILENAME, load_checkpoint
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT
+from posenc_cli.model.gpt import rename_legacy_scheme_keys
 from posenc_cli.runs import read_summary
 
 KEPT = {"scheme": "scheme", "n_layer": "model.n_layer", "n_head": "model.n_head", "n_embd": "model.n_embd"}
@@ -52,9 +53,9 @@ def check_same_model(source: Path, saved: dict[str, Any], model_cfg: dict[str, A
 def initial_state(source: Path, saved: dict[str, Any], model: GPT) -> dict[str, torch.Tensor]:
     """RUN's weights shaped for `model` (a meta-device model is enough to check that they fit)."""
     state = dict(saved["model"])
-    prefix = next(name for name, module in model.named_children() if module is model.pos) + "."
-    scheme_state = {key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
-    state.update({prefix + key: value for key, value in model.pos.extend_state(scheme_state).items()})
+    rename_legacy_scheme_keys(model, state, "")
+    scheme_state = {key[len("scheme."):]: value for key, value in state.items() if key.startswith("scheme.")}
+    state.update({"scheme." + key: value for key, value in model.scheme.extend_state(scheme_state).items()})
     expected = model.state_dict()
     for key in sorted(set(expected) | set(state)):
         if key not in state or key not in expected or state[key].shape != expected[key].shape:

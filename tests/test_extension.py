@@ -62,7 +62,7 @@ def test_init_from_gives_identical_logits_at_step_0(scheme, tmp_path):
 def test_a_grown_learned_table_repeats_the_trained_rows(tmp_path):
     run, source = saved_run(tmp_path, "learned")
     grown = initialised(run, source, block_size=80)
-    old, new = source.pos.table.weight, grown.pos.table.weight
+    old, new = source.scheme.table.weight, grown.scheme.table.weight
     assert new.shape == (80, old.size(1))
     torch.testing.assert_close(new, old[torch.arange(80) % 32])  # Longformer's copy: row p = row p mod 32
 
@@ -71,7 +71,7 @@ def test_scaling_while_training_is_the_eval_formula():
     """One implementation: the options a fine-tune gives (block 1,024, factor 4) and the options eval's
     --rope-scaling gives a 256-token run build the same RopeScaling, hence the same rotations."""
     trained = build_scheme("rope", 32, 2, 1024, scaling="yarn", scaling_factor=4)
-    run = SimpleNamespace(model=SimpleNamespace(pos=build_scheme("rope", 32, 2, 256)), train_len=256,
+    run = SimpleNamespace(model=SimpleNamespace(scheme=build_scheme("rope", 32, 2, 256)), train_len=256,
                           path="run")
     (options,) = scaling_variants(run, ["yarn"], 4.0)
     at_eval = build_scheme("rope", 32, 2, 256, **options)
@@ -84,7 +84,7 @@ def test_scaling_while_training_is_the_eval_formula():
 
 def test_a_baked_in_scaling_refuses_another_on_top():
     baked = build_scheme("xpos", 32, 2, 1024, scaling="linear", scaling_factor=4)
-    run = SimpleNamespace(model=SimpleNamespace(pos=baked), train_len=1024, path="ft")
+    run = SimpleNamespace(model=SimpleNamespace(scheme=baked), train_len=1024, path="ft")
     assert scaling_variants(run, ["none"], None) == [{}]  # evaluated as trained
     with pytest.raises(UsageError, match="scheme.scaling=linear.*do not compose"):
         scaling_variants(run, ["none", "yarn"], None)
@@ -121,7 +121,7 @@ def test_bad_extension_overrides_are_refused_before_training(overrides, needle):
 @pytest.mark.parametrize("scheme, overrides, needle", [
     ("rope", ["scheme=alibi"], "scheme=rope"),
     ("rope", ["scheme=rope", "model.n_embd=64"], "model.n_embd=32"),
-    ("t5", ["scheme=t5", "scheme.n_buckets=8"], "pos.table.weight"),
+    ("t5", ["scheme=t5", "scheme.n_buckets=8"], "scheme.table.weight"),
     ("rope", ["scheme=rope", "data=text", "data.path=other.txt"], "vocabulary"),
 ])
 def test_init_from_refuses_another_model_or_vocabulary(scheme, overrides, needle, tmp_path, monkeypatch):

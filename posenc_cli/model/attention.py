@@ -25,15 +25,15 @@ MASK_BUDGET = 1 << 22
 GRAD_CHUNK = 2
 
 
-def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: PositionalScheme,
+def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scheme: PositionalScheme,
                             positions: torch.Tensor | None = None) -> torch.Tensor:
-    """q, k, v: (B, H, T, D) -> (B, H, T, D), scores plus pos.bias(p_i - p_j), keys j <= i only.
+    """q, k, v: (B, H, T, D) -> (B, H, T, D), scores plus scheme.bias(p_i - p_j), keys j <= i only.
     positions None: p_i = i, the strided fast path below."""
     if positions is not None:
-        return attend(q, k, v, dense_bias(pos, positions))
+        return attend(q, k, v, dense_bias(scheme, positions))
     H, T = q.size(1), q.size(2)
     distance = torch.arange(-(T - 1), T, device=q.device)
-    by_distance = pos.bias(distance).masked_fill(distance < 0, float("-inf")).to(q.dtype)  # (H, 2T - 1)
+    by_distance = scheme.bias(distance).masked_fill(distance < 0, float("-inf")).to(q.dtype)  # (H, 2T - 1)
     k, v = k.flip(2), v.flip(2)  # key j now sits at T - 1 - j
     block = max(1, min(T, MASK_BUDGET // (H * T)))
     outputs = []
@@ -47,14 +47,14 @@ def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p
     return torch.cat(outputs, dim=2)
 
 
-def dense_bias(pos: PositionalScheme, positions: torch.Tensor) -> torch.Tensor:
-    """(B, T) increasing positions -> the (B, H, T, T) causal mask pos.bias(p_i - p_j). Distances are no
+def dense_bias(scheme: PositionalScheme, positions: torch.Tensor) -> torch.Tensor:
+    """(B, T) increasing positions -> the (B, H, T, T) causal mask scheme.bias(p_i - p_j). Distances are no
     longer a function of i - j, so the mask is built per pair: B×H×T×T floats, fine at training lengths
     (train.positions=randomized), which is the only user."""
     T = positions.size(-1)
     distance = positions[:, :, None] - positions[:, None, :]
     future = torch.ones(T, T, dtype=torch.bool, device=positions.device).triu(1)
-    return pos.bias(distance).movedim(0, 1).masked_fill(future, float("-inf"))
+    return scheme.bias(distance).movedim(0, 1).masked_fill(future, float("-inf"))
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
