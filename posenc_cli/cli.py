@@ -42,7 +42,7 @@ Examples:\n
   posenc train --cfg job      (print the composed config and exit)\n
   posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)\n
   posenc train experiment=extend train.init_from=RUN scheme.scaling=yarn scheme.scaling_factor=4
-      (a new run from RUN's weights at 1,024 tokens; scheme.scaling: none|linear|ntk|dynamic|yarn, rope/xpos)\n
+      (a new run from RUN's weights at 1,024; scheme.scaling: none|linear|ntk|dynamic|yarn)\n
   posenc train scheme=learned train.positions=randomized train.max_position=2048
       (randomized positions: sorted random positions from [0, 2048) per sequence; eval uses 0..L-1)\n
   posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   (parallel jobs; pip install 'posenc\\[cluster]')\n

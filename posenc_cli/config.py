@@ -172,8 +172,8 @@ def validate_positions(tc: dict[str, Any], scheme) -> None:
         raise UsageError(f"train.positions=randomized needs train.max_position, an integer >= "
                          f"train.block_size={tc['block_size']}, got {max_position!r}")
     if scheme.max_len is not None and scheme.max_len < max_position:
-        raise UsageError(f"scheme.max_len={scheme.max_len} is below train.max_position={max_position}: positions "
-                         f"up to {max_position - 1} are drawn; use scheme.max_len >= {max_position} (or null)")
+        raise UsageError(f"scheme.max_len={scheme.max_len} is below train.max_position={max_position}: "
+                         f"positions up to {max_position - 1} are drawn; use a larger scheme.max_len")
 
 
 def validate_init_from(cfg: dict[str, Any]) -> None:

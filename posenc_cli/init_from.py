@@ -45,8 +45,8 @@ def check_same_model(source: Path, saved: dict[str, Any], model_cfg: dict[str, A
             )
     if tuple(saved["vocab"]) != tuple(vocab):
         raise UsageError(
-            f"train.init_from={source} has a vocabulary of {len(saved['vocab'])} characters that differs from "
-            f"this run's corpus ({len(vocab)} characters); use the data config RUN was trained on"
+            f"train.init_from={source} has a vocabulary of {len(saved['vocab'])} characters that differs "
+            f"from this run's corpus ({len(vocab)} characters); use the data config RUN was trained on"
         )
 
 

@@ -17,7 +17,7 @@ from posenc_cli.config import preflight
 from posenc_cli.data import load_corpus, random_positions
 from posenc_cli.errors import UsageError
 from posenc_cli.evaluate import scaling_variants
-from posenc_cli.init_from import initial_state, source_checkpoint
+from posenc_cli.init_from import initial_state, lineage, source_checkpoint
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.positional.rope_scaling import RopeScaling
@@ -31,7 +31,8 @@ def saved_run(tmp_path: Path, scheme: str, block_size: int = 32, **options) -> t
                             scheme=scheme, scheme_options=options)).eval()
     run = tmp_path / f"run_{scheme}"
     save_checkpoint(run / FILENAME, {"model_config": model.cfg.to_dict(), "vocab": list(vocab),
-                                     "model": model.state_dict(), "data": corpus_cfg, "train_len": block_size})
+                                     "model": model.state_dict(), "data": corpus_cfg,
+                                     "train_len": block_size})
     return run, model
 
 
@@ -133,29 +134,37 @@ def test_init_from_refuses_another_model_or_vocabulary(scheme, overrides, needle
                    *overrides])
 
 
-def test_fine_tune_with_scaling_end_to_end(smoke_sweep, tmp_path):
-    """init_from a rope run at 64 tokens, fine-tune at 128 with linear scaling, chain recorded; a learned
-    run with randomized positions; eval reads both as any run (the scaling built in, the learned table
-    as long as max_position), and refuses --rope-scaling on top of a baked-in scaling in one line."""
-    (base,) = smoke_sweep.glob("*_rope_seed0")
-    fine_tune = [*SMOKE, "scheme=rope", "train.block_size=128", "scheme.scaling=linear", "scheme.scaling_factor=2",
-                 "train.max_steps=2"]
-    first = run_cli("train", *fine_tune, f"train.init_from={base}", "hydra.run.dir=ft1", cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    second = run_cli("train", *fine_tune, "train.init_from=ft1", "hydra.run.dir=ft2", cwd=tmp_path)
-    assert second.returncode == 0, second.stderr
-    summary = json.loads((tmp_path / "ft2" / "summary.json").read_text())
+def test_the_chain_goes_back_to_a_run_trained_from_scratch(tmp_path):
+    a, b, c = (str(tmp_path / name) for name in "abc")
+    for name, chain in [("a", None), ("b", [a]), ("c", [b, a])]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"init_chain": chain} if chain else {}))
+    assert lineage(tmp_path / "c") == [c, b, a]
+
+
+def test_fine_tune_with_scaling_end_to_end(tmp_path):
+    """init_from a rope run at 64 tokens, fine-tune at 128 with linear scaling; a learned run with
+    randomized positions; eval reads both as any run (the scaling built in, the learned table as long
+    as max_position), and refuses --rope-scaling on top of a baked-in scaling in one line."""
+    tiny = [*SMOKE, "train.max_steps=2"]
+    base = run_cli("train", *tiny, "scheme=rope", "hydra.run.dir=base", cwd=tmp_path)
+    assert base.returncode == 0, base.stderr
+    fine_tune = run_cli("train", *tiny, "scheme=rope", "train.init_from=base", "train.block_size=128",
+                        "scheme.scaling=linear", "scheme.scaling_factor=2", "hydra.run.dir=ft", cwd=tmp_path)
+    assert fine_tune.returncode == 0, fine_tune.stderr
+    summary = json.loads((tmp_path / "ft" / "summary.json").read_text())
     assert summary["scheme"] == "rope+linear"
-    assert summary["init_chain"] == [str(tmp_path / "ft1"), str(base.resolve())]
-    randomized = run_cli("train", *SMOKE, "scheme=learned", "train.positions=randomized",
-                         "train.max_position=256", "train.max_steps=2", "hydra.run.dir=rnd", cwd=tmp_path)
+    assert summary["init_from"] == str(tmp_path / "base")
+    assert summary["init_chain"] == [str(tmp_path / "base")]
+    randomized = run_cli("train", *tiny, "scheme=learned", "train.positions=randomized",
+                         "train.max_position=256", "hydra.run.dir=rnd", cwd=tmp_path)
     assert randomized.returncode == 0, randomized.stderr
-    result = run_cli("eval", "ft2", "rnd", "--lengths", "256", "--max-tokens", "1024", "--out", "ev",
+    result = run_cli("eval", "ft", "rnd", "--lengths", "256", "--max-tokens", "1024", "--out", "ev",
                      cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "ev" / "ppl.csv").set_index(["scheme", "eval_len"])
     assert sorted(df.index) == [("learned", 64), ("learned", 256), ("rope+linear", 128), ("rope+linear", 256)]
     assert df["ppl"].notna().all()  # learned past its training length: its table covers max_position
-    refused = run_cli("eval", "ft2", "--rope-scaling", "none,yarn", "--out", "ev2", cwd=tmp_path)
+    refused = run_cli("eval", "ft", "--rope-scaling", "none,yarn", "--out", "ev2", cwd=tmp_path)
     assert_one_line_error(refused, "scheme.scaling=linear")
     assert not (tmp_path / "ev2").exists()
