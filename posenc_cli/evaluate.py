@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import torch
 
+from posenc_cli.choices import EVAL_MODES as MODES
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, token_nll
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 
-MODES = ("nonoverlap", "sliding")
 TOKENS_PER_FORWARD = 16384  # windows are batched up to this many tokens per forward pass
 
 

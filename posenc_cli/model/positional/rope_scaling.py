@@ -20,10 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
+from posenc_cli.choices import ROPE_SCALING as METHODS
 from posenc_cli.errors import UsageError
 from posenc_cli.model.positional.rope import rope_inv_freq
-
-METHODS = ("none", "linear", "ntk", "dynamic", "yarn")
 
 
 def ntk_base(base: float, s: float, head_dim: int) -> float:
