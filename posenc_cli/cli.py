@@ -11,8 +11,8 @@ from typing import Any, List, Optional
 
 import typer
 from rich.markup import escape
-from typer.core import TyperCommand
 from rich.table import Table
+from typer.core import TyperCommand
 
 from posenc_cli import ui
 from posenc_cli.choices import DEVICES, EVAL_MODES, LANGS, ROPE_SCALING
@@ -33,7 +33,7 @@ app = typer.Typer(
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
 Config groups (pick with group=option):
-  scheme: none | sinusoidal | learned | rope | alibi | t5 | xpos | kerple   (default rope)
+  scheme: {schemes}   (default rope)
   model:  tiny | small | medium                        (default tiny)
   data:   synthetic | text                             (default synthetic; text needs data.path=FILE)
   logger: csv | tensorboard | wandb, or a list: logger=\\[csv,tensorboard]   (default csv; pip install 'posenc\\[track]')
@@ -110,14 +110,21 @@ def posenc(
 DEVICE_HELP = "Where the model runs (auto: cuda, then mps, then cpu; cuda:N also works)."
 
 
-def fail(err: Exception) -> None:
-    ui.err.print(f"[bold red]posenc: error:[/] {escape(str(err))}", soft_wrap=True, highlight=False)
-    raise SystemExit(2)
+class TrainCommand(TyperCommand):
+    """`posenc train`'s help lists the schemes from their classes, imported (with torch) only when the
+    help is shown; the command list of `posenc --help` shows its short help. Its arguments are Hydra
+    overrides, so the shell completes them through Hydra's completion: config groups, their options
+    and config keys, as `python app.py <TAB>` does for a Hydra app."""
 
+    @property
+    def help(self) -> str:
+        from posenc_cli.model.positional import SCHEMES
 
-class HydraOverridesCommand(TyperCommand):
-    """`train` takes Hydra overrides, so the shell completes its arguments through Hydra's completion:
-    config groups, their options and config keys, as `python app.py <TAB>` does for a Hydra app."""
+        return reflow(TRAIN_HELP.format(schemes=" | ".join(SCHEMES)))
+
+    @help.setter
+    def help(self, _: str | None) -> None:
+        pass
 
     def shell_complete(self, ctx, incomplete: str) -> list:
         from posenc_cli.completion import CompletionItem, hydra_completions
@@ -127,9 +134,14 @@ class HydraOverridesCommand(TyperCommand):
         return [CompletionItem(c) for c in hydra_completions(list(ctx.args), incomplete)]
 
 
+def fail(err: Exception) -> None:
+    ui.err.print(f"[bold red]posenc: error:[/] {escape(str(err))}", soft_wrap=True, highlight=False)
+    raise SystemExit(2)
+
+
 @app.command(
-    help=TRAIN_HELP,
-    cls=HydraOverridesCommand,
+    cls=TrainCommand,
+    short_help=TRAIN_HELP.split("\n", 1)[0],
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def train(ctx: typer.Context) -> None:
@@ -320,15 +332,13 @@ def schemes() -> None:
     """List every positional scheme: how it plugs in, what it costs, and what the chapters claim."""
     from rich import box
 
-    from posenc_cli.claims import claim_for
     from posenc_cli.model.positional import SCHEMES
 
     table = Table(title="Positional schemes", box=box.SIMPLE_HEAD)
     for column in ("scheme", "kind", "positional\nparameters", "relative\nposition", "extrapolation\n(claimed)", "used by"):
         table.add_column(column, overflow="fold")
     for name, cls in SCHEMES.items():
-        claim = claim_for(name)
-        table.add_row(name, cls.kind, cls.param_formula, cls.relative, claim.extrapolation, claim.used_by)
+        table.add_row(name, cls.kind, cls.param_formula, cls.relative, cls.claim.extrapolation, cls.claim.used_by)
     ui.out.print(table)
     ui.out.print("Check a scheme's claims and draw it: posenc inspect SCHEME", highlight=False)
 

@@ -27,7 +27,7 @@ class SamplePlan:
 def plan(run: LoadedRun, prompt_len: int, tokens: int, window: int | None) -> SamplePlan:
     """Check the lengths against the scheme's limit before anything is generated."""
     require_positive_int("--tokens", tokens)
-    limit = run.model.pos.max_len  # None: the scheme computes any position
+    limit = run.model.scheme.max_len  # None: the scheme computes any position
     if window is not None:
         require_positive_int("--window", window)
         if limit is not None and window > limit:

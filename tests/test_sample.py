@@ -52,7 +52,7 @@ def test_top_k_never_picks_outside_the_k_most_likely_and_temperature_zero_is_gre
 
 def test_learned_stops_at_its_table_unless_the_window_slides(smoke_sweep):
     run = load_run(run_of(smoke_sweep, "learned"))
-    limit = run.model.pos.max_len
+    limit = run.model.scheme.max_len
     stopped = plan(run, len(PROMPT), 1000, window=None)
     assert stopped.tokens == limit + 1 - len(PROMPT) and f"--window {limit}" in stopped.stopped_early
     assert len(sampled(run, 0, stopped.tokens)) == stopped.tokens  # the last one still has a position
@@ -68,7 +68,7 @@ def test_sample_streams_the_text_and_writes_it_with_out(smoke_sweep, tmp_path):
     result = run_cli("sample", str(learned), "--prompt", PROMPT, "--tokens", "500", "--seed", "3", "--top-k", "5",
                      "--out", "sample.txt", "--device", "cpu", cwd=tmp_path, env=ONE_THREAD)
     assert result.returncode == 0, result.stderr
-    table = load_run(learned).model.pos.max_len
+    table = load_run(learned).model.scheme.max_len
     written = (tmp_path / "sample.txt").read_text(encoding="utf-8")
     assert result.stdout == written + "\n" and written.startswith(PROMPT) and len(written) == table + 1
     assert "learned stopped after" in result.stderr and f"--window {table}" in result.stderr
