@@ -92,11 +92,15 @@ class WandbLogger(RunLogger):
             os.environ["WANDB_MODE"] = mode
         import wandb
 
-        self.run = wandb.init(
-            project=project, entity=entity, mode=mode, group=group, tags=list(tags or []), name=name,
-            dir=str(dir or run_dir), reinit="finish_previous",
-            settings=wandb.Settings(console="off", init_timeout=60, x_disable_stats=True),
-        )
+        try:
+            self.run = wandb.init(
+                project=project, entity=entity, mode=mode, group=group, tags=list(tags or []), name=name,
+                dir=str(dir or run_dir), reinit="finish_previous",
+                settings=wandb.Settings(console="off", init_timeout=60, x_disable_stats=True),
+            )
+        except Exception as err:  # no network, no login, a bad entity: wandb's own error types vary
+            raise UsageError(f"logger=wandb could not start a run ({' '.join(str(err).split())[:160]}); "
+                             "logger.wandb.mode=offline logs without network or login") from None
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         self.run.config.update(dict(config), allow_val_change=True)
