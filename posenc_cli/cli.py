@@ -37,10 +37,11 @@ Config groups (pick with group=option):
   model:  tiny | small | medium                        (default tiny)
   data:   synthetic | text                             (default synthetic; text needs data.path=FILE)
   logger: csv | tensorboard | wandb, or a list: logger=\\[csv,tensorboard]   (default csv; pip install 'posenc\\[track]')
-  experiment: smoke | probe                            (presets that set several groups)
+  experiment: smoke | probe | extend                   (presets that set several groups)
 
 Common keys: model.n_layer model.n_head model.n_embd data.path train.max_steps train.batch_size
-train.block_size (the training length, default 256) train.lr train.log_interval train.eval_interval seed
+train.block_size (the training length, default 256) train.init_from train.positions train.max_position
+scheme.scaling scheme.scaling_factor train.lr train.log_interval train.eval_interval seed
 device (auto|cpu|cuda|mps) logger.wandb.project logger.wandb.entity logger.wandb.mode (online|offline|disabled).
 
 Examples:
@@ -52,6 +53,10 @@ Examples:
   posenc train logger=wandb logger.wandb.mode=offline   (no network; wandb sync later)
   posenc train --cfg job      (print the composed config and exit)
   posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)
+  posenc train experiment=extend train.init_from=RUN scheme.scaling=yarn scheme.scaling_factor=4
+      (a new run from RUN's weights at 1,024; scheme.scaling: none|linear|ntk|dynamic|yarn)
+  posenc train scheme=learned train.positions=randomized train.max_position=2048
+      (randomized positions: sorted random positions from [0, 2048) per sequence; eval uses 0..L-1)
   torchrun --standalone --nproc_per_node=2 -m posenc_cli train   (DDP; train.batch_size is the global batch)
 
 Launchers for -m sweeps (hydra/launcher=...; all but basic need pip install 'posenc\\[cluster]'):
