@@ -3,9 +3,11 @@ become one line on stderr and exit code 2."""
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.markup import escape
@@ -13,58 +15,128 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from posenc_cli import ui
+from posenc_cli.choices import DEVICES, EVAL_MODES, LANGS, ROPE_SCALING
 from posenc_cli.errors import UsageError
 
+HELP_OPTION_NAMES = ["-h", "--help"]
 app = typer.Typer(
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
+    context_settings={"help_option_names": HELP_OPTION_NAMES},
     help="Train small GPTs with different positional encodings and measure how far past their training "
     "length each one holds up.\n\nQuick start: [bold]posenc train -m scheme=none,sinusoidal,learned,rope,alibi[/bold] "
-    "then [bold]posenc eval --lengths 512,1024,2048[/bold].",
+    "then [bold]posenc eval --lengths 512,1024,2048[/bold].\n\n"
+    "Shell completion (commands, options and train's config groups and keys): [bold]posenc --install-completion[/bold].",
 )
 
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
-Config groups (pick with group=option):\n
-  scheme: {schemes}   (default rope)\n
-  model:  tiny | small | medium                        (default tiny)\n
-  data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
-  experiment: smoke | probe | extend                   (presets that set several groups)\n
+Config groups (pick with group=option):
+  scheme: {schemes}   (default rope)
+  model:  tiny | small | medium                        (default tiny)
+  data:   synthetic | text                             (default synthetic; text needs data.path=FILE)
+  logger: csv | tensorboard | wandb, or a list: logger=\\[csv,tensorboard]   (default csv; pip install 'posenc\\[track]')
+  experiment: smoke | probe | extend                   (presets that set several groups)
+
 Common keys: model.n_layer model.n_head model.n_embd data.path train.max_steps train.batch_size
-train.block_size (the training length, default 256) train.lr train.eval_interval seed device (auto|cpu|cuda|mps).\n
-Examples:\n
-  posenc train scheme=rope\n
-  posenc train scheme=alibi model.n_layer=2 train.max_steps=50\n
-  posenc train -m scheme=none,sinusoidal,learned,rope,alibi seed=0,1,2\n
-  posenc train data=text data.path=input.txt train.block_size=128\n
-  posenc train --cfg job      (print the composed config and exit)\n
-  posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)\n
+train.block_size (the training length, default 256) train.init_from train.positions train.max_position
+scheme.scaling scheme.scaling_factor train.lr train.log_interval train.eval_interval seed
+device (auto|cpu|cuda|mps) logger.wandb.project logger.wandb.entity logger.wandb.mode (online|offline|disabled).
+
+Examples:
+  posenc train scheme=rope
+  posenc train scheme=alibi model.n_layer=2 train.max_steps=50
+  posenc train -m scheme=none,sinusoidal,learned,rope,alibi seed=0,1,2
+  posenc train data=text data.path=input.txt train.block_size=128
+  posenc train logger=\\[csv,tensorboard]      (then: tensorboard --logdir outputs)
+  posenc train logger=wandb logger.wandb.mode=offline   (no network; wandb sync later)
+  posenc train --cfg job      (print the composed config and exit)
+  posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)
   posenc train experiment=extend train.init_from=RUN scheme.scaling=yarn scheme.scaling_factor=4
-      (a new run from RUN's weights at 1,024; scheme.scaling: none|linear|ntk|dynamic|yarn)\n
+      (a new run from RUN's weights at 1,024; scheme.scaling: none|linear|ntk|dynamic|yarn)
   posenc train scheme=learned train.positions=randomized train.max_position=2048
-      (randomized positions: sorted random positions from [0, 2048) per sequence; eval uses 0..L-1)\n
-  posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   (parallel jobs; pip install 'posenc\\[cluster]')\n
-  torchrun --standalone --nproc_per_node=2 -m posenc_cli train   (DDP; train.batch_size is the global batch)\n
+      (randomized positions: sorted random positions from [0, 2048) per sequence; eval uses 0..L-1)
+  torchrun --standalone --nproc_per_node=2 -m posenc_cli train   (DDP; train.batch_size is the global batch)
+
+Launchers for -m sweeps (hydra/launcher=...; all but basic need pip install 'posenc\\[cluster]'):
+  basic           one job after another in this process (the default): posenc train -m seed=0,1,2
+  joblib          jobs side by side on this machine: posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2
+  submitit_local  each job in its own process through submitit: posenc train -m seed=0,1 hydra/launcher=submitit_local
+  submitit_slurm  each job as a SLURM job: posenc train -m seed=0,1 hydra/launcher=submitit_slurm hydra.launcher.partition=PART
+
 Each run writes outputs/runs/<time>_<scheme>_seed<N>/ (sweeps: outputs/sweeps/<time>/<n>_<scheme>_seed<N>/)
 with .hydra/, metrics.csv, checkpoint.pt, summary.json and train.log. Hydra flags (-m, --cfg, --info,
-hydra/launcher=..., hydra.run.dir=...) pass through unchanged."""
+hydra/launcher=..., hydra.run.dir=...) pass through unchanged; -sc install=bash prints the completion script."""
+
+
+def choice(default: str, choices: tuple[str, ...], help: str, *names: str, comma_list: bool = False,
+           also: str = "") -> Any:
+    """An option whose values are fixed names: --help lists them, shells complete them, and a typo is
+    refused while parsing. comma_list: a comma list of those names. also: a regex of further values."""
+
+    def check(value: str | None) -> str | None:
+        for part in (value.split(",") if comma_list else [value]) if value is not None else []:
+            if part.strip() not in choices and not (also and re.fullmatch(also, part.strip())):
+                raise typer.BadParameter(f"{part!r} is not one of {', '.join(choices)}")
+        return value
+
+    def complete(incomplete: str) -> list[str]:
+        done, _, last = incomplete.rpartition(",") if comma_list else ("", "", incomplete)
+        return [f"{done},{c}" if done else c for c in choices if c.startswith(last)]
+
+    metavar = "[" + "|".join(choices) + "]" + (",..." if comma_list else "")
+    return typer.Option(default, *names, help=help, metavar=metavar, callback=check, autocompletion=complete)
+
+
+def flag(help: str, *names: str) -> Any:
+    """A boolean that is on when given: shown in --help as a bare flag."""
+    return typer.Option(False, *names, help=help, metavar="")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        from posenc_cli import __version__
+        from posenc_cli.version import code_version
+
+        version = code_version()
+        ui.out.print(f"posenc {__version__}" + (f" ({version})" if version.startswith("git:") else ""), highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def posenc(
+    version: bool = typer.Option(False, "--version", "-V", help="Print the version (and the git commit in a checkout) and exit.",
+                                 callback=version_callback, is_eager=True, metavar=""),
+) -> None:
+    """Train small GPTs with different positional encodings and measure how far past their training length each one holds up."""
+
+
+DEVICE_HELP = "Where the model runs (auto: cuda, then mps, then cpu; cuda:N also works)."
 
 
 class TrainCommand(TyperCommand):
     """`posenc train`'s help lists the schemes from their classes, imported (with torch) only when the
-    help is shown; the command list of `posenc --help` shows its short help."""
+    help is shown; the command list of `posenc --help` shows its short help. Its arguments are Hydra
+    overrides, so the shell completes them through Hydra's completion: config groups, their options
+    and config keys, as `python app.py <TAB>` does for a Hydra app."""
 
     @property
     def help(self) -> str:
         from posenc_cli.model.positional import SCHEMES
 
-        return TRAIN_HELP.format(schemes=" | ".join(SCHEMES))
+        return reflow(TRAIN_HELP.format(schemes=" | ".join(SCHEMES)))
 
     @help.setter
     def help(self, _: str | None) -> None:
         pass
+
+    def shell_complete(self, ctx, incomplete: str) -> list:
+        from posenc_cli.completion import CompletionItem, hydra_completions
+
+        if incomplete.startswith("-"):
+            return super().shell_complete(ctx, incomplete)
+        return [CompletionItem(c) for c in hydra_completions(list(ctx.args), incomplete)]
 
 
 def fail(err: Exception) -> None:
@@ -79,9 +151,12 @@ def fail(err: Exception) -> None:
 )
 def train(ctx: typer.Context) -> None:
     from posenc_cli import distributed
+    from posenc_cli.completion import hydra_shell_completion
     from posenc_cli.config import preflight
     from posenc_cli.runs import resume_overrides
 
+    if hydra_shell_completion(list(ctx.args)):
+        return
     args = resume_overrides(list(ctx.args))
     preflight(args)
     with distributed.process_group(args) as args:
@@ -97,6 +172,7 @@ def run_hydra_train() -> None:
 
     from posenc_cli.config import config_dir
     from posenc_cli.distributed import threads_per_job
+    from posenc_cli.tracking import run_name
 
     def job(cfg: DictConfig) -> float | None:
         from posenc_cli.train import train as train_run
@@ -104,8 +180,10 @@ def run_hydra_train() -> None:
         hydra_cfg = HydraConfig.get()
         config = OmegaConf.to_container(cfg, resolve=True)
         config["train"]["threads"] = config["train"]["threads"] or threads_per_job(hydra_cfg.launcher)
+        output_dir = Path(hydra_cfg.runtime.output_dir)
+        name = run_name(list(hydra_cfg.overrides.task), output_dir, hydra_cfg.mode == RunMode.MULTIRUN)
         try:
-            summary = train_run(config, hydra_cfg.runtime.output_dir)
+            summary = train_run(config, output_dir, name)
         except UsageError as err:
             fail(err)
         if summary["status"] == "failed" and hydra_cfg.mode == RunMode.RUN:
@@ -119,14 +197,14 @@ def run_hydra_train() -> None:
 def eval_command(
     runs: List[str] = typer.Argument(None, help="Run directories, sweep directories or globs (default: the latest runs)."),
     lengths: str = typer.Option("512,1024,2048", "--lengths", "-l", help="Comma list of evaluation lengths; each run's training length is always added."),
-    mode: str = typer.Option("nonoverlap", help="nonoverlap: consecutive windows, every token scored. sliding: windows advance by --stride, only their last stride tokens scored."),
+    mode: str = choice("nonoverlap", EVAL_MODES, "nonoverlap: consecutive windows, every token scored. sliding: windows advance by --stride, only their last stride tokens scored.", "--mode"),
     stride: Optional[int] = typer.Option(None, help="Stride for --mode sliding (default: half the length)."),
     max_tokens: int = typer.Option(32768, "--max-tokens", help="Validation tokens scored at every length (rounded down to a multiple of the longest length)."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/eval/<time>)."),
     data: Optional[Path] = typer.Option(None, help="Evaluate on this UTF-8 text file instead of each run's validation split."),
-    device: str = typer.Option("auto", help="auto | cpu | cuda | mps"),
-    lang: str = typer.Option("en", help="en, or zh to add the chapters' own words to comparison.md."),
-    rope_scaling: str = typer.Option("none", "--rope-scaling", help="Comma list of none, linear, ntk, dynamic, yarn: each RoPE-based run is evaluated once per method (labelled rope+yarn etc.), no retraining."),
+    device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
+    lang: str = choice("en", LANGS, "en, or zh to add the chapters' own words to comparison.md.", "--lang"),
+    rope_scaling: str = choice("none", ROPE_SCALING, "Comma list of RoPE context-extension methods: each RoPE-based run is evaluated once per method (labelled rope+yarn etc.), no retraining.", "--rope-scaling", comma_list=True),
     rope_factor: Optional[float] = typer.Option(None, "--rope-factor", help="Scale factor s for --rope-scaling (default: eval length / training length; dynamic: 1, it scales with the length itself)."),
 ) -> None:
     """Perplexity at lengths past the training length, and the chapters' comparison table, measured.
@@ -136,18 +214,15 @@ def eval_command(
     than every single run, otherwise the newest single run of each scheme under outputs/runs.
     """
     from posenc_cli.device import resolve_device
-    from posenc_cli.evaluate import MODES, evaluate_runs, parse_lengths
+    from posenc_cli.evaluate import evaluate_runs, parse_lengths
     from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
     from posenc_cli.report import ppl_pivot, write_eval_outputs
     from posenc_cli.runs import load_finished_runs, timestamped_dir
 
     wanted = parse_lengths(lengths)
     methods = parse_rope_scaling(rope_scaling, rope_factor)
-    if mode not in MODES:
-        raise UsageError(f"--mode {mode} is not known; choose one of: {', '.join(MODES)}")
     if max_tokens <= 0:
         raise UsageError(f"--max-tokens must be a positive integer, got {max_tokens}")
-    check_lang(lang)
     target = resolve_device(device)
     loaded, why = load_finished_runs(list(runs or []), "evaluate")
     df, positions, info = evaluate_runs(loaded, lengths=wanted, mode=mode, stride=stride, max_tokens=max_tokens,
@@ -174,8 +249,8 @@ def probe(
     trials: int = typer.Option(50, help="Trials per run, length and depth (a fresh key and filler each)."),
     seed: int = typer.Option(0, help="Seed for keys and filler: the same trials for every run."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/probe/<time>). Use eval's --out to get passkey rows in its comparison.md."),
-    device: str = typer.Option("auto", help="auto | cpu | cuda | mps"),
-    lang: str = typer.Option("en", help="en, or zh: as eval's --lang, for the comparison.md it rewrites."),
+    device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
+    lang: str = choice("en", LANGS, "en, or zh: as eval's --lang, for the comparison.md it rewrites.", "--lang"),
 ) -> None:
     """Passkey retrieval: can a model find a 5-digit key at depth δ in a prompt of L characters?
 
@@ -193,7 +268,6 @@ def probe(
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
     if trials <= 0:
         raise UsageError(f"--trials must be a positive integer, got {trials}")
-    check_lang(lang)
     target = resolve_device(device)
     loaded, why = load_finished_runs(list(runs or []), "probe")
     for run in loaded:
@@ -208,9 +282,55 @@ def probe(
     ui.err.print(f"wrote {', '.join(p.name for p in written)} to {out}")
 
 
-def check_lang(lang: str) -> None:
-    if lang not in ("en", "zh"):
-        raise UsageError(f"--lang {lang} is not known; choose en or zh")
+@app.command()
+def sample(
+    run: Path = typer.Argument(..., help="A trained run directory."),
+    prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue; every character must be in the run's vocabulary."),
+    tokens: int = typer.Option(200, "--tokens", "-n", help="How many tokens to generate."),
+    temperature: float = typer.Option(0.8, "--temperature", "-t", help="Softmax temperature; 0 is greedy."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", "-k", help="Sample only from the k most likely tokens (default: all)."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed: the same seed gives the same text."),
+    window: Optional[int] = typer.Option(None, "--window", "-w", help="Slide the context: the model sees only the last W tokens (default: the whole text, so positions grow past the training length)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the prompt and the generated text to this file."),
+    device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
+) -> None:
+    """Generate text from a trained run, streamed to the terminal, past its training length if asked.
+
+    Without --window the context grows with the text, so positions pass the training length: the
+    quickest way to see a scheme's extrapolation fail by eye. A scheme with a position table (learned)
+    stops at its table's end with a message unless --window keeps the context inside it.
+
+    Example:
+      posenc sample outputs/runs/RUN --prompt "the pass key is" --tokens 1000 --temperature 0.8 --top-k 40 --seed 0
+    """
+    from posenc_cli.atomic import write_text
+    from posenc_cli.device import resolve_device
+    from posenc_cli.runs import load_run
+    from posenc_cli.sample import check_sampling, generate, plan, stream_text
+
+    check_sampling(temperature, top_k)
+    loaded = load_run(run)
+    if not prompt:
+        raise UsageError("--prompt is empty; give at least one character of the run's vocabulary")
+    try:
+        prompt_ids = loaded.vocab.encode(prompt)
+    except UsageError as err:
+        raise UsageError(f"--prompt: {err}") from None
+    steps = plan(loaded, len(prompt_ids), tokens, window)
+    target = resolve_device(device)
+    ui.out.file.write(prompt)
+    pieces = [prompt]
+    for piece in stream_text(loaded, generate(loaded, prompt_ids, steps.tokens, temperature, top_k, seed, window, target)):
+        ui.out.file.write(piece)
+        ui.out.file.flush()
+        pieces.append(piece)
+    ui.out.file.write("\n")
+    if out:
+        write_text(out, "".join(pieces))
+    if steps.stopped_early:
+        ui.err.print(steps.stopped_early, highlight=False, soft_wrap=True)
+    if out:
+        ui.err.print(f"wrote {out}", highlight=False)
 
 
 @app.command()
@@ -242,13 +362,14 @@ def inspect_command(
 ) -> None:
     """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
 
-    Checks follow the scheme's kind:\n
-      every scheme: attention is permutation-equivariant only without positions\n
-      additive: same vector across the batch, unique per position; bounded and shift-linear if computed, refused past max_len if a table\n
-      rotary: norms kept, q·k depends on m − n only\n
-      bias: depends on distance only; linear biases follow ALiBi's geometric slopes\n
-    Examples:\n
-      posenc inspect rope --dim 64 --heads 2\n
+    Checks follow the scheme's kind:
+      every scheme: attention is permutation-equivariant only without positions
+      additive: same vector across the batch, unique per position; bounded and shift-linear if computed, refused past max_len if a table
+      rotary: norms kept, q·k depends on m − n only
+      bias: depends on distance only; linear biases follow ALiBi's geometric slopes
+
+    Examples:
+      posenc inspect rope --dim 64 --heads 2
       posenc inspect --run outputs/runs/RUN --layer 1 --head 2
     """
     from posenc_cli.inspection.command import inspect_scheme, print_report
@@ -259,10 +380,13 @@ def inspect_command(
 
 @app.command()
 def bench(
-    quick: bool = typer.Option(False, "--quick", help="A smoke version on a tiny model that runs in seconds; its numbers mean nothing."),
-    main_job: bool = typer.Option(False, "--main-job", help="Also time the README's main job (train all five schemes, then eval): minutes."),
-    levers: bool = typer.Option(False, "--levers", help="Also measure settings that are off by default through the same training path: 1 thread, fp32."),
-    nanogpt: str = typer.Option("../shared/peers/nanogpt", "--nanogpt", help="nanoGPT's peer directory (with run.sh) for the side-by-side; 'none' skips it. Absent: the report says so."),
+    quick: bool = flag("A smoke version on a tiny model that runs in seconds; its numbers mean nothing.", "--quick"),
+    main_job: bool = flag("Also time the README's main job (train all five schemes, then eval): minutes.", "--main-job"),
+    levers: bool = flag("Also measure settings that are off by default through the same training path: 1 thread, fp32.",
+                        "--levers"),
+    nanogpt: str = typer.Option("../shared/peers/nanogpt", "--nanogpt",
+                                help="nanoGPT's peer directory (with run.sh) for the side-by-side; 'none' skips it. "
+                                "Absent: the report says so."),
     out: Optional[Path] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
     scheme: Optional[List[str]] = typer.Option(None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."),
 ) -> None:
@@ -287,11 +411,42 @@ def bench(
     ui.err.print(f"wrote bench.csv, bench.md to {out}")
 
 
+def command():
+    """The click command behind `app`, with help texts reflowed and flags (--help too) shown bare."""
+    from posenc_cli.completion import click_core
+
+    group = typer.main.get_command(app)
+    for cmd in [group, *group.commands.values()]:
+        cmd.help = reflow(cmd.help or "")
+        for param in [*cmd.params, cmd.get_help_option(click_core.Context(cmd, help_option_names=HELP_OPTION_NAMES))]:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""
+    return group
+
+
+def reflow(text: str) -> str:
+    """Help as written in the source -> as shown: a paragraph's lines joined into one, lines that start
+    with spaces (examples, lists) kept as they are."""
+    return re.sub(r"(?<=\S)\n(?=\S)", " ", inspect.cleandoc(text))
+
+
 def main() -> None:
+    """The `posenc` entry point: parser errors, like every error a user can fix, are one line and exit 2."""
+    from posenc_cli.completion import click_exceptions
+
     try:
-        app()
+        code = command().main(prog_name="posenc", standalone_mode=False)
+    except click_exceptions.NoArgsIsHelpError as err:
+        ui.out.print(err.format_message(), highlight=False, markup=False, end="")
+        raise SystemExit(0) from None
+    except click_exceptions.ClickException as err:
+        fail(err.format_message() if isinstance(err, click_exceptions.UsageError) else err)
+    except typer.Abort:
+        ui.err.print("posenc: aborted")
+        raise SystemExit(1) from None
     except UsageError as err:
         fail(err)
     except KeyboardInterrupt:
         ui.err.print("posenc: interrupted")
         raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)

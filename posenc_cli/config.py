@@ -28,6 +28,7 @@ from posenc_cli.device import PRECISIONS, resolve_device
 from posenc_cli.errors import UsageError, require_positive_int
 from posenc_cli.model import ModelConfig
 from posenc_cli.model.positional import build_scheme
+from posenc_cli.tracking import check_loggers
 
 MAX_SWEEP_POINTS = 10_000
 
@@ -143,6 +144,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
             raise UsageError(f"scheme={name}: {one_line(err)}") from None
     validate_positions(tc, built)
     resolve_device(cfg["device"])
+    check_loggers(cfg.get("logger"))
     if tc.get("precision", "auto") not in PRECISIONS:
         raise UsageError(f"train.precision={tc['precision']} is not known; choose one of: {', '.join(PRECISIONS)}")
     split_len = corpus_split_length(data)

@@ -8,9 +8,9 @@ import contextlib
 
 import torch
 
+from posenc_cli.choices import DEVICES
 from posenc_cli.errors import UsageError
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 

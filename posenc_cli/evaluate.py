@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from posenc_cli.choices import EVAL_MODES as MODES
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, token_nll
@@ -21,7 +22,6 @@ from posenc_cli.model import GPT, token_nll
 if TYPE_CHECKING:
     import pandas as pd  # imported where it is used: `posenc eval` only
 
-MODES = ("nonoverlap", "sliding")
 TOKENS_PER_FORWARD = 16384  # windows are batched up to this many tokens per forward pass
 
 

@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import pandas as pd
 import torch
 
 from posenc_cli import distributed, ui
-from posenc_cli.atomic import remove_leftovers, write_text, write_with
+from posenc_cli.atomic import remove_leftovers, write_text
 from posenc_cli.checkpoint import FILENAME, load_checkpoint, save_checkpoint
 from posenc_cli.data import Corpus, load_corpus, random_batch, random_positions
 from posenc_cli.device import autocast, resolve_device
@@ -22,6 +21,8 @@ from posenc_cli.errors import UsageError
 from posenc_cli.init_from import check_same_model, initial_state, lineage, source_checkpoint
 from posenc_cli.model import GPT, ModelConfig, token_nll
 from posenc_cli.stopping import Stopped, StopSignals
+from posenc_cli.tracking import RunLogger, open_loggers
+from posenc_cli.version import code_version
 
 log = logging.getLogger("posenc.train")
 
@@ -104,9 +105,11 @@ class Session:
     val_batches: list[tuple[torch.Tensor, torch.Tensor]]
     state: TrainState = field(default_factory=TrainState)
     saved_step: int | None = None  # the step of the newest checkpoint on disk
+    logger: RunLogger = field(default_factory=RunLogger)  # metrics.csv and trackers (rank 0 only)
 
 
-def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
+def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = None) -> dict[str, Any]:
+    """Train one run into `run_dir`; `run_name` names it in trackers (default: the directory's name)."""
     tc = cfg["train"]
     if tc.get("threads"):
         torch.set_num_threads(int(tc["threads"]))
@@ -138,6 +141,8 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
         summary.update(init_from=str(source), init_chain=lineage(source))
     if ctx.is_main:
         write_summary(s.run_dir, {**summary, "status": "running"})
+        s.logger = open_loggers(cfg.get("logger"), s.run_dir, s.state.metrics, run_name or s.run_dir.name, s.state.step)
+        s.logger.log_config(cfg)
     status, message = "finished", None
     started, elapsed_before = time.perf_counter(), s.state.elapsed
     try:
@@ -151,14 +156,16 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
     except KeyboardInterrupt:
         status, message = "interrupted", f"stopped at once at step {s.state.step}; the last checkpoint is kept. Resume with: posenc train train.resume={s.run_dir}"
     s.state.elapsed = elapsed_before + time.perf_counter() - started
-    final = s.state.metrics[-1] if s.state.metrics else {}
     summary.update(
         status=status, message=message, steps=s.state.step, wall_time_s=round(s.state.elapsed, 2),
-        final_train_loss=final.get("train_loss"), final_val_loss=final.get("val_loss"),
+        final_train_loss=last_measured(s.state.metrics, "train_loss"),
+        final_val_loss=last_measured(s.state.metrics, "val_loss"),
         tokens_per_s=round(s.state.step * tc["batch_size"] * tc["block_size"] / max(s.state.elapsed, 1e-9)),
     )
     if ctx.is_main:  # the other ranks hold the same state and stay quiet
         write_summary(s.run_dir, summary)
+        s.logger.log_summary(summary)
+        s.logger.close()
         if status == "finished":
             log.info(f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {s.state.step} steps "
                      f"({summary['wall_time_s']:.0f} s) -> {s.run_dir}")
@@ -172,7 +179,7 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
 def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> None:
     """Train until max_steps; `net` is the model as trained (DDP-wrapped under torchrun)."""
     tc, state, ctx = s.cfg["train"], s.state, s.ctx
-    rate_start, rate_steps = time.perf_counter(), 0  # tokens/s over each eval interval
+    rate = Throughput(tc["batch_size"] * tc["block_size"])
     with ui.progress(disable=not ctx.is_main) as bar:
         task = bar.add_task(f"train {s.mc.scheme}", total=tc["max_steps"], completed=state.step, status="")
         while state.step < tc["max_steps"]:
@@ -193,26 +200,61 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> No
                 loss = token_nll(net(x.to(s.device), positions), y.to(s.device)).mean()
             s.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), tc["grad_clip"])
+            grad_norm = torch.nn.utils.clip_grad_norm_(net.parameters(), tc["grad_clip"])
             s.optimizer.step()
             state.recent.append(loss.detach())
             state.step += 1
-            rate_steps += 1
+            rate.steps += 1
             last = state.step == tc["max_steps"]
+            row: dict[str, Any] = {}
             if state.step % tc["log_interval"] == 0 or last:
-                state.train_loss = float(checked_losses(s).mean())  # one host sync per log interval
-                state.recent.clear()
-                bar.update(task, completed=state.step, status=f"loss {state.train_loss:.3f}")
+                row.update(training_metrics(s, lr, grad_norm, rate))
             if (state.step % tc["eval_interval"] == 0 or last) and ctx.is_main:
-                tokens_per_s = rate_steps * tc["batch_size"] * tc["block_size"] / max(time.perf_counter() - rate_start, 1e-9)
-                val_loss = validation_loss(s.model, s.val_batches, s.device, tc["precision"])
-                state.metrics.append({"step": state.step, "train_loss": round(state.train_loss, 6), "val_loss": round(val_loss, 6),
-                                      "lr": lr, "tokens_per_s": round(tokens_per_s)})
-                write_with(s.run_dir / "metrics.csv", lambda p: pd.DataFrame(state.metrics).to_csv(p, index=False))
-                bar.update(task, status=f"loss {state.train_loss:.3f}  val {val_loss:.3f}  {tokens_per_s:,.0f} tok/s")
-                rate_start, rate_steps = time.perf_counter(), 0
+                row["val_loss"] = round(validation_loss(s.model, s.val_batches, s.device, tc["precision"]), 6)
+            if row:
+                record(s, row, bar, task)
             if state.step % tc["checkpoint_interval"] == 0 or last:
                 save(s, elapsed())
+            if row:
+                rate.restart()  # tokens/s counts training steps, not validation or checkpoints
+
+
+class Throughput:
+    """Training tokens per second since the last logged step."""
+
+    def __init__(self, tokens_per_step: int):
+        self.tokens_per_step = tokens_per_step
+        self.restart()
+
+    def restart(self) -> None:
+        self.started, self.steps = time.perf_counter(), 0
+
+    def tokens_per_s(self) -> float:
+        return self.steps * self.tokens_per_step / max(time.perf_counter() - self.started, 1e-9)
+
+
+def training_metrics(s: Session, lr: float, grad_norm: torch.Tensor, rate: Throughput) -> dict[str, Any]:
+    """The log-interval numbers: mean loss since the last log, lr, tokens/s, this step's grad norm."""
+    s.state.train_loss = float(checked_losses(s).mean())  # one host sync per log interval
+    s.state.recent.clear()
+    return {"train_loss": round(s.state.train_loss, 6), "lr": lr, "tokens_per_s": round(rate.tokens_per_s()),
+            "grad_norm": round(float(grad_norm), 6)}
+
+
+def record(s: Session, row: dict[str, Any], bar, task) -> None:
+    """One metrics row: into the training state (checkpointed), the loggers and the progress bar."""
+    row = {"step": s.state.step, **row}
+    s.state.metrics.append(row)
+    s.logger.log_metrics(row)
+    shown = [f"loss {row['train_loss']:.3f}" if "train_loss" in row else "",
+             f"val {row['val_loss']:.3f}" if "val_loss" in row else "",
+             f"{row['tokens_per_s']:,.0f} tok/s" if "tokens_per_s" in row else ""]
+    bar.update(task, completed=s.state.step, status="  ".join(part for part in shown if part))
+
+
+def last_measured(rows: list[dict[str, Any]], key: str) -> float | None:
+    """The newest value of `key` in the metrics rows (rows hold only what their step measured)."""
+    return next((row[key] for row in reversed(rows) if row.get(key) is not None), None)
 
 
 def checked_losses(s: Session) -> torch.Tensor:
@@ -284,7 +326,7 @@ def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
         "max_position": cfg["train"].get("max_position"),
         "kind": scheme.kind, "relative": scheme.relative, "max_len": scheme.max_len,
         "positional_params": model.n_positional_params, "total_params": model.n_params,
-        "corpus": corpus.name, "vocab_size": len(corpus.vocab), "device": str(device),
+        "corpus": corpus.name, "vocab_size": len(corpus.vocab), "device": str(device), "code_version": code_version(),
         "threads": torch.get_num_threads(), "processes": distributed.current().world_size,
         **{f"corpus_{k}": v for k, v in corpus.stats.items()},
     }

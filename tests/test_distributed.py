@@ -52,8 +52,9 @@ def test_two_gloo_ranks_match_each_other_and_the_single_process_run(tmp_path):
     single = run_cli("train", *ARGS, f"hydra.run.dir={tmp_path / 'single'}", cwd=tmp_path)
     assert single.returncode == 0, single.stderr
     ours, theirs = pd.read_csv(run / "metrics.csv"), pd.read_csv(tmp_path / "single" / "metrics.csv")
-    assert list(ours["step"]) == list(theirs["step"]) == [3, 6]
-    for column in ("train_loss", "val_loss"):
+    assert list(ours["step"]) == list(theirs["step"]) == [2, 3, 4, 6]  # log every 2 steps, validate every 3
+    for column in ("train_loss", "val_loss", "grad_norm"):
         assert (ours[column] - theirs[column]).abs().max() < TOLERANCE, (column, ours[column], theirs[column])
+        assert ours[column].isna().equals(theirs[column].isna()), column
     weights, reference = load_checkpoint(run / FILENAME)["model"], load_checkpoint(tmp_path / "single" / FILENAME)["model"]
     assert max(float((weights[k] - reference[k]).abs().max()) for k in weights) < TOLERANCE

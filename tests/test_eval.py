@@ -137,7 +137,7 @@ def test_sliding_mode_end_to_end(smoke_sweep, tmp_path):
     (["--lengths", "512,abc"], "'abc' is not a positive integer"),
     (["--lengths", "0"], "'0' is not a positive integer"),
     (["--lengths", "100000000"], "lengths up to"),
-    (["--mode", "diagonal"], "--mode diagonal"),
+    (["--mode", "diagonal"], "'diagonal' is not one of nonoverlap, sliding"),
 ])
 def test_eval_bad_input(smoke_sweep, tmp_path, args, needle):
     assert_one_line_error(run_cli("eval", str(smoke_sweep / "3_rope_seed0"), *args, "--out", str(tmp_path / "x"), cwd=tmp_path), needle)

@@ -23,7 +23,7 @@ from posenc_cli.errors import UsageError
 # Misaligned intervals on purpose: checkpoints land between log lines and between evals.
 FAULT = [*SMOKE, "device=cpu", "train.threads=1", "train.max_steps=60", "train.log_interval=2",
          "train.eval_interval=5", "train.checkpoint_interval=3"]
-DETERMINISTIC = ["step", "train_loss", "val_loss", "lr"]  # tokens_per_s is wall-clock
+DETERMINISTIC = ["step", "train_loss", "val_loss", "lr", "grad_norm"]  # tokens_per_s is wall-clock
 
 
 def start_cli(*args: str, cwd: Path) -> subprocess.Popen:

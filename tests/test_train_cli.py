@@ -25,7 +25,7 @@ def test_every_scheme_trains_and_leaves_a_complete_run_directory(smoke_sweep):
         assert summary["positional_params"] == (64 * 32 if summary["scheme"] == "learned" else 0)
         assert summary["total_params"] > summary["positional_params"]
         metrics = pd.read_csv(run / "metrics.csv")
-        assert list(metrics.columns) == ["step", "train_loss", "val_loss", "lr", "tokens_per_s"]
+        assert list(metrics.columns) == ["step", "train_loss", "val_loss", "lr", "tokens_per_s", "grad_norm"]
         assert metrics["step"].tolist() == [10, 20]
         assert summary["final_val_loss"] == pytest.approx(metrics["val_loss"].iloc[-1])
         # the run directory alone rebuilds the model

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from posenc_cli.choices import ROPE_SCALING as METHODS
 from posenc_cli.errors import UsageError
-
-METHODS = ("none", "linear", "ntk", "dynamic", "yarn")
 
 
 def rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:

@@ -1,0 +1,85 @@
+"""`posenc sample`: the same text for the same seed, exactly the tokens asked for, learned stopping at
+its table unless the context slides, and bad input refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import assert_one_line_error, run_cli
+from posenc_cli.errors import UsageError
+from posenc_cli.runs import load_run
+from posenc_cli.sample import SamplePlan, generate, pick, plan
+
+PROMPT = "the "
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # one token at a time gains nothing from threads
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run_of(sweep: Path, scheme: str) -> Path:
+    return next(r for r in sorted(sweep.iterdir()) if (r / "summary.json").is_file()
+                and json.loads((r / "summary.json").read_text())["scheme"] == scheme)
+
+
+def sampled(run, seed: int, tokens: int = 80, window: int | None = None) -> list[int]:
+    ids = run.vocab.encode(PROMPT)
+    return list(generate(run, ids, tokens, 0.8, 5, seed, window, torch.device("cpu")))
+
+
+def test_a_seed_gives_the_same_tokens_and_another_seed_others(smoke_sweep):
+    run = load_run(run_of(smoke_sweep, "rope"))
+    first, again, other = sampled(run, 0), sampled(run, 0), sampled(run, 1)
+    assert len(first) == 80 and first == again and first != other
+    assert all(0 <= t < len(run.vocab) for t in first)
+
+
+def test_top_k_never_picks_outside_the_k_most_likely_and_temperature_zero_is_greedy():
+    logits = torch.tensor([0.0, 3.0, 1.0, 2.0, -1.0])
+    generator = torch.Generator().manual_seed(0)
+    assert {pick(logits, 5.0, 2, generator) for _ in range(200)} == {1, 3}
+    assert pick(logits, 0.0, None, generator) == 1
+
+
+def test_learned_stops_at_its_table_unless_the_window_slides(smoke_sweep):
+    run = load_run(run_of(smoke_sweep, "learned"))
+    limit = run.model.scheme.max_len
+    stopped = plan(run, len(PROMPT), 1000, window=None)
+    assert stopped.tokens == limit + 1 - len(PROMPT) and f"--window {limit}" in stopped.stopped_early
+    assert len(sampled(run, 0, stopped.tokens)) == stopped.tokens  # the last one still has a position
+    assert plan(run, len(PROMPT), 1000, window=limit) == SamplePlan(1000, None)
+    assert len(sampled(run, 0, 3 * limit, window=limit)) == 3 * limit
+    with pytest.raises(UsageError, match=f"--window {limit + 1} is past learned's table"):
+        plan(run, len(PROMPT), 10, window=limit + 1)
+    assert plan(load_run(run_of(smoke_sweep, "rope")), len(PROMPT), 1000, window=None) == SamplePlan(1000, None)
+
+
+def test_sample_streams_the_text_and_writes_it_with_out(smoke_sweep, tmp_path):
+    learned = run_of(smoke_sweep, "learned")
+    result = run_cli("sample", str(learned), "--prompt", PROMPT, "--tokens", "500", "--seed", "3", "--top-k", "5",
+                     "--out", "sample.txt", "--device", "cpu", cwd=tmp_path, env=ONE_THREAD)
+    assert result.returncode == 0, result.stderr
+    table = load_run(learned).model.scheme.max_len
+    written = (tmp_path / "sample.txt").read_text(encoding="utf-8")
+    assert result.stdout == written + "\n" and written.startswith(PROMPT) and len(written) == table + 1
+    assert "learned stopped after" in result.stderr and f"--window {table}" in result.stderr
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["no/such/run", "--prompt", "the"], ["no/such/run", "not a directory"]),
+    (["RUN", "--prompt", "the Q"], ["--prompt", "outside the run's vocabulary", "'Q'"]),
+])
+def test_a_bad_run_or_prompt_character_is_one_line(smoke_sweep, tmp_path, args, needles):
+    args = [str(run_of(smoke_sweep, "rope")) if a == "RUN" else a for a in args]
+    result = run_cli("sample", *args, cwd=tmp_path)
+    assert_one_line_error(result, *needles)
+    assert result.stdout == "" and not any(tmp_path.iterdir())
