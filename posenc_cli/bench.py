@@ -103,7 +103,7 @@ def flops_per_token(model, seq_len: int) -> float:
 class Trainer:
     """One scheme's model and optimizer, stepped exactly as train.py steps them, under one lever setting."""
 
-    def __init__(self, cfg: dict[str, Any], tokens: torch.Tensor, vocab_size: int, lever: str = "baseline"):
+    def __init__(self, cfg: dict[str, Any], tokens, vocab_size: int, lever: str = "baseline"):
         from posenc_cli.model import GPT
         from posenc_cli.train import make_optimizer, model_config
 
@@ -164,7 +164,7 @@ def bench_training(schemes: list[str], effort: Effort, peak: Peak) -> list[dict]
     for config_name, overrides in TRAIN_CONFIGS.items():
         cfgs = {s: compose([f"scheme={s}", *overrides, *effort.overrides]) for s in schemes}
         corpus = load_corpus(cfgs[schemes[0]]["data"])
-        trainers = {s: Trainer(cfg, corpus.train, len(corpus.vocab)) for s, cfg in cfgs.items()}
+        trainers = {s: Trainer(cfg, corpus.train, len(corpus.tokenizer)) for s, cfg in cfgs.items()}
         best = interleaved_best(trainers, effort, peak, f"train {config_name}")
         rows += [training_row("train", config_name, scheme, "baseline", cfgs[scheme], trainer.model, best[scheme])
                  for scheme, trainer in trainers.items()]
@@ -177,7 +177,7 @@ def bench_levers(effort: Effort, peak: Peak, scheme: str = "rope") -> list[dict]
 
     cfg = compose([f"scheme={scheme}", *effort.overrides])
     corpus = load_corpus(cfg["data"])
-    trainers = {lever: Trainer(cfg, corpus.train, len(corpus.vocab), lever) for lever in LEVERS}
+    trainers = {lever: Trainer(cfg, corpus.train, len(corpus.tokenizer), lever) for lever in LEVERS}
     best = interleaved_best(trainers, effort, peak, f"levers ({scheme})")
     baseline = best["baseline"]["tokens_per_s"]
     return [{**training_row("lever", "default", scheme, lever, cfg, trainer.model, best[lever]),
@@ -245,7 +245,7 @@ def bench_eval(schemes: list[str], effort: Effort) -> list[dict]:
 
     rows = []
     cfgs = {s: compose([f"scheme={s}", *effort.overrides]) for s in schemes}
-    vocab_size = len(load_corpus(cfgs[schemes[0]]["data"]).vocab)
+    vocab_size = len(load_corpus(cfgs[schemes[0]]["data"]).tokenizer)
     with ui.progress() as bar:
         task = bar.add_task("eval", total=len(schemes) * len(EVAL_MULTIPLES), status="")
         for multiple in EVAL_MULTIPLES:

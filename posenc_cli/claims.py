@@ -29,4 +29,5 @@ CLAIMS: dict[str, Claim] = {
 
 
 def claim_for(scheme: str) -> Claim:
+    scheme = scheme.partition(" [")[0]  # "rope [bpe]": the scheme, whatever its tokenizer
     return CLAIMS.get(scheme.split("+")[0], NOT_IN_CHAPTERS) if "+" not in scheme else NOT_IN_CHAPTERS

@@ -29,7 +29,8 @@ TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 Config groups (pick with group=option):\n
   scheme: none | sinusoidal | learned | rope | alibi | t5 | xpos | kerple   (default rope)\n
   model:  tiny | small | medium                        (default tiny)\n
-  data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
+  data:   synthetic | text | bin | hf                  (default synthetic; text needs data.path=FILE)\n
+  data.tokenizer: char | byte | bpe                    (default char; bpe: data.vocab_size, default 4096)\n
   experiment: smoke | probe                            (presets that set several groups)\n
 Common keys: model.n_layer model.n_head model.n_embd data.path train.max_steps train.batch_size
 train.block_size (the training length, default 256) train.lr train.eval_interval seed device (auto|cpu|cuda|mps).\n
@@ -38,6 +39,9 @@ Examples:\n
   posenc train scheme=alibi model.n_layer=2 train.max_steps=50\n
   posenc train -m scheme=none,sinusoidal,learned,rope,alibi seed=0,1,2\n
   posenc train data=text data.path=input.txt train.block_size=128\n
+  posenc train data=text data.path=input.txt data.tokenizer=bpe data.vocab_size=2048\n
+  posenc train data=bin data.train=train.bin data.val=val.bin   (meta.json beside them: dtype, vocab_size)\n
+  posenc train data=hf data.name=wikitext data.config=wikitext-103-raw-v1   (pip install 'posenc\\[data]')\n
   posenc train --cfg job      (print the composed config and exit)\n
   posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)\n
   posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   (parallel jobs; pip install 'posenc\\[cluster]')\n
@@ -175,10 +179,10 @@ def probe(
     target = resolve_device(device)
     loaded, why = load_finished_runs(list(runs or []), "probe")
     for run in loaded:
-        check_vocab(run.vocab, str(run.path))
+        check_vocab(run.tokenizer, str(run.path))
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
-    info = {r.scheme: scheme_facts(r.model) for r in loaded}
+    info = {label: scheme_facts(r.model) for r in loaded for label in set(df[df.run == str(r.path)]["scheme"])}
     out = out or timestamped_dir("probe")
     written = write_probe_outputs(df, info, out, lang)
     schemes = scheme_order(df["scheme"])

@@ -19,6 +19,7 @@ from posenc_cli import distributed, ui
 from posenc_cli.atomic import remove_leftovers, write_text, write_with
 from posenc_cli.checkpoint import FILENAME, load_checkpoint, save_checkpoint
 from posenc_cli.data import Corpus, load_corpus, random_batch
+from posenc_cli.data.tokenizers import TOKENIZER_FILE, run_payload
 from posenc_cli.device import autocast, resolve_device
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig, token_nll
@@ -150,7 +151,7 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
     check_lengths(corpus, tc["block_size"])
 
     torch.manual_seed(cfg["seed"])
-    mc = model_config(cfg, len(corpus.vocab))
+    mc = model_config(cfg, len(corpus.tokenizer))
     model = GPT(mc).to(device)
     val_rng = torch.Generator().manual_seed(12345)  # the same validation windows for every run
     s = Session(cfg, Path(run_dir), mc, corpus, device, ctx, model, make_optimizer(model, tc),
@@ -163,6 +164,8 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
 
     summary = describe(cfg, model, corpus, device)
     if ctx.is_main:
+        if corpus.tokenizer.kind == "bpe":
+            write_text(s.run_dir / TOKENIZER_FILE, corpus.tokenizer.to_json())
         write_summary(s.run_dir, {**summary, "status": "running"})
     status, message = "finished", None
     started, elapsed_before = time.perf_counter(), s.state.elapsed
@@ -264,7 +267,7 @@ def save(s: Session, elapsed: float) -> None:
     if not s.ctx.is_main:
         return
     save_checkpoint(s.run_dir / FILENAME, {
-        "model_config": s.mc.to_dict(), "vocab": list(s.corpus.vocab.chars), "train_len": s.cfg["train"]["block_size"],
+        "model_config": s.mc.to_dict(), "tokenizer": run_payload(s.corpus.tokenizer), "train_len": s.cfg["train"]["block_size"],
         "data": dict(s.cfg["data"]), "seed": s.cfg["seed"], "step": s.state.step, "elapsed": s.state.elapsed,
         "metrics": s.state.metrics, "recent_losses": recent, "train_loss": s.state.train_loss,
         "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(),
@@ -302,7 +305,7 @@ def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
         "scheme": model.cfg.scheme, "seed": cfg["seed"], "train_len": cfg["train"]["block_size"],
         "kind": pos.kind, "relative": pos.relative, "max_len": pos.max_len,
         "positional_params": model.n_positional_params, "total_params": model.n_params,
-        "corpus": corpus.name, "vocab_size": len(corpus.vocab), "device": str(device),
+        "corpus": corpus.name, "tokenizer": corpus.tokenizer.kind, "vocab_size": len(corpus.tokenizer), "device": str(device),
         "threads": torch.get_num_threads(), "processes": distributed.current().world_size,
         **{f"corpus_{k}": v for k, v in corpus.stats.items()},
     }

@@ -95,7 +95,7 @@ def test_text_corpus(tmp_path):
     assert summary["corpus"] == "text"
     assert summary["corpus_val_unk_chars"] == 2
     run = load_run(tmp_path / "run")
-    assert run.vocab.has_unk
+    assert run.tokenizer.has_unk
 
 
 @pytest.mark.skipif(not SHARED_DATA.exists(), reason="../shared/data/tinyshakespeare.txt is not here")
