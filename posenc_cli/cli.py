@@ -235,9 +235,10 @@ def inspect_command(
       posenc inspect rope --dim 64 --heads 2\n
       posenc inspect --run outputs/runs/RUN --layer 1 --head 2
     """
-    from posenc_cli.inspection import inspect_scheme, print_report
+    from posenc_cli.inspection.command import inspect_scheme, print_report
 
-    print_report(inspect_scheme(scheme, dim, length, heads, out, run, layer, head))
+    print_report(inspect_scheme(name=scheme, dim=dim, length=length, heads=heads, out=out, run_dir=run,
+                                layer=layer, head=head))
 
 
 @app.command()

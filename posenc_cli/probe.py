@@ -136,10 +136,10 @@ def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed:
             if key not in corpora:
                 corpora[key] = without_episodes(load_corpus(run.checkpoint["data"], run.tokenizer).val, run.tokenizer)
             model = run.model.to(device)
-            scheme = tokenizer_label(run.scheme, run.tokenizer.kind) if mixed else run.scheme
+            scheme = tokenizer_label(run.label, run.tokenizer.kind) if mixed else run.label
             for length in sorted(set(lengths) | {run.train_len}):
                 for depth in depths:
-                    bar.update(task, status=f"{run.scheme} seed {run.seed} @ {length}, depth {depth:g}")
+                    bar.update(task, status=f"{scheme} seed {run.seed} @ {length}, depth {depth:g}")
                     row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
                            "length": length, "depth": depth, "trials": 0, "accuracy": math.nan, "key_nll": math.nan}
                     limit = model.pos.max_len
