@@ -182,7 +182,8 @@ def probe(
         check_vocab(run.tokenizer, str(run.path))
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
-    info = {label: scheme_facts(r.model) for r in loaded for label in set(df[df.run == str(r.path)]["scheme"])}
+    labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
+    info = {labels[str(r.path)]: scheme_facts(r.model) for r in loaded}
     out = out or timestamped_dir("probe")
     written = write_probe_outputs(df, info, out, lang)
     schemes = scheme_order(df["scheme"])

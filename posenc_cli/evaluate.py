@@ -85,7 +85,8 @@ class LengthResult:
 
 @torch.no_grad()
 def evaluate_length(model: GPT, tokens, span: int, length: int, mode: str = "nonoverlap",
-                    stride: int | None = None, device: torch.device | str = "cpu", tokenizer=None) -> LengthResult:
+                    stride: int | None = None, device: torch.device | str = "cpu",
+                    tokenizer=None) -> LengthResult:
     """Mean NLL over the span's targets at this length; with `tokenizer`, also the bytes and
     characters those targets stand for."""
     windows = plan_windows(span, length, mode, stride)
@@ -110,7 +111,8 @@ def evaluate_length(model: GPT, tokens, span: int, length: int, mode: str = "non
             covered += per_id[:, chunk[:, 1:].cpu()[scored]].sum(1)
     total = int(counts.sum())
     bytes_, chars = (float(c) for c in covered) if per_id is not None else (math.nan, math.nan)
-    return LengthResult(total, float(nll_sum.sum() / total), nll_sum / counts.clamp(min=1), counts, bytes_, chars)
+    return LengthResult(total, float(nll_sum.sum() / total), nll_sum / counts.clamp(min=1), counts,
+                        bytes_, chars)
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -196,8 +198,9 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
                 row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
-                       "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan, "note": "",
-                       "tokenizer": run.tokenizer.kind, "bytes": math.nan, "chars": math.nan, "bpb": math.nan}
+                       "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan,
+                       "note": "", "tokenizer": run.tokenizer.kind, "bytes": math.nan, "chars": math.nan,
+                       "bpb": math.nan}
                 limit = model.pos.max_len
                 if limit is not None and length > limit:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"

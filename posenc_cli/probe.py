@@ -30,7 +30,8 @@ MARGIN = 64  # extra filler tokens before a trial, for tokenizers whose re-encod
 def check_vocab(tokenizer, where: str) -> None:
     """The run's tokenizer must be able to write every character of the passkey prompt."""
     if tokenizer.kind == "ids":
-        raise UsageError(f"{where} cannot be probed: it was trained on ids without a tokenizer, so no prompt can be written")
+        raise UsageError(f"{where} cannot be probed: it was trained on ids without a tokenizer, so no prompt "
+                         "can be written")
     missing = tokenizer.missing("".join(sorted(passkey.needed_chars())))
     if missing:
         raise UsageError(
@@ -49,7 +50,8 @@ def without_episodes(val, tokenizer) -> torch.Tensor:
 def filler_length(length: int, tokenizer) -> int:
     """Filler tokens in a trial of `length`: what the key sentence, question and key leave over."""
     zeros = "0" * passkey.KEY_DIGITS
-    overhead = len(tokenizer.encode(passkey.key_sentence(zeros))) + len(tokenizer.encode(passkey.QUESTION + zeros))
+    sentence, question = passkey.key_sentence(zeros), passkey.QUESTION + zeros
+    overhead = len(tokenizer.encode(sentence)) + len(tokenizer.encode(question))
     if length <= overhead:
         raise UsageError(f"a passkey trial needs more than {overhead} tokens; length {length} (asked for, or a "
                          "run's training length) is too short")
@@ -57,7 +59,7 @@ def filler_length(length: int, tokenizer) -> int:
 
 
 def word_start(text: str, at: int, low: int = 0) -> int:
-    """The first index >= at that starts a word (follows a space, or is `low`); the key never splits a word."""
+    """The first index >= at that starts a word (follows a space, or is `low`): the key splits no word."""
     while low < at < len(text) and text[at - 1] != " ":
         at += 1
     return at
@@ -89,16 +91,19 @@ def make_trials(val: torch.Tensor, tokenizer, length: int, depth: float, trials:
     n_filler = filler_length(length, tokenizer)
     margin = 0 if tokenizer.context_free else MARGIN
     if margin + n_filler >= len(val):
-        raise UsageError(f"--lengths {length} needs {n_filler} filler tokens; the validation text has {len(val)}")
+        raise UsageError(f"--lengths {length} needs {n_filler} filler tokens; the validation text has "
+                         f"{len(val)}")
     rng = np.random.default_rng([seed, length, round(depth * 1_000_000)])
     keys = [passkey.random_key(rng) for _ in range(trials)]
     starts = rng.integers(margin, len(val) - n_filler, size=trials)
-    built = [build_trial(val[s - margin : s + n_filler], k, depth, length, tokenizer, margin) for s, k in zip(starts, keys)]
+    built = [build_trial(val[s - margin : s + n_filler], k, depth, length, tokenizer, margin)
+             for s, k in zip(starts, keys)]
     return torch.stack([t for t, _ in built]), torch.tensor([n for _, n in built]), keys
 
 
 @torch.no_grad()
-def score(model, trials: torch.Tensor, key_tokens: torch.Tensor, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def score(model, trials: torch.Tensor, key_tokens: torch.Tensor,
+          device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """(exact match, key NLL per key digit) per trial, from one teacher-forced pass over each trial,
     whose last `key_tokens[i]` tokens are its key's.
 
@@ -134,7 +139,8 @@ def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed:
         for run in runs:
             key = repr((sorted(run.checkpoint["data"].items()), run.tokenizer.fingerprint))
             if key not in corpora:
-                corpora[key] = without_episodes(load_corpus(run.checkpoint["data"], run.tokenizer).val, run.tokenizer)
+                val = load_corpus(run.checkpoint["data"], run.tokenizer).val
+                corpora[key] = without_episodes(val, run.tokenizer)
             model = run.model.to(device)
             scheme = tokenizer_label(run.label, run.tokenizer.kind) if mixed else run.label
             for length in sorted(set(lengths) | {run.train_len}):
@@ -144,7 +150,8 @@ def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed:
                            "length": length, "depth": depth, "trials": 0, "accuracy": math.nan, "key_nll": math.nan}
                     limit = model.pos.max_len
                     if limit is None or length <= limit:
-                        sequences, key_tokens, _ = make_trials(corpora[key], run.tokenizer, length, depth, trials, seed)
+                        sequences, key_tokens, _ = make_trials(corpora[key], run.tokenizer, length, depth,
+                                                               trials, seed)
                         hit, nll = score(model, sequences, key_tokens, device)
                         row.update(trials=trials, accuracy=float(hit.float().mean()), key_nll=float(nll.mean()))
                     rows.append(row)

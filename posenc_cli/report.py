@@ -76,12 +76,14 @@ def ppl_pivot(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     some run is not character-level)."""
     lengths = sorted(df["eval_len"].unique())
     extra = ["chars/token"] if subword(df) else []
-    header = ["scheme", "seeds", *extra] + [f"L={L}" + (" (train)" if L in set(df["train_len"]) else "") for L in lengths]
+    header = ["scheme", "seeds", *extra]
+    header += [f"L={L}" + (" (train)" if L in set(df["train_len"]) else "") for L in lengths]
     rows = []
     for scheme in scheme_order(df["scheme"]):
         sub = df[df["scheme"] == scheme]
         ratio = [f"{chars_per_token(sub):.2f}"] if extra else []
-        rows.append([scheme, str(sub["seed"].nunique()), *ratio] + [mean_std(sub[sub["eval_len"] == L]["ppl"]) for L in lengths])
+        cells = [mean_std(sub[sub["eval_len"] == L]["ppl"]) for L in lengths]
+        rows.append([scheme, str(sub["seed"].nunique()), *ratio, *cells])
     return header, rows
 
 
@@ -101,8 +103,9 @@ def tokenizer_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> 
     rows = [["tokenizer"] + [", ".join(sorted(df[df.scheme == s]["tokenizer"].unique())) for s in schemes],
             ["characters per token"] + [f"{chars_per_token(df[df.scheme == s]):.2f}" for s in schemes]]
     if df["tokenizer"].nunique() > 1:
-        rows += [[f"bpb @ {L}"] + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["bpb"], digits=3) for s in schemes]
-                 for L in lengths]
+        for L in lengths:
+            at_length = df[df.eval_len == L]
+            rows.append([f"bpb @ {L}"] + [mean_std(at_length[at_length.scheme == s]["bpb"], digits=3) for s in schemes])
     return rows
 
 

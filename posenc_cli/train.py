@@ -267,7 +267,8 @@ def save(s: Session, elapsed: float) -> None:
     if not s.ctx.is_main:
         return
     save_checkpoint(s.run_dir / FILENAME, {
-        "model_config": s.mc.to_dict(), "tokenizer": run_payload(s.corpus.tokenizer), "train_len": s.cfg["train"]["block_size"],
+        "model_config": s.mc.to_dict(), "tokenizer": run_payload(s.corpus.tokenizer),
+        "train_len": s.cfg["train"]["block_size"],
         "data": dict(s.cfg["data"]), "seed": s.cfg["seed"], "step": s.state.step, "elapsed": s.state.elapsed,
         "metrics": s.state.metrics, "recent_losses": recent, "train_loss": s.state.train_loss,
         "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(),
@@ -305,7 +306,8 @@ def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
         "scheme": model.cfg.scheme, "seed": cfg["seed"], "train_len": cfg["train"]["block_size"],
         "kind": pos.kind, "relative": pos.relative, "max_len": pos.max_len,
         "positional_params": model.n_positional_params, "total_params": model.n_params,
-        "corpus": corpus.name, "tokenizer": corpus.tokenizer.kind, "vocab_size": len(corpus.tokenizer), "device": str(device),
+        "corpus": corpus.name, "tokenizer": corpus.tokenizer.kind, "vocab_size": len(corpus.tokenizer),
+        "device": str(device),
         "threads": torch.get_num_threads(), "processes": distributed.current().world_size,
         **{f"corpus_{k}": v for k, v in corpus.stats.items()},
     }

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,8 +17,13 @@ from posenc_cli.data.vocab import Vocab
 from posenc_cli.errors import UsageError
 from posenc_cli.probe import make_trials
 
-TEXT = ("the quick brown fox jumps over the lazy dog. naïve café, 東京 — ünïcödé 🙂\n" * 40
-        + passkey.key_sentence("40913") + passkey.QUESTION + passkey.answer("40913") + "\n") * 5
+TEXT = (
+    "the quick brown fox jumps over the lazy dog. naïve café, 東京 — ünïcödé 🙂\n" * 40
+    + passkey.key_sentence("40913")
+    + passkey.QUESTION
+    + passkey.answer("40913")
+    + "\n"
+) * 5
 BPE = BpeTokenizer.train(text_pieces(TEXT), 400)
 ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
 
@@ -54,8 +58,14 @@ def test_bpe_training_is_deterministic_and_survives_a_checkpoint():
 def write_corpus(tmp_path, text: str):
     path = tmp_path / "corpus.txt"
     path.write_text(text, encoding="utf-8")
-    return {"name": "text", "path": str(path), "val_fraction": 0.1, "tokenizer": "bpe", "vocab_size": 300,
-            "cache_dir": str(tmp_path / "cache")}
+    return {
+        "name": "text",
+        "path": str(path),
+        "val_fraction": 0.1,
+        "tokenizer": "bpe",
+        "vocab_size": 300,
+        "cache_dir": str(tmp_path / "cache"),
+    }
 
 
 @pytest.mark.parametrize("kind", ["char", "byte", "bpe"])
@@ -92,8 +102,12 @@ def test_pre_tokenized_arrays_with_a_meta_json(tmp_path):
     ids = ByteTokenizer().encode(TEXT).numpy().astype(np.uint16)
     ids[:-100].tofile(tmp_path / "train.bin")
     ids[-100:].tofile(tmp_path / "val.bin")
-    (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 256, "tokenizer": {"kind": "byte"}}))
-    corpus = load_corpus({"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")})
+    (tmp_path / "meta.json").write_text(
+        json.dumps({"dtype": "uint16", "vocab_size": 256, "tokenizer": {"kind": "byte"}})
+    )
+    corpus = load_corpus(
+        {"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")}
+    )
     assert np.array_equal(corpus.val, ids[-100:]) and corpus.tokenizer.kind == "byte"
     (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 200}))
     with pytest.raises(UsageError, match="holds id .* outside vocab_size 200"):
@@ -103,7 +117,9 @@ def test_pre_tokenized_arrays_with_a_meta_json(tmp_path):
 @pytest.mark.parametrize("kind", ["byte", "bpe"])
 def test_passkey_trials_score_the_tokens_that_cover_the_key(kind):
     tokenizer = ByteTokenizer() if kind == "byte" else BPE
-    trials, key_tokens, keys = make_trials(tokenizer.encode(TEXT.replace("40913", "")), tokenizer, 160, 0.5, 6, seed=1)
+    trials, key_tokens, keys = make_trials(
+        tokenizer.encode(TEXT.replace("40913", "")), tokenizer, 160, 0.5, 6, seed=1
+    )
     assert trials.shape == (6, 160)
     for trial, n, key in zip(trials, key_tokens.tolist(), keys):
         prompt, answer = tokenizer.decode(trial[:-n]), tokenizer.decode(trial[-n:])
@@ -121,8 +137,16 @@ def saved_dataset(tmp_path):
 
 def test_a_saved_hugging_face_dataset_is_its_text_column(tmp_path):
     directory, text = saved_dataset(tmp_path)
-    corpus = load_corpus({"kind": "hf", "name": str(directory), "split": "train", "text_field": "text",
-                          "tokenizer": "byte", "cache_dir": str(tmp_path / "cache")})
+    corpus = load_corpus(
+        {
+            "kind": "hf",
+            "name": str(directory),
+            "split": "train",
+            "text_field": "text",
+            "tokenizer": "byte",
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
     assert corpus.tokenizer.decode(np.concatenate([corpus.train, corpus.val])) == text
     with pytest.raises(UsageError, match="data.text_field=body is not a column.*text, id"):
         load_corpus({"kind": "hf", "name": str(directory), "text_field": "body"})
@@ -130,8 +154,18 @@ def test_a_saved_hugging_face_dataset_is_its_text_column(tmp_path):
 
 def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_the_cli(tmp_path):
     directory, _ = saved_dataset(tmp_path)
-    trained = run_cli("train", "-m", "data=hf", f"data.name={directory}", "data.tokenizer=char,byte,bpe",
-                      "data.vocab_size=300", *SMOKE, "train.block_size=96", "hydra.sweep.dir=hf", cwd=tmp_path)
+    trained = run_cli(
+        "train",
+        "-m",
+        "data=hf",
+        f"data.name={directory}",
+        "data.tokenizer=char,byte,bpe",
+        "data.vocab_size=300",
+        *SMOKE,
+        "train.block_size=96",
+        "hydra.sweep.dir=hf",
+        cwd=tmp_path,
+    )
     assert trained.returncode == 0, trained.stderr
     bpe_run = next(p for p in (tmp_path / "hf").iterdir() if (p / "tokenizer.json").is_file())
     (tmp_path / "tokenizer.json").write_text((bpe_run / "tokenizer.json").read_text())
@@ -141,13 +175,30 @@ def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_th
     ids[-1000:].tofile(tmp_path / "val.bin")
     meta = {"dtype": "uint16", "vocab_size": len(tokenizer), "tokenizer": "tokenizer.json"}
     (tmp_path / "meta.json").write_text(json.dumps(meta))
-    binary = run_cli("train", "data=bin", "data.train=train.bin", "data.val=val.bin", *SMOKE, "train.block_size=96",
-                     "hydra.run.dir=bin_run", cwd=tmp_path)
+    binary = run_cli(
+        "train",
+        "data=bin",
+        "data.train=train.bin",
+        "data.val=val.bin",
+        *SMOKE,
+        "train.block_size=96",
+        "hydra.run.dir=bin_run",
+        cwd=tmp_path,
+    )
     assert binary.returncode == 0, binary.stderr
     out = tmp_path / "report"
     for command in ("eval", "probe"):
-        done = run_cli(command, "hf", "bin_run", "--lengths", "96", *(["--trials", "2"] if command == "probe" else []),
-                       "--out", str(out), cwd=tmp_path)
+        done = run_cli(
+            command,
+            "hf",
+            "bin_run",
+            "--lengths",
+            "96",
+            *(["--trials", "2"] if command == "probe" else []),
+            "--out",
+            str(out),
+            cwd=tmp_path,
+        )
         assert done.returncode == 0, done.stderr
     ppl = pd.read_csv(out / "ppl.csv")
     assert sorted(ppl["tokenizer"].unique()) == ["bpe", "byte", "char"]
@@ -156,15 +207,21 @@ def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_th
     assert (byte_rows["bytes"] == byte_rows["tokens"]).all()
     assert "| bpb @ 96 |" in (out / "comparison.md").read_text()
     probe = pd.read_csv(out / "probe.csv")
-    assert {"rope [bpe]", "rope [byte]", "rope [char]"} <= set(probe["scheme"]) and (probe["key_nll"] > 0).all()
+    assert {"rope [bpe]", "rope [byte]", "rope [char]"} <= set(probe["scheme"]) and (
+        probe["key_nll"] > 0
+    ).all()
     summary = json.loads((bpe_run / "summary.json").read_text())
     assert summary["tokenizer"] == "bpe" and summary["corpus_chars_per_token"] > 1.5
     (bpe_run / "tokenizer.json").write_text(BPE.to_json())  # another tokenizer than the run's
-    assert_one_line_error(run_cli("eval", str(bpe_run), "--out", "x", cwd=tmp_path), "tokenizer.json", "fingerprint")
+    assert_one_line_error(
+        run_cli("eval", str(bpe_run), "--out", "x", cwd=tmp_path), "tokenizer.json", "fingerprint"
+    )
 
 
 def test_bad_tokenizer_options_are_one_line(tmp_path):
-    assert_one_line_error(run_cli("train", "data.tokenizer=word", cwd=tmp_path), "data.tokenizer=word", "char, byte, bpe")
+    assert_one_line_error(
+        run_cli("train", "data.tokenizer=word", cwd=tmp_path), "data.tokenizer=word", "char, byte, bpe"
+    )
     assert not (tmp_path / "outputs").exists()
     with pytest.raises(UsageError, match="data.vocab_size must be at least 257"):
         check_tokenizer_options({"tokenizer": "bpe", "vocab_size": 100})

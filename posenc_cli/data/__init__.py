@@ -37,8 +37,8 @@ def check_tokenizer_options(data_cfg: Mapping[str, Any]) -> None:
     if kind == "bpe":
         require_positive_int("data.vocab_size", data_cfg.get("vocab_size", 4096))
         if data_cfg.get("vocab_size", 4096) < 257:
-            raise UsageError(f"data.vocab_size must be at least 257 for data.tokenizer=bpe (256 byte tokens plus "
-                             f"merges), got {data_cfg['vocab_size']}")
+            raise UsageError("data.vocab_size must be at least 257 for data.tokenizer=bpe (256 byte tokens "
+                             f"plus merges), got {data_cfg['vocab_size']}")
 
 
 def corpus_kind(data_cfg: Mapping[str, Any]) -> str:

@@ -22,11 +22,15 @@ def load_dataset(data_cfg: Mapping[str, Any]):
     try:
         import datasets
     except ImportError:
-        raise UsageError("data=hf needs the Hugging Face datasets package: pip install 'posenc[data]'") from None
+        raise UsageError(
+            "data=hf needs the Hugging Face datasets package: pip install 'posenc[data]'"
+        ) from None
     name, split = data_cfg.get("name"), data_cfg.get("split") or "train"
     if not name or name == "hf":
-        raise UsageError("data=hf needs data.name=DATASET: a Hub name (e.g. wikitext with "
-                         "data.config=wikitext-103-raw-v1) or a directory saved with save_to_disk")
+        raise UsageError(
+            "data=hf needs data.name=DATASET: a Hub name (e.g. wikitext with "
+            "data.config=wikitext-103-raw-v1) or a directory saved with save_to_disk"
+        )
     local = Path(str(name)).expanduser()
     try:
         if local.is_dir():
@@ -40,21 +44,28 @@ def load_dataset(data_cfg: Mapping[str, Any]):
     except UsageError:
         raise
     except Exception as err:  # network, missing dataset or config, bad directory: the library's own words
-        raise UsageError(f"data.name={name} could not be loaded ({type(err).__name__}: "
-                         f"{' '.join(str(err).split())[:200]})") from None
+        raise UsageError(
+            f"data.name={name} could not be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+        ) from None
 
 
 def hf_source(data_cfg: Mapping[str, Any]) -> tuple[TextSource, dict[str, Any]]:
     dataset = load_dataset(data_cfg)
     field = data_cfg.get("text_field") or "text"
     if field not in dataset.column_names:
-        raise UsageError(f"data.text_field={field} is not a column of data.name={data_cfg['name']}; "
-                         f"its columns are: {', '.join(dataset.column_names)}")
+        raise UsageError(
+            f"data.text_field={field} is not a column of data.name={data_cfg['name']}; "
+            f"its columns are: {', '.join(dataset.column_names)}"
+        )
 
     def blocks():
         for batch in dataset.iter(batch_size=ROWS_PER_BLOCK):
             yield "".join(f"{row}\n" for row in batch[field] if row is not None)
 
-    facts = {"dataset": str(data_cfg["name"]), "config": data_cfg.get("config"), "split": data_cfg.get("split") or "train",
-             "rows": len(dataset)}
+    facts = {
+        "dataset": str(data_cfg["name"]),
+        "config": data_cfg.get("config"),
+        "split": data_cfg.get("split") or "train",
+        "rows": len(dataset),
+    }
     return TextSource(f"data.name={data_cfg['name']}", blocks), facts

@@ -61,19 +61,25 @@ def file_source(path: str | Path, what: str = "data.path") -> TextSource:
         with open(p, "rb") as f:
             while raw := f.read(BLOCK_BYTES):
                 if b"\x00" in raw:
-                    raise UsageError(f"{what}={path} looks binary (it contains NUL bytes); give a UTF-8 text file")
+                    raise UsageError(
+                        f"{what}={path} looks binary (it contains NUL bytes); give a UTF-8 text file"
+                    )
                 try:
                     text = decoder.decode(raw)
                 except UnicodeDecodeError as err:
-                    raise UsageError(f"{what}={path} is not valid UTF-8 (bad byte at offset {offset + err.start}); "
-                                     "re-encode it as UTF-8") from None
+                    raise UsageError(
+                        f"{what}={path} is not valid UTF-8 (bad byte at offset {offset + err.start}); "
+                        "re-encode it as UTF-8"
+                    ) from None
                 offset += len(raw)
                 seen_text = seen_text or bool(raw.strip())
                 yield text
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            raise UsageError(f"{what}={path} is not valid UTF-8 (it ends inside a character); re-encode it as UTF-8") from None
+            raise UsageError(
+                f"{what}={path} is not valid UTF-8 (it ends inside a character); re-encode it as UTF-8"
+            ) from None
         if not seen_text:
             raise UsageError(f"{what}={path} is empty; give a UTF-8 text file with some text in it")
 
@@ -107,7 +113,11 @@ def pieces(source: TextSource, start: int, end: int) -> Iterator[str]:
 
 def split_point(n_chars: int, val_fraction) -> int:
     """The first validation character: the last `val_fraction` of the text is the validation split."""
-    if not isinstance(val_fraction, (int, float)) or isinstance(val_fraction, bool) or not 0 < val_fraction < 1:
+    if (
+        not isinstance(val_fraction, (int, float))
+        or isinstance(val_fraction, bool)
+        or not 0 < val_fraction < 1
+    ):
         raise UsageError(f"data.val_fraction must be between 0 and 1 (exclusive), got {val_fraction!r}")
     return int(n_chars * (1 - val_fraction))
 
@@ -184,10 +194,15 @@ def write_split(tokenizer, source: TextSource, start: int, end: int, out, strict
 
 def encode_splits(tokenizer, source: TextSource, cut: int, n_chars: int, folder: Path | None):
     """Both splits' ids (into folder/{train,val}.bin, or in memory) and meta: counts and the dtype."""
-    results, meta = {}, {"format": FORMAT, "dtype": dtype_for(len(tokenizer)).name, "vocab_size": len(tokenizer)}
+    results, meta = (
+        {},
+        {"format": FORMAT, "dtype": dtype_for(len(tokenizer)).name, "vocab_size": len(tokenizer)},
+    )
     with ui.progress(disable=folder is None) as bar:
         for split, start, end in (("train", 0, cut), ("val", cut, n_chars)):
-            task = bar.add_task(f"tokenize {split} ({tokenizer.kind})", total=end - start, status="characters")
+            task = bar.add_task(
+                f"tokenize {split} ({tokenizer.kind})", total=end - start, status="characters"
+            )
             if folder is None:
                 arrays: list[np.ndarray] = []
                 meta[split] = write_split(tokenizer, source, start, end, arrays, split == "train", bar, task)
@@ -204,8 +219,18 @@ def token_arrays(tokenizer, source: TextSource, sha: str, cut: int, n_chars: int
     if cache is None:
         arrays, meta = encode_splits(tokenizer, source, cut, n_chars, None)
         return arrays["train"], arrays["val"], meta
-    key = hashlib.sha256(json.dumps({"format": FORMAT, "text_sha256": sha, "cut": cut, "n_chars": n_chars,
-                                     "tokenizer": tokenizer.fingerprint}, sort_keys=True).encode()).hexdigest()
+    key = hashlib.sha256(
+        json.dumps(
+            {
+                "format": FORMAT,
+                "text_sha256": sha,
+                "cut": cut,
+                "n_chars": n_chars,
+                "tokenizer": tokenizer.fingerprint,
+            },
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()
     folder = cache / sha[:24] / f"tokens-{key[:24]}"
     if not (folder / "meta.json").is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)

@@ -128,13 +128,19 @@ def hf_tokenizers():
     try:
         import tokenizers
     except ImportError:
-        raise UsageError("data.tokenizer=bpe needs the Hugging Face tokenizers package: pip install 'posenc[data]'") from None
+        raise UsageError(
+            "data.tokenizer=bpe needs the Hugging Face tokenizers package: pip install 'posenc[data]'"
+        ) from None
     return tokenizers
 
 
 def byte_level_alphabet() -> dict[str, int]:
     """GPT-2's byte-level alphabet: the printable character that stands for each byte in BPE tokens."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     shifted = [b for b in range(256) if b not in printable]
     chars = [chr(b) for b in printable] + [chr(256 + i) for i in range(len(shifted))]
     return dict(zip(chars, printable + shifted))
@@ -153,8 +159,12 @@ class BpeTokenizer(TokenizerBase):
         hf = hf_.Tokenizer(models.BPE())
         hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         hf.decoder = hf_.decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                      special_tokens=[], show_progress=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=[],
+            show_progress=False,
+        )
         hf.train_from_iterator(pieces, trainer=trainer)
         return cls(hf)
 
@@ -165,14 +175,19 @@ class BpeTokenizer(TokenizerBase):
             tokenizer = cls(library.Tokenizer.from_str(text))
             tokenizer.byte_counts  # only byte-level vocabularies say what bytes their tokens stand for
         except Exception as err:  # the library raises plain Exceptions for a bad file
-            raise UsageError(f"{where} is not a byte-level BPE tokenizer.json ({' '.join(str(err).split())[:100]})") from None
+            raise UsageError(
+                f"{where} is not a byte-level BPE tokenizer.json ({' '.join(str(err).split())[:100]})"
+            ) from None
         return tokenizer
 
     def to_json(self) -> str:
         return self.hf.to_str()
 
     def encode_pieces(self, pieces: list[str], strict: bool = True) -> np.ndarray:
-        ids = [np.asarray(e.ids, dtype=np.int64) for e in self.hf.encode_batch([p for t in pieces for p in text_pieces(t)])]
+        ids = [
+            np.asarray(e.ids, dtype=np.int64)
+            for e in self.hf.encode_batch([p for t in pieces for p in text_pieces(t)])
+        ]
         return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
 
     def encode_array(self, text: str, strict: bool = True) -> np.ndarray:
@@ -223,8 +238,10 @@ class IdsOnly(TokenizerBase):
         return self.vocab_size
 
     def encode_array(self, text: str, strict: bool = True) -> np.ndarray:
-        raise UsageError("this run was trained on pre-tokenized ids without a tokenizer (data=bin with no "
-                         "tokenizer in its meta json), so no text can be encoded for it")
+        raise UsageError(
+            "this run was trained on pre-tokenized ids without a tokenizer (data=bin with no "
+            "tokenizer in its meta json), so no text can be encoded for it"
+        )
 
     token_ends = encode_array
 
@@ -254,7 +271,9 @@ def from_payload(payload: dict, where: str):
         return BpeTokenizer.from_json(payload["json"], where)
     if kind == "ids":
         return IdsOnly(int(payload["vocab_size"]))
-    raise UsageError(f"{where} names tokenizer kind {kind!r}; this posenc knows {', '.join(TOKENIZERS)} and ids")
+    raise UsageError(
+        f"{where} names tokenizer kind {kind!r}; this posenc knows {', '.join(TOKENIZERS)} and ids"
+    )
 
 
 TOKENIZER_FILE = "tokenizer.json"  # a bpe run's tokenizer, in its run directory
@@ -274,10 +293,14 @@ def run_tokenizer(stored: dict, run_dir: Path):
         return from_payload(stored, str(run_dir))
     path = run_dir / TOKENIZER_FILE
     if not path.is_file():
-        raise UsageError(f"{run_dir} was trained with a BPE tokenizer but has no {TOKENIZER_FILE}; "
-                         "copy the run directory whole")
+        raise UsageError(
+            f"{run_dir} was trained with a BPE tokenizer but has no {TOKENIZER_FILE}; "
+            "copy the run directory whole"
+        )
     tokenizer = BpeTokenizer.from_json(path.read_text(encoding="utf-8"), str(path))
     if tokenizer.fingerprint != stored.get("fingerprint"):
-        raise UsageError(f"{path} is not the tokenizer {run_dir} was trained with (its fingerprint differs); "
-                         "restore the run's own tokenizer.json")
+        raise UsageError(
+            f"{path} is not the tokenizer {run_dir} was trained with (its fingerprint differs); "
+            "restore the run's own tokenizer.json"
+        )
     return tokenizer

@@ -12,7 +12,9 @@ from posenc_cli.data.tokenizers import TokenizerBase
 from posenc_cli.errors import UsageError
 
 UNK = "<unk>"
-UNK_TEXT = "\ufffd"  # what <unk> decodes to (Unicode's replacement character): one character, re-encoded as <unk>
+UNK_TEXT = (
+    "\ufffd"  # what <unk> decodes to (Unicode's replacement character): one character, re-encoded as <unk>
+)
 
 
 def describe_chars(chars) -> str:
@@ -53,12 +55,15 @@ class Vocab(TokenizerBase):
         points = code_points(text)
         known = self._known
         ids = np.searchsorted(known, points).astype(np.int64)
-        found = known[np.minimum(ids, len(known) - 1)] == points if len(known) else np.zeros(len(points), bool)
+        found = (
+            known[np.minimum(ids, len(known) - 1)] == points if len(known) else np.zeros(len(points), bool)
+        )
         if not found.all():
             missing = self.missing(text)
             if strict or not self.has_unk:
                 raise UsageError(
-                    f"text has {len(missing)} character(s) outside the run's vocabulary: {describe_chars(missing)}"
+                    f"text has {len(missing)} character(s) outside the run's vocabulary: "
+                    + describe_chars(missing)
                 )
             ids[~found] = len(self.chars) - 1
         return ids
