@@ -143,7 +143,7 @@ def scaling_variants(run, methods: list[str], factor: float | None) -> list[dict
     """The scheme options to evaluate `run` with: for a scheme that takes RoPE scaling, one set per
     method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
     has it built in, and a second one on top is refused rather than composed."""
-    scheme = run.model.pos
+    scheme = run.model.scheme
     if not scheme.scalable or methods == ["none"]:
         return [{}]
     if scheme.scaling is not None:
@@ -193,7 +193,7 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
         for run, options in jobs:
             tokens, run_lengths, span = plans[run.path]
             model = run.model_with(**options).to(device)
-            scheme = tokenizer_label(model.pos.label, run.tokenizer.kind) if mixed else model.pos.label
+            scheme = tokenizer_label(model.scheme.label, run.tokenizer.kind) if mixed else model.scheme.label
             info[scheme] = scheme_facts(model)
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
@@ -201,7 +201,7 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
                        "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan,
                        "note": "", "tokenizer": run.tokenizer.kind, "bytes": math.nan, "chars": math.nan,
                        "bpb": math.nan}
-                limit = model.pos.max_len
+                limit = model.scheme.max_len
                 if limit is not None and length > limit:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:

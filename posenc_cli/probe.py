@@ -148,7 +148,7 @@ def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed:
                     bar.update(task, status=f"{scheme} seed {run.seed} @ {length}, depth {depth:g}")
                     row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
                            "length": length, "depth": depth, "trials": 0, "accuracy": math.nan, "key_nll": math.nan}
-                    limit = model.pos.max_len
+                    limit = model.scheme.max_len
                     if limit is None or length <= limit:
                         sequences, key_tokens, _ = make_trials(corpora[key], run.tokenizer, length, depth,
                                                                trials, seed)

@@ -13,10 +13,9 @@ import numpy as np
 import pandas as pd
 
 from posenc_cli.atomic import write_text, write_with
-from posenc_cli.claims import claim_for
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
+from posenc_cli.model.positional import SCHEMES, claim_for
 
-SCHEME_ORDER = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "xpos", "kerple"]
 # Extrapolation verdicts from ppl(longest) / ppl(training length); the upper bound of each band.
 VERDICTS = [(1.10, "very strong"), (1.50, "strong"), (3.0, "medium"), (10.0, "weak"), (math.inf, "none")]
 BEYOND_TABLE = "—"
@@ -33,14 +32,20 @@ def tokenizer_label(scheme: str, tokenizer: str) -> str:
     return f"{scheme} [{tokenizer}]"
 
 
+def without_tokenizer(label: str) -> str:
+    """"rope [bpe]" -> "rope": the scheme a column's claims and facts are about."""
+    return label.partition(" [")[0]
+
+
 def scheme_order(schemes: Iterable[str]) -> list[str]:
-    """The chapters' order, unknown schemes after, each `rope+yarn`-style variant after its base, and
-    each scheme's tokenizers side by side."""
+    """SCHEMES' order, unknown schemes after, each `rope+yarn`-style variant after its base, and each
+    scheme's tokenizers side by side."""
+    order = list(SCHEMES)
 
     def key(label: str):
         scheme, _, tokenizer = label.partition(" [")
         base, _, variant = scheme.partition("+")
-        rank = SCHEME_ORDER.index(base) if base in SCHEME_ORDER else len(SCHEME_ORDER)
+        rank = order.index(base) if base in order else len(order)
         return rank, base, variant, tokenizer
 
     return sorted(dict.fromkeys(schemes), key=key)
@@ -105,13 +110,14 @@ def tokenizer_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> 
     if df["tokenizer"].nunique() > 1:
         for L in lengths:
             at_length = df[df.eval_len == L]
-            rows.append([f"bpb @ {L}"] + [mean_std(at_length[at_length.scheme == s]["bpb"], digits=3) for s in schemes])
+            bpb = [mean_std(at_length[at_length.scheme == s]["bpb"], digits=3) for s in schemes]
+            rows.append([f"bpb @ {L}", *bpb])
     return rows
 
 
 def scheme_facts(model) -> dict:
     """What comparison.md's "positional parameters" and "relative position" rows show for a model."""
-    return {"positional_params": model.n_positional_params, "relative": model.pos.relative}
+    return {"positional_params": model.n_positional_params, "relative": model.scheme.relative}
 
 
 def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passkey: pd.DataFrame | None = None) -> str:
@@ -138,12 +144,14 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passke
     if passkey is not None:
         rows += passkey_rows(passkey, schemes)
     rows.append(["extrapolation, measured"] + words)
-    rows.append(["extrapolation, chapters' claim"] + [claim_for(s).extrapolation for s in schemes])
+    claims = [claim_for(without_tokenizer(s)) for s in schemes]
+    rows.append(["extrapolation, chapters' claim"] + [claim.extrapolation for claim in claims])
     if lang == "zh":
-        rows.append(["外推能力（章节原话）"] + [claim_for(s).extrapolation_zh for s in schemes])
+        rows.append(["外推能力（章节原话）"] + [claim.extrapolation_zh for claim in claims])
     rows.append(["positional parameters"] + [f"{info.get(s, {}).get('positional_params', 0):,}" for s in schemes])
-    rows.append(["relative position"] + [info.get(s, {}).get("relative", claim_for(s).relative) for s in schemes])
-    rows.append(["used by"] + [claim_for(s).used_by for s in schemes])
+    relative = [info.get(s, {}).get("relative", relative_kind(without_tokenizer(s))) for s in schemes]
+    rows.append(["relative position", *relative])
+    rows.append(["used by"] + [claim.used_by for claim in claims])
     seeds = {s: df[df.scheme == s]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
     tokens = int(df["tokens"].max())
@@ -159,6 +167,11 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passke
         notes.append(f"{BEYOND_TABLE}: " + "; ".join(sorted(set(df["note"].dropna()) - {""})) + ".")
     return ("# Positional schemes: the chapters' table, measured\n\n"
             + markdown_table([""] + schemes, rows) + "\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+
+
+def relative_kind(label: str) -> str:
+    """A scheme's relative-position kind from its class, for a label with no run facts at hand."""
+    return SCHEMES[label].relative if label in SCHEMES else BEYOND_TABLE
 
 
 def retrieval_by_length(passkey: pd.DataFrame) -> pd.DataFrame:

@@ -69,7 +69,7 @@ class LoadedRun:
     @property
     def label(self) -> str:
         """The scheme as reports name it: `rope+yarn` for a run trained with that scaling."""
-        return self.model.pos.label
+        return self.model.scheme.label
 
     @property
     def seed(self) -> int:
