@@ -163,6 +163,7 @@ def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_th
         "data.vocab_size=300",
         *SMOKE,
         "train.block_size=96",
+        "train.threads=1",
         "hydra.sweep.dir=hf",
         cwd=tmp_path,
     )
@@ -182,6 +183,7 @@ def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_th
         "data.val=val.bin",
         *SMOKE,
         "train.block_size=96",
+        "train.threads=1",
         "hydra.run.dir=bin_run",
         cwd=tmp_path,
     )
