@@ -7,7 +7,7 @@ into `data.cache_dir`. Entries are keyed by the text's sha256, the split and the
 fingerprint, so an edited file or another tokenizer can never reuse stale tokens; an entry appears
 whole or not at all (written beside, then renamed).
 
-    <cache_dir>/<sha256[:24]>/tokenizer-<kind>-<vocab>-<cut>.json   a tokenizer trained on that split
+    <cache_dir>/<sha256[:24]>/tokenizer-<kind>-<vocab>-<cut>-<sample>.json   one trained on that split
     <cache_dir>/<sha256[:24]>/tokens-<key[:24]>/{train,val}.bin, meta.json
 """
 
@@ -33,6 +33,7 @@ from posenc_cli.errors import UsageError
 
 FORMAT = 1
 BLOCK_BYTES = 16 << 20
+BPE_TRAIN_CHARS = 32_000_000  # BPE learns its merges from at most this much of the training split
 BATCH_PIECES = 4  # pieces encoded together (BPE encodes them in parallel; ~100 bytes a token meanwhile)
 MAX_CODE_POINT = 0x110000
 
@@ -140,8 +141,8 @@ def train_tokenizer(kind: str, vocab_size: int, source: TextSource, cut: int, n_
     """A tokenizer fitted on the training split [0, cut); char adds <unk> if validation has new characters."""
     if kind == "byte":
         return ByteTokenizer()
-    if kind == "bpe":
-        return BpeTokenizer.train(pieces(source, 0, cut), vocab_size)
+    if kind == "bpe":  # merges from the first 32M characters: minutes and bounded memory on any corpus
+        return BpeTokenizer.train(pieces(source, 0, min(cut, BPE_TRAIN_CHARS)), vocab_size)
     seen = character_counts(pieces(source, 0, cut)) > 0
     chars = "".join(chr(c) for c in np.flatnonzero(seen))
     unseen = (character_counts(pieces(source, cut, n_chars)) > 0) & ~seen
@@ -153,7 +154,8 @@ def tokenizer_for(data: dict, source: TextSource, sha: str, cut: int, n_chars: i
     kind, vocab_size = data.get("tokenizer", "char"), data.get("vocab_size", 4096)
     if cache is None or kind == "byte":
         return train_tokenizer(kind, vocab_size, source, cut, n_chars)
-    path = cache / sha[:24] / f"tokenizer-{kind}-{vocab_size if kind == 'bpe' else 0}-{cut}.json"
+    size, sample = (vocab_size, min(cut, BPE_TRAIN_CHARS)) if kind == "bpe" else (0, cut)
+    path = cache / sha[:24] / f"tokenizer-{kind}-{size}-{cut}-{sample}.json"
     if path.is_file():
         return from_payload(json.loads(path.read_text(encoding="utf-8")), str(path))
     tokenizer = train_tokenizer(kind, vocab_size, source, cut, n_chars)
