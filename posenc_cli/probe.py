@@ -109,14 +109,14 @@ def score(model, trials: torch.Tensor, key_tokens: torch.Tensor,
 
     Greedy decoding yields the key exactly when, at every key token, the most likely next token given
     the prompt and the key's earlier tokens is that token: the teacher-forced argmaxes decide it exactly."""
-    length = trials.size(1)
-    batch = max(1, TOKENS_PER_FORWARD // length)
+    batch = max(1, TOKENS_PER_FORWARD // trials.size(1))
     hits, nlls = [], []
     for i in range(0, len(trials), batch):
         chunk, n_key = trials[i : i + batch].to(device), key_tokens[i : i + batch].to(device)
-        logits = model(chunk[:, :-1]).float()  # full precision, as eval
-        target = chunk[:, 1:]
-        is_key = torch.arange(length - 1, device=device)[None] >= (length - 1 - n_key)[:, None]
+        last = int(n_key.max())  # only the positions that predict key tokens
+        logits = model(chunk[:, :-1])[:, -last:].float()  # full precision, as eval
+        target = chunk[:, -last:]
+        is_key = torch.arange(last, device=device)[None] >= (last - n_key)[:, None]
         right = (logits.argmax(-1) == target) | ~is_key
         hits.append(right.all(-1).cpu())
         nlls.append(((token_nll(logits, target) * is_key).sum(-1) / passkey.KEY_DIGITS).cpu())
