@@ -123,7 +123,7 @@ def score(model, trials: torch.Tensor, key_tokens: torch.Tensor,
     return torch.cat(hits), torch.cat(nlls)
 
 
-def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed: int, device):
+def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, seed: int, device):
     """Every run at every length (its training length included) and depth: one tidy row per cell."""
     import pandas as pd
 
