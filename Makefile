@@ -17,13 +17,13 @@ test: $(VENV)/.installed
 install: $(VENV)/.installed
 
 # torch first and pinned: 2.13.0's CPU wheel is what a laptop needs, and an unpinned request
-# would pull a multi-GB CUDA build. The cluster extra (Hydra joblib + submitit launchers) and the
-# track extra (TensorBoard, Weights & Biases) are tested, so the tests install them.
+# would pull a multi-GB CUDA build. The extras the tests exercise are installed too: cluster (Hydra
+# joblib + submitit launchers), track (TensorBoard, Weights & Biases), data (BPE tokenizer, datasets).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test,cluster,track]'
+	$(BIN)/python -m pip install -q -e '.[test,cluster,track,data]'
 	touch $@
 
 clean:

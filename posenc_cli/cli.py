@@ -35,7 +35,8 @@ TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 Config groups (pick with group=option):
   scheme: {schemes}   (default rope)
   model:  tiny | small | medium                        (default tiny)
-  data:   synthetic | text                             (default synthetic; text needs data.path=FILE)
+  data:   synthetic | text | bin | hf                  (default synthetic; text needs data.path=FILE)
+  data.tokenizer: char | byte | bpe                    (default char; bpe: data.vocab_size, default 4096)
   logger: csv | tensorboard | wandb, or a list: logger=\\[csv,tensorboard]   (default csv; pip install 'posenc\\[track]')
   experiment: smoke | probe | extend                   (presets that set several groups)
 
@@ -49,6 +50,9 @@ Examples:
   posenc train scheme=alibi model.n_layer=2 train.max_steps=50
   posenc train -m scheme=none,sinusoidal,learned,rope,alibi seed=0,1,2
   posenc train data=text data.path=input.txt train.block_size=128
+  posenc train data=text data.path=input.txt data.tokenizer=bpe data.vocab_size=2048
+  posenc train data=bin data.train=train.bin data.val=val.bin   (meta.json beside them: dtype, vocab_size)
+  posenc train data=hf data.name=wikitext data.config=wikitext-103-raw-v1   (pip install 'posenc\\[data]')
   posenc train logger=\\[csv,tensorboard]      (then: tensorboard --logdir outputs)
   posenc train logger=wandb logger.wandb.mode=offline   (no network; wandb sync later)
   posenc train --cfg job      (print the composed config and exit)
@@ -271,10 +275,11 @@ def probe(
     target = resolve_device(device)
     loaded, why = load_finished_runs(list(runs or []), "probe")
     for run in loaded:
-        check_vocab(run.vocab, str(run.path))
+        check_vocab(run.tokenizer, str(run.path))
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, lengths=wanted, depths=at_depths, trials=trials, seed=seed, device=target)
-    info = {r.label: scheme_facts(r.model) for r in loaded}
+    labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
+    info = {labels[str(r.path)]: scheme_facts(r.model) for r in loaded}
     out = out or timestamped_dir("probe")
     written = write_probe_outputs(df, info, out, lang=lang)
     schemes = scheme_order(df["scheme"])

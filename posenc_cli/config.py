@@ -22,8 +22,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from posenc_cli.data import CORPORA
-from posenc_cli.data.text import read_text_file
+from posenc_cli.data import CORPORA, check_tokenizer_options, corpus_kind
+from posenc_cli.data import stream
 from posenc_cli.device import PRECISIONS, resolve_device
 from posenc_cli.errors import UsageError, require_positive_int
 from posenc_cli.model import ModelConfig
@@ -148,7 +148,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
     if tc.get("precision", "auto") not in PRECISIONS:
         raise UsageError(f"train.precision={tc['precision']} is not known; choose one of: {', '.join(PRECISIONS)}")
     split_len = corpus_split_length(data)
-    if tc["block_size"] + 1 > split_len:
+    if split_len is not None and tc["block_size"] + 1 > split_len:
         raise UsageError(
             f"train.block_size={tc['block_size']} does not fit the corpus: its validation split has {split_len} "
             f"characters; use train.block_size <= {split_len - 1} or a larger corpus"
@@ -181,34 +181,45 @@ def validate_positions(tc: dict[str, Any], scheme) -> None:
 def validate_init_from(cfg: dict[str, Any]) -> None:
     """train.init_from: RUN exists and its weights fit this run (same scheme, shape and vocabulary)."""
     from posenc_cli.data import load_corpus
-    from posenc_cli.init_from import check_same_model, initial_state, source_checkpoint
+    from posenc_cli.init_from import check_same_model, initial_state, saved_tokenizer, source_checkpoint
     from posenc_cli.model import GPT
     from posenc_cli.train import model_config
 
     source, saved = source_checkpoint(cfg["train"]["init_from"])
     same_data = saved.get("data") == cfg["data"]
-    vocab = tuple(saved["vocab"]) if same_data else load_corpus(cfg["data"]).vocab.chars
+    tokenizer = saved_tokenizer(source, saved) if same_data else load_corpus(cfg["data"]).tokenizer
     with torch.device("meta"):
-        model = GPT(model_config(cfg, len(vocab)))
-    check_same_model(source, saved, model.cfg.to_dict(), vocab)
+        model = GPT(model_config(cfg, len(tokenizer)))
+    check_same_model(source, saved, model.cfg.to_dict(), tokenizer)
     initial_state(source, saved, model)
 
 
-def corpus_split_length(data: dict[str, Any]) -> int:
-    """Length of the smaller (validation) split, without building the corpus."""
-    if data.get("name") not in CORPORA:
+def corpus_split_length(data: dict[str, Any]) -> int | None:
+    """Characters in the smaller (validation) split, read in a streaming pass without tokenizing: a
+    bound on its tokens for char and bpe (a BPE token covers at least one character). None where it
+    bounds nothing (byte tokens, pre-tokenized arrays: checked once loaded)."""
+    kind = corpus_kind(data)
+    if kind not in CORPORA:
         raise UsageError(f"unknown corpus {data.get('name')!r}; choose one of: {', '.join(CORPORA)}")
-    if data["name"] == "synthetic":
+    if kind == "bin":
+        from posenc_cli.data.binary import load_bin
+
+        load_bin(data)
+        return None
+    check_tokenizer_options(data)
+    if kind == "synthetic":
         require_positive_int("data.n_chars", data["n_chars"])
         n = data["n_chars"]
-    else:
+    elif kind == "text":
         if not data.get("path"):
             raise UsageError("data=text needs data.path=FILE (a UTF-8 text file)")
-        n = len(read_text_file(data["path"]))
-    fraction = data.get("val_fraction", 0.1)
-    if not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
-        raise UsageError(f"data.val_fraction must be between 0 and 1 (exclusive), got {fraction!r}")
-    return n - int(n * (1 - fraction))
+        n = stream.scan(stream.file_source(data["path"]))[1]
+    else:
+        from posenc_cli.data.hf import hf_source
+
+        n = stream.scan(hf_source(data)[0])[1]
+    cut = stream.split_point(n, data.get("val_fraction", 0.1))
+    return None if data.get("tokenizer", "char") == "byte" else n - cut
 
 
 def _number(key: str, value: Any, positive: bool) -> None:

@@ -12,9 +12,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from posenc_cli.choices import EVAL_MODES as MODES
+from posenc_cli.data import token_window
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, token_nll
@@ -61,29 +63,47 @@ def scored_span(n_tokens: int, lengths: list[int], max_tokens: int) -> int:
     return max(longest, (min(max_tokens, available) // longest) * longest)
 
 
+def bits_per_byte(total_nll_nats: float, n_bytes: float) -> float:
+    """Bits per UTF-8 byte of text: total NLL in nats / ln 2 / bytes scored. Unlike token perplexity it
+    compares models whatever their tokenizer; NaN when the bytes are unknown (ids without a tokenizer)."""
+    return total_nll_nats / math.log(2) / n_bytes if n_bytes and math.isfinite(n_bytes) else math.nan
+
+
 @dataclass
 class LengthResult:
     tokens: int
     nll: float
     position_nll: torch.Tensor  # (length,) mean NLL at each position inside the window
     position_count: torch.Tensor  # (length,) how many scored tokens each mean is over
+    bytes: float = math.nan  # UTF-8 bytes and characters the scored tokens stand for
+    chars: float = math.nan
 
     @property
     def ppl(self) -> float:
         return math.exp(self.nll)
 
+    @property
+    def bpb(self) -> float:
+        return bits_per_byte(self.nll * self.tokens, self.bytes)
+
 
 @torch.no_grad()
-def evaluate_length(model: GPT, tokens: torch.Tensor, *, span: int, length: int, mode: str = "nonoverlap",
-                    stride: int | None = None, device: torch.device | str = "cpu") -> LengthResult:
+def evaluate_length(model: GPT, tokens, *, span: int, length: int, mode: str = "nonoverlap",
+                    stride: int | None = None, device: torch.device | str = "cpu",
+                    tokenizer=None) -> LengthResult:
+    """Mean NLL over the span's targets at this length; with `tokenizer`, also the bytes and
+    characters those targets stand for."""
     windows = plan_windows(span, length, mode, stride)
+    per_id = None if tokenizer is None else torch.from_numpy(
+        np.stack([tokenizer.byte_counts, tokenizer.char_counts]).astype(np.float64))
+    covered = torch.zeros(2, dtype=torch.float64)
     batch = max(1, TOKENS_PER_FORWARD // length)
     nll_sum = torch.zeros(length, dtype=torch.float64)
     counts = torch.zeros(length, dtype=torch.float64)
     model.eval()
     for i in range(0, len(windows), batch):
         group = windows[i : i + batch]
-        chunk = torch.stack([tokens[w.start : w.start + length + 1] for w in group]).to(device)
+        chunk = torch.stack([token_window(tokens, w.start, length + 1) for w in group]).to(device)
         with autocast(torch.device(device), "fp32"):  # perplexities in full precision, like for like
             nll = token_nll(model(chunk[:, :-1]), chunk[:, 1:]).double().cpu()
         scored = torch.zeros_like(nll, dtype=torch.bool)
@@ -91,8 +111,12 @@ def evaluate_length(model: GPT, tokens: torch.Tensor, *, span: int, length: int,
             scored[row, length - w.scored :] = True
         nll_sum += (nll * scored).sum(0)
         counts += scored.sum(0)
+        if per_id is not None:
+            covered += per_id[:, chunk[:, 1:].cpu()[scored]].sum(1)
     total = int(counts.sum())
-    return LengthResult(total, float(nll_sum.sum() / total), nll_sum / counts.clamp(min=1), counts)
+    bytes_, chars = (float(c) for c in covered) if per_id is not None else (math.nan, math.nan)
+    return LengthResult(total, float(nll_sum.sum() / total), nll_sum / counts.clamp(min=1), counts,
+                        bytes_, chars)
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -144,20 +168,21 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
 
     from posenc_cli import ui
     from posenc_cli.data import load_corpus
-    from posenc_cli.data.text import read_text_file
-    from posenc_cli.report import scheme_facts
+    from posenc_cli.data.stream import read_text
+    from posenc_cli.report import scheme_facts, tokenizer_label
     from posenc_cli.runs import announce
 
-    eval_text = read_text_file(data_path, what="--data") if data_path else None
+    eval_text = read_text(data_path, what="--data") if data_path else None
     corpora: dict[str, torch.Tensor] = {}
     plans = {}  # run path -> (tokens, lengths, span); bad input is found here, before any work starts
+    mixed = len({run.tokenizer.kind for run in runs}) > 1  # then columns say which: "rope [bpe]"
     for run in runs:
         if eval_text is not None:
-            tokens = run.vocab.encode(eval_text)
+            tokens = run.tokenizer.encode(eval_text)
         else:
-            key = repr(sorted(run.checkpoint["data"].items()))
+            key = repr((sorted(run.checkpoint["data"].items()), run.tokenizer.fingerprint))
             if key not in corpora:
-                corpora[key] = load_corpus(run.checkpoint["data"]).val
+                corpora[key] = load_corpus(run.checkpoint["data"], run.tokenizer).val
             tokens = corpora[key]
         run_lengths = sorted(set(lengths) | {run.train_len})
         span = scored_span(len(tokens), run_lengths, max_tokens)
@@ -172,18 +197,22 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
         for run, options in jobs:
             tokens, run_lengths, span = plans[run.path]
             model = run.model_with(**options).to(device)
-            scheme = model.scheme.label
+            scheme = tokenizer_label(model.scheme.label, run.tokenizer.kind) if mixed else model.scheme.label
             info[scheme] = scheme_facts(model)
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
                 row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
-                       "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan, "note": ""}
+                       "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan,
+                       "note": "", "tokenizer": run.tokenizer.kind, "bytes": math.nan, "chars": math.nan,
+                       "bpb": math.nan}
                 limit = model.scheme.max_len
                 if limit is not None and length > limit:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
-                    result = evaluate_length(model, tokens, span=span, length=length, mode=mode, stride=stride, device=device)
-                    row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl)
+                    result = evaluate_length(model, tokens, span=span, length=length, mode=mode, stride=stride,
+                                             device=device, tokenizer=run.tokenizer)
+                    row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl, bytes=result.bytes,
+                               chars=result.chars, bpb=result.bpb)
                     position_rows += [
                         {"run": str(run.path), "scheme": scheme, "seed": run.seed, "eval_len": length,
                          "position": p, "nll": nll, "tokens": n} for p, nll, n in position_buckets(result)

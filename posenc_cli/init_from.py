@@ -32,8 +32,14 @@ def source_checkpoint(value: Any) -> tuple[Path, dict[str, Any]]:
     return path, load_checkpoint(path / FILENAME)
 
 
-def check_same_model(source: Path, saved: dict[str, Any], model_cfg: dict[str, Any],
-                     vocab: tuple[str, ...]) -> None:
+def saved_tokenizer(source: Path, saved: dict[str, Any]):
+    """The tokenizer RUN was trained with (older checkpoints: their character list)."""
+    from posenc_cli.data.tokenizers import run_tokenizer
+
+    return run_tokenizer(saved.get("tokenizer") or {"kind": "char", "chars": saved["vocab"]}, source)
+
+
+def check_same_model(source: Path, saved: dict[str, Any], model_cfg: dict[str, Any], tokenizer) -> None:
     """The scheme, shape and vocabulary that init_from keeps; one line naming the first difference."""
     old = saved["model_config"]
     for key, override in KEPT.items():
@@ -43,10 +49,11 @@ def check_same_model(source: Path, saved: dict[str, Any], model_cfg: dict[str, A
                 f"{override}={model_cfg[key]}; init_from keeps the scheme, model shape and vocabulary: "
                 f"use {override}={old.get(key)} or train from scratch"
             )
-    if tuple(saved["vocab"]) != tuple(vocab):
+    theirs = saved_tokenizer(source, saved)
+    if theirs.fingerprint != tokenizer.fingerprint:
         raise UsageError(
-            f"train.init_from={source} has a vocabulary of {len(saved['vocab'])} characters that differs "
-            f"from this run's corpus ({len(vocab)} characters); use the data config RUN was trained on"
+            f"train.init_from={source} has a vocabulary ({theirs.describe()}) that differs from this run's "
+            f"corpus ({tokenizer.describe()}); use the data config RUN was trained on"
         )
 
 

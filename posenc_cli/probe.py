@@ -1,11 +1,11 @@
 """Passkey retrieval (Mohtashami & Jaggi 2023): does a model use context far back in its window?
 
 Perplexity can stay flat while a model ignores everything beyond its training window, so we ask
-directly. Each trial is L characters: filler from the run's own validation text (minus its own
+directly. Each trial is L tokens: filler from the run's own validation text (minus its own
 passkey episodes) with the key sentence at relative depth δ, the question at the end, then the key's
-digits (phrasing in data/passkey.py).
-A trial counts when greedy decoding reproduces the key exactly; key_nll is the mean NLL of its
-digits given the prompt, a continuous measure that needs no decoding.
+digits (phrasing in data/passkey.py), scored through the tokens that cover them whatever the tokenizer.
+A trial counts when greedy decoding reproduces the key's tokens exactly; key_nll is their NLL given
+the prompt per key digit, a continuous measure that needs no decoding.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from posenc_cli.data import passkey
-from posenc_cli.data.vocab import UNK, Vocab
 from posenc_cli.errors import UsageError
 from posenc_cli.evaluate import TOKENS_PER_FORWARD
 from posenc_cli.model import token_nll
@@ -24,8 +23,16 @@ from posenc_cli.model import token_nll
 COLUMNS = ["run", "scheme", "seed", "train_len", "length", "depth", "trials", "accuracy", "key_nll"]
 
 
-def check_vocab(vocab: Vocab, where: str) -> None:
-    missing = passkey.needed_chars() - set(vocab.chars)
+FILLER_POOL = 2_000_000  # validation tokens the filler is drawn from
+MARGIN = 64  # extra filler tokens before a trial, for tokenizers whose re-encoded text changes length
+
+
+def check_vocab(tokenizer, where: str) -> None:
+    """The run's tokenizer must be able to write every character of the passkey prompt."""
+    if tokenizer.kind == "ids":
+        raise UsageError(f"{where} cannot be probed: it was trained on ids without a tokenizer, so no prompt "
+                         "can be written")
+    missing = tokenizer.missing("".join(sorted(passkey.needed_chars())))
     if missing:
         raise UsageError(
             f"{where} cannot be probed: its vocabulary lacks the characters {''.join(sorted(missing))!r}, which the passkey "
@@ -33,69 +40,86 @@ def check_vocab(vocab: Vocab, where: str) -> None:
         )
 
 
-def without_episodes(val: torch.Tensor, vocab: Vocab) -> torch.Tensor:
-    """Validation tokens minus the corpus's own passkey sentences and digits: filler must not hold a
-    second key. Works on one character per token, so <unk> tokens stay single tokens."""
-    text = "".join("\0" if c == UNK else c for c in (vocab.chars[i] for i in val.tolist()))
-    ids = {c: i for i, c in enumerate(vocab.chars)}
-    return torch.tensor([ids.get(c, len(vocab) - 1) for c in passkey.EPISODE_PARTS.sub("", text)], dtype=torch.long)
+def without_episodes(val, tokenizer) -> torch.Tensor:
+    """Validation tokens (the first FILLER_POOL) minus the corpus's own passkey sentences and digits:
+    filler must not hold a second key. <unk> decodes to one character and encodes back to <unk>."""
+    text = tokenizer.decode(np.asarray(val[:FILLER_POOL]).tolist())
+    return tokenizer.encode(passkey.EPISODE_PARTS.sub("", text), strict=False)
 
 
-def filler_length(length: int) -> int:
+def filler_length(length: int, tokenizer) -> int:
     """Filler tokens in a trial of `length`: what the key sentence, question and key leave over."""
-    overhead = len(passkey.key_sentence("0" * passkey.KEY_DIGITS)) + len(passkey.QUESTION) + passkey.KEY_DIGITS
+    zeros = "0" * passkey.KEY_DIGITS
+    sentence, question = passkey.key_sentence(zeros), passkey.QUESTION + zeros
+    overhead = len(tokenizer.encode(sentence)) + len(tokenizer.encode(question))
     if length <= overhead:
         raise UsageError(f"a passkey trial needs more than {overhead} tokens; length {length} (asked for, or a "
                          "run's training length) is too short")
     return length - overhead
 
 
-def word_start(filler: torch.Tensor, at: int, space: int) -> int:
-    """The first index >= at that starts a word (follows a space); the key never splits a word."""
-    while at < len(filler) and at > 0 and filler[at - 1] != space:
+def word_start(text: str, at: int, low: int = 0) -> int:
+    """The first index >= at that starts a word (follows a space, or is `low`): the key splits no word."""
+    while low < at < len(text) and text[at - 1] != " ":
         at += 1
     return at
 
 
-def build_prompt(filler: torch.Tensor, key: str, depth: float, length: int, vocab: Vocab) -> torch.Tensor:
-    """`length - KEY_DIGITS` tokens: filler (ending in a space) with the key sentence at relative depth
-    `depth`, then the question; the key's digits complete the trial to exactly `length`."""
-    n_filler = filler_length(length)
-    space = vocab.chars.index(" ")
-    body = filler[:n_filler].clone()
-    body[-1] = space
-    at = word_start(body, round(depth * n_filler), space)
-    sentence, question = vocab.encode(passkey.key_sentence(key)), vocab.encode(passkey.QUESTION)
-    return torch.cat([body[:at], sentence, body[at:], question])
+def build_trial(filler: torch.Tensor, key: str, depth: float, length: int, tokenizer,
+                margin: int = 0) -> tuple[torch.Tensor, int]:
+    """(`length` tokens, how many of them are the key's). The text is filler (ending in a space) with the
+    key sentence at relative depth `depth`, then the question and the key, encoded whole; the key is
+    scored through the tokens that cover its characters (for BPE, " 40913" may be "Ġ409" "13"), and the
+    trial is the `length` tokens ending with them. `filler` holds `margin` tokens more on the left than
+    the trial needs, so tokenizers whose re-encoded text is shorter still fill it (char needs none)."""
+    n_filler = filler_length(length, tokenizer)
+    ids = filler[: margin + n_filler].tolist()
+    body = tokenizer.decode(ids)[:-1] + " "
+    low = len(tokenizer.decode(ids[:margin]))
+    at = word_start(body, len(tokenizer.decode(ids[: margin + round(depth * n_filler)])), low)
+    prompt = body[:at] + passkey.key_sentence(key) + body[at:] + passkey.QUESTION
+    tokens, ends = tokenizer.token_ends(prompt + key)
+    n_key = len(tokens) - int(np.searchsorted(ends, len(prompt), side="right"))
+    if len(tokens) < length:
+        raise UsageError(f"filler too short for a {length}-token passkey trial with this tokenizer")
+    return torch.from_numpy(tokens[-length:]), n_key
 
 
-def make_trials(val: torch.Tensor, vocab: Vocab, length: int, depth: float, trials: int, seed: int):
-    """(prompts, keys) token tensors; the same seed gives the same keys and filler for every run."""
-    n_filler = filler_length(length)
-    if n_filler >= len(val):
-        raise UsageError(f"--lengths {length} needs {n_filler} filler characters; the validation text has {len(val)}")
+def make_trials(val: torch.Tensor, tokenizer, length: int, depth: float, trials: int, seed: int):
+    """(trials x `length` tokens, key tokens per trial, keys); the same seed gives the same keys and
+    filler for every run of a tokenizer."""
+    n_filler = filler_length(length, tokenizer)
+    margin = 0 if tokenizer.context_free else MARGIN
+    if margin + n_filler >= len(val):
+        raise UsageError(f"--lengths {length} needs {n_filler} filler tokens; the validation text has "
+                         f"{len(val)}")
     rng = np.random.default_rng([seed, length, round(depth * 1_000_000)])
     keys = [passkey.random_key(rng) for _ in range(trials)]
-    starts = rng.integers(0, len(val) - n_filler, size=trials)
-    prompts = torch.stack([build_prompt(val[s : s + n_filler], k, depth, length, vocab) for s, k in zip(starts, keys)])
-    return prompts, torch.stack([vocab.encode(k) for k in keys])
+    starts = rng.integers(margin, len(val) - n_filler, size=trials)
+    built = [build_trial(val[s - margin : s + n_filler], k, depth, length, tokenizer, margin)
+             for s, k in zip(starts, keys)]
+    return torch.stack([t for t, _ in built]), torch.tensor([n for _, n in built]), keys
 
 
 @torch.no_grad()
-def score(model, prompts: torch.Tensor, keys: torch.Tensor, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """(exact match, mean key-digit NLL) per trial, from one teacher-forced pass over prompt + key.
+def score(model, trials: torch.Tensor, key_tokens: torch.Tensor,
+          device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """(exact match, key NLL per key digit) per trial, from one teacher-forced pass over each trial,
+    whose last `key_tokens[i]` tokens are its key's.
 
-    Greedy decoding yields the key exactly when, at every digit, the most likely next token given the
-    prompt and the key's earlier digits is that digit: the teacher-forced argmaxes decide it exactly."""
-    n_key = keys.size(1)
-    sequences = torch.cat([prompts, keys[:, :-1]], dim=1)
-    batch = max(1, TOKENS_PER_FORWARD // sequences.size(1))
+    Greedy decoding yields the key exactly when, at every key token, the most likely next token given
+    the prompt and the key's earlier tokens is that token: the teacher-forced argmaxes decide it exactly."""
+    batch = max(1, TOKENS_PER_FORWARD // trials.size(1))
     hits, nlls = [], []
-    for i in range(0, len(sequences), batch):
-        target = keys[i : i + batch].to(device)
-        logits = model(sequences[i : i + batch].to(device))[:, -n_key:].float()  # full precision, as eval
-        hits.append((logits.argmax(-1) == target).all(-1).cpu())
-        nlls.append(token_nll(logits, target).mean(-1).cpu())
+    for i in range(0, len(trials), batch):
+        chunk, n_key = trials[i : i + batch].to(device), key_tokens[i : i + batch].to(device)
+        last = int(n_key.max())  # only the positions that predict key tokens
+        logits = model(chunk[:, :-1])[:, -last:].float()  # full precision, as eval
+        target = chunk[:, -last:]
+        is_key = torch.arange(last, device=device)[None] >= (last - n_key)[:, None]
+        right = (logits.argmax(-1) == target) | ~is_key
+        hits.append(right.all(-1).cpu())
+        nlls.append(((token_nll(logits, target) * is_key).sum(-1) / passkey.KEY_DIGITS).cpu())
     return torch.cat(hits), torch.cat(nlls)
 
 
@@ -105,25 +129,30 @@ def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, se
 
     from posenc_cli import ui
     from posenc_cli.data import load_corpus
+    from posenc_cli.report import tokenizer_label
 
     corpora: dict[str, torch.Tensor] = {}
+    mixed = len({run.tokenizer.kind for run in runs}) > 1  # label columns as eval does: "rope [bpe]"
     rows = []
     with ui.progress() as bar:
         task = bar.add_task("probe", total=sum(len(set(lengths) | {r.train_len}) for r in runs) * len(depths), status="")
         for run in runs:
-            key = repr(sorted(run.checkpoint["data"].items()))
+            key = repr((sorted(run.checkpoint["data"].items()), run.tokenizer.fingerprint))
             if key not in corpora:
-                corpora[key] = without_episodes(load_corpus(run.checkpoint["data"]).val, run.vocab)
+                val = load_corpus(run.checkpoint["data"], run.tokenizer).val
+                corpora[key] = without_episodes(val, run.tokenizer)
             model = run.model.to(device)
+            scheme = tokenizer_label(run.label, run.tokenizer.kind) if mixed else run.label
             for length in sorted(set(lengths) | {run.train_len}):
                 for depth in depths:
-                    bar.update(task, status=f"{run.label} seed {run.seed} @ {length}, depth {depth:g}")
-                    row = {"run": str(run.path), "scheme": run.label, "seed": run.seed, "train_len": run.train_len,
+                    bar.update(task, status=f"{scheme} seed {run.seed} @ {length}, depth {depth:g}")
+                    row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
                            "length": length, "depth": depth, "trials": 0, "accuracy": math.nan, "key_nll": math.nan}
                     limit = model.scheme.max_len
                     if limit is None or length <= limit:
-                        prompts, keys = make_trials(corpora[key], run.vocab, length, depth, trials, seed)
-                        hit, nll = score(model, prompts, keys, device)
+                        sequences, key_tokens, _ = make_trials(corpora[key], run.tokenizer, length, depth,
+                                                               trials, seed)
+                        hit, nll = score(model, sequences, key_tokens, device)
                         row.update(trials=trials, accuracy=float(hit.float().mean()), key_nll=float(nll.mean()))
                     rows.append(row)
                     bar.advance(task)

@@ -27,14 +27,26 @@ def verdict(ratio: float) -> str:
     return next(word for bound, word in VERDICTS if ratio <= bound)
 
 
+def tokenizer_label(scheme: str, tokenizer: str) -> str:
+    """A column label when the table mixes tokenizers: "rope [bpe]"."""
+    return f"{scheme} [{tokenizer}]"
+
+
+def without_tokenizer(label: str) -> str:
+    """"rope [bpe]" -> "rope": the scheme a column's claims and facts are about."""
+    return label.partition(" [")[0]
+
+
 def scheme_order(schemes: Iterable[str]) -> list[str]:
-    """SCHEMES' order, unknown schemes after, and each `rope+yarn`-style variant after its base."""
+    """SCHEMES' order, unknown schemes after, each `rope+yarn`-style variant after its base, and each
+    scheme's tokenizers side by side."""
     order = list(SCHEMES)
 
     def key(label: str):
-        base, _, variant = label.partition("+")
+        scheme, _, tokenizer = label.partition(" [")
+        base, _, variant = scheme.partition("+")
         rank = order.index(base) if base in order else len(order)
-        return rank, base, variant
+        return rank, base, variant, tokenizer
 
     return sorted(dict.fromkeys(schemes), key=key)
 
@@ -54,15 +66,53 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def subword(df: pd.DataFrame) -> bool:
+    """Whether any run's tokens are not characters (then tables say how many characters they cover)."""
+    return "tokenizer" in df and bool((df["tokenizer"].fillna("char") != "char").any())
+
+
+def chars_per_token(sub: pd.DataFrame) -> float:
+    scored = sub.dropna(subset=["chars"])
+    return float(scored["chars"].sum() / scored["tokens"].sum()) if len(scored) else math.nan
+
+
 def ppl_pivot(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Scheme rows, eval-length columns, 'mean ± std' cells over seeds."""
+    """Scheme rows, eval-length columns, 'mean ± std' cells over seeds (and characters per token when
+    some run is not character-level)."""
     lengths = sorted(df["eval_len"].unique())
-    header = ["scheme", "seeds"] + [f"L={L}" + (" (train)" if L in set(df["train_len"]) else "") for L in lengths]
+    extra = ["chars/token"] if subword(df) else []
+    header = ["scheme", "seeds", *extra]
+    header += [f"L={L}" + (" (train)" if L in set(df["train_len"]) else "") for L in lengths]
     rows = []
     for scheme in scheme_order(df["scheme"]):
         sub = df[df["scheme"] == scheme]
-        rows.append([scheme, str(sub["seed"].nunique())] + [mean_std(sub[sub["eval_len"] == L]["ppl"]) for L in lengths])
+        ratio = [f"{chars_per_token(sub):.2f}"] if extra else []
+        cells = [mean_std(sub[sub["eval_len"] == L]["ppl"]) for L in lengths]
+        rows.append([scheme, str(sub["seed"].nunique()), *ratio, *cells])
     return header, rows
+
+
+def characters_covered(df: pd.DataFrame, schemes: list[str], length: int) -> str:
+    """"≈ a–b characters": what a window of `length` tokens covers on average, across the columns."""
+    covered = [length * chars_per_token(df[df.scheme == s]) for s in schemes]
+    covered = [c for c in covered if math.isfinite(c)]
+    if not covered:
+        return ""
+    low, high = min(covered), max(covered)
+    return f"≈ {low:,.0f} characters" if round(low) == round(high) else f"≈ {low:,.0f}–{high:,.0f} characters"
+
+
+def tokenizer_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> list[list[str]]:
+    """Tokenizer and characters per token of each column, and bits per byte when tokenizers mix
+    (token perplexities of different tokenizers do not compare; bits per byte do)."""
+    rows = [["tokenizer"] + [", ".join(sorted(df[df.scheme == s]["tokenizer"].unique())) for s in schemes],
+            ["characters per token"] + [f"{chars_per_token(df[df.scheme == s]):.2f}" for s in schemes]]
+    if df["tokenizer"].nunique() > 1:
+        for L in lengths:
+            at_length = df[df.eval_len == L]
+            bpb = [mean_std(at_length[at_length.scheme == s]["bpb"], digits=3) for s in schemes]
+            rows.append([f"bpb @ {L}", *bpb])
+    return rows
 
 
 def scheme_facts(model) -> dict:
@@ -78,7 +128,9 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", pas
     longest = max(lengths)
     rows: list[list[str]] = []
     for L in lengths:
-        label = f"ppl @ {L}" + (" (training length)" if L == train_len else f" ({L / train_len:g}×)")
+        where = ["training length" if L == train_len else f"{L / train_len:g}×"]
+        where += [characters_covered(df, schemes, L)] if subword(df) else []
+        label = f"ppl @ {L} ({'; '.join(w for w in where if w)})"
         rows.append([label] + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["ppl"]) for s in schemes])
     ratios, words = [], []
     for s in schemes:
@@ -87,15 +139,18 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", pas
         ratios.append(f"{ratio:.2f}×" if math.isfinite(ratio) else BEYOND_TABLE)
         words.append(verdict(ratio))
     rows.append([f"ppl({longest}) / ppl({train_len})"] + ratios)
+    if subword(df):
+        rows += tokenizer_rows(df, schemes, lengths)
     if passkey is not None:
         rows += passkey_rows(passkey, schemes)
     rows.append(["extrapolation, measured"] + words)
-    claims = [claim_for(s) for s in schemes]
+    claims = [claim_for(without_tokenizer(s)) for s in schemes]
     rows.append(["extrapolation, chapters' claim"] + [claim.extrapolation for claim in claims])
     if lang == "zh":
         rows.append(["外推能力（章节原话）"] + [claim.extrapolation_zh for claim in claims])
     rows.append(["positional parameters"] + [f"{info.get(s, {}).get('positional_params', 0):,}" for s in schemes])
-    rows.append(["relative position"] + [info.get(s, {}).get("relative", relative_kind(s)) for s in schemes])
+    relative = [info.get(s, {}).get("relative", relative_kind(without_tokenizer(s))) for s in schemes]
+    rows.append(["relative position", *relative])
     rows.append(["used by"] + [claim.used_by for claim in claims])
     seeds = {s: df[df.scheme == s]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))

@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from posenc_cli.checkpoint import FILENAME, load_checkpoint
-from posenc_cli.data.vocab import Vocab
+from posenc_cli.data.tokenizers import run_tokenizer
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig
 
@@ -57,7 +57,7 @@ def resume_overrides(args: list[str], outputs: Path = Path("outputs")) -> list[s
 class LoadedRun:
     path: Path
     model: GPT
-    vocab: Vocab
+    tokenizer: Any  # a data.tokenizers.TokenizerBase
     train_len: int
     summary: dict[str, Any]
     checkpoint: dict[str, Any]
@@ -100,7 +100,9 @@ def load_run(run_dir: str | Path) -> LoadedRun:
         reason = " ".join(str(err).split())[:160]
         raise UsageError(f"{path / FILENAME} no longer matches this version's model code ({reason})") from None
     model.eval()
-    return LoadedRun(path, model, Vocab(tuple(payload["vocab"])), int(payload["train_len"]), read_summary(path), payload)
+    stored = payload.get("tokenizer") or {"kind": "char", "chars": payload["vocab"]}  # older runs: chars only
+    tokenizer = run_tokenizer(stored, path)
+    return LoadedRun(path, model, tokenizer, int(payload["train_len"]), read_summary(path), payload)
 
 
 def find_runs(path: Path) -> list[Path]:

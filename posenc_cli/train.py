@@ -16,6 +16,7 @@ from posenc_cli import distributed, ui
 from posenc_cli.atomic import remove_leftovers, write_text
 from posenc_cli.checkpoint import FILENAME, load_checkpoint, save_checkpoint
 from posenc_cli.data import Corpus, load_corpus, random_batch, random_positions
+from posenc_cli.data.tokenizers import TOKENIZER_FILE, run_payload
 from posenc_cli.device import autocast, resolve_device
 from posenc_cli.errors import UsageError
 from posenc_cli.init_from import check_same_model, initial_state, lineage, source_checkpoint
@@ -120,7 +121,7 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = No
     check_lengths(corpus, tc["block_size"])
 
     torch.manual_seed(cfg["seed"])
-    mc = model_config(cfg, len(corpus.vocab))
+    mc = model_config(cfg, len(corpus.tokenizer))
     model = GPT(mc)
     if tc.get("init_from"):
         init_weights(model, tc["init_from"], corpus)
@@ -140,6 +141,8 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = No
         source = Path(tc["init_from"]).resolve()
         summary.update(init_from=str(source), init_chain=lineage(source))
     if ctx.is_main:
+        if corpus.tokenizer.kind == "bpe":
+            write_text(s.run_dir / TOKENIZER_FILE, corpus.tokenizer.to_json())
         write_summary(s.run_dir, {**summary, "status": "running"})
         s.logger = open_loggers(cfg.get("logger"), s.run_dir, s.state.metrics, run_name or s.run_dir.name, s.state.step)
         s.logger.log_config(cfg)
@@ -278,7 +281,8 @@ def save(s: Session, elapsed: float) -> None:
     if not s.ctx.is_main:
         return
     save_checkpoint(s.run_dir / FILENAME, {
-        "model_config": s.mc.to_dict(), "vocab": list(s.corpus.vocab.chars), "train_len": s.cfg["train"]["block_size"],
+        "model_config": s.mc.to_dict(), "tokenizer": run_payload(s.corpus.tokenizer),
+        "train_len": s.cfg["train"]["block_size"],
         "data": dict(s.cfg["data"]), "seed": s.cfg["seed"], "step": s.state.step, "elapsed": s.state.elapsed,
         "metrics": s.state.metrics, "recent_losses": recent, "train_loss": s.state.train_loss,
         "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(),
@@ -313,7 +317,7 @@ def restore(s: Session, path: Path) -> None:
 def init_weights(model: GPT, run: str, corpus: Corpus) -> None:
     """train.init_from: RUN's weights into `model` (checked again here: RUN may have changed since)."""
     source, saved = source_checkpoint(run)
-    check_same_model(source, saved, model.cfg.to_dict(), corpus.vocab.chars)
+    check_same_model(source, saved, model.cfg.to_dict(), corpus.tokenizer)
     model.load_state_dict(initial_state(source, saved, model))
     log.info(f"initialised from {source} (its step {saved.get('step')})")
 
@@ -326,7 +330,8 @@ def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
         "max_position": cfg["train"].get("max_position"),
         "kind": scheme.kind, "relative": scheme.relative, "max_len": scheme.max_len,
         "positional_params": model.n_positional_params, "total_params": model.n_params,
-        "corpus": corpus.name, "vocab_size": len(corpus.vocab), "device": str(device), "code_version": code_version(),
+        "corpus": corpus.name, "tokenizer": corpus.tokenizer.kind, "vocab_size": len(corpus.tokenizer),
+        "device": str(device), "code_version": code_version(),
         "threads": torch.get_num_threads(), "processes": distributed.current().world_size,
         **{f"corpus_{k}": v for k, v in corpus.stats.items()},
     }

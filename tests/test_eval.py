@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from conftest import assert_one_line_error, run_cli
-from posenc_cli.evaluate import evaluate_length, parse_lengths, plan_windows, scored_span
+from posenc_cli.data.vocab import Vocab
+from posenc_cli.evaluate import bits_per_byte, evaluate_length, parse_lengths, plan_windows, scored_span
 from posenc_cli.errors import UsageError
 from posenc_cli.report import comparison, verdict
 
@@ -68,6 +69,18 @@ def test_perplexity_by_hand():
     assert result.nll == pytest.approx(expected)
     assert result.ppl == pytest.approx(math.sqrt(8))
     assert result.position_nll.tolist() == pytest.approx([(math.log(2) + math.log(4)) / 2] * 2)
+
+
+def test_bits_per_byte_by_hand():
+    # characters of 1, 2 and 3 UTF-8 bytes under a uniform model: each target costs ln 3 nats; the
+    # six targets "é€aé€a" are 12 bytes, so bpb = 6 ln 3 / ln 2 / 12 = log2(3) / 2
+    vocab = Vocab.from_text("aé€")
+    result = evaluate_length(FixedDistribution([1 / 3] * 3), vocab.encode("aé€aé€a"), span=6, length=3,
+                             tokenizer=vocab)
+    assert (result.tokens, result.bytes, result.chars) == (6, 12, 6)
+    assert result.bpb == pytest.approx(math.log2(3) / 2)
+    assert bits_per_byte(8 * math.log(2), 4) == pytest.approx(2.0)  # 8 bits over 4 bytes
+    assert math.isnan(bits_per_byte(1.0, math.nan))  # ids without a tokenizer: bytes unknown
 
 
 @pytest.mark.parametrize("text", ["", "0", "-5", "512,abc", "1.5", "512,,1024"])

@@ -26,7 +26,7 @@ def saved_run(tmp_path: Path, scheme: str, block_size: int = 32, **options) -> t
     """A run directory holding only what init_from reads: a checkpoint of a random tiny model."""
     torch.manual_seed(0)
     corpus_cfg = dict(load_corpus_cfg())
-    vocab = load_corpus(corpus_cfg).vocab.chars
+    vocab = load_corpus(corpus_cfg).tokenizer.chars
     model = GPT(ModelConfig(vocab_size=len(vocab), block_size=block_size, n_layer=1, n_head=2, n_embd=32,
                             scheme=scheme, scheme_options=options)).eval()
     run = tmp_path / f"run_{scheme}"

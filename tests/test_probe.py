@@ -15,7 +15,7 @@ from posenc_cli.data import passkey
 from posenc_cli.data.synthetic import SyntheticSpec, generate
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.errors import UsageError
-from posenc_cli.probe import build_prompt, check_vocab, filler_length, make_trials, score, without_episodes
+from posenc_cli.probe import build_trial, check_vocab, filler_length, make_trials, score, without_episodes
 
 WORDS = "ba bode kalimu so tefa ri gunazo pe".split()
 VOCAB = Vocab.from_text("".join(sorted(passkey.needed_chars())) + "abcdefghijklmnopqrstuvwxyz")
@@ -27,24 +27,25 @@ OVERHEAD = len(passkey.key_sentence("00000")) + len(passkey.QUESTION) + passkey.
 @pytest.mark.parametrize("depth", [0.0, 0.1, 0.5, 0.9, 1.0])
 def test_prompt_has_exact_length_key_at_depth_and_question_last(length, depth):
     key = "40913"
-    text = VOCAB.decode(build_prompt(FILLER[5:], key, depth, length, VOCAB))
-    assert len(text) + passkey.KEY_DIGITS == length
-    assert text.endswith(" " + passkey.QUESTION)
+    trial, n_key = build_trial(FILLER[5:], key, depth, length, VOCAB)
+    assert len(trial) == length and n_key == passkey.KEY_DIGITS
+    text = VOCAB.decode(trial[:-n_key])
+    assert text.endswith(" " + passkey.QUESTION) and VOCAB.decode(trial[-n_key:]) == key
     sentence = passkey.key_sentence(key)
     assert text.count(sentence) == 1
     at = text.index(sentence)
-    target = round(depth * filler_length(length))
+    target = round(depth * filler_length(length, VOCAB))
     # the key moved forward from its depth only to the next word start: no space skipped on the way
     assert at >= target and " " not in text[target : max(target, at - 1)]
     assert at == 0 or text[at - 1] == " "
 
 
 def test_trials_are_reproducible_and_keys_vary():
-    a_prompts, a_keys = make_trials(FILLER, VOCAB, 200, 0.5, 8, seed=3)
-    b_prompts, b_keys = make_trials(FILLER, VOCAB, 200, 0.5, 8, seed=3)
-    assert torch.equal(a_prompts, b_prompts) and torch.equal(a_keys, b_keys)
-    assert a_prompts.shape == (8, 200 - passkey.KEY_DIGITS) and a_keys.shape == (8, passkey.KEY_DIGITS)
-    assert len({VOCAB.decode(k) for k in a_keys}) > 1
+    a_trials, a_lengths, a_keys = make_trials(FILLER, VOCAB, 200, 0.5, 8, seed=3)
+    b_trials, b_lengths, b_keys = make_trials(FILLER, VOCAB, 200, 0.5, 8, seed=3)
+    assert torch.equal(a_trials, b_trials) and torch.equal(a_lengths, b_lengths) and a_keys == b_keys
+    assert a_trials.shape == (8, 200) and (a_lengths == passkey.KEY_DIGITS).all()
+    assert [VOCAB.decode(t[-passkey.KEY_DIGITS:]) for t in a_trials] == a_keys and len(set(a_keys)) > 1
 
 
 class SpellsKey(torch.nn.Module):
@@ -78,11 +79,11 @@ def greedy_key(model, prompt: torch.Tensor) -> torch.Tensor:
 def test_score_matches_greedy_decoding_and_the_nll_by_hand():
     model = SpellsKey("12345", VOCAB)
     keys = ["12345", "12399", "54321", "12345"]
-    prompts = torch.stack([build_prompt(FILLER, k, 0.5, 128, VOCAB) for k in keys])
-    key_ids = torch.stack([VOCAB.encode(k) for k in keys])
-    hits, nll = score(model, prompts, key_ids)
+    trials = torch.stack([build_trial(FILLER, k, 0.5, 128, VOCAB)[0] for k in keys])
+    hits, nll = score(model, trials, torch.full((len(keys),), passkey.KEY_DIGITS))
     assert hits.tolist() == [True, False, False, True]
-    assert hits.tolist() == [torch.equal(greedy_key(model, p), k) for p, k in zip(prompts, key_ids)]
+    n = passkey.KEY_DIGITS
+    assert hits.tolist() == [torch.equal(greedy_key(model, t[:-n]), t[-n:]) for t in trials]
     log_z = math.log(math.exp(4.0) + len(VOCAB) - 1)  # per digit: -log p = log Z - logit
     right, wrong = log_z - 4.0, log_z
     for k, value in zip(keys, nll.tolist()):

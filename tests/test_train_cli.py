@@ -31,7 +31,7 @@ def test_every_scheme_trains_and_leaves_a_complete_run_directory(smoke_sweep):
         # the run directory alone rebuilds the model
         loaded = load_run(run)
         assert loaded.scheme == summary["scheme"] and loaded.train_len == 64
-        assert loaded.model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, len(loaded.vocab))
+        assert loaded.model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, len(loaded.tokenizer))
         config = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
         assert config["scheme"]["name"] == summary["scheme"]
 
@@ -97,7 +97,7 @@ def test_text_corpus(tmp_path):
     assert summary["corpus"] == "text"
     assert summary["corpus_val_unk_chars"] == 2
     run = load_run(tmp_path / "run")
-    assert run.vocab.has_unk
+    assert run.tokenizer.has_unk
 
 
 @pytest.mark.skipif(not SHARED_DATA.exists(), reason="../shared/data/tinyshakespeare.txt is not here")

@@ -75,7 +75,7 @@ def bench_eval(schemes: list[str], effort) -> list[dict]:
 
     rows = []
     cfgs = {s: compose([f"scheme={s}", *effort.overrides]) for s in schemes}
-    vocab_size = len(load_corpus(cfgs[schemes[0]]["data"]).vocab)
+    vocab_size = len(load_corpus(cfgs[schemes[0]]["data"]).tokenizer)
     with ui.progress() as bar:
         task = bar.add_task("eval", total=len(schemes) * len(EVAL_MULTIPLES), status="")
         for multiple in EVAL_MULTIPLES:

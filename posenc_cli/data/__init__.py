@@ -1,71 +1,98 @@
-"""Corpora -> token tensors plus the vocabulary that made them.
+"""Corpora -> token arrays plus the tokenizer that made them.
 
-`load_corpus` is the only door: it takes the `data` config group and returns a `Corpus`.
+`load_corpus` is the only door: it takes the `data` config group (and, for a trained run, the run's
+own tokenizer) and returns a `Corpus` whose splits are numpy arrays, memory-mapped for files.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
 import torch
 
+from posenc_cli.data import stream
 from posenc_cli.data.synthetic import SyntheticSpec, generate
-from posenc_cli.data.text import read_text_file
-from posenc_cli.data.vocab import Vocab
-from posenc_cli.errors import UsageError
+from posenc_cli.data.tokenizers import TOKENIZERS
+from posenc_cli.errors import UsageError, require_positive_int
 
-CORPORA = ("synthetic", "text")
+CORPORA = ("synthetic", "text", "bin", "hf")
 
 
 @dataclass
 class Corpus:
     name: str
-    train: torch.Tensor
-    val: torch.Tensor
-    vocab: Vocab
+    train: np.ndarray
+    val: np.ndarray
+    tokenizer: Any  # a tokenizers.TokenizerBase
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def split_text(text: str, val_fraction: float) -> tuple[str, str]:
-    if not 0 < val_fraction < 1:
-        raise UsageError(f"data.val_fraction must be between 0 and 1 (exclusive), got {val_fraction}")
-    cut = int(len(text) * (1 - val_fraction))
-    return text[:cut], text[cut:]
+def check_tokenizer_options(data_cfg: Mapping[str, Any]) -> None:
+    kind = data_cfg.get("tokenizer", "char")
+    if kind not in TOKENIZERS:
+        raise UsageError(f"data.tokenizer={kind} is not known; choose one of: {', '.join(TOKENIZERS)}")
+    if kind == "bpe":
+        require_positive_int("data.vocab_size", data_cfg.get("vocab_size", 4096))
+        if data_cfg.get("vocab_size", 4096) < 257:
+            raise UsageError("data.vocab_size must be at least 257 for data.tokenizer=bpe (256 byte tokens "
+                             f"plus merges), got {data_cfg['vocab_size']}")
 
 
-def load_corpus(data_cfg: Mapping[str, Any]) -> Corpus:
-    name = data_cfg["name"]
+def corpus_kind(data_cfg: Mapping[str, Any]) -> str:
+    """synthetic, text, bin or hf: `data.kind` where a group sets it (hf, whose data.name is the
+    dataset's), else `data.name`."""
+    return data_cfg.get("kind") or data_cfg.get("name")
+
+
+def text_source(data_cfg: Mapping[str, Any]) -> tuple[stream.TextSource, dict[str, Any]]:
+    """The corpus's text as a stream, and the facts about it a run's summary records."""
+    name = corpus_kind(data_cfg)
     if name == "synthetic":
         spec = SyntheticSpec(**{k: v for k, v in data_cfg.items() if k in SyntheticSpec.__dataclass_fields__})
         if spec.n_chars <= 0:
             raise UsageError(f"data.n_chars must be a positive integer, got {spec.n_chars}")
         made = generate(spec)
-        text = made.text
-        stats = {"fresh_entropy_nats": made.fresh_entropy, "copied_fraction": made.copied_fraction,
-                 "entropy_floor_nats": made.entropy_floor}
-    elif name == "text":
+        return stream.string_source(made.text, "data=synthetic"), {
+            "fresh_entropy_nats": made.fresh_entropy, "copied_fraction": made.copied_fraction,
+            "entropy_floor_nats": made.entropy_floor}
+    if name == "text":
         if not data_cfg.get("path"):
             raise UsageError("data=text needs data.path=FILE (a UTF-8 text file)")
-        text = read_text_file(data_cfg["path"])
-        stats = {"path": str(data_cfg["path"])}
-    else:
-        raise UsageError(f"unknown corpus {name!r}; choose one of: {', '.join(CORPORA)}")
-    train_text, val_text = split_text(text, data_cfg.get("val_fraction", 0.1))
-    vocab = Vocab.from_text(train_text)
-    if vocab.missing(val_text):
-        vocab = Vocab.from_text(train_text, with_unk=True)  # documented: unseen validation chars -> <unk>
-    stats["val_unk_chars"] = sum(1 for c in val_text if c not in vocab.chars)
-    stats["unigram_entropy_nats"] = unigram_entropy(train_text)
-    return Corpus(name, vocab.encode(train_text), vocab.encode(val_text, strict=False), vocab, stats)
+        return stream.file_source(data_cfg["path"]), {"path": str(data_cfg["path"])}
+    if name == "hf":
+        from posenc_cli.data.hf import hf_source
+
+        return hf_source(data_cfg)
+    raise UsageError(f"unknown corpus {name!r}; choose one of: {', '.join(CORPORA)}")
 
 
-def unigram_entropy(text: str) -> float:
-    """Nats per character of a model that knows only character frequencies: the bar to beat."""
-    counts = torch.tensor(list(Counter(text).values()), dtype=torch.float64)
-    p = counts / counts.sum()
-    return float(-(p * p.log()).sum())
+def load_corpus(data_cfg: Mapping[str, Any], tokenizer=None) -> Corpus:
+    """The corpus `data_cfg` describes, tokenized by `tokenizer` (a run's) or by one trained on its
+    training split. Files and datasets go through the token cache; the generated corpus stays in memory."""
+    kind = corpus_kind(data_cfg)
+    if kind == "bin":
+        from posenc_cli.data.binary import load_bin
+
+        return load_bin(data_cfg, tokenizer)
+    check_tokenizer_options(data_cfg)
+    source, stats = text_source(data_cfg)
+    sha, n_chars = stream.scan(source)
+    cut = stream.split_point(n_chars, data_cfg.get("val_fraction", 0.1))
+    cache = None if kind == "synthetic" else Path(data_cfg.get("cache_dir") or "outputs/cache")
+    tokenizer = tokenizer or stream.tokenizer_for(dict(data_cfg), source, sha, cut, n_chars, cache)
+    train, val, meta = stream.token_arrays(tokenizer, source, sha, cut, n_chars, cache)
+    stats.update(sha256=sha, chars=n_chars, train_tokens=len(train), val_tokens=len(val),
+                 chars_per_token=round(n_chars / max(len(train) + len(val), 1), 4),
+                 val_unk_chars=meta["val"]["unk"], unigram_entropy_nats=meta["train"]["unigram_entropy_nats"])
+    return Corpus(kind, train, val, tokenizer, stats)
+
+
+def token_window(tokens, start: int, length: int) -> torch.Tensor:
+    """tokens[start : start + length] as int64 (from a numpy array, a memory map or a tensor)."""
+    return torch.from_numpy(np.asarray(tokens[start : start + length], dtype=np.int64))
 
 
 def random_positions(batch_size: int, block_size: int, max_position: int,
@@ -77,8 +104,8 @@ def random_positions(batch_size: int, block_size: int, max_position: int,
     return keys.argsort(dim=1)[:, :block_size].sort(dim=1).values
 
 
-def random_batch(tokens: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator):
+def random_batch(tokens, batch_size: int, block_size: int, generator: torch.Generator):
     """Random windows of block_size+1 tokens -> (inputs, next-token targets)."""
     starts = torch.randint(len(tokens) - block_size, (batch_size,), generator=generator)
-    windows = torch.stack([tokens[s : s + block_size + 1] for s in starts.tolist()])
+    windows = torch.stack([token_window(tokens, s, block_size + 1) for s in starts.tolist()])
     return windows[:, :-1], windows[:, 1:]

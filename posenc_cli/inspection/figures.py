@@ -136,9 +136,9 @@ def write_figures(scheme: PositionalScheme, length: int, out: Path, label: str) 
 
 def figure_attention(run, layer: int, head: int, length: int, out: Path) -> Path:
     """The attention pattern of one head on the first `length` tokens of the run's validation text."""
-    from posenc_cli.data import load_corpus
+    from posenc_cli.data import load_corpus, token_window
 
-    tokens = load_corpus(run.checkpoint["data"]).val[:length]
+    tokens = token_window(load_corpus(run.checkpoint["data"], run.tokenizer).val, 0, length)
     probs, _ = layer_attention(run.model, tokens[None], layer)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 4.8))
@@ -148,7 +148,7 @@ def figure_attention(run, layer: int, head: int, length: int, out: Path) -> Path
     ax.set(xlabel="key position", ylabel="query position",
            title=f"{run.scheme} (trained): attention, layer {layer} head {head}")
     if len(tokens) <= 48:
-        chars = [repr(run.vocab.decode([t]))[1:-1] for t in tokens.tolist()]
+        chars = [repr(run.tokenizer.decode([t]))[1:-1] for t in tokens.tolist()]
         ax.set_xticks(range(len(chars)), chars, fontsize=6)
         ax.set_yticks(range(len(chars)), chars, fontsize=6)
     fig.colorbar(image, ax=ax, label="attention weight (square-root colour scale)")

@@ -1,0 +1,231 @@
+"""Tokenizers (char, byte, bpe), the token cache, pre-tokenized arrays and Hugging Face datasets."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import SMOKE, assert_one_line_error, run_cli
+from posenc_cli.data import check_tokenizer_options, load_corpus, passkey, stream
+from posenc_cli.data.tokenizers import BpeTokenizer, ByteTokenizer, from_payload, text_pieces
+from posenc_cli.data.vocab import Vocab
+from posenc_cli.errors import UsageError
+from posenc_cli.probe import make_trials
+
+TEXT = (
+    "the quick brown fox jumps over the lazy dog. naïve café, 東京 — ünïcödé 🙂\n" * 40
+    + passkey.key_sentence("40913")
+    + passkey.QUESTION
+    + passkey.answer("40913")
+    + "\n"
+) * 5
+BPE = BpeTokenizer.train(text_pieces(TEXT), 400)
+ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ANY_TEXT)
+def test_byte_and_bpe_round_trip_any_text_and_count_its_bytes_and_characters(text):
+    for tokenizer in (ByteTokenizer(), BPE):
+        ids = tokenizer.encode(text).numpy()
+        assert tokenizer.decode(ids) == text
+        assert tokenizer.byte_counts[ids].sum() == len(text.encode("utf-8"))
+        assert tokenizer.char_counts[ids].sum() == len(text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ANY_TEXT, ANY_TEXT)
+def test_char_round_trips_its_own_characters_and_maps_others_to_unk(seen, other):
+    vocab = Vocab.from_text(seen + "a", with_unk=True)
+    assert vocab.decode(vocab.encode(seen)) == seen
+    decoded = vocab.decode(vocab.encode(other, strict=False))
+    assert len(decoded) == len(other)
+    assert all(d == o if o in vocab.chars else d == "\ufffd" for d, o in zip(decoded, other))
+
+
+def test_bpe_training_is_deterministic_and_survives_a_checkpoint():
+    again = BpeTokenizer.train(text_pieces(TEXT), 400)
+    assert again.to_json() == BPE.to_json() and again.fingerprint == BPE.fingerprint
+    assert from_payload(json.loads(json.dumps(BPE.payload())), "test").fingerprint == BPE.fingerprint
+    assert len(BPE.encode(TEXT)) < len(TEXT) / 2  # it learned merges: well under one token per character
+
+
+def write_corpus(tmp_path, text: str):
+    path = tmp_path / "corpus.txt"
+    path.write_text(text, encoding="utf-8")
+    return {
+        "name": "text",
+        "path": str(path),
+        "val_fraction": 0.1,
+        "tokenizer": "bpe",
+        "vocab_size": 300,
+        "cache_dir": str(tmp_path / "cache"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["char", "byte", "bpe"])
+def test_cached_tokens_are_memory_mapped_and_decode_to_the_split_text(tmp_path, kind):
+    data = {**write_corpus(tmp_path, TEXT), "tokenizer": kind}
+    corpus = load_corpus(data)
+    cut = int(len(TEXT) * 0.9)
+    assert isinstance(corpus.train, np.memmap) and corpus.train.dtype == np.uint16
+    assert corpus.tokenizer.decode(corpus.train) == TEXT[:cut]
+    assert corpus.tokenizer.decode(corpus.val) == TEXT[cut:]
+    assert corpus.stats["chars"] == len(TEXT) and corpus.stats["train_tokens"] == len(corpus.train)
+
+
+def test_the_cache_is_reused_for_the_same_text_and_never_stale_when_it_changes(tmp_path, monkeypatch):
+    data = write_corpus(tmp_path, TEXT)
+    first = load_corpus(data)
+    built = []
+    encode = stream.encode_splits
+    monkeypatch.setattr(stream, "encode_splits", lambda *a: built.append(1) or encode(*a))
+    again = load_corpus(data)
+    assert built == [] and again.train.filename == first.train.filename  # read back, not rebuilt
+    changed = TEXT.replace("lazy dog", "lazy cat")  # same length, other content
+    (tmp_path / "corpus.txt").write_text(changed, encoding="utf-8")
+    edited = load_corpus(data)
+    assert built == [1] and edited.train.filename != first.train.filename
+    assert edited.stats["sha256"] != first.stats["sha256"]
+    assert edited.tokenizer.decode(np.concatenate([edited.train, edited.val])) == changed
+    # the run's own tokenizer on the edited text: tokens of the new text, not the cached old ones
+    old_tokenizer = load_corpus(data, first.tokenizer)
+    assert old_tokenizer.tokenizer.decode(np.concatenate([old_tokenizer.train, old_tokenizer.val])) == changed
+
+
+def test_pre_tokenized_arrays_with_a_meta_json(tmp_path):
+    ids = ByteTokenizer().encode(TEXT).numpy().astype(np.uint16)
+    ids[:-100].tofile(tmp_path / "train.bin")
+    ids[-100:].tofile(tmp_path / "val.bin")
+    (tmp_path / "meta.json").write_text(
+        json.dumps({"dtype": "uint16", "vocab_size": 256, "tokenizer": {"kind": "byte"}})
+    )
+    corpus = load_corpus(
+        {"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")}
+    )
+    assert np.array_equal(corpus.val, ids[-100:]) and corpus.tokenizer.kind == "byte"
+    (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 200}))
+    with pytest.raises(UsageError, match="holds id .* outside vocab_size 200"):
+        load_corpus({"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")})
+
+
+@pytest.mark.parametrize("kind", ["byte", "bpe"])
+def test_passkey_trials_score_the_tokens_that_cover_the_key(kind):
+    tokenizer = ByteTokenizer() if kind == "byte" else BPE
+    trials, key_tokens, keys = make_trials(
+        tokenizer.encode(TEXT.replace("40913", "")), tokenizer, 160, 0.5, 6, seed=1
+    )
+    assert trials.shape == (6, 160)
+    for trial, n, key in zip(trials, key_tokens.tolist(), keys):
+        prompt, answer = tokenizer.decode(trial[:-n]), tokenizer.decode(trial[-n:])
+        assert answer.strip() == key and (prompt + answer).endswith(passkey.QUESTION + key)
+        assert prompt.count(passkey.key_sentence(key)) == 1
+
+
+def saved_dataset(tmp_path):
+    from datasets import Dataset
+
+    rows = [line for line in TEXT.splitlines() if line] * 3
+    Dataset.from_dict({"text": rows, "id": list(range(len(rows)))}).save_to_disk(str(tmp_path / "dataset"))
+    return tmp_path / "dataset", "".join(f"{row}\n" for row in rows)
+
+
+def test_a_saved_hugging_face_dataset_is_its_text_column(tmp_path):
+    directory, text = saved_dataset(tmp_path)
+    corpus = load_corpus(
+        {
+            "kind": "hf",
+            "name": str(directory),
+            "split": "train",
+            "text_field": "text",
+            "tokenizer": "byte",
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
+    assert corpus.tokenizer.decode(np.concatenate([corpus.train, corpus.val])) == text
+    with pytest.raises(UsageError, match="data.text_field=body is not a column.*text, id"):
+        load_corpus({"kind": "hf", "name": str(directory), "text_field": "body"})
+
+
+def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_the_cli(tmp_path):
+    directory, _ = saved_dataset(tmp_path)
+    trained = run_cli(
+        "train",
+        "-m",
+        "data=hf",
+        f"data.name={directory}",
+        "data.tokenizer=char,byte,bpe",
+        "data.vocab_size=300",
+        *SMOKE,
+        "train.block_size=96",
+        "train.threads=1",
+        "hydra.sweep.dir=hf",
+        cwd=tmp_path,
+    )
+    assert trained.returncode == 0, trained.stderr
+    bpe_run = next(p for p in (tmp_path / "hf").iterdir() if (p / "tokenizer.json").is_file())
+    (tmp_path / "tokenizer.json").write_text((bpe_run / "tokenizer.json").read_text())
+    tokenizer = BpeTokenizer.from_json((bpe_run / "tokenizer.json").read_text(), "run")
+    ids = tokenizer.encode(TEXT * 2).numpy().astype(np.uint16)
+    ids[:-1000].tofile(tmp_path / "train.bin")
+    ids[-1000:].tofile(tmp_path / "val.bin")
+    meta = {"dtype": "uint16", "vocab_size": len(tokenizer), "tokenizer": "tokenizer.json"}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    binary = run_cli(
+        "train",
+        "data=bin",
+        "data.train=train.bin",
+        "data.val=val.bin",
+        *SMOKE,
+        "train.block_size=96",
+        "train.threads=1",
+        "hydra.run.dir=bin_run",
+        cwd=tmp_path,
+    )
+    assert binary.returncode == 0, binary.stderr
+    out = tmp_path / "report"
+    for command in ("eval", "probe"):
+        done = run_cli(
+            command,
+            "hf",
+            "bin_run",
+            "--lengths",
+            "96",
+            *(["--trials", "2"] if command == "probe" else []),
+            "--out",
+            str(out),
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr
+    ppl = pd.read_csv(out / "ppl.csv")
+    assert sorted(ppl["tokenizer"].unique()) == ["bpe", "byte", "char"]
+    assert (ppl["bpb"] > 0).all() and (ppl["bytes"] >= ppl["chars"]).all()
+    byte_rows = ppl[ppl.tokenizer == "byte"]
+    assert (byte_rows["bytes"] == byte_rows["tokens"]).all()
+    assert "| bpb @ 96 |" in (out / "comparison.md").read_text()
+    probe = pd.read_csv(out / "probe.csv")
+    assert {"rope [bpe]", "rope [byte]", "rope [char]"} <= set(probe["scheme"]) and (
+        probe["key_nll"] > 0
+    ).all()
+    summary = json.loads((bpe_run / "summary.json").read_text())
+    assert summary["tokenizer"] == "bpe" and summary["corpus_chars_per_token"] > 1.5
+    (bpe_run / "tokenizer.json").write_text(BPE.to_json())  # another tokenizer than the run's
+    assert_one_line_error(
+        run_cli("eval", str(bpe_run), "--out", "x", cwd=tmp_path), "tokenizer.json", "fingerprint"
+    )
+
+
+def test_bad_tokenizer_options_are_one_line(tmp_path):
+    assert_one_line_error(
+        run_cli("train", "data.tokenizer=word", cwd=tmp_path), "data.tokenizer=word", "char, byte, bpe"
+    )
+    assert not (tmp_path / "outputs").exists()
+    with pytest.raises(UsageError, match="data.vocab_size must be at least 257"):
+        check_tokenizer_options({"tokenizer": "bpe", "vocab_size": 100})
+    with pytest.raises(UsageError, match="data=bin needs data.train=FILE"):
+        load_corpus({"name": "bin", "train": None, "val": None})
