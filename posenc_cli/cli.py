@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperCommand
 
 from posenc_cli import ui
 from posenc_cli.errors import UsageError
@@ -27,7 +28,7 @@ app = typer.Typer(
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
 Config groups (pick with group=option):\n
-  scheme: none | sinusoidal | learned | rope | alibi | t5 | xpos | kerple   (default rope)\n
+  scheme: {schemes}   (default rope)\n
   model:  tiny | small | medium                        (default tiny)\n
   data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
   experiment: smoke | probe                            (presets that set several groups)\n
@@ -47,13 +48,29 @@ with .hydra/, metrics.csv, checkpoint.pt, summary.json and train.log. Hydra flag
 hydra/launcher=..., hydra.run.dir=...) pass through unchanged."""
 
 
+class TrainCommand(TyperCommand):
+    """`posenc train`'s help lists the schemes from their classes, imported (with torch) only when the
+    help is shown; the command list of `posenc --help` shows its short help."""
+
+    @property
+    def help(self) -> str:
+        from posenc_cli.model.positional import SCHEMES
+
+        return TRAIN_HELP.format(schemes=" | ".join(SCHEMES))
+
+    @help.setter
+    def help(self, _: str | None) -> None:
+        pass
+
+
 def fail(err: Exception) -> None:
     ui.err.print(f"[bold red]posenc: error:[/] {escape(str(err))}", soft_wrap=True, highlight=False)
     raise SystemExit(2)
 
 
 @app.command(
-    help=TRAIN_HELP,
+    cls=TrainCommand,
+    short_help=TRAIN_HELP.split("\n", 1)[0],
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def train(ctx: typer.Context) -> None:
@@ -131,10 +148,12 @@ def eval_command(
     check_lang(lang)
     target = resolve_device(device)
     loaded, why = load_finished_runs(list(runs or []), "evaluate")
-    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target,
-                                        methods, rope_factor, why, learned_overflow=overflows)
+    df, positions, info = evaluate_runs(loaded, lengths=wanted, mode=mode, stride=stride, max_tokens=max_tokens,
+                                        data_path=str(data) if data else None, device=target,
+                                        rope_scaling=methods, rope_factor=rope_factor, why=why,
+                                        learned_overflow=overflows)
     out = out or timestamped_dir("eval")
-    written = write_eval_outputs(df, positions, info, out, lang)
+    written = write_eval_outputs(df, positions, info, out, lang=lang)
     header, rows = ppl_pivot(df)
     table = Table(title=f"Perplexity ({mode}, {int(df['tokens'].max()):,} tokens per length)")
     for column in header:
@@ -179,10 +198,10 @@ def probe(
     for run in loaded:
         check_vocab(run.vocab, str(run.path))
     announce([r.path for r in loaded], why, "probing")
-    df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
-    info = {r.scheme: scheme_facts(r.model) for r in loaded}
+    df = probe_runs(loaded, lengths=wanted, depths=at_depths, trials=trials, seed=seed, device=target)
+    info = {r.label: scheme_facts(r.model) for r in loaded}
     out = out or timestamped_dir("probe")
-    written = write_probe_outputs(df, info, out, lang)
+    written = write_probe_outputs(df, info, out, lang=lang)
     schemes = scheme_order(df["scheme"])
     ui.out.print(markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False)
     ui.err.print(f"wrote {', '.join(p.name for p in written)} to {out}")
@@ -198,15 +217,13 @@ def schemes() -> None:
     """List every positional scheme: how it plugs in, what it costs, and what the chapters claim."""
     from rich import box
 
-    from posenc_cli.claims import claim_for
     from posenc_cli.model.positional import SCHEMES
 
     table = Table(title="Positional schemes", box=box.SIMPLE_HEAD)
     for column in ("scheme", "kind", "positional\nparameters", "relative\nposition", "extrapolation\n(claimed)", "used by"):
         table.add_column(column, overflow="fold")
     for name, cls in SCHEMES.items():
-        claim = claim_for(name)
-        table.add_row(name, cls.kind, cls.param_formula, cls.relative, claim.extrapolation, claim.used_by)
+        table.add_row(name, cls.kind, cls.param_formula, cls.relative, cls.claim.extrapolation, cls.claim.used_by)
     ui.out.print(table)
     ui.out.print("Check a scheme's claims and draw it: posenc inspect SCHEME", highlight=False)
 

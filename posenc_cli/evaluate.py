@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, token_nll
-from posenc_cli.model.positional.rope_scaling import RopeScaling
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where it is used: `posenc eval` only
 
 MODES = ("nonoverlap", "sliding")
 TOKENS_PER_FORWARD = 16384  # windows are batched up to this many tokens per forward pass
@@ -97,7 +100,7 @@ def plan_pieces(windows: list[Window], length: int, context: int) -> list[Piece]
 
 
 @torch.no_grad()
-def evaluate_length(model: GPT, tokens: torch.Tensor, span: int, length: int, mode: str = "nonoverlap",
+def evaluate_length(model: GPT, tokens: torch.Tensor, *, span: int, length: int, mode: str = "nonoverlap",
                     stride: int | None = None, device: torch.device | str = "cpu",
                     context: int | None = None) -> LengthResult:
     """Mean NLL over the span's windows of `length`; `context` caps the tokens the model sees at once."""
@@ -160,25 +163,31 @@ def parse_overflow(text: str) -> list[str]:
 def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:
     """(label suffix, context cap) pairs: a run with a position table once per choice, `+window` for the
     one scored past its table through windows of max_len tokens; any other run once, as it is."""
-    limit = run.model.pos.max_len
+    limit = run.model.scheme.max_len
     if limit is None:
         return [("", None)]
     return [("+window", limit) if choice == "window" else ("", None) for choice in overflows]
 
 
-def scaling_variants(run, methods: list[str], factor: float | None) -> list[tuple[str, RopeScaling | None]]:
-    """(scheme label, scaling) pairs: a run whose scheme takes RoPE scaling once per method, labelled
-    `rope+yarn` etc. ('none' keeps the plain name); any other run once, as it is."""
-    if not hasattr(run.model.pos, "scaling"):
-        return [(run.scheme, None)]
-    return [(run.scheme, None) if m == "none" else (f"{run.scheme}+{m}", RopeScaling(m, run.train_len, factor))
-            for m in methods]
+def scaling_variants(run, methods: list[str], factor: float | None) -> list[dict]:
+    """The scheme options to evaluate `run` with: for a scheme that takes RoPE scaling, one set per
+    method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
+    has it built in, and a second one on top is refused rather than composed."""
+    scheme = run.model.scheme
+    if not scheme.scalable or methods == ["none"]:
+        return [{}]
+    if scheme.scaling is not None:
+        raise UsageError(
+            f"--rope-scaling {','.join(methods)}: {run.path} was trained with scheme.scaling={scheme.scaling.method}, "
+            "which its evaluation always applies; evaluate it without --rope-scaling (scalings do not compose)"
+        )
+    return [{"scaling": m, "scaling_factor": factor, "scaling_len": run.train_len} for m in methods]
 
 
-def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
+def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
                   data_path: str | None, device, rope_scaling: tuple[str, ...] | list[str] = ("none",),
-                  rope_factor: float | None = None, why: str = "", learned_overflow: list[str] = ("dash",),
-                  ) -> tuple["pd.DataFrame", "pd.DataFrame", dict[str, dict]]:
+                  rope_factor: float | None = None, why: str = "",
+                  learned_overflow: tuple[str, ...] | list[str] = ("dash",)) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
     """Every run at every length (its training length included), rotary runs once per RoPE scaling
     method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
     and per-scheme facts (positional parameters, relative-position kind) for the report."""
@@ -206,28 +215,28 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
         for length in run_lengths:
             plan_windows(span, length, mode, stride)  # validates mode and stride
         plans[run.path] = (tokens, run_lengths, span)
+    jobs = [(run, options, suffix, context) for run in runs
+            for options in scaling_variants(run, list(rope_scaling), rope_factor)
+            for suffix, context in overflow_variants(run, learned_overflow)]
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
-    jobs = [(run, scheme + suffix, scaling, context) for run in runs
-            for scheme, scaling in scaling_variants(run, rope_scaling, rope_factor)
-            for suffix, context in overflow_variants(run, learned_overflow)]
     with ui.progress() as bar:
         task = bar.add_task("eval", total=sum(len(plans[job[0].path][1]) for job in jobs), status="")
-        for run, scheme, scaling, context in jobs:
+        for run, options, suffix, context in jobs:
             tokens, run_lengths, span = plans[run.path]
-            model = run.model.to(device)
-            if hasattr(model.pos, "scaling"):
-                model.pos.scaling = scaling  # evaluation time only: the checkpoint is untouched
+            model = run.model_with(**options).to(device)
+            scheme = model.scheme.label + suffix
             info[scheme] = scheme_facts(model)
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
                 row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
                        "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan, "note": ""}
-                limit = model.pos.max_len
+                limit = model.scheme.max_len
                 if limit is not None and length > limit and context is None:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
-                    result = evaluate_length(model, tokens, span, length, mode, stride, device, context)
+                    result = evaluate_length(model, tokens, span=span, length=length, mode=mode, stride=stride,
+                                             device=device, context=context)
                     if context is not None and length > context:
                         row["note"] = (f"{scheme} past max_len={context}: sliding windows of {context} tokens "
                                        f"(stride {context // 2}), so a token sees at most {context} tokens.")

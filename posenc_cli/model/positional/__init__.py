@@ -1,4 +1,8 @@
-"""Positional schemes by name. Adding one: a module here, an entry in SCHEMES, a yaml in configs/scheme/.\nAny of them combine as `A+B` (composite.py)."""
+"""Positional schemes by name. Adding one: a module here, an entry in SCHEMES, a yaml in configs/scheme/.
+
+SCHEMES' order is the chapters' order, the one every table and help text shows. Any of them combine as
+`A+B` (composite.py).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from typing import Any
 
 from posenc_cli.errors import UsageError
 from posenc_cli.model.positional.alibi import ALiBi
-from posenc_cli.model.positional.base import NoPE, PositionalScheme
+from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme
 from posenc_cli.model.positional.composite import Composite
 from posenc_cli.model.positional.kerple import Kerple
 from posenc_cli.model.positional.learned import Learned
@@ -18,6 +22,11 @@ from posenc_cli.model.positional.xpos import XPos
 SCHEMES: dict[str, type[PositionalScheme]] = {
     cls.name: cls for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple)
 }
+
+
+def claim_for(label: str) -> Claim:
+    """The chapters' claim for a scheme; a variant such as `rope+yarn` or an unknown label has none."""
+    return SCHEMES[label].claim if label in SCHEMES else Claim()
 
 
 def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options: Any) -> PositionalScheme:
@@ -32,4 +41,4 @@ def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options
     return SCHEMES[name](n_embd, n_head, block_size, **options)
 
 
-__all__ = ["SCHEMES", "PositionalScheme", "build_scheme"]
+__all__ = ["SCHEMES", "Claim", "PositionalScheme", "build_scheme", "claim_for"]

@@ -12,7 +12,7 @@ import math
 import torch
 
 from posenc_cli.errors import UsageError
-from posenc_cli.model.positional.base import PositionalScheme, per_head
+from posenc_cli.model.positional.base import Claim, PositionalScheme, per_head
 
 
 def alibi_slopes(n_head: int) -> list[float]:
@@ -43,6 +43,7 @@ class ALiBi(PositionalScheme):
     kind = "bias"
     relative = "explicit"
     adds_bias = True
+    claim = Claim("very strong", "极强", "BLOOM")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, slopes: str = "paper"):
         super().__init__(n_embd, n_head, block_size)
@@ -50,6 +51,10 @@ class ALiBi(PositionalScheme):
             raise UsageError(f"scheme.slopes={slopes} is not known; choose one of: {', '.join(SLOPE_RULES)}")
         self.slope_rule = slopes
         self.register_buffer("slopes", torch.tensor(SLOPE_RULES[slopes][0](n_head)), persistent=False)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.slope_rule == "paper" else f"{self.name}+{self.slope_rule}-slopes"
 
     def bias(self, distance):
         return -per_head(self.slopes, distance) * distance.clamp(min=0).to(self.slopes.dtype)
