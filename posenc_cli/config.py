@@ -22,6 +22,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from posenc_cli import composite_configs  # noqa: F401 - registers scheme=A+B with Hydra
 from posenc_cli.data import CORPORA, check_tokenizer_options, corpus_kind
 from posenc_cli.data import stream
 from posenc_cli.device import PRECISIONS, resolve_device

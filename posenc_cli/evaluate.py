@@ -87,30 +87,57 @@ class LengthResult:
         return bits_per_byte(self.nll * self.tokens, self.bytes)
 
 
+@dataclass(frozen=True)
+class Piece:
+    """One input the model runs: `width` tokens from `start`, whose targets from `first_scored` on are
+    scored; its first token sits at `offset` inside the window of `length` it belongs to."""
+
+    start: int
+    first_scored: int
+    offset: int
+
+
+def plan_pieces(windows: list[Window], length: int, context: int) -> list[Piece]:
+    """Each window run whole, or, when the model takes at most `context` tokens (a learned table's
+    max_len), through sliding sub-windows of `context` tokens inside it (stride context/2): every
+    target of the window is still scored once, with at most `context` tokens of context."""
+    if context >= length:
+        return [Piece(w.start, length - w.scored, 0) for w in windows]
+    inside = plan_windows(length, context, "sliding")
+    pieces = []
+    for w in windows:
+        for sub in inside:
+            first = max(length - w.scored, sub.start + context - sub.scored)  # first target both score
+            if first < sub.start + context:
+                pieces.append(Piece(w.start + sub.start, first - sub.start, sub.start))
+    return pieces
+
+
 @torch.no_grad()
 def evaluate_length(model: GPT, tokens, *, span: int, length: int, mode: str = "nonoverlap",
                     stride: int | None = None, device: torch.device | str = "cpu",
-                    tokenizer=None) -> LengthResult:
-    """Mean NLL over the span's targets at this length; with `tokenizer`, also the bytes and
-    characters those targets stand for."""
-    windows = plan_windows(span, length, mode, stride)
+                    context: int | None = None, tokenizer=None) -> LengthResult:
+    """Mean NLL over the span's windows of `length`; `context` caps the tokens the model sees at once;
+    with `tokenizer`, also the bytes and characters the scored targets stand for."""
+    width = min(length, context or length)
+    pieces = plan_pieces(plan_windows(span, length, mode, stride), length, width)
     per_id = None if tokenizer is None else torch.from_numpy(
         np.stack([tokenizer.byte_counts, tokenizer.char_counts]).astype(np.float64))
     covered = torch.zeros(2, dtype=torch.float64)
-    batch = max(1, TOKENS_PER_FORWARD // length)
+    batch = max(1, TOKENS_PER_FORWARD // width)
     nll_sum = torch.zeros(length, dtype=torch.float64)
     counts = torch.zeros(length, dtype=torch.float64)
     model.eval()
-    for i in range(0, len(windows), batch):
-        group = windows[i : i + batch]
-        chunk = torch.stack([token_window(tokens, w.start, length + 1) for w in group]).to(device)
+    for i in range(0, len(pieces), batch):
+        group = pieces[i : i + batch]
+        chunk = torch.stack([token_window(tokens, p.start, width + 1) for p in group]).to(device)
         with autocast(torch.device(device), "fp32"):  # perplexities in full precision, like for like
             nll = token_nll(model(chunk[:, :-1]), chunk[:, 1:]).double().cpu()
-        scored = torch.zeros_like(nll, dtype=torch.bool)
-        for row, w in enumerate(group):
-            scored[row, length - w.scored :] = True
-        nll_sum += (nll * scored).sum(0)
-        counts += scored.sum(0)
+        index = torch.arange(width)
+        scored = index[None, :] >= torch.tensor([p.first_scored for p in group])[:, None]
+        where = (torch.tensor([p.offset for p in group])[:, None] + index[None, :]).flatten()
+        nll_sum.index_add_(0, where, (nll * scored).flatten())
+        counts.index_add_(0, where, scored.flatten().double())
         if per_id is not None:
             covered += per_id[:, chunk[:, 1:].cpu()[scored]].sum(1)
     total = int(counts.sum())
@@ -143,6 +170,27 @@ def position_buckets(result: LengthResult, n_buckets: int = 128) -> list[tuple[i
     return rows
 
 
+OVERFLOWS = ("dash", "window")
+
+
+def parse_overflow(text: str) -> list[str]:
+    """'dash,window' -> ['dash', 'window']: how a run with a position table is shown past its table."""
+    choices = list(dict.fromkeys(p.strip() for p in str(text).split(",")))
+    for choice in choices:
+        if choice not in OVERFLOWS:
+            raise UsageError(f"--learned-overflow {choice} is not known; choose from: {', '.join(OVERFLOWS)}")
+    return choices
+
+
+def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:
+    """(label suffix, context cap) pairs: a run with a position table once per choice, `+window` for the
+    one scored past its table through windows of max_len tokens; any other run once, as it is."""
+    limit = run.model.scheme.max_len
+    if limit is None:
+        return [("", None)]
+    return [("+window", limit) if choice == "window" else ("", None) for choice in overflows]
+
+
 def scaling_variants(run, methods: list[str], factor: float | None) -> list[dict]:
     """The scheme options to evaluate `run` with: for a scheme that takes RoPE scaling, one set per
     method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
@@ -160,10 +208,11 @@ def scaling_variants(run, methods: list[str], factor: float | None) -> list[dict
 
 def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
                   data_path: str | None, device, rope_scaling: tuple[str, ...] | list[str] = ("none",),
-                  rope_factor: float | None = None, why: str = "") -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
+                  rope_factor: float | None = None, why: str = "",
+                  learned_overflow: tuple[str, ...] | list[str] = ("dash",)) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
     """Every run at every length (its training length included), rotary runs once per RoPE scaling
-    method: tidy ppl rows, per-position rows, and per-scheme facts (positional parameters,
-    relative-position kind) for the report."""
+    method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
+    and per-scheme facts (positional parameters, relative-position kind) for the report."""
     import pandas as pd
 
     from posenc_cli import ui
@@ -189,15 +238,18 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
         for length in run_lengths:
             plan_windows(span, length, mode, stride)  # validates mode and stride
         plans[run.path] = (tokens, run_lengths, span)
-    jobs = [(run, options) for run in runs for options in scaling_variants(run, list(rope_scaling), rope_factor)]
+    jobs = [(run, options, suffix, context) for run in runs
+            for options in scaling_variants(run, list(rope_scaling), rope_factor)
+            for suffix, context in overflow_variants(run, learned_overflow)]
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
     with ui.progress() as bar:
-        task = bar.add_task("eval", total=sum(len(plans[run.path][1]) for run, _ in jobs), status="")
-        for run, options in jobs:
+        task = bar.add_task("eval", total=sum(len(plans[job[0].path][1]) for job in jobs), status="")
+        for run, options, suffix, context in jobs:
             tokens, run_lengths, span = plans[run.path]
             model = run.model_with(**options).to(device)
-            scheme = tokenizer_label(model.scheme.label, run.tokenizer.kind) if mixed else model.scheme.label
+            label = model.scheme.label + suffix
+            scheme = tokenizer_label(label, run.tokenizer.kind) if mixed else label
             info[scheme] = scheme_facts(model)
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
@@ -206,11 +258,14 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
                        "note": "", "tokenizer": run.tokenizer.kind, "bytes": math.nan, "chars": math.nan,
                        "bpb": math.nan}
                 limit = model.scheme.max_len
-                if limit is not None and length > limit:
+                if limit is not None and length > limit and context is None:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
                     result = evaluate_length(model, tokens, span=span, length=length, mode=mode, stride=stride,
-                                             device=device, tokenizer=run.tokenizer)
+                                             device=device, context=context, tokenizer=run.tokenizer)
+                    if context is not None and length > context:
+                        row["note"] = (f"{scheme} past max_len={context}: sliding windows of {context} tokens "
+                                       f"(stride {context // 2}), so a token sees at most {context} tokens.")
                     row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl, bytes=result.bytes,
                                chars=result.chars, bpb=result.bpb)
                     position_rows += [
