@@ -1,9 +1,11 @@
 """Perplexity past the training length, as in Press et al. 2022 ("Train Short, Test Long").
 
 nonoverlap: the span is cut into consecutive windows of L tokens and every token is scored, so a
-token's context is its position inside its window. sliding: windows of L advance by a stride S and
-only their last S tokens are scored (all of the first window's), so every scored token after the
-first window sees at least L - S tokens of context. Every length scores the same span of tokens.
+token's context is its position inside its window; where L does not divide the span, one tail window
+(the span's last L tokens) scores the targets the others left. sliding: windows of L advance by a
+stride S and only their last S tokens are scored (all of the first window's), so every scored token
+after the first window sees at least L - S tokens of context. Either way every length scores exactly
+the same targets, the whole span, so perplexities at different lengths are over the same tokens.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ class Window:
 
 
 def plan_windows(span: int, length: int, mode: str = "nonoverlap", stride: int | None = None) -> list[Window]:
-    """Windows over targets [0, span): each target is scored exactly once."""
+    """Windows over targets [0, span): each target is scored exactly once, at every length."""
     if mode == "nonoverlap":
-        return [Window(start, length) for start in range(0, span - length + 1, length)]
+        windows = [Window(start, length) for start in range(0, span - length + 1, length)]
+        left = span % length
+        return windows + [Window(span - length, left)] if left else windows
     if mode != "sliding":
         raise UsageError(f"--mode {mode} is not known; choose one of: {', '.join(MODES)}")
     stride = stride or max(1, length // 2)
@@ -47,7 +51,8 @@ def plan_windows(span: int, length: int, mode: str = "nonoverlap", stride: int |
 
 
 def scored_span(n_tokens: int, lengths: list[int], max_tokens: int) -> int:
-    """The number of targets scored at every length: a multiple of the longest length."""
+    """The number of targets scored at every length: a multiple of the longest length (shorter
+    lengths that do not divide it end with a tail window, see plan_windows)."""
     longest = max(lengths)
     available = n_tokens - 1  # the last token is only ever a target
     if longest > available:
@@ -130,38 +135,40 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
                   rope_factor: float | None = None, why: str = "") -> tuple["pd.DataFrame", "pd.DataFrame", dict[str, dict]]:
     """Every run at every length (its training length included), rotary runs once per RoPE scaling
     method: tidy ppl rows, per-position rows, and per-scheme facts (positional parameters,
-    relative-position kind) for the report."""
+    relative-position kind) for the report. Each row carries the unigram perplexity of the text it
+    scores (what a run records for its corpus, or --data's): the bar a model must clear to get a verdict."""
     import pandas as pd
 
     from posenc_cli import ui
-    from posenc_cli.data import load_corpus
+    from posenc_cli.data import load_corpus, unigram_entropy
     from posenc_cli.data.text import read_text_file
     from posenc_cli.report import scheme_facts
     from posenc_cli.runs import announce
 
     eval_text = read_text_file(data_path, what="--data") if data_path else None
-    corpora: dict[str, torch.Tensor] = {}
-    plans = {}  # run path -> (tokens, lengths, span); bad input is found here, before any work starts
+    corpora: dict[str, tuple[torch.Tensor, float]] = {}
+    plans = {}  # run path -> (tokens, unigram ppl, lengths, span); bad input is found here, before any work starts
     for run in runs:
         if eval_text is not None:
-            tokens = run.vocab.encode(eval_text)
+            tokens, unigram_ppl = run.vocab.encode(eval_text), math.exp(unigram_entropy(eval_text))
         else:
             key = repr(sorted(run.checkpoint["data"].items()))
             if key not in corpora:
-                corpora[key] = load_corpus(run.checkpoint["data"]).val
-            tokens = corpora[key]
+                corpus = load_corpus(run.checkpoint["data"])
+                corpora[key] = corpus.val, math.exp(corpus.stats["unigram_entropy_nats"])
+            tokens, unigram_ppl = corpora[key]
         run_lengths = sorted(set(lengths) | {run.train_len})
         span = scored_span(len(tokens), run_lengths, max_tokens)
         for length in run_lengths:
             plan_windows(span, length, mode, stride)  # validates mode and stride
-        plans[run.path] = (tokens, run_lengths, span)
+        plans[run.path] = (tokens, unigram_ppl, run_lengths, span)
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
     jobs = [(run, scheme, scaling) for run in runs for scheme, scaling in scaling_variants(run, rope_scaling, rope_factor)]
     with ui.progress() as bar:
-        task = bar.add_task("eval", total=sum(len(plans[run.path][1]) for run, _, _ in jobs), status="")
+        task = bar.add_task("eval", total=sum(len(plans[run.path][2]) for run, _, _ in jobs), status="")
         for run, scheme, scaling in jobs:
-            tokens, run_lengths, span = plans[run.path]
+            tokens, unigram_ppl, run_lengths, span = plans[run.path]
             model = run.model.to(device)
             if hasattr(model.pos, "scaling"):
                 model.pos.scaling = scaling  # evaluation time only: the checkpoint is untouched
@@ -169,7 +176,8 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
                 row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
-                       "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan, "note": ""}
+                       "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan,
+                       "unigram_ppl": unigram_ppl, "note": ""}
                 limit = model.pos.max_len
                 if limit is not None and length > limit:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from posenc_cli.atomic import write_with
 from posenc_cli.errors import PositionOutOfRange, UsageError
+from posenc_cli.figures import pyplot, save_figure
 from posenc_cli.model.attention import biased_causal_attention
 from posenc_cli.model.positional import SCHEMES, PositionalScheme, build_scheme
 from posenc_cli.model.positional.alibi import alibi_slopes
@@ -242,22 +242,6 @@ def run_checks(scheme: PositionalScheme, length: int) -> list[Check]:
 # ---- figures ----------------------------------------------------------------------------------
 
 
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    write_with(path, lambda p: fig.savefig(p, format="png", dpi=100))
-    pyplot().close(fig)
-    return path
-
-
 def rotation_angles(scheme: PositionalScheme, length: int) -> torch.Tensor:
     """(pairs, T) angle each rotated 2-D plane has turned at each position, read off the rotate hook by
     rotating basis vectors: e_j goes to cos·e_j + sin·e_partner, whatever the pair layout."""
@@ -281,20 +265,20 @@ def figures_additive(scheme: PositionalScheme, length: int, out: Path, label: st
     image = ax.imshow(pe, aspect="auto", cmap="RdBu_r", interpolation="nearest")
     ax.set(xlabel="dimension", ylabel="position", title=f"{label}: position vectors")
     fig.colorbar(image, ax=ax)
-    written = [save(fig, out / "pe_heatmap.png")]
+    written = [save_figure(fig, out / "pe_heatmap.png")]
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     width = pe.shape[1]
     for dim in sorted({0, 1, width // 32 * 2, width // 16 * 2, width // 8 * 2} - {width}):
         ax.plot(pe[:, dim], label=f"dim {dim}")
     ax.set(xlabel="position", ylabel="value", title=f"{label}: dimensions as waveforms")
     ax.legend(fontsize=7, ncol=5, loc="lower right")
-    written.append(save(fig, out / "pe_waveforms.png"))
+    written.append(save_figure(fig, out / "pe_waveforms.png"))
     unit = torch.nn.functional.normalize(torch.from_numpy(pe), dim=1)
     fig, ax = plt.subplots(figsize=(5.6, 4.6))
     image = ax.imshow((unit @ unit.T).numpy(), cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
     ax.set(xlabel="position j", ylabel="position i", title=f"{label}: cosine similarity of positions")
     fig.colorbar(image, ax=ax)
-    written.append(save(fig, out / "pe_cosine.png"))
+    written.append(save_figure(fig, out / "pe_cosine.png"))
     return written
 
 
@@ -309,7 +293,7 @@ def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str)
     fig.colorbar(image, ax=left)
     right.semilogy(angles[:, 1].abs().numpy(), marker="o")
     right.set(xlabel="frequency pair i", ylabel="θ_i (radians per position)", title=f"{label}: angle per step")
-    written = [save(fig, out / "rotary_angles.png")]
+    written = [save_figure(fig, out / "rotary_angles.png")]
     g = generator()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     for name, vectors in (("q = k = all ones", torch.ones(1, scheme.head_dim)),
@@ -320,7 +304,7 @@ def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str)
         ax.plot(logit.mean(0).numpy(), label=name)
     ax.set(xlabel="relative distance m − n", ylabel="q_m·k_n / ‖q‖‖k‖", title=f"{label}: logit vs distance")
     ax.legend(fontsize=8)
-    written.append(save(fig, out / "rotary_logit_vs_distance.png"))
+    written.append(save_figure(fig, out / "rotary_logit_vs_distance.png"))
     return written
 
 
@@ -335,13 +319,13 @@ def figures_bias(scheme: PositionalScheme, length: int, out: Path, label: str) -
         ax.set(title=f"head {h}", xlabel="key j", ylabel="query i" if h == 0 else None)
         fig.colorbar(image, ax=ax, fraction=0.046)
     fig.suptitle(f"{label}: attention bias per head (masked above the diagonal)")
-    written = [save(fig, out / "bias_matrices.png")]
+    written = [save_figure(fig, out / "bias_matrices.png")]
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     for h, curve in enumerate(bias_by_distance(scheme, length)):
         ax.plot(curve.numpy(), label=f"head {h}")
     ax.set(xlabel="distance i − j", ylabel="bias added to the score", title=f"{label}: bias vs distance")
     ax.legend(fontsize=7, ncol=2)
-    written.append(save(fig, out / "bias_vs_distance.png"))
+    written.append(save_figure(fig, out / "bias_vs_distance.png"))
     return written
 
 
@@ -374,7 +358,7 @@ def figure_attention(run, layer: int, head: int, length: int, out: Path) -> Path
         ax.set_xticks(range(len(chars)), chars, fontsize=6)
         ax.set_yticks(range(len(chars)), chars, fontsize=6)
     fig.colorbar(image, ax=ax, label="attention weight (square-root colour scale)")
-    return save(fig, out / f"attention_layer{layer}_head{head}.png")
+    return save_figure(fig, out / f"attention_layer{layer}_head{head}.png")
 
 
 # ---- the command ------------------------------------------------------------------------------
@@ -416,8 +400,8 @@ def inspect_scheme(name: str | None, dim: int | None, length: int | None, heads:
         from posenc_cli.runs import load_run
 
         run = load_run(run_dir)
-        if name is not None and name != run.scheme:
-            raise UsageError(f"--run {run_dir} was trained with scheme {run.scheme}, not {name}; drop SCHEME or match it")
+        if name is not None and name != run.model.cfg.scheme:
+            raise UsageError(f"--run {run_dir} was trained with scheme {run.model.cfg.scheme}, not {name}; drop SCHEME or match it")
         cfg = run.model.cfg
         for option, given, actual in (("--dim", dim, cfg.n_embd), ("--heads", heads, cfg.n_head)):
             if given is not None and given != actual:

@@ -64,7 +64,9 @@ class LoadedRun:
 
     @property
     def scheme(self) -> str:
-        return self.model.cfg.scheme
+        """The scheme's label: `sinusoidal+unscaled` for a run off the scheme's defaults, so reports never
+        average it with the default runs."""
+        return self.model.pos.label
 
     @property
     def seed(self) -> int:

@@ -5,17 +5,17 @@ from __future__ import annotations
 from torch import nn
 
 from posenc_cli.errors import PositionOutOfRange
-from posenc_cli.model.positional.base import PositionalScheme
+from posenc_cli.model.positional.base import AdditiveScheme
 
 
-class Learned(PositionalScheme):
+class Learned(AdditiveScheme):
     name = "learned"
-    kind = "additive"
     relative = "none"
     param_formula = "max_len·d"
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, max_len: int | None = None):
-        super().__init__(n_embd, n_head, block_size)
+    def __init__(self, n_embd: int, n_head: int, block_size: int, max_len: int | None = None,
+                 scale_embeddings: bool | None = None):
+        super().__init__(n_embd, n_head, block_size, scale_embeddings)
         self.table = nn.Embedding(max_len or block_size, n_embd)
         nn.init.normal_(self.table.weight, std=0.02)
 
@@ -23,10 +23,10 @@ class Learned(PositionalScheme):
     def max_len(self) -> int:
         return self.table.num_embeddings
 
-    def embed(self, x, positions):
+    def encoding(self, positions):
         if positions.numel() and int(positions.max()) >= self.max_len:
             raise PositionOutOfRange(
                 f"learned positions stop at {self.max_len - 1}: the table has max_len={self.max_len} rows, "
                 f"position {int(positions.max())} was asked for"
             )
-        return x + self.table(positions)
+        return self.table(positions)
