@@ -178,7 +178,7 @@ def probe(
         check_vocab(run.vocab, str(run.path))
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
-    info = {r.scheme: scheme_facts(r.model) for r in loaded}
+    info = {r.label: scheme_facts(r.model) for r in loaded}
     out = out or timestamped_dir("probe")
     written = write_probe_outputs(df, info, out, lang)
     schemes = scheme_order(df["scheme"])
@@ -237,9 +237,10 @@ def inspect_command(
       posenc inspect rope --dim 64 --heads 2\n
       posenc inspect --run outputs/runs/RUN --layer 1 --head 2
     """
-    from posenc_cli.inspection import inspect_scheme, print_report
+    from posenc_cli.inspection.command import inspect_scheme, print_report
 
-    print_report(inspect_scheme(scheme, dim, length, heads, out, run, layer, head))
+    print_report(inspect_scheme(name=scheme, dim=dim, length=length, heads=heads, out=out, run_dir=run,
+                                layer=layer, head=head))
 
 
 @app.command()

@@ -64,13 +64,26 @@ class LoadedRun:
 
     @property
     def scheme(self) -> str:
-        """The scheme's label: `sinusoidal+unscaled` for a run off the scheme's defaults, so reports never
-        average it with the default runs."""
+        return self.model.cfg.scheme
+
+    @property
+    def label(self) -> str:
+        """The scheme as reports name it: `rope+yarn` for a run trained with that scaling,
+        `sinusoidal+unscaled` for one trained off its scale_embeddings default."""
         return self.model.pos.label
 
     @property
     def seed(self) -> int:
         return int(self.checkpoint.get("seed", self.summary.get("seed", 0)))
+
+    def model_with(self, **scheme_options: Any) -> GPT:
+        """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none."""
+        if not scheme_options:
+            return self.model
+        cfg = self.model.cfg.to_dict()
+        model = GPT(ModelConfig(**{**cfg, "scheme_options": {**cfg["scheme_options"], **scheme_options}}))
+        model.load_state_dict(self.model.state_dict())
+        return model.eval()
 
 
 def load_run(run_dir: str | Path) -> LoadedRun:

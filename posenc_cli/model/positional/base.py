@@ -2,7 +2,8 @@
 
 A scheme may add to the token embeddings (`embed`), rotate queries and keys (`rotate`), or add a
 bias to the attention scores (`bias`). Every hook defaults to "do nothing", so NoPE is the empty
-subclass and the model calls all three hooks without ever asking which scheme it holds.
+subclass. The model calls `embed` and `rotate` always and `bias` when `adds_bias` is set, without
+ever asking which scheme it holds.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ class PositionalScheme(nn.Module):
     param_formula: ClassVar[str] = "0"
     preserves_norms: ClassVar[bool] = True  # rotary schemes: False where q and k are also rescaled (xPos)
     adds_bias: ClassVar[bool] = False  # True: the model calls `bias` and cannot use the plain causal kernel
+    # True: the constructor takes RoPE context extension (scaling, scaling_factor, scaling_len,
+    # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
+    scalable: ClassVar[bool] = False
     scales_embeddings: ClassVar[bool | None] = None  # additive schemes: the default of scheme.scale_embeddings
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
@@ -35,13 +39,13 @@ class PositionalScheme(nn.Module):
         return None
 
     @property
-    def positional_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+    def label(self) -> str:
+        """The name reports show: the scheme's name, plus any option that changes what it computes."""
+        return self.name
 
     @property
-    def label(self) -> str:
-        """The name reports group runs by: a variant off the scheme's defaults gets its own label."""
-        return self.name
+    def positional_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x: (B, T, C) token embeddings -> (B, T, C)."""
