@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperCommand
 
 from posenc_cli import ui
 from posenc_cli.errors import UsageError
@@ -27,10 +28,10 @@ app = typer.Typer(
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
 Config groups (pick with group=option):\n
-  scheme: none | sinusoidal | learned | rope | alibi | t5 | xpos | kerple   (default rope)\n
+  scheme: {schemes}   (default rope)\n
   model:  tiny | small | medium                        (default tiny)\n
   data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
-  experiment: smoke | probe                            (presets that set several groups)\n
+  experiment: smoke | probe | extend                   (presets that set several groups)\n
 Common keys: model.n_layer model.n_head model.n_embd data.path train.max_steps train.batch_size
 train.block_size (the training length, default 256) train.lr train.eval_interval seed device (auto|cpu|cuda|mps).\n
 Examples:\n
@@ -40,11 +41,30 @@ Examples:\n
   posenc train data=text data.path=input.txt train.block_size=128\n
   posenc train --cfg job      (print the composed config and exit)\n
   posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)\n
+  posenc train experiment=extend train.init_from=RUN scheme.scaling=yarn scheme.scaling_factor=4
+      (a new run from RUN's weights at 1,024; scheme.scaling: none|linear|ntk|dynamic|yarn)\n
+  posenc train scheme=learned train.positions=randomized train.max_position=2048
+      (randomized positions: sorted random positions from [0, 2048) per sequence; eval uses 0..L-1)\n
   posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   (parallel jobs; pip install 'posenc\\[cluster]')\n
   torchrun --standalone --nproc_per_node=2 -m posenc_cli train   (DDP; train.batch_size is the global batch)\n
 Each run writes outputs/runs/<time>_<scheme>_seed<N>/ (sweeps: outputs/sweeps/<time>/<n>_<scheme>_seed<N>/)
 with .hydra/, metrics.csv, checkpoint.pt, summary.json and train.log. Hydra flags (-m, --cfg, --info,
 hydra/launcher=..., hydra.run.dir=...) pass through unchanged."""
+
+
+class TrainCommand(TyperCommand):
+    """`posenc train`'s help lists the schemes from their classes, imported (with torch) only when the
+    help is shown; the command list of `posenc --help` shows its short help."""
+
+    @property
+    def help(self) -> str:
+        from posenc_cli.model.positional import SCHEMES
+
+        return TRAIN_HELP.format(schemes=" | ".join(SCHEMES))
+
+    @help.setter
+    def help(self, _: str | None) -> None:
+        pass
 
 
 def fail(err: Exception) -> None:
@@ -53,7 +73,8 @@ def fail(err: Exception) -> None:
 
 
 @app.command(
-    help=TRAIN_HELP,
+    cls=TrainCommand,
+    short_help=TRAIN_HELP.split("\n", 1)[0],
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def train(ctx: typer.Context) -> None:
@@ -129,10 +150,11 @@ def eval_command(
     check_lang(lang)
     target = resolve_device(device)
     loaded, why = load_finished_runs(list(runs or []), "evaluate")
-    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target,
-                                        methods, rope_factor, why)
+    df, positions, info = evaluate_runs(loaded, lengths=wanted, mode=mode, stride=stride, max_tokens=max_tokens,
+                                        data_path=str(data) if data else None, device=target,
+                                        rope_scaling=methods, rope_factor=rope_factor, why=why)
     out = out or timestamped_dir("eval")
-    written = write_eval_outputs(df, positions, info, out, lang)
+    written = write_eval_outputs(df, positions, info, out, lang=lang)
     header, rows = ppl_pivot(df)
     table = Table(title=f"Perplexity ({mode}, {int(df['tokens'].max()):,} tokens per length)")
     for column in header:
@@ -177,10 +199,10 @@ def probe(
     for run in loaded:
         check_vocab(run.vocab, str(run.path))
     announce([r.path for r in loaded], why, "probing")
-    df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
+    df = probe_runs(loaded, lengths=wanted, depths=at_depths, trials=trials, seed=seed, device=target)
     info = {r.label: scheme_facts(r.model) for r in loaded}
     out = out or timestamped_dir("probe")
-    written = write_probe_outputs(df, info, out, lang)
+    written = write_probe_outputs(df, info, out, lang=lang)
     schemes = scheme_order(df["scheme"])
     ui.out.print(markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False)
     ui.err.print(f"wrote {', '.join(p.name for p in written)} to {out}")
@@ -196,7 +218,6 @@ def schemes() -> None:
     """List every positional scheme: how it plugs in, what it costs, and what the chapters claim."""
     from rich import box
 
-    from posenc_cli.claims import claim_for
     from posenc_cli.model.positional import SCHEMES
 
     table = Table(title="Positional schemes", box=box.SIMPLE_HEAD)
@@ -205,9 +226,8 @@ def schemes() -> None:
         table.add_column(column, overflow="fold")
     scaling = {None: "—", True: "yes", False: "no"}
     for name, cls in SCHEMES.items():
-        claim = claim_for(name)
         table.add_row(name, cls.kind, cls.param_formula, cls.relative, scaling[cls.scales_embeddings],
-                      claim.extrapolation, claim.used_by)
+                      cls.claim.extrapolation, cls.claim.used_by)
     ui.out.print(table)
     ui.out.print("tokens × √d: the default of scheme.scale_embeddings=true|false, an option of every additive "
                  "scheme (token embeddings × √d before the position vectors are added, Vaswani et al. 2017 §3.4).",

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, token_nll
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where it is used: `posenc eval` only
 
 MODES = ("nonoverlap", "sliding")
 TOKENS_PER_FORWARD = 16384  # windows are batched up to this many tokens per forward pass
@@ -75,7 +79,7 @@ class LengthResult:
 
 
 @torch.no_grad()
-def evaluate_length(model: GPT, tokens: torch.Tensor, span: int, length: int, mode: str = "nonoverlap",
+def evaluate_length(model: GPT, tokens: torch.Tensor, *, span: int, length: int, mode: str = "nonoverlap",
                     stride: int | None = None, device: torch.device | str = "cpu") -> LengthResult:
     windows = plan_windows(span, length, mode, stride)
     batch = max(1, TOKENS_PER_FORWARD // length)
@@ -124,7 +128,7 @@ def scaling_variants(run, methods: list[str], factor: float | None) -> list[dict
     """The scheme options to evaluate `run` with: for a scheme that takes RoPE scaling, one set per
     method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
     has it built in, and a second one on top is refused rather than composed."""
-    scheme = run.model.pos
+    scheme = run.model.scheme
     if not scheme.scalable or methods == ["none"]:
         return [{}]
     if scheme.scaling is not None:
@@ -135,9 +139,9 @@ def scaling_variants(run, methods: list[str], factor: float | None) -> list[dict
     return [{"scaling": m, "scaling_factor": factor, "scaling_len": run.train_len} for m in methods]
 
 
-def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
+def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
                   data_path: str | None, device, rope_scaling: tuple[str, ...] | list[str] = ("none",),
-                  rope_factor: float | None = None, why: str = "") -> tuple["pd.DataFrame", "pd.DataFrame", dict[str, dict]]:
+                  rope_factor: float | None = None, why: str = "") -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
     """Every run at every length (its training length included), rotary runs once per RoPE scaling
     method: tidy ppl rows, per-position rows, and per-scheme facts (positional parameters,
     relative-position kind) for the report. Each row carries the unigram perplexity of the text it
@@ -175,18 +179,18 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
         for run, options in jobs:
             tokens, unigram_ppl, run_lengths, span = plans[run.path]
             model = run.model_with(**options).to(device)
-            scheme = model.pos.label
+            scheme = model.scheme.label
             info[scheme] = scheme_facts(model)
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
                 row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
                        "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan,
                        "unigram_ppl": unigram_ppl, "note": ""}
-                limit = model.pos.max_len
+                limit = model.scheme.max_len
                 if limit is not None and length > limit:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
-                    result = evaluate_length(model, tokens, span, length, mode, stride, device)
+                    result = evaluate_length(model, tokens, span=span, length=length, mode=mode, stride=stride, device=device)
                     row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl)
                     position_rows += [
                         {"run": str(run.path), "scheme": scheme, "seed": run.seed, "eval_len": length,

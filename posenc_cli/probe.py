@@ -99,7 +99,7 @@ def score(model, prompts: torch.Tensor, keys: torch.Tensor, device="cpu") -> tup
     return torch.cat(hits), torch.cat(nlls)
 
 
-def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed: int, device):
+def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, seed: int, device):
     """Every run at every length (its training length included) and depth: one tidy row per cell."""
     import pandas as pd
 
@@ -120,7 +120,7 @@ def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed:
                     bar.update(task, status=f"{run.label} seed {run.seed} @ {length}, depth {depth:g}")
                     row = {"run": str(run.path), "scheme": run.label, "seed": run.seed, "train_len": run.train_len,
                            "length": length, "depth": depth, "trials": 0, "accuracy": math.nan, "key_nll": math.nan}
-                    limit = model.pos.max_len
+                    limit = model.scheme.max_len
                     if limit is None or length <= limit:
                         prompts, keys = make_trials(corpora[key], run.vocab, length, depth, trials, seed)
                         hit, nll = score(model, prompts, keys, device)

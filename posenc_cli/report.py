@@ -14,11 +14,10 @@ import numpy as np
 import pandas as pd
 
 from posenc_cli.atomic import write_text, write_with
-from posenc_cli.claims import claim_for
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
 from posenc_cli.figures import pyplot, save_figure
+from posenc_cli.model.positional import SCHEMES, claim_for
 
-SCHEME_ORDER = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "xpos", "kerple"]
 GRADES = ("very strong", "strong", "medium", "weak", "fails")  # best first; "fails", never the scheme name "none"
 # The upper bound of each grade's band. Stability: ppl(longest) / the scheme's own ppl at the training
 # length. Quality: ppl(longest) / the best scheme's ppl(longest), so above 1.25x is never "strong".
@@ -97,11 +96,12 @@ def extrapolation(df: pd.DataFrame, train_len: int, longest: int) -> tuple[dict[
 
 
 def scheme_order(schemes: Iterable[str]) -> list[str]:
-    """The chapters' order, unknown schemes after, and each `rope+yarn`-style variant after its base."""
+    """SCHEMES' order, unknown schemes after, and each `rope+yarn`-style variant after its base."""
+    order = list(SCHEMES)
 
     def key(label: str):
         base, _, variant = label.partition("+")
-        rank = SCHEME_ORDER.index(base) if base in SCHEME_ORDER else len(SCHEME_ORDER)
+        rank = order.index(base) if base in order else len(order)
         return rank, base, variant
 
     return sorted(dict.fromkeys(schemes), key=key)
@@ -135,10 +135,10 @@ def ppl_pivot(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 def scheme_facts(model) -> dict:
     """What comparison.md's "positional parameters" and "relative position" rows show for a model."""
-    return {"positional_params": model.n_positional_params, "relative": model.pos.relative}
+    return {"positional_params": model.n_positional_params, "relative": model.scheme.relative}
 
 
-def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passkey: pd.DataFrame | None = None) -> str:
+def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", passkey: pd.DataFrame | None = None) -> str:
     """The chapters' table, with measured numbers beside the claims (and passkey rows from a probe)."""
     schemes = scheme_order(df["scheme"])
     lengths = sorted(df["eval_len"].unique())
@@ -156,12 +156,13 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passke
     if passkey is not None:
         rows += passkey_rows(passkey, schemes)
     rows.append(["extrapolation, measured"] + [evidence[s].verdict for s in schemes])
-    rows.append(["extrapolation, chapters' claim"] + [claim_for(s).extrapolation for s in schemes])
+    claims = [claim_for(s) for s in schemes]
+    rows.append(["extrapolation, chapters' claim"] + [claim.extrapolation for claim in claims])
     if lang == "zh":
-        rows.append(["外推能力（章节原话）"] + [claim_for(s).extrapolation_zh for s in schemes])
+        rows.append(["外推能力（章节原话）"] + [claim.extrapolation_zh for claim in claims])
     rows.append(["positional parameters"] + [f"{info.get(s, {}).get('positional_params', 0):,}" for s in schemes])
-    rows.append(["relative position"] + [info.get(s, {}).get("relative", claim_for(s).relative) for s in schemes])
-    rows.append(["used by"] + [claim_for(s).used_by for s in schemes])
+    rows.append(["relative position"] + [info.get(s, {}).get("relative", relative_kind(s)) for s in schemes])
+    rows.append(["used by"] + [claim.used_by for claim in claims])
     seeds = {s: df[df.scheme == s]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
     notes = [
@@ -203,6 +204,11 @@ def scored_tokens(df: pd.DataFrame) -> str:
         return f"{next(iter(counts.values()))[0]:,} validation tokens"
     return "validation tokens per length: " + ", ".join(
         f"{s} {' / '.join(f'{t:,}' for t in values)}" for s, values in counts.items())
+
+
+def relative_kind(label: str) -> str:
+    """A scheme's relative-position kind from its class, for a label with no run facts at hand."""
+    return SCHEMES[label].relative if label in SCHEMES else BEYOND_TABLE
 
 
 def retrieval_by_length(passkey: pd.DataFrame) -> pd.DataFrame:
@@ -252,11 +258,12 @@ def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
 
 def plot_probe_summary(passkey: pd.DataFrame, path: Path) -> None:
     """Accuracy vs length, one line per scheme, mean ± std over seeds (depths averaged)."""
-    plot_by_length(retrieval_by_length(passkey), "length", "accuracy", int(passkey["train_len"].min()), path,
-                   "prompt length (tokens)", "passkey retrieved (%)", "Passkey retrieval past the training length")
+    plot_by_length(retrieval_by_length(passkey), x="length", y="accuracy", train_len=int(passkey["train_len"].min()),
+                   path=path, xlabel="prompt length (tokens)", ylabel="passkey retrieved (%)",
+                   title="Passkey retrieval past the training length")
 
 
-def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path, lang: str = "en") -> list[Path]:
+def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en") -> list[Path]:
     """probe.csv, one heatmap per scheme, the summary plot; comparison.md again if eval's ppl.csv is here."""
     out.mkdir(parents=True, exist_ok=True)
     write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
@@ -267,14 +274,15 @@ def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path,
     plot_probe_summary(passkey, out / "probe_summary.png")
     written += [out / "probe_summary.png", out / "probe_summary.svg"]
     if (out / "ppl.csv").is_file():
-        write_text(out / "comparison.md", comparison(pd.read_csv(out / "ppl.csv"), info, lang, passkey))
+        write_text(out / "comparison.md", comparison(pd.read_csv(out / "ppl.csv"), info, lang=lang, passkey=passkey))
         written.append(out / "comparison.md")
     return written
 
 
 def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
-    plot_by_length(df, "eval_len", "ppl", int(df["train_len"].min()), path,
-                   "evaluation length (tokens)", "perplexity", "Perplexity past the training length", log_y=True)
+    plot_by_length(df, x="eval_len", y="ppl", train_len=int(df["train_len"].min()), path=path,
+                   xlabel="evaluation length (tokens)", ylabel="perplexity",
+                   title="Perplexity past the training length", log_y=True)
 
 
 def scheme_style(label: str) -> dict:
@@ -306,7 +314,7 @@ def plain_log_axis(axis, values: Iterable[float]) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def finish_figure(fig, ax, train_len: int, xlabel: str, ylabel: str, title: str, path: Path) -> None:
+def finish_figure(fig, ax, *, train_len: int, xlabel: str, ylabel: str, title: str, path: Path) -> None:
     """Mark the training length, label, and write PNG and SVG atomically."""
     ax.axvline(train_len, color="grey", linestyle=":", linewidth=1.2, label=f"training length ({train_len})")
     ax.set_xlabel(xlabel)
@@ -317,7 +325,7 @@ def finish_figure(fig, ax, train_len: int, xlabel: str, ylabel: str, title: str,
     save_figure(fig, path)
 
 
-def plot_by_length(df: pd.DataFrame, x: str, y: str, train_len: int, path: Path, xlabel: str, ylabel: str,
+def plot_by_length(df: pd.DataFrame, *, x: str, y: str, train_len: int, path: Path, xlabel: str, ylabel: str,
                    title: str, log_y: bool = False) -> None:
     """One line per scheme of y against length x (log 2 axis), mean ± std over seeds."""
     from matplotlib.ticker import NullLocator
@@ -334,7 +342,7 @@ def plot_by_length(df: pd.DataFrame, x: str, y: str, train_len: int, path: Path,
     if log_y:
         ax.set_yscale("log")
         plain_log_axis(ax.yaxis, df[y].dropna())
-    finish_figure(fig, ax, train_len, xlabel, ylabel, title, path)
+    finish_figure(fig, ax, train_len=train_len, xlabel=xlabel, ylabel=ylabel, title=title, path=path)
 
 
 def plot_loss_by_position(positions: pd.DataFrame, train_len: int, path: Path) -> None:
@@ -350,18 +358,19 @@ def plot_loss_by_position(positions: pd.DataFrame, train_len: int, path: Path) -
         sums = sub[sub.scheme == scheme].groupby("bucket")[["nll_sum", "tokens"]].sum()
         style = scheme_style(scheme) | {"marker": None}
         ax.plot(sums.index + width / 2, sums["nll_sum"] / sums["tokens"], label=scheme, linewidth=1.6, **style)
-    finish_figure(fig, ax, train_len, f"position inside a window of {longest} tokens ({width}-token buckets)",
-                  "mean NLL (nats)", "Loss by position: where a scheme breaks", path)
+    finish_figure(fig, ax, train_len=train_len,
+                  xlabel=f"position inside a window of {longest} tokens ({width}-token buckets)",
+                  ylabel="mean NLL (nats)", title="Loss by position: where a scheme breaks", path=path)
 
 
-def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], out: Path, lang: str = "en") -> list[Path]:
+def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en") -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     write_with(out / "ppl.csv", lambda p: df.to_csv(p, index=False))
     write_with(out / "loss_by_position.csv", lambda p: positions.to_csv(p, index=False))
     header, rows = ppl_pivot(df)
     write_text(out / "ppl.md", "# Perplexity by evaluation length\n\n" + markdown_table(header, rows))
     passkey = pd.read_csv(out / "probe.csv") if (out / "probe.csv").is_file() else None
-    write_text(out / "comparison.md", comparison(df, info, lang, passkey))
+    write_text(out / "comparison.md", comparison(df, info, lang=lang, passkey=passkey))
     plot_ppl_vs_length(df, out / "ppl_vs_length.png")
     if not positions.empty:
         plot_loss_by_position(positions, int(df["train_len"].min()), out / "loss_by_position.png")

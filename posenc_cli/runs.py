@@ -70,7 +70,7 @@ class LoadedRun:
     def label(self) -> str:
         """The scheme as reports name it: `rope+yarn` for a run trained with that scaling,
         `sinusoidal+unscaled` for one trained off its scale_embeddings default."""
-        return self.model.pos.label
+        return self.model.scheme.label
 
     @property
     def seed(self) -> int:

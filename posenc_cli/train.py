@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import signal
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -18,10 +16,12 @@ import torch
 from posenc_cli import distributed, ui
 from posenc_cli.atomic import remove_leftovers, write_text, write_with
 from posenc_cli.checkpoint import FILENAME, load_checkpoint, save_checkpoint
-from posenc_cli.data import Corpus, load_corpus, random_batch
+from posenc_cli.data import Corpus, load_corpus, random_batch, random_positions
 from posenc_cli.device import autocast, resolve_device
 from posenc_cli.errors import UsageError
+from posenc_cli.init_from import check_same_model, initial_state, lineage, source_checkpoint
 from posenc_cli.model import GPT, ModelConfig, token_nll
+from posenc_cli.stopping import Stopped, StopSignals
 
 log = logging.getLogger("posenc.train")
 
@@ -38,10 +38,6 @@ class TrainState:
 
 class NonFiniteLoss(RuntimeError):
     pass
-
-
-class Stopped(Exception):
-    """The loop saved a checkpoint and stopped because a signal asked it to."""
 
 
 def model_config(cfg: Mapping[str, Any], vocab_size: int) -> ModelConfig:
@@ -93,36 +89,7 @@ def validation_loss(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]]
     return float(total) / len(batches)
 
 
-class StopRequest:
-    """Ctrl-C (SIGINT) or SIGTERM (SLURM, torchrun) ask the loop to stop at the next step boundary, so
-    the checkpoint it saves holds whole steps and a resume continues exactly. A second Ctrl-C stops at
-    once without saving (the last checkpoint is kept)."""
-
-    def __init__(self) -> None:
-        self.signal: str | None = None
-
-    def __call__(self, signum: int, frame) -> None:
-        if self.signal is not None:
-            raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
-
-
-@contextmanager
-def stop_requests():
-    request, previous = StopRequest(), {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, request)
-    except ValueError:  # not the main thread (a thread-based launcher): leave signals alone
-        pass
-    try:
-        yield request
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-@dataclass
+@dataclass(kw_only=True)
 class Session:
     """One run being trained: what the loop works on and what a checkpoint saves."""
     cfg: Mapping[str, Any]
@@ -151,23 +118,30 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
 
     torch.manual_seed(cfg["seed"])
     mc = model_config(cfg, len(corpus.vocab))
-    model = GPT(mc).to(device)
+    model = GPT(mc)
+    if tc.get("init_from"):
+        init_weights(model, tc["init_from"], corpus)
+    model = model.to(device)
     val_rng = torch.Generator().manual_seed(12345)  # the same validation windows for every run
-    s = Session(cfg, Path(run_dir), mc, corpus, device, ctx, model, make_optimizer(model, tc),
-                torch.Generator().manual_seed(cfg["seed"]),
-                [random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng) for _ in range(tc["eval_batches"])])
+    s = Session(cfg=cfg, run_dir=Path(run_dir), mc=mc, corpus=corpus, device=device, ctx=ctx, model=model,
+                optimizer=make_optimizer(model, tc), data_rng=torch.Generator().manual_seed(cfg["seed"]),
+                val_batches=[random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng)
+                             for _ in range(tc["eval_batches"])])
     if tc.get("resume"):
         restore(s, Path(tc["resume"]) / FILENAME)
         if ctx.is_main:
             remove_leftovers(s.run_dir)
 
     summary = describe(cfg, model, corpus, device)
+    if tc.get("init_from"):
+        source = Path(tc["init_from"]).resolve()
+        summary.update(init_from=str(source), init_chain=lineage(source))
     if ctx.is_main:
         write_summary(s.run_dir, {**summary, "status": "running"})
     status, message = "finished", None
     started, elapsed_before = time.perf_counter(), s.state.elapsed
     try:
-        with stop_requests() as stop:
+        with StopSignals() as stop:
             run_loop(s, distributed.wrap(model, device, ctx), stop, lambda: elapsed_before + time.perf_counter() - started)
     except NonFiniteLoss as err:
         kept = f"the checkpoint of step {s.saved_step} is kept" if s.saved_step else "no checkpoint had been saved yet"
@@ -195,23 +169,28 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
     return summary
 
 
-def run_loop(s: Session, net: torch.nn.Module, stop: StopRequest, elapsed) -> None:
+def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> None:
     """Train until max_steps; `net` is the model as trained (DDP-wrapped under torchrun)."""
     tc, state, ctx = s.cfg["train"], s.state, s.ctx
     rate_start, rate_steps = time.perf_counter(), 0  # tokens/s over each eval interval
     with ui.progress(disable=not ctx.is_main) as bar:
         task = bar.add_task(f"train {s.mc.scheme}", total=tc["max_steps"], completed=state.step, status="")
         while state.step < tc["max_steps"]:
-            if stop_requested(s, stop):
+            if stop.agreed(state.step, tc["log_interval"], s.device, ctx):
                 save(s, elapsed())
-                raise Stopped(f"stopped by {stop.signal}")
+                raise Stopped(f"stopped by {stop.received}")
             lr = lr_at(state.step, tc)
             for group in s.optimizer.param_groups:
                 group["lr"] = lr
             x, y = random_batch(s.corpus.train, tc["batch_size"], tc["block_size"], s.data_rng)
             x, y = distributed.shard(x, ctx), distributed.shard(y, ctx)  # this rank's rows of the global batch
+            positions = None  # 0..T-1
+            if tc.get("positions") == "randomized":
+                positions = random_positions(tc["batch_size"], tc["block_size"], tc["max_position"],
+                                             s.data_rng)
+                positions = distributed.shard(positions, ctx).to(s.device)
             with autocast(s.device, tc["precision"]):
-                loss = token_nll(net(x.to(s.device)), y.to(s.device)).mean()
+                loss = token_nll(net(x.to(s.device), positions), y.to(s.device)).mean()
             s.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(net.parameters(), tc["grad_clip"])
@@ -234,13 +213,6 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopRequest, elapsed) -> No
                 rate_start, rate_steps = time.perf_counter(), 0
             if state.step % tc["checkpoint_interval"] == 0 or last:
                 save(s, elapsed())
-
-
-def stop_requested(s: Session, stop: StopRequest) -> bool:
-    """Under torchrun all ranks must stop at the same step: they agree once per log interval."""
-    if not s.ctx.enabled:
-        return stop.signal is not None
-    return s.state.step % s.cfg["train"]["log_interval"] == 0 and distributed.any_rank(stop.signal is not None, s.device, s.ctx)
 
 
 def checked_losses(s: Session) -> torch.Tensor:
@@ -296,11 +268,21 @@ def restore(s: Session, path: Path) -> None:
     log.info(f"resumed from {path} at step {s.state.step}")
 
 
+def init_weights(model: GPT, run: str, corpus: Corpus) -> None:
+    """train.init_from: RUN's weights into `model` (checked again here: RUN may have changed since)."""
+    source, saved = source_checkpoint(run)
+    check_same_model(source, saved, model.cfg.to_dict(), corpus.vocab.chars)
+    model.load_state_dict(initial_state(source, saved, model))
+    log.info(f"initialised from {source} (its step {saved.get('step')})")
+
+
 def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
-    pos = model.pos
+    scheme = model.scheme
     return {
-        "scheme": model.cfg.scheme, "seed": cfg["seed"], "train_len": cfg["train"]["block_size"],
-        "kind": pos.kind, "relative": pos.relative, "max_len": pos.max_len,
+        "scheme": model.scheme.label, "seed": cfg["seed"], "train_len": cfg["train"]["block_size"],
+        "positions": cfg["train"].get("positions", "ordinary"),
+        "max_position": cfg["train"].get("max_position"),
+        "kind": scheme.kind, "relative": scheme.relative, "max_len": scheme.max_len,
         "positional_params": model.n_positional_params, "total_params": model.n_params,
         "corpus": corpus.name, "vocab_size": len(corpus.vocab), "device": str(device),
         "threads": torch.get_num_threads(), "processes": distributed.current().world_size,

@@ -8,6 +8,7 @@ ever asking which scheme it holds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -16,13 +17,25 @@ from torch import nn
 from posenc_cli.errors import UsageError
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What the chapters say of a scheme (their English and Chinese words), and who uses it; shown
+    beside the measured numbers in comparison.md and `posenc schemes`."""
+    extrapolation: str = "not in the chapters"
+    extrapolation_zh: str = "章节未涉及"
+    used_by: str = "—"
+
+
 class PositionalScheme(nn.Module):
+    """A scheme's class is the one home of what it is: its hooks, kind, relative-position kind,
+    parameter count formula and the chapters' claim. SCHEMES' order is the order every table shows."""
     name: ClassVar[str] = "none"
     kind: ClassVar[str] = "none"  # additive | rotary | bias | none
     relative: ClassVar[str] = "none"  # none | implicit | explicit
     param_formula: ClassVar[str] = "0"
     preserves_norms: ClassVar[bool] = True  # rotary schemes: False where q and k are also rescaled (xPos)
     adds_bias: ClassVar[bool] = False  # True: the model calls `bias` and cannot use the plain causal kernel
+    claim: ClassVar[Claim] = Claim()
     # True: the constructor takes RoPE context extension (scaling, scaling_factor, scaling_len,
     # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
     scalable: ClassVar[bool] = False
@@ -47,6 +60,15 @@ class PositionalScheme(nn.Module):
     def positional_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def extend_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This scheme's weights from a run trained with other sizes (train.init_from at a longer
+        length) -> weights shaped for this instance. Most schemes' parameters do not depend on the
+        length: as they are."""
+        return state
+
+    # Hooks. `positions`: (T,) shared by every sequence of the batch, or (B, T) increasing positions
+    # per sequence (train.positions=randomized).
+
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x: (B, T, C) token embeddings -> (B, T, C)."""
         return x
@@ -58,9 +80,9 @@ class PositionalScheme(nn.Module):
         return q, k
 
     def bias(self, distance: torch.Tensor) -> torch.Tensor | None:
-        """(H, *distance.shape): what a head adds to the score of a key `distance` = i - j positions
+        """(H, *distance.shape): what a head adds to the score of a key `distance` = p_i - p_j positions
         before its query (only distances >= 0 are ever attended), or None. A function of distance
-        alone, so the attention evaluates it once per distance, not per query-key pair."""
+        alone, so with positions 0..T-1 the attention evaluates it once per distance, not per pair."""
         return None
 
 
@@ -101,6 +123,7 @@ class AdditiveScheme(PositionalScheme):
 
 class NoPE(PositionalScheme):
     """No positional information at all: only the causal mask tells tokens apart by order."""
+    claim = Claim(used_by="NoPE studies (Kazemnejad et al. 2023)")
 
 
 def per_head(values: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
