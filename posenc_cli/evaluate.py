@@ -1,9 +1,11 @@
 """Perplexity past the training length, as in Press et al. 2022 ("Train Short, Test Long").
 
 nonoverlap: the span is cut into consecutive windows of L tokens and every token is scored, so a
-token's context is its position inside its window. sliding: windows of L advance by a stride S and
-only their last S tokens are scored (all of the first window's), so every scored token after the
-first window sees at least L - S tokens of context. Every length scores the same span of tokens.
+token's context is its position inside its window; where L does not divide the span, one tail window
+(the span's last L tokens) scores the targets the others left. sliding: windows of L advance by a
+stride S and only their last S tokens are scored (all of the first window's), so every scored token
+after the first window sees at least L - S tokens of context. Either way every length scores exactly
+the same targets, the whole span, so perplexities at different lengths are over the same tokens.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ class Window:
 
 
 def plan_windows(span: int, length: int, mode: str = "nonoverlap", stride: int | None = None) -> list[Window]:
-    """Windows over targets [0, span): each target is scored exactly once."""
+    """Windows over targets [0, span): each target is scored exactly once, at every length."""
     if mode == "nonoverlap":
-        return [Window(start, length) for start in range(0, span - length + 1, length)]
+        windows = [Window(start, length) for start in range(0, span - length + 1, length)]
+        left = span % length
+        return windows + [Window(span - length, left)] if left else windows
     if mode != "sliding":
         raise UsageError(f"--mode {mode} is not known; choose one of: {', '.join(MODES)}")
     stride = stride or max(1, length // 2)
@@ -52,7 +56,8 @@ def plan_windows(span: int, length: int, mode: str = "nonoverlap", stride: int |
 
 
 def scored_span(n_tokens: int, lengths: list[int], max_tokens: int) -> int:
-    """The number of targets scored at every length: a multiple of the longest length."""
+    """The number of targets scored at every length: a multiple of the longest length (shorter
+    lengths that do not divide it end with a tail window, see plan_windows)."""
     longest = max(lengths)
     available = n_tokens - 1  # the last token is only ever a target
     if longest > available:
@@ -146,6 +151,14 @@ def evaluate_length(model: GPT, tokens, *, span: int, length: int, mode: str = "
                         bytes_, chars)
 
 
+def unigram_perplexity(tokens) -> float:
+    """exp of the entropy of the tokens' own frequencies: what a model that ignores context scores, in
+    the same units (per token of the same tokenizer) as the model it is compared with."""
+    counts = np.bincount(np.asarray(tokens, dtype=np.int64))
+    p = counts[counts > 0] / counts.sum()
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
 def parse_lengths(text: str) -> list[int]:
     """'512,1024,2048' -> [512, 1024, 2048]; anything else is one clear error."""
     parts = [p.strip() for p in str(text).split(",")]
@@ -212,7 +225,8 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
                   learned_overflow: tuple[str, ...] | list[str] = ("dash",)) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
     """Every run at every length (its training length included), rotary runs once per RoPE scaling
     method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
-    and per-scheme facts (positional parameters, relative-position kind) for the report."""
+    and per-scheme facts (positional parameters, relative-position kind) for the report. Each row
+    carries the unigram perplexity of the tokens it scores: the bar a model must clear to get a verdict."""
     import pandas as pd
 
     from posenc_cli import ui
@@ -223,7 +237,7 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
 
     eval_text = read_text(data_path, what="--data") if data_path else None
     corpora: dict[str, torch.Tensor] = {}
-    plans = {}  # run path -> (tokens, lengths, span); bad input is found here, before any work starts
+    plans = {}  # run path -> (tokens, unigram ppl, lengths, span); bad input is found here, before any work starts
     mixed = len({run.tokenizer.kind for run in runs}) > 1  # then columns say which: "rope [bpe]"
     for run in runs:
         if eval_text is not None:
@@ -237,16 +251,16 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
         span = scored_span(len(tokens), run_lengths, max_tokens)
         for length in run_lengths:
             plan_windows(span, length, mode, stride)  # validates mode and stride
-        plans[run.path] = (tokens, run_lengths, span)
+        plans[run.path] = (tokens, unigram_perplexity(token_window(tokens, 0, span + 1)), run_lengths, span)
     jobs = [(run, options, suffix, context) for run in runs
             for options in scaling_variants(run, list(rope_scaling), rope_factor)
             for suffix, context in overflow_variants(run, learned_overflow)]
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
     with ui.progress() as bar:
-        task = bar.add_task("eval", total=sum(len(plans[job[0].path][1]) for job in jobs), status="")
+        task = bar.add_task("eval", total=sum(len(plans[job[0].path][2]) for job in jobs), status="")
         for run, options, suffix, context in jobs:
-            tokens, run_lengths, span = plans[run.path]
+            tokens, unigram_ppl, run_lengths, span = plans[run.path]
             model = run.model_with(**options).to(device)
             label = model.scheme.label + suffix
             scheme = tokenizer_label(label, run.tokenizer.kind) if mixed else label
@@ -256,7 +270,7 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
                 row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
                        "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan,
                        "note": "", "tokenizer": run.tokenizer.kind, "bytes": math.nan, "chars": math.nan,
-                       "bpb": math.nan}
+                       "bpb": math.nan, "unigram_ppl": unigram_ppl}
                 limit = model.scheme.max_len
                 if limit is not None and length > limit and context is None:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"

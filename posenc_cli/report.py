@@ -6,6 +6,7 @@ Everything here is derived from a tidy DataFrame, so an eval directory can be de
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -14,17 +15,84 @@ import pandas as pd
 
 from posenc_cli.atomic import write_text, write_with
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
+from posenc_cli.figures import pyplot, save_figure
 from posenc_cli.model.positional import SCHEMES, claim_for
 
-# Extrapolation verdicts from ppl(longest) / ppl(training length); the upper bound of each band.
-VERDICTS = [(1.10, "very strong"), (1.50, "strong"), (3.0, "medium"), (10.0, "weak"), (math.inf, "none")]
+GRADES = ("very strong", "strong", "medium", "weak", "fails")  # best first; "fails", never the scheme name "none"
+# The upper bound of each grade's band. Stability: ppl(longest) / the scheme's own ppl at the training
+# length. Quality: ppl(longest) / the best scheme's ppl(longest), so above 1.25x is never "strong".
+STABILITY_BANDS = [(1.10, "very strong"), (1.50, "strong"), (3.0, "medium"), (10.0, "weak"), (math.inf, "fails")]
+QUALITY_BANDS = [(1.10, "very strong"), (1.25, "strong"), (2.0, "medium"), (5.0, "weak"), (math.inf, "fails")]
+# A run has learned when its ppl at the training length is at most this fraction of the unigram
+# perplexity of the text it scores (0.8: at least ln 1.25 = 0.22 nats a token below the unigram entropy).
+LEARNED_BELOW_UNIGRAM = 0.8
 BEYOND_TABLE = "—"
+NO_VERDICT = "no verdict"
+# Okabe & Ito's colour-blind-safe palette, one colour (and marker, for print) per scheme in every figure.
+SCHEME_STYLES = {"none": ("#000000", "o"), "sinusoidal": ("#E69F00", "s"), "learned": ("#56B4E9", "D"),
+                 "rope": ("#009E73", "^"), "alibi": ("#0072B2", "v"), "t5": ("#D55E00", "P"),
+                 "xpos": ("#CC79A7", "X"), "kerple": ("#999999", "*")}
+UNKNOWN_STYLE = ("#666666", "h")
+VARIANT_LINES = {"": "-", "linear": "--", "ntk": "-.", "dynamic": ":", "yarn": (0, (5, 1, 1, 1, 1, 1))}
+HEATMAP_CMAP = "viridis"  # sequential, perceptually uniform, not red-green
+POSITION_BUCKETS = 32  # loss_by_position.png: buckets across the longest window
 
 
-def verdict(ratio: float) -> str:
+def grade(ratio: float, bands: list[tuple[float, str]]) -> str:
+    """The band a ratio falls in; a ratio that cannot be measured (past a learned table) fails."""
     if not math.isfinite(ratio):
-        return "none"
-    return next(word for bound, word in VERDICTS if ratio <= bound)
+        return "fails"
+    return next(word for bound, word in bands if ratio <= bound)
+
+
+def has_learned(train_ppl: float, unigram_ppl: float) -> bool:
+    """Clearly below the unigram perplexity at the training length (unknown unigram: given the benefit)."""
+    return not train_ppl > LEARNED_BELOW_UNIGRAM * unigram_ppl
+
+
+def verdict(stability: float, quality: float, learned: bool = True) -> str:
+    """The lower of the stability and the quality grade: a flat but poor model is not a strong extrapolator."""
+    if not learned:
+        return NO_VERDICT
+    return max(grade(stability, STABILITY_BANDS), grade(quality, QUALITY_BANDS), key=GRADES.index)
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """One scheme's row of evidence for its verdict (means over seeds)."""
+
+    train_ppl: float
+    longest_ppl: float
+    unigram_ppl: float
+    best_longest_ppl: float  # the best learned scheme's ppl at the longest length
+
+    @property
+    def stability(self) -> float:
+        return self.longest_ppl / self.train_ppl
+
+    @property
+    def quality(self) -> float:
+        return self.longest_ppl / self.best_longest_ppl
+
+    @property
+    def learned(self) -> bool:
+        return has_learned(self.train_ppl, self.unigram_ppl)
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.stability, self.quality, self.learned)
+
+
+def extrapolation(df: pd.DataFrame, train_len: int, longest: int) -> tuple[dict[str, Extrapolation], str | None]:
+    """Per scheme, the evidence for its verdict, and the best learned scheme at the longest length."""
+    means = df.groupby(["scheme", "eval_len"])["ppl"].mean()
+    unigram = df.groupby("scheme")["unigram_ppl"].mean() if "unigram_ppl" in df else {}
+    facts = {s: (means.get((s, train_len), math.nan), means.get((s, longest), math.nan), unigram.get(s, math.nan))
+             for s in scheme_order(df["scheme"])}
+    learned = {s: f[1] for s, f in facts.items() if has_learned(f[0], f[2]) and math.isfinite(f[1])}
+    best = min(learned, key=learned.get) if learned else None
+    best_ppl = learned[best] if best else math.nan
+    return {s: Extrapolation(*f, best_longest_ppl=best_ppl) for s, f in facts.items()}, best
 
 
 def tokenizer_label(scheme: str, tokenizer: str) -> str:
@@ -132,18 +200,16 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", pas
         where += [characters_covered(df, schemes, L)] if subword(df) else []
         label = f"ppl @ {L} ({'; '.join(w for w in where if w)})"
         rows.append([label] + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["ppl"]) for s in schemes])
-    ratios, words = [], []
-    for s in schemes:
-        sub = df[df.scheme == s].groupby("eval_len")["ppl"].mean()
-        ratio = sub.get(longest, math.nan) / sub.get(train_len, math.nan)
-        ratios.append(f"{ratio:.2f}×" if math.isfinite(ratio) else BEYOND_TABLE)
-        words.append(verdict(ratio))
-    rows.append([f"ppl({longest}) / ppl({train_len})"] + ratios)
+    evidence, best = extrapolation(df, train_len, longest)
+    rows.append([f"stability: ppl({longest}) / own ppl({train_len})"]
+                + [times(evidence[s].stability) for s in schemes])
+    rows.append([f"quality: ppl({longest}) / best's" + (f" ({best})" if best else "")]
+                + [times(evidence[s].quality) for s in schemes])
     if subword(df):
         rows += tokenizer_rows(df, schemes, lengths)
     if passkey is not None:
         rows += passkey_rows(passkey, schemes)
-    rows.append(["extrapolation, measured"] + words)
+    rows.append(["extrapolation, measured"] + [evidence[s].verdict for s in schemes])
     claims = [claim_for(without_tokenizer(s)) for s in schemes]
     rows.append(["extrapolation, chapters' claim"] + [claim.extrapolation for claim in claims])
     if lang == "zh":
@@ -154,13 +220,21 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", pas
     rows.append(["used by"] + [claim.used_by for claim in claims])
     seeds = {s: df[df.scheme == s]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
-    tokens = int(df["tokens"].max())
     notes = [
-        f"Perplexity on {tokens:,} validation tokens at every length ({mode} windows); "
+        f"Perplexity on {scored_tokens(df)} ({mode} windows), the same tokens at every length; "
         + ("mean ± std over seeds: " + ", ".join(f"{s} n={n}" for s, n in seeds.items()) if max(seeds.values()) > 1 else "one seed each") + ".",
-        "Verdict from ppl(longest)/ppl(training length): " + ", ".join(
-            f"≤ {b:g}× {w}" if math.isfinite(b) else f"above: {w}" for b, w in VERDICTS) + ".",
+        f"stability compares a model with itself: near 1× means the tokens past {train_len} do the model no harm, "
+        "not that it uses them (a model that ignores far context is flat too; passkey retrieval, `posenc probe`, "
+        "asks whether they are used), and it says nothing about how good the model is. quality compares it with "
+        f"the best scheme at {longest}.",
+        "extrapolation, measured: the lower of two grades, stability " + bands_text(STABILITY_BANDS)
+        + " and quality " + bands_text(QUALITY_BANDS) + f"; so a scheme more than 1.25× the best at {longest} "
+        "is never strong.",
     ]
+    notes += [f"{NO_VERDICT} for {s}: its ppl at {train_len} ({e.train_ppl:.2f}) is not clearly below the unigram "
+              f"perplexity of the text ({e.unigram_ppl:.2f}; clearly: at most {LEARNED_BELOW_UNIGRAM:g}×), so it "
+              "has not learned enough to grade; its numbers stand as measured."
+              for s, e in evidence.items() if not e.learned]
     if passkey is not None:
         notes.append(passkey_note(passkey))
     notes += sorted(set(df[df["ppl"].notna()]["note"].dropna()) - {""})  # how a number was measured
@@ -169,6 +243,24 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", pas
         notes.append(f"{BEYOND_TABLE}: " + "; ".join(sorted(beyond)) + ".")
     return ("# Positional schemes: the chapters' table, measured\n\n"
             + markdown_table([""] + schemes, rows) + "\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+
+
+def times(ratio: float) -> str:
+    return f"{ratio:.2f}×" if math.isfinite(ratio) else BEYOND_TABLE
+
+
+def bands_text(bands: list[tuple[float, str]]) -> str:
+    return "(" + ", ".join(f"≤ {b:g}× {w}" if math.isfinite(b) else f"above: {w}" for b, w in bands) + ")"
+
+
+def scored_tokens(df: pd.DataFrame) -> str:
+    """How many tokens each length scored, exactly: one number when every run scored the same span."""
+    scored = df[df["tokens"] > 0].groupby("scheme")["tokens"].unique()
+    counts = {s: sorted(int(t) for t in values) for s, values in scored.items()}
+    if len({t for values in counts.values() for t in values}) == 1:
+        return f"{next(iter(counts.values()))[0]:,} validation tokens"
+    return "validation tokens per length: " + ", ".join(
+        f"{s} {' / '.join(f'{t:,}' for t in values)}" for s, values in counts.items())
 
 
 def relative_kind(label: str) -> str:
@@ -200,28 +292,25 @@ def passkey_note(passkey: pd.DataFrame) -> str:
 
 
 def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
-    """Length x depth accuracy for one scheme, like the needle-in-a-haystack figures."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Length x depth accuracy for one scheme, like the needle-in-a-haystack figures: a sequential
+    colour map readable in grey and by red-green colour-blind readers, a colour bar, the number in each cell."""
+    plt = pyplot()
     grid = passkey[passkey.scheme == scheme].pivot_table(index="depth", columns="length", values="accuracy",
                                                          aggfunc="mean", dropna=False) * 100
-    fig, ax = plt.subplots(figsize=(1.1 * len(grid.columns) + 2, 0.55 * len(grid.index) + 1.6))
-    ax.imshow(grid.to_numpy(dtype=float), cmap="RdYlGn", vmin=0, vmax=100, aspect="auto")
+    values = grid.to_numpy(dtype=float)
+    fig, ax = plt.subplots(figsize=(1.1 * len(grid.columns) + 2.8, 0.55 * len(grid.index) + 1.6))
+    image = ax.imshow(values, cmap=HEATMAP_CMAP, vmin=0, vmax=100, aspect="auto")
     ax.set_facecolor("lightgrey")
-    for (i, j), value in np.ndenumerate(grid.to_numpy(dtype=float)):
+    for (i, j), value in np.ndenumerate(values):
         ax.text(j, i, BEYOND_TABLE if math.isnan(value) else f"{value:.0f}", ha="center", va="center", fontsize=9,
-                color="white" if value < 20 or value > 85 else "black")
+                color="black" if math.isnan(value) or value > 55 else "white")  # viridis: dark below ~55
     ax.set_xticks(range(len(grid.columns)), [str(c) for c in grid.columns])
     ax.set_yticks(range(len(grid.index)), [f"{d:g}" for d in grid.index])
     ax.set_xlabel("prompt length (tokens)")
     ax.set_ylabel("key depth")
     ax.set_title(f"{scheme}: passkey retrieved (%), trained at {int(passkey['train_len'].min())}")
-    fig.tight_layout()
-    write_with(path, lambda p: fig.savefig(p, format="png", dpi=120))
-    plt.close(fig)
+    fig.colorbar(image, ax=ax, label="% retrieved")
+    save_figure(fig, path)
 
 
 def plot_probe_summary(passkey: pd.DataFrame, path: Path) -> None:
@@ -237,10 +326,10 @@ def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path,
     write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
     written = [out / "probe.csv"]
     for scheme in scheme_order(passkey["scheme"]):
-        written.append(out / f"probe_{scheme}.png")
-        plot_probe_heatmap(passkey, scheme, written[-1])
-    written.append(out / "probe_summary.png")
-    plot_probe_summary(passkey, written[-1])
+        plot_probe_heatmap(passkey, scheme, out / f"probe_{scheme}.png")
+        written += [out / f"probe_{scheme}.png", out / f"probe_{scheme}.svg"]
+    plot_probe_summary(passkey, out / "probe_summary.png")
+    written += [out / "probe_summary.png", out / "probe_summary.svg"]
     if (out / "ppl.csv").is_file():
         write_text(out / "comparison.md", comparison(pd.read_csv(out / "ppl.csv"), info, lang=lang, passkey=passkey))
         written.append(out / "comparison.md")
@@ -253,56 +342,81 @@ def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
                    title="Perplexity past the training length", log_y=True)
 
 
-def scheme_axes(n_schemes: int):
-    """A figure whose colour cycle has a distinct colour per scheme (tab10, or tab20 past ten)."""
-    import matplotlib
+def scheme_style(label: str) -> dict:
+    """Colour and marker by scheme, line style by variant (`rope+yarn`, `sinusoidal+unscaled`): the same
+    in every figure whichever schemes it shows."""
+    base, _, variant = label.partition("+")
+    colour, marker = SCHEME_STYLES.get(base, UNKNOWN_STYLE)
+    return {"color": colour, "marker": marker, "linestyle": VARIANT_LINES.get(variant, "--")}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    ax.set_prop_cycle(color=plt.get_cmap("tab10" if n_schemes <= 10 else "tab20").colors)
-    return fig, ax
+def plain_log_axis(axis, values: Iterable[float]) -> None:
+    """Log ticks labelled as plain numbers (2, 5, 10, not 2×10⁰): 1-2-5 steps, finer when the range is narrow."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
+    finite = [v for v in values if v > 0 and math.isfinite(v)]
+    if not finite:
+        return
+    lo, hi = min(finite), max(finite)
+    decades = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+    ticks: list[float] = []
+    for steps in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)):
+        candidates = sorted({round(m * 10**d, 10) for d in decades for m in steps})
+        ticks = [t for t in candidates if lo / 1.15 <= t <= hi * 1.15]
+        if len(ticks) >= 3:
+            break
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_locator(NullLocator())
+    axis.set_minor_formatter(NullFormatter())
 
 
 def finish_figure(fig, ax, *, train_len: int, xlabel: str, ylabel: str, title: str, path: Path) -> None:
-    """Mark the training length, label, and write the PNG atomically."""
-    import matplotlib.pyplot as plt
-
-    ax.axvline(train_len, color="grey", linestyle="--", linewidth=1, label="training length")
+    """Mark the training length, label, and write PNG and SVG atomically."""
+    ax.axvline(train_len, color="grey", linestyle=":", linewidth=1.2, label=f"training length ({train_len})")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
+    ax.grid(True, which="major", color="0.92", linewidth=0.8)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    write_with(path, lambda p: fig.savefig(p, format="png", dpi=120))
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_by_length(df: pd.DataFrame, *, x: str, y: str, train_len: int, path: Path, xlabel: str, ylabel: str,
                    title: str, log_y: bool = False) -> None:
     """One line per scheme of y against length x (log 2 axis), mean ± std over seeds."""
-    schemes = scheme_order(df["scheme"])
-    fig, ax = scheme_axes(len(schemes))
-    for scheme in schemes:
+    from matplotlib.ticker import NullLocator
+
+    fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
+    for scheme in scheme_order(df["scheme"]):
         stats = df[df.scheme == scheme].groupby(x)[y].agg(["mean", "std"]).dropna(subset=["mean"])
-        ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=scheme)
+        ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), capsize=3, label=scheme,
+                    **scheme_style(scheme))
     ax.set_xscale("log", base=2)
+    lengths = sorted(df[x].unique())
+    ax.set_xticks(lengths, [str(L) for L in lengths])
+    ax.xaxis.set_minor_locator(NullLocator())
     if log_y:
         ax.set_yscale("log")
+        plain_log_axis(ax.yaxis, df[y].dropna())
     finish_figure(fig, ax, train_len=train_len, xlabel=xlabel, ylabel=ylabel, title=title, path=path)
 
 
 def plot_loss_by_position(positions: pd.DataFrame, train_len: int, path: Path) -> None:
-    """Mean NLL by position inside the longest window, seeds averaged: where a scheme breaks."""
+    """Mean NLL by position inside the longest window, seeds averaged, in POSITION_BUCKETS buckets (token
+    weighted): where a scheme breaks, against the training length."""
     longest = positions["eval_len"].max()
-    sub = positions[positions.eval_len == longest]
-    schemes = scheme_order(sub["scheme"])
-    fig, ax = scheme_axes(len(schemes))
-    for scheme in schemes:
-        curve = sub[sub.scheme == scheme].groupby("position")["nll"].mean()
-        ax.plot(curve.index, curve.values, label=scheme)
-    finish_figure(fig, ax, train_len=train_len, xlabel=f"position inside a window of {longest} tokens",
+    sub = positions[positions.eval_len == longest].copy()
+    width = max(1, math.ceil(longest / POSITION_BUCKETS))
+    sub["bucket"] = sub["position"] // width * width
+    sub["nll_sum"] = sub["nll"] * sub["tokens"]
+    fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
+    for scheme in scheme_order(sub["scheme"]):
+        sums = sub[sub.scheme == scheme].groupby("bucket")[["nll_sum", "tokens"]].sum()
+        style = scheme_style(scheme) | {"marker": None}
+        ax.plot(sums.index + width / 2, sums["nll_sum"] / sums["tokens"], label=scheme, linewidth=1.6, **style)
+    finish_figure(fig, ax, train_len=train_len,
+                  xlabel=f"position inside a window of {longest} tokens ({width}-token buckets)",
                   ylabel="mean NLL (nats)", title="Loss by position: where a scheme breaks", path=path)
 
 
@@ -317,4 +431,6 @@ def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str
     plot_ppl_vs_length(df, out / "ppl_vs_length.png")
     if not positions.empty:
         plot_loss_by_position(positions, int(df["train_len"].min()), out / "loss_by_position.png")
-    return [out / n for n in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv", "ppl_vs_length.png", "loss_by_position.png")]
+    figures = ("ppl_vs_length", "loss_by_position") if not positions.empty else ("ppl_vs_length",)
+    return [out / n for n in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv")] + [
+        out / f"{name}.{ext}" for name in figures for ext in ("png", "svg")]

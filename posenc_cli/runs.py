@@ -68,7 +68,8 @@ class LoadedRun:
 
     @property
     def label(self) -> str:
-        """The scheme as reports name it: `rope+yarn` for a run trained with that scaling."""
+        """The scheme as reports name it: `rope+yarn` for a run trained with that scaling,
+        `sinusoidal+unscaled` for one trained off its scale_embeddings default."""
         return self.model.scheme.label
 
     @property

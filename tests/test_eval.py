@@ -7,6 +7,8 @@ import math
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 from conftest import assert_one_line_error, run_cli
@@ -15,7 +17,7 @@ from posenc_cli.evaluate import (
     bits_per_byte, evaluate_length, parse_lengths, parse_overflow, plan_pieces, plan_windows, scored_span,
 )
 from posenc_cli.errors import UsageError
-from posenc_cli.report import comparison, verdict
+from posenc_cli.report import NO_VERDICT, comparison, has_learned, verdict
 
 
 def scored_targets(windows, length):
@@ -28,6 +30,26 @@ def test_nonoverlap_scores_every_target_once_with_its_position_as_context(span, 
     scored = scored_targets(plan_windows(span, length), length)
     assert sorted(t for t, _ in scored) == list(range(span))
     assert all(context == t % length for t, context in scored)
+
+
+@given(st.integers(1, 300), st.integers(0, 700))
+def test_nonoverlap_a_length_that_does_not_divide_the_span_ends_with_a_tail_window(length, extra):
+    span = length + extra
+    windows = plan_windows(span, length)
+    scored = scored_targets(windows, length)
+    assert sorted(t for t, _ in scored) == list(range(span))  # every target exactly once
+    assert all(w.start >= 0 and w.start + length <= span for w in windows)
+    whole = span - span % length  # targets before the tail keep their position as context
+    assert all(context == t % length for t, context in scored if t < whole)
+
+
+@pytest.mark.parametrize("lengths", [[256, 384, 1024], [256, 768, 2048], [100, 256, 1000]])
+@pytest.mark.parametrize("mode", ["nonoverlap", "sliding"])
+def test_every_length_scores_the_same_number_of_targets_even_when_lengths_do_not_divide(lengths, mode):
+    span = scored_span(n_tokens=40_000, lengths=lengths, max_tokens=32_768)
+    assert span == 32_768 - 32_768 % max(lengths)
+    for length in lengths:
+        assert sum(w.scored for w in plan_windows(span, length, mode)) == span
 
 
 @pytest.mark.parametrize("span, length, stride", [(64, 16, 8), (64, 16, 4), (70, 16, 6), (64, 16, 16)])
@@ -133,9 +155,53 @@ def test_parse_lengths():
     assert parse_lengths(" 1024, 512,512") == [512, 1024]
 
 
-@pytest.mark.parametrize("ratio, word", [(1.0, "very strong"), (1.3, "strong"), (2.0, "medium"), (5.0, "weak"), (50, "none"), (math.nan, "none")])
-def test_verdicts(ratio, word):
-    assert verdict(ratio) == word
+@pytest.mark.parametrize("stability, quality, word", [
+    (1.0, 1.0, "very strong"), (1.3, 1.0, "strong"), (2.0, 1.0, "medium"), (5.0, 1.0, "weak"), (50, 1.0, "fails"),
+    (math.nan, math.nan, "fails"),  # past a learned table
+    (1.0, 1.2, "strong"), (1.0, 1.5, "medium"), (1.0, 3.0, "weak"), (1.0, 8.0, "fails"), (2.0, 1.2, "medium"),
+])
+def test_the_verdict_is_the_lower_of_the_stability_and_the_quality_grade(stability, quality, word):
+    assert verdict(stability, quality) == word
+
+
+@given(st.floats(0.5, 100), st.floats(1.0, 100))
+def test_a_scheme_more_than_a_quarter_worse_than_the_best_is_never_strong(stability, quality):
+    if quality > 1.25:
+        assert verdict(stability, quality) not in ("strong", "very strong")
+    assert verdict(stability, quality) != "none"  # never the name of the scheme `none`
+
+
+def test_a_run_that_has_not_learned_gets_no_verdict_however_flat():
+    assert not has_learned(train_ppl=17.7, unigram_ppl=15.96)  # a 20-step smoke model
+    assert not has_learned(train_ppl=0.81 * 16, unigram_ppl=16)  # below, but not clearly
+    assert has_learned(train_ppl=6.0, unigram_ppl=15.96)
+    assert verdict(1.0, 1.0, learned=False) == NO_VERDICT
+
+
+def ppl_rows(scheme, ppls, seed=0, unigram_ppl=16.0, train_len=256):
+    """ppl.csv rows for one run: {eval_len: ppl}."""
+    return [dict(run=f"{scheme}{seed}", scheme=scheme, seed=seed, train_len=train_len, eval_len=L,
+                 mode="nonoverlap", tokens=4096, nll=math.log(p), ppl=p, unigram_ppl=unigram_ppl, note="")
+            for L, p in ppls.items()]
+
+
+def table_rows(text):
+    return {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in text.splitlines() if line.startswith("| ")}
+
+
+def test_comparison_grades_a_flat_but_poor_scheme_below_strong_and_an_unlearned_one_not_at_all():
+    # the demo's shape: NoPE flat (1.11x) but 2.5x the best at 2048; a 20-step model flat at ppl 17.7
+    df = pd.DataFrame(ppl_rows("none", {256: 6.0, 2048: 6.67}) + ppl_rows("alibi", {256: 2.66, 2048: 2.63})
+                      + ppl_rows("rope", {256: 17.7, 2048: 17.8}))
+    text = comparison(df, {})
+    lines = table_rows(text)
+    assert lines[""] == ["none", "rope", "alibi"]
+    assert lines["stability: ppl(2048) / own ppl(256)"] == ["1.11×", "1.01×", "0.99×"]
+    assert lines["quality: ppl(2048) / best's (alibi)"] == ["2.54×", "6.77×", "1.00×"]
+    assert lines["extrapolation, measured"] == ["weak", NO_VERDICT, "very strong"]
+    assert "no verdict for rope: its ppl at 256 (17.70) is not clearly below the unigram perplexity" in text
+    assert "Perplexity on 4,096 validation tokens" in text and "not that it uses them" in text
 
 
 def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
@@ -151,7 +217,7 @@ def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
     assert lines[""] == ["learned", "alibi"]
     assert lines["ppl @ 256 (training length)"] == ["2.72", "5.00 ± 1.41"]
     assert lines["ppl @ 1024 (4×)"] == ["—", "5.00 ± 1.41"]
-    assert lines["extrapolation, measured"] == ["none", "very strong"]
+    assert lines["extrapolation, measured"] == ["fails", "very strong"]
     assert lines["extrapolation, chapters' claim"] == ["none", "very strong"]
     assert lines["外推能力（章节原话）"] == ["无", "极强"]
     assert lines["positional parameters"] == ["32,768", "0"]
@@ -225,3 +291,29 @@ def test_two_evals_into_different_directories_do_not_interfere(smoke_sweep, tmp_
     pd.testing.assert_frame_equal(a, b)
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(p.name for p in (tmp_path / "b").iterdir())
     assert not list(tmp_path.glob("*/.*.tmp"))  # no temporary file left behind by the atomic writes
+
+
+def drawn_colours(df, monkeypatch):
+    """{scheme: colour} of the lines plot_ppl_vs_length draws for df."""
+    from matplotlib.colors import to_hex
+
+    from posenc_cli import report
+
+    drawn = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: drawn.append(fig))
+    report.plot_ppl_vs_length(df, None)
+    colours = {c.get_label(): to_hex(c.lines[0].get_color()) for c in drawn[0].axes[0].containers}
+    report.pyplot().close(drawn[0])
+    return colours
+
+
+def test_each_scheme_keeps_one_colour_blind_safe_colour_in_every_figure(monkeypatch):
+    from posenc_cli.report import SCHEME_STYLES, scheme_style
+
+    assert len({colour for colour, _ in SCHEME_STYLES.values()}) == len(SCHEME_STYLES)  # distinct per scheme
+    everything = pd.DataFrame(sum((ppl_rows(s, {256: 3.0, 1024: 4.0}) for s in SCHEME_STYLES), []))
+    some = everything[everything.scheme.isin(["none", "rope", "alibi"])]  # learned etc. dropped out
+    assert drawn_colours(some, monkeypatch) == {s: c for s, c in drawn_colours(everything, monkeypatch).items()
+                                                if s in ("none", "rope", "alibi")}
+    assert scheme_style("rope+yarn")["color"] == scheme_style("rope")["color"]  # a variant: its base's colour,
+    assert scheme_style("rope+yarn")["linestyle"] != scheme_style("rope")["linestyle"]  # another line style

@@ -238,3 +238,42 @@ def test_alibi_slope_rules(n_head, paper, chapter):
         scheme = build_scheme("alibi", 8 * n_head, n_head, 16, slopes=rule)
         assert scheme.slopes.tolist() == pytest.approx(expected)
         assert torch.allclose(scheme.bias(torch.arange(5)), -torch.tensor(expected)[:, None] * torch.arange(5.0))
+
+
+ADDITIVE = [name for name, cls in SCHEMES.items() if cls.kind == "additive"]
+
+
+@pytest.mark.parametrize("name", ADDITIVE)
+def test_scale_embeddings_defaults_to_the_paper_and_the_config_says_so(name):
+    """sinusoidal scales token embeddings by sqrt(d) as Vaswani et al. do; every other additive scheme does not,
+    and configs/scheme/<name>.yaml spells the default out."""
+    from omegaconf import OmegaConf
+
+    from posenc_cli.config import config_dir
+
+    default = build_scheme(name, 16, 2, block_size=8).scale_embeddings
+    assert default is (name == "sinusoidal")
+    assert OmegaConf.load(config_dir() / "scheme" / f"{name}.yaml").scale_embeddings is default
+
+
+@pytest.mark.parametrize("name", ADDITIVE)
+def test_scale_embeddings_changes_only_the_token_scaling(name):
+    """embed_on(x) = embed_off(sqrt(d)·x): the position vectors are the same either way."""
+    torch.manual_seed(0)
+    on = build_scheme(name, 16, 2, block_size=8, scale_embeddings=True)
+    off = build_scheme(name, 16, 2, block_size=8, scale_embeddings=False)
+    off.load_state_dict(on.state_dict())
+    x, positions = torch.randn(2, 8, 16), torch.arange(8)
+    assert torch.allclose(on.embed(x, positions), off.embed(x * 16**0.5, positions), atol=1e-6)
+    assert torch.allclose(off.embed(x, positions) - x, off.embed(torch.zeros_like(x), positions), atol=1e-6)
+    assert {on.label, off.label} == {name, f"{name}+{'unscaled' if name == 'sinusoidal' else 'scaled'}"}
+
+
+def test_scale_embeddings_is_a_boolean_of_additive_schemes_only():
+    from posenc_cli.config import preflight
+
+    with pytest.raises(UsageError, match="scale_embeddings='yes' is not a boolean"):
+        build_scheme("sinusoidal", 16, 2, block_size=8, scale_embeddings="yes")
+    with pytest.raises(UsageError, match="scale_embeddings"):
+        preflight(["scheme=rope", "+scheme.scale_embeddings=true"])
+    preflight(["scheme=learned", "scheme.scale_embeddings=true"])

@@ -5,8 +5,10 @@ previous word's few favourite successors (a word bigram a tiny model learns in m
 Long-range structure: now and then a span of earlier text is repeated verbatim from a distance drawn
 log-uniformly between `copy_min_distance` and `copy_max_distance` characters (default 32 to 2048, i.e.
 up to 8x the default training length). A model that really uses far context predicts those spans.
-Entropy: the generator knows the probability of every fresh word, so `fresh_entropy` (nats per fresh
-character) is exact for the fresh text; copies cost almost nothing to a model that finds them.
+Entropy: the generator knows the probability of every choice it makes. `fresh_entropy` is the expected
+conditional entropy of fresh text (nats per fresh character: sentence lengths and each word given the
+previous one). A model that finds every copy still pays for the copy events themselves: whether a
+segment is a copy, and each copy's distance and length; `entropy_floor` counts those too (see data/README.md).
 Passkey episodes (off by default, `passkey_rate`): the key sentence with a random key, fresh filler of a
 distance drawn uniformly from `passkey_min_distance`..`passkey_max_distance` characters, then the
 question and the answer (phrasing in passkey.py). Keep the distances inside the training length, so
@@ -50,13 +52,29 @@ class SyntheticSpec:
 @dataclass
 class SyntheticText:
     text: str
-    fresh_entropy: float  # nats per character of fresh (non-copied) text
+    fresh_entropy: float  # expected nats per character of fresh (non-copied) text
     copied_fraction: float
+    event_entropy: float  # nats per character (of all text) in the segment choices and copy parameters
 
     @property
     def entropy_floor(self) -> float:
-        """Approximate nats/char for a model that copies perfectly: fresh entropy on fresh chars only."""
-        return self.fresh_entropy * (1 - self.copied_fraction)
+        """Nats/char for a model that finds every copy: the fresh text's entropy spread over all characters,
+        plus the information in the copy events (an upper bound where a span also occurs at another distance)."""
+        return self.fresh_entropy * (1 - self.copied_fraction) + self.event_entropy
+
+
+def log_uniform_int_nats(value: int, low: int, high: int) -> float:
+    """-ln P(int(exp(U)) = value) for U uniform on [ln low, ln high]: the information in one copy distance."""
+    return -math.log((math.log(min(value + 1, high)) - math.log(max(value, low))) / (math.log(high) - math.log(low)))
+
+
+def copy_length_nats(length: int, distance: int, spec: SyntheticSpec) -> float:
+    """-ln P(a copy from `distance` back has `length` characters): the span is uniform on
+    copy_min_len..copy_max_len, cut to the distance when the distance is shorter."""
+    choices = spec.copy_max_len - spec.copy_min_len + 1
+    if length < distance or distance > spec.copy_max_len:
+        return math.log(choices)
+    return -math.log((spec.copy_max_len - max(distance, spec.copy_min_len) + 1) / choices)
 
 
 def _lexicon(rng: np.random.Generator, size: int) -> list[str]:
@@ -88,7 +106,7 @@ def generate(spec: SyntheticSpec) -> SyntheticText:
     cdf = np.cumsum(next_probs, axis=1)
     out: list[str] = []
     length = fresh_chars = 0
-    fresh_nats = 0.0
+    fresh_nats = event_nats = 0.0
     prev = 0
 
     def sentence() -> tuple[str, float]:
@@ -102,14 +120,26 @@ def generate(spec: SyntheticSpec) -> SyntheticText:
             chosen.append(words[prev])
         return " ".join(chosen) + ". ", nats
 
+    def choice_nats(taken: bool, rate: float) -> float:
+        return -math.log(rate if taken else 1 - rate) if 0 < rate < 1 else 0.0
+
     while length < spec.n_chars:
-        if length > spec.copy_max_distance and rng.random() < spec.copy_rate:
+        copying = length > spec.copy_max_distance and rng.random() < spec.copy_rate
+        event_nats += choice_nats(copying, spec.copy_rate) if length > spec.copy_max_distance else 0.0
+        if not copying and spec.passkey_rate > 0:
+            episode = rng.random() < spec.passkey_rate
+            event_nats += choice_nats(episode, spec.passkey_rate)
+        if copying:
             log_distance = rng.uniform(math.log(spec.copy_min_distance), math.log(spec.copy_max_distance))
             span = int(rng.integers(spec.copy_min_len, spec.copy_max_len + 1))
-            piece = _tail(out, int(math.exp(log_distance)))[:span]
-        elif spec.passkey_rate > 0 and rng.random() < spec.passkey_rate:
+            distance = int(math.exp(log_distance))
+            piece = _tail(out, distance)[:span]
+            event_nats += log_uniform_int_nats(distance, spec.copy_min_distance, spec.copy_max_distance)
+            event_nats += copy_length_nats(len(piece), distance, spec)
+        elif spec.passkey_rate > 0 and episode:
             key = passkey.random_key(rng)
             distance = int(rng.integers(spec.passkey_min_distance, spec.passkey_max_distance + 1))
+            event_nats += math.log(spec.passkey_max_distance - spec.passkey_min_distance + 1)
             filler, nats = "", 0.0
             while len(filler) < distance:
                 text, sentence_nats = sentence()
@@ -126,7 +156,8 @@ def generate(spec: SyntheticSpec) -> SyntheticText:
         out.append(piece)
         length += len(piece)
     text = "".join(out)[: spec.n_chars]
-    return SyntheticText(text, fresh_nats / max(fresh_chars, 1), 1 - fresh_chars / max(length, 1))
+    return SyntheticText(text, fresh_nats / max(fresh_chars, 1), 1 - fresh_chars / max(length, 1),
+                         event_nats / max(length, 1))
 
 
 def _tail(pieces: list[str], n: int) -> str:

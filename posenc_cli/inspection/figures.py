@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from posenc_cli.atomic import write_with
+from posenc_cli.figures import pyplot, save_figure
 from posenc_cli.inspection.checks import (
     bias_by_distance,
     bias_matrix,
@@ -18,23 +18,6 @@ from posenc_cli.inspection.checks import (
     position_vectors,
 )
 from posenc_cli.model.positional import PositionalScheme
-
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def write_png(fig, path: Path) -> Path:
-    """Lay the figure out, write it atomically as a PNG at path, and free it."""
-    fig.tight_layout()
-    write_with(path, lambda p: fig.savefig(p, format="png", dpi=100))
-    pyplot().close(fig)
-    return path
 
 
 def rotation_angles(scheme: PositionalScheme, length: int) -> torch.Tensor:
@@ -60,20 +43,20 @@ def figures_additive(scheme: PositionalScheme, length: int, out: Path, label: st
     image = ax.imshow(pe, aspect="auto", cmap="RdBu_r", interpolation="nearest")
     ax.set(xlabel="dimension", ylabel="position", title=f"{label}: position vectors")
     fig.colorbar(image, ax=ax)
-    written = [write_png(fig, out / "pe_heatmap.png")]
+    written = [save_figure(fig, out / "pe_heatmap.png")]
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     width = pe.shape[1]
     for dim in sorted({0, 1, width // 32 * 2, width // 16 * 2, width // 8 * 2} - {width}):
         ax.plot(pe[:, dim], label=f"dim {dim}")
     ax.set(xlabel="position", ylabel="value", title=f"{label}: dimensions as waveforms")
     ax.legend(fontsize=7, ncol=5, loc="lower right")
-    written.append(write_png(fig, out / "pe_waveforms.png"))
+    written.append(save_figure(fig, out / "pe_waveforms.png"))
     unit = torch.nn.functional.normalize(torch.from_numpy(pe), dim=1)
     fig, ax = plt.subplots(figsize=(5.6, 4.6))
     image = ax.imshow((unit @ unit.T).numpy(), cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
     ax.set(xlabel="position j", ylabel="position i", title=f"{label}: cosine similarity of positions")
     fig.colorbar(image, ax=ax)
-    written.append(write_png(fig, out / "pe_cosine.png"))
+    written.append(save_figure(fig, out / "pe_cosine.png"))
     if scheme.max_len is None:  # computed, so it can be drawn past the length it was trained or checked at
         written += figures_past_length(scheme, length, out, label)
     return written
@@ -92,7 +75,7 @@ def figures_past_length(scheme: PositionalScheme, length: int, out: Path, label:
         ax.set(ylabel=f"dim {dim}")
     axes[0].set_title(f"{label}: dimensions past the length {length} (shaded)")
     axes[-1].set(xlabel="position")
-    written = [write_png(fig, out / "pe_past_length.png")]
+    written = [save_figure(fig, out / "pe_past_length.png")]
     fig, ax = plt.subplots(figsize=(7.2, 3.6))
     offsets = np.arange(3 * length + 1)
     for pos in (0, length // 2, length - 1):
@@ -101,7 +84,7 @@ def figures_past_length(scheme: PositionalScheme, length: int, out: Path, label:
     ax.set(xlabel="offset k (shaded: k past the length)", ylabel="PE(pos)·PE(pos+k)",
            title=f"{label}: similarity of positions k apart")
     ax.legend(fontsize=8)
-    written.append(write_png(fig, out / "pe_dot_by_offset.png"))
+    written.append(save_figure(fig, out / "pe_dot_by_offset.png"))
     return written
 
 
@@ -116,7 +99,7 @@ def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str)
     fig.colorbar(image, ax=left)
     right.semilogy(angles[:, 1].abs().numpy(), marker="o")
     right.set(xlabel="frequency pair i", ylabel="θ_i (radians per position)", title=f"{label}: angle per step")
-    written = [write_png(fig, out / "rotary_angles.png")]
+    written = [save_figure(fig, out / "rotary_angles.png")]
     g = generator()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     for name, vectors in (("q = k = all ones", torch.ones(1, scheme.head_dim)),
@@ -127,12 +110,12 @@ def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str)
         ax.plot(logit.mean(0).numpy(), label=name)
     ax.set(xlabel="relative distance m − n", ylabel="q_m·k_n / ‖q‖‖k‖", title=f"{label}: logit vs distance")
     ax.legend(fontsize=8)
-    written.append(write_png(fig, out / "rotary_logit_vs_distance.png"))
+    written.append(save_figure(fig, out / "rotary_logit_vs_distance.png"))
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     ax.plot(difference_by_distance(scheme, length).numpy())
     ax.set(xlabel="distance k", ylabel="‖rope(x, k) − rope(x, 0)‖ / ‖x‖",
            title=f"{label}: farther → larger difference? (mean of 64 x)")
-    written.append(write_png(fig, out / "rotary_difference_vs_distance.png"))
+    written.append(save_figure(fig, out / "rotary_difference_vs_distance.png"))
     return written
 
 
@@ -147,13 +130,13 @@ def figures_bias(scheme: PositionalScheme, length: int, out: Path, label: str) -
         ax.set(title=f"head {h}", xlabel="key j", ylabel="query i" if h == 0 else None)
         fig.colorbar(image, ax=ax, fraction=0.046)
     fig.suptitle(f"{label}: attention bias per head (masked above the diagonal)")
-    written = [write_png(fig, out / "bias_matrices.png")]
+    written = [save_figure(fig, out / "bias_matrices.png")]
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     for h, curve in enumerate(bias_by_distance(scheme, length)):
         ax.plot(curve.numpy(), label=f"head {h}")
     ax.set(xlabel="distance i − j", ylabel="bias added to the score", title=f"{label}: bias vs distance")
     ax.legend(fontsize=7, ncol=2)
-    written.append(write_png(fig, out / "bias_vs_distance.png"))
+    written.append(save_figure(fig, out / "bias_vs_distance.png"))
     return written
 
 
@@ -186,4 +169,4 @@ def figure_attention(run, layer: int, head: int, length: int, out: Path) -> Path
         ax.set_xticks(range(len(chars)), chars, fontsize=6)
         ax.set_yticks(range(len(chars)), chars, fontsize=6)
     fig.colorbar(image, ax=ax, label="attention weight (square-root colour scale)")
-    return write_png(fig, out / f"attention_layer{layer}_head{head}.png")
+    return save_figure(fig, out / f"attention_layer{layer}_head{head}.png")

@@ -14,6 +14,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from posenc_cli.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -37,6 +39,7 @@ class PositionalScheme(nn.Module):
     # True: the constructor takes RoPE context extension (scaling, scaling_factor, scaling_len,
     # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
     scalable: ClassVar[bool] = False
+    scales_embeddings: ClassVar[bool | None] = None  # additive schemes: the default of scheme.scale_embeddings
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
         super().__init__()
@@ -81,6 +84,41 @@ class PositionalScheme(nn.Module):
         before its query (only distances >= 0 are ever attended), or None. A function of distance
         alone, so with positions 0..T-1 the attention evaluates it once per distance, not per pair."""
         return None
+
+
+class AdditiveScheme(PositionalScheme):
+    """Adds a vector per position to the token embeddings (`encoding`).
+
+    `scale_embeddings` multiplies the token embeddings by sqrt(d) first, as Vaswani et al. (2017,
+    section 3.4) do. It sets how loud the tokens are against the positions: token embeddings start at
+    std `model.embed_std` (0.02), a sinusoidal encoding has unit amplitude, so unscaled the position
+    signal is ~37x the token signal at d = 128. It is an option of every additive scheme, so a
+    comparison can hold it fixed; each scheme's default is its paper's.
+    """
+
+    kind = "additive"
+    scales_embeddings = False
+
+    def __init__(self, n_embd: int, n_head: int, block_size: int, scale_embeddings: bool | None = None):
+        super().__init__(n_embd, n_head, block_size)
+        scale = type(self).scales_embeddings if scale_embeddings is None else scale_embeddings
+        if not isinstance(scale, bool):
+            raise UsageError(f"scheme.scale_embeddings={scale_embeddings!r} is not a boolean; choose true or false")
+        self.scale_embeddings = scale
+
+    @property
+    def label(self) -> str:
+        if self.scale_embeddings == type(self).scales_embeddings:
+            return self.name
+        return f"{self.name}+{'scaled' if self.scale_embeddings else 'unscaled'}"
+
+    def encoding(self, positions: torch.Tensor) -> torch.Tensor:
+        """(T,) positions -> (T, C) vectors added to the token embeddings."""
+        raise NotImplementedError
+
+    def embed(self, x, positions):
+        scaled = x * self.n_embd**0.5 if self.scale_embeddings else x
+        return scaled + self.encoding(positions).to(x.dtype)
 
 
 class NoPE(PositionalScheme):

@@ -11,18 +11,18 @@ import torch
 from torch import nn
 
 from posenc_cli.errors import PositionOutOfRange
-from posenc_cli.model.positional.base import Claim, PositionalScheme
+from posenc_cli.model.positional.base import AdditiveScheme, Claim
 
 
-class Learned(PositionalScheme):
+class Learned(AdditiveScheme):
     name = "learned"
-    kind = "additive"
     relative = "none"
     param_formula = "max_len·d"
     claim = Claim("none", "无", "GPT-2")
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, max_len: int | None = None):
-        super().__init__(n_embd, n_head, block_size)
+    def __init__(self, n_embd: int, n_head: int, block_size: int, max_len: int | None = None,
+                 scale_embeddings: bool | None = None):
+        super().__init__(n_embd, n_head, block_size, scale_embeddings)
         self.table = nn.Embedding(max_len or block_size, n_embd)
         nn.init.normal_(self.table.weight, std=0.02)
 
@@ -34,10 +34,10 @@ class Learned(PositionalScheme):
         old = state["table.weight"]
         return {**state, "table.weight": old[torch.arange(self.max_len, device=old.device) % old.size(0)]}
 
-    def embed(self, x, positions):
+    def encoding(self, positions):
         if positions.numel() and int(positions.max()) >= self.max_len:
             raise PositionOutOfRange(
                 f"learned positions stop at {self.max_len - 1}: the table has max_len={self.max_len} rows, "
                 f"position {int(positions.max())} was asked for"
             )
-        return x + self.table(positions)
+        return self.table(positions)
