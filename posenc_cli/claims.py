@@ -28,5 +28,12 @@ CLAIMS: dict[str, Claim] = {
 }
 
 
-def claim_for(scheme: str) -> Claim:
-    return CLAIMS.get(scheme.split("+")[0], NOT_IN_CHAPTERS) if "+" not in scheme else NOT_IN_CHAPTERS
+def scheme_of(label: str) -> str:
+    """The scheme in a column label: 'rope+yarn' itself; a Hugging Face model's 'pythia-160m (rope+yarn)'
+    -> 'rope+yarn'."""
+    return label[label.rindex(" (") + 2 : -1] if label.endswith(")") and " (" in label else label
+
+
+def claim_for(label: str) -> Claim:
+    """The chapters' claim for a column's scheme; a RoPE-scaled variant (rope+yarn) is not in the chapters."""
+    return CLAIMS.get(scheme_of(label), NOT_IN_CHAPTERS)

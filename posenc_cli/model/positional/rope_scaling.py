@@ -24,6 +24,7 @@ from posenc_cli.errors import UsageError
 from posenc_cli.model.positional.rope import rope_inv_freq
 
 METHODS = ("none", "linear", "ntk", "dynamic", "yarn")
+HF_ONLY = ("llama3",)  # transformers' own implementations, for `hf:` models (see posenc_cli/hf.py)
 
 
 def ntk_base(base: float, s: float, head_dim: int) -> float:
@@ -72,8 +73,9 @@ class RopeScaling:
     factor: float | None = None
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise UsageError(f"--rope-scaling {self.method} is not known; choose from: {', '.join(METHODS)}")
+        if self.method not in METHODS + HF_ONLY:
+            raise UsageError(f"--rope-scaling {self.method} is not known; choose from: {', '.join(METHODS)} "
+                             f"(hf: models also {', '.join(HF_ONLY)})")
         if self.factor is not None and not self.factor > 0:
             raise UsageError(f"--rope-factor must be a positive number, got {self.factor}")
 
@@ -96,7 +98,9 @@ class RopeScaling:
             return rope_inv_freq(head_dim, dynamic_base(base, s, head_dim, seq_len, self.train_len)), 1.0
         if self.method == "yarn":
             return yarn_inv_freq(inv_freq, s, yarn_ramp(head_dim, base, self.train_len)), yarn_temperature(s)
-        return inv_freq, 1.0
+        if self.method == "none":
+            return inv_freq, 1.0
+        raise UsageError(f"--rope-scaling {self.method} exists for hf: models only")
 
 
 def parse_rope_scaling(text: str, factor: float | None) -> list[str]:
