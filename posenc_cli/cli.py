@@ -189,7 +189,7 @@ def probe(
         run.check_fits([L for L in {*wanted, run.train_len} if run.max_len is None or L <= run.max_len])
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
-    info = {r.scheme: r.facts() for r in loaded}
+    info = {r.label: r.facts() for r in loaded}
     out = out or timestamped_dir("probe")
     written = write_probe_outputs(df, info, out, lang)
     schemes = scheme_order(df["scheme"])
@@ -266,9 +266,10 @@ def inspect_command(
       posenc inspect rope --dim 64 --heads 2\n
       posenc inspect --run outputs/runs/RUN --layer 1 --head 2
     """
-    from posenc_cli.inspection import inspect_scheme, print_report
+    from posenc_cli.inspection.command import inspect_scheme, print_report
 
-    print_report(inspect_scheme(scheme, dim, length, heads, out, run, layer, head))
+    print_report(inspect_scheme(name=scheme, dim=dim, length=length, heads=heads, out=out, run_dir=run,
+                                layer=layer, head=head))
 
 
 @app.command()

@@ -166,25 +166,25 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
 
     eval_text = read_text_file(data_path, what="--data") if data_path else None
     corpora: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    plans = {}  # run -> (tokens, bytes of the scored targets, lengths, span); bad input is found here, before any work
+    plans = {}  # run -> (tokens, bytes per token, lengths, span, variants): bad input is found before any work
     for run in runs:
         tokens, token_bytes = run.eval_tokens(eval_text, corpora)
         run_lengths = sorted(set(lengths) | {run.train_len})
         span = scored_span(len(tokens), run_lengths, max_tokens)
         for length in run_lengths:
             plan_windows(span, length, mode, stride)  # validates mode and stride
-        variants = run.variants(rope_scaling, rope_factor)  # validates the methods for this run
+        variants = run.variants(list(rope_scaling), rope_factor)  # validates the methods for this run
         run.check_fits([L for L in run_lengths if run.max_len is None or L <= run.max_len])
         plans[id(run)] = (tokens, token_bytes, run_lengths, span, variants)
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
-    jobs = [(run, scheme, scaling) for run in runs for scheme, scaling in plans[id(run)][4]]
+    jobs = [(run, variant) for run in runs for variant in plans[id(run)][4]]
     with ui.progress() as bar:
-        task = bar.add_task("eval", total=sum(len(plans[id(run)][2]) for run, _, _ in jobs), status="")
-        for run, scheme, scaling in jobs:
+        task = bar.add_task("eval", total=sum(len(plans[id(run)][2]) for run, _ in jobs), status="")
+        for run, variant in jobs:
             tokens, token_bytes, run_lengths, span, _ = plans[id(run)]
+            scheme = run.use_variant(variant)  # evaluation time only: the checkpoint is untouched
             scorer = run.scorer(device)
-            run.use_scaling(scaling)  # evaluation time only: the checkpoint is untouched
             info[scheme] = run.facts()
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
@@ -196,7 +196,8 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
                     result = evaluate_length(scorer, tokens, span, length, mode, stride, token_bytes)
-                    row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl, bytes=result.bytes, bpb=result.bpb)
+                    row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl,
+                               bytes=result.bytes, bpb=result.bpb)
                     position_rows += [
                         {"run": str(run.path), "scheme": scheme, "seed": run.seed, "eval_len": length,
                          "position": p, "nll": nll, "tokens": n} for p, nll, n in position_buckets(result)

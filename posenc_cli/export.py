@@ -35,8 +35,14 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     out = Path(out) if out is not None else Path(run_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a directory")
-    config = {"format": FORMAT, "version": VERSION, "model_config": run.model.cfg.to_dict(),
-              "vocab": list(run.vocab.chars), "train_len": run.train_len, "data": run.checkpoint.get("data")}
+    config = {
+        "format": FORMAT,
+        "version": VERSION,
+        "model_config": run.model.cfg.to_dict(),
+        "vocab": list(run.vocab.chars),
+        "train_len": run.train_len,
+        "data": run.checkpoint.get("data"),
+    }
     write_with(out / WEIGHTS, lambda p: st.save_model(run.model, str(p)))  # tied head stored once
     write_text(out / CONFIG, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     return out
@@ -48,19 +54,25 @@ def load_export(directory: str | Path) -> tuple[GPT, Vocab, int]:
     directory = Path(directory)
     for name in (CONFIG, WEIGHTS):
         if not (directory / name).is_file():
-            raise UsageError(f"{directory} is not a posenc export: it has no {name} (write one with posenc export RUN)")
+            raise UsageError(
+                f"{directory} is not a posenc export: it has no {name} (write one with posenc export RUN)"
+            )
     try:
         config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"{directory / CONFIG} is not valid JSON ({err})") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT or config.get("version") != VERSION:
-        raise UsageError(f"{directory / CONFIG} is not a posenc model config (format {FORMAT!r} version {VERSION})")
+        raise UsageError(
+            f"{directory / CONFIG} is not a posenc model config (format {FORMAT!r} version {VERSION})"
+        )
     model = GPT(ModelConfig(**config["model_config"]))
     try:
         missing, unexpected = st.load_model(model, str(directory / WEIGHTS), strict=False)
     except Exception as err:  # safetensors' own error type for a truncated or foreign file
         raise UsageError(f"{directory / WEIGHTS} cannot be read ({type(err).__name__})") from None
     if missing or unexpected:
-        raise UsageError(f"{directory / WEIGHTS} does not match its config.json "
-                         f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+        raise UsageError(
+            f"{directory / WEIGHTS} does not match its config.json "
+            f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
+        )
     return model.eval(), Vocab(tuple(config["vocab"])), int(config["train_len"])

@@ -37,9 +37,18 @@ from posenc_cli.model.positional.rope_scaling import RopeScaling
 PREFIX = "hf:"
 # model_type -> the chapters' scheme it uses
 SCHEMES = {
-    "gpt2": "learned", "opt": "learned", "gpt_neo": "learned", "gpt_bigcode": "learned",
-    "llama": "rope", "qwen2": "rope", "qwen3": "rope", "mistral": "rope", "gpt_neox": "rope", "olmo": "rope",
-    "bloom": "alibi", "mpt": "alibi",
+    "gpt2": "learned",
+    "opt": "learned",
+    "gpt_neo": "learned",
+    "gpt_bigcode": "learned",
+    "llama": "rope",
+    "qwen2": "rope",
+    "qwen3": "rope",
+    "mistral": "rope",
+    "gpt_neox": "rope",
+    "olmo": "rope",
+    "bloom": "alibi",
+    "mpt": "alibi",
 }
 CONTEXT_KEYS = ("n_positions", "max_position_embeddings", "max_seq_len", "seq_length", "n_ctx")
 # Configs that state no context: BLOOM was trained on 2,048-token sequences (BigScience 2022, §3.3)
@@ -89,18 +98,23 @@ def load_pretrained(loader, source: str, name: str, **kwargs):
         return loader.from_pretrained(source, local_files_only=True, **kwargs)
     except OSError:
         if not hub_reachable():
-            raise UsageError(f"{name} is neither a local directory nor in the Hugging Face cache, and the hub cannot be "
-                             "reached (no network, or HF_HUB_OFFLINE=1); give a local model directory") from None
+            raise UsageError(
+                f"{name} is neither a local directory nor in the Hugging Face cache, and the hub cannot be "
+                "reached (no network, or HF_HUB_OFFLINE=1); give a local model directory"
+            ) from None
     return loader.from_pretrained(source, **kwargs)
 
 
-def load_hf_model(name: str, context: int | None = None, device: torch.device | str = "cpu",
-                  dtype: str = "fp32") -> "HFModel":
+def load_hf_model(
+    name: str, context: int | None = None, device: torch.device | str = "cpu", dtype: str = "fp32"
+) -> "HFModel":
     """`hf:ID_OR_PATH` -> HFModel; every way it can fail is one line."""
     tf = transformers_module()
-    source = name[len(PREFIX):]
+    source = name[len(PREFIX) :]
     if not source:
-        raise UsageError(f"{name!r} names no model; give hf:ID (a hub id such as gpt2) or hf:PATH (a local directory)")
+        raise UsageError(
+            f"{name!r} names no model; give hf:ID (a hub id such as gpt2) or hf:PATH (a local directory)"
+        )
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
     try:
@@ -111,25 +125,37 @@ def load_hf_model(name: str, context: int | None = None, device: torch.device | 
         raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
     model_class = tf.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
     if model_class is None:
-        raise UsageError(f"{name} is a {config.model_type} model, not a causal LM; posenc evaluates causal LMs "
-                         f"({', '.join(sorted(SCHEMES))})")
+        raise UsageError(
+            f"{name} is a {config.model_type} model, not a causal LM; posenc evaluates causal LMs "
+            f"({', '.join(sorted(SCHEMES))})"
+        )
     if config.model_type not in SCHEMES:
-        raise UsageError(f"{name} is a {config.model_type} model, whose positional scheme posenc does not know; "
-                         f"known: {', '.join(sorted(SCHEMES))}")
+        raise UsageError(
+            f"{name} is a {config.model_type} model, whose positional scheme posenc does not know; "
+            f"known: {', '.join(sorted(SCHEMES))}"
+        )
     train_len = context or training_length(config)
     if not train_len:
         raise UsageError(f"{name}'s config states no context length; give it with --hf-context N")
     attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
     try:
         tokenizer = load_pretrained(tf.AutoTokenizer, source, name)
-        model = load_pretrained(tf.AutoModelForCausalLM, source, name, config=config, dtype=DTYPES[dtype],
-                                attn_implementation=attention)
+        model = load_pretrained(
+            tf.AutoModelForCausalLM,
+            source,
+            name,
+            config=config,
+            dtype=DTYPES[dtype],
+            attn_implementation=attention,
+        )
     except UsageError:
         raise
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
     if not getattr(tokenizer, "is_fast", False):
-        raise UsageError(f"{name} has no fast tokenizer (tokenizer.json), which posenc needs to count bytes per token")
+        raise UsageError(
+            f"{name} has no fast tokenizer (tokenizer.json), which posenc needs to count bytes per token"
+        )
     return HFModel(name, model.eval(), tokenizer, int(train_len), attention, torch.device(device))
 
 
@@ -148,7 +174,7 @@ def training_length(config) -> int | None:
 
 def short_name(name: str) -> str:
     """The label a column shows: a hub id as given, a local directory by its last component."""
-    source = name[len(PREFIX):].rstrip("/")
+    source = name[len(PREFIX) :].rstrip("/")
     return Path(source).name if Path(source).expanduser().is_dir() else source
 
 
@@ -179,7 +205,9 @@ class HFModel:
         self.base_scheme = SCHEMES[self.config.model_type]
         self.scheme = f"{short_name(name)} ({self.base_scheme})"
         self.tokenizer_name = name
-        self.rotary = {n: m for n, m in model.named_modules() if hasattr(m, "rope_type") and hasattr(m, "inv_freq")}
+        self.rotary = {
+            n: m for n, m in model.named_modules() if hasattr(m, "rope_type") and hasattr(m, "inv_freq")
+        }
         self.scaling: RopeScaling | None = None
         self.built: tuple[str, float] | None = None  # (method, factor) the rotary modules now hold
         model.to(device)
@@ -190,10 +218,18 @@ class HFModel:
         return self.train_len if self.base_scheme == "learned" else None
 
     def facts(self) -> dict:
-        tables = [m.weight for n, m in self.model.named_modules() if self.base_scheme == "learned"
-                  and isinstance(m, torch.nn.Embedding) and (n.endswith("wpe") or "position" in n)]
-        return {"positional_params": sum(t.numel() for t in tables), "relative": "none" if tables else "explicit",
-                "used_by": short_name(self.path)}
+        tables = [
+            m.weight
+            for n, m in self.model.named_modules()
+            if self.base_scheme == "learned"
+            and isinstance(m, torch.nn.Embedding)
+            and (n.endswith("wpe") or "position" in n)
+        ]
+        return {
+            "positional_params": sum(t.numel() for t in tables),
+            "relative": "none" if tables else "explicit",
+            "used_by": short_name(self.path),
+        }
 
     # -- text -------------------------------------------------------------------------------------
     def eval_tokens(self, text: str | None, cache: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,11 +237,15 @@ class HFModel:
         special tokens: windows start anywhere in the text. Token i accounts for the text from the end
         of token i-1 to its own end, so the bytes of any run of targets add up exactly."""
         if text is None:
-            raise UsageError(f"{self.path} needs --data FILE: the text to evaluate it on (its own tokenizer is used)")
+            raise UsageError(
+                f"{self.path} needs --data FILE: the text to evaluate it on (its own tokenizer is used)"
+            )
         encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ends = [end for _, end in encoded["offset_mapping"]]
         token_bytes = [len(text[prev:end].encode("utf-8")) for prev, end in zip([0] + ends[:-1], ends)]
-        return torch.tensor(encoded["input_ids"], dtype=torch.long), torch.tensor(token_bytes, dtype=torch.long)
+        return torch.tensor(encoded["input_ids"], dtype=torch.long), torch.tensor(
+            token_bytes, dtype=torch.long
+        )
 
     # -- memory -----------------------------------------------------------------------------------
     def memory_needed(self, length: int) -> int:
@@ -218,7 +258,9 @@ class HFModel:
         inner = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * hidden
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         activations = length * (8 * hidden + 2 * inner) * element
-        scores = 3 * heads * length * length * element if self.attention == "eager" else length * length  # mask
+        scores = (
+            3 * heads * length * length * element if self.attention == "eager" else length * length
+        )  # mask
         logits = 2 * LOGITS_CHUNK * c.vocab_size * 4
         return weights + activations + scores + logits
 
@@ -226,9 +268,11 @@ class HFModel:
         longest = max(lengths)
         need, have = self.memory_needed(longest), machine_memory(self.device)
         if need > have:
-            raise UsageError(f"{self.path} at {longest} tokens needs about {need / 2**30:.1f} GiB ({self.attention} "
-                             f"attention, batch 1), more than the {have / 2**30:.1f} GiB free on {self.device}; "
-                             "use shorter --lengths, --dtype bf16, or --device cuda")
+            raise UsageError(
+                f"{self.path} at {longest} tokens needs about {need / 2**30:.1f} GiB ({self.attention} "
+                f"attention, batch 1), more than the {have / 2**30:.1f} GiB free on {self.device}; "
+                "use shorter --lengths, --dtype bf16, or --device cuda"
+            )
 
     # -- scoring ----------------------------------------------------------------------------------
     def scorer(self, device) -> "HFModel":
@@ -251,8 +295,13 @@ class HFModel:
     def token_nll(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         hidden = self.hidden_states(inputs)
         targets = targets.to(self.device)
-        return torch.cat([token_nll(logits, targets[:, s : s + logits.size(1)])
-                          for s, logits in self.chunked_logits(hidden)], dim=1)
+        return torch.cat(
+            [
+                token_nll(logits, targets[:, s : s + logits.size(1)])
+                for s, logits in self.chunked_logits(hidden)
+            ],
+            dim=1,
+        )
 
     @torch.no_grad()
     def last_logits(self, inputs: torch.Tensor, n: int) -> torch.Tensor:
@@ -260,15 +309,20 @@ class HFModel:
         return self.model.get_output_embeddings()(hidden).float()
 
     # -- RoPE scaling -----------------------------------------------------------------------------
-    def variants(self, methods: list[str], factor: float | None) -> list[tuple[str, RopeScaling | None]]:
-        if self.base_scheme != "rope":
-            return [(self.scheme, None)]
-        name = short_name(self.path)
-        return [(self.scheme, None) if m == "none" else (f"{name} (rope+{m})", RopeScaling(m, self.train_len, factor))
-                for m in methods]
+    @property
+    def label(self) -> str:
+        return self.scheme
 
-    def use_scaling(self, scaling: RopeScaling | None) -> None:
+    def variants(self, methods: list[str], factor: float | None) -> list[RopeScaling | None]:
+        """A rotary model once per RoPE scaling method (None: as published); any other model once."""
+        if self.base_scheme != "rope":
+            return [None]
+        return [None if m == "none" else RopeScaling(m, self.train_len, factor) for m in methods]
+
+    def use_variant(self, scaling: RopeScaling | None) -> str:
+        """Evaluate with this scaling from now on; its label, e.g. 'pythia-160m (rope+yarn)'."""
         self.scaling = scaling
+        return self.scheme if scaling is None else f"{short_name(self.path)} (rope+{scaling.method})"
 
     def build_rotary(self, seq_len: int) -> None:
         """Give every rotary module the frequencies of the current scaling at this sequence length."""
@@ -305,8 +359,10 @@ class HFModel:
                     break
                 count -= 1
             if len(prompt) + len(answer) > length:
-                raise UsageError(f"a passkey trial for {self.path} needs {len(prompt) + len(answer)} tokens; "
-                                 f"length {length} is too short")
+                raise UsageError(
+                    f"a passkey trial for {self.path} needs {len(prompt) + len(answer)} tokens; "
+                    f"length {length} is too short"
+                )
             out.append((torch.tensor([prompt]), torch.tensor([answer])))
         return out
 
@@ -362,4 +418,3 @@ def scaled_config(config, method: str, factor: float, train_len: int):
         raise UsageError(f"--rope-scaling {method} has no transformers counterpart")
     config.rope_parameters = params
     return config
-

@@ -113,8 +113,8 @@ def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed:
             scorer = run.scorer(device)
             for length in sorted(set(lengths) | {run.train_len}):
                 for depth in depths:
-                    bar.update(task, status=f"{run.scheme} seed {run.seed} @ {length}, depth {depth:g}")
-                    row = {"run": str(run.path), "scheme": run.scheme, "seed": run.seed, "train_len": run.train_len,
+                    bar.update(task, status=f"{run.label} seed {run.seed} @ {length}, depth {depth:g}")
+                    row = {"run": str(run.path), "scheme": run.label, "seed": run.seed, "train_len": run.train_len,
                            "length": length, "depth": depth, "trials": 0, "accuracy": math.nan, "key_nll": math.nan}
                     if run.max_len is None or length <= run.max_len:
                         scored = [score(scorer, prompts, keys)

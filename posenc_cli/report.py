@@ -91,8 +91,9 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passke
         label = f"ppl @ {L}" + (" (training length)" if L == train_len else f" ({L / train_len:g}×)")
         rows.append([label] + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["ppl"]) for s in schemes])
     if mixes_tokenizers(df):
-        rows += [[f"bits per byte @ {L}"] + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["bpb"], digits=3)
-                                            for s in schemes] for L in lengths]
+        rows += [[f"bits per byte @ {L}"]
+                 + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["bpb"], digits=3) for s in schemes]
+                 for L in lengths]
     ratios, words = [], []
     for s in schemes:
         sub = df[df.scheme == s].groupby("eval_len")["ppl"].mean()

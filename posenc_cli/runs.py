@@ -20,7 +20,7 @@ from posenc_cli.data import load_corpus
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig
-from posenc_cli.model.positional.rope_scaling import METHODS, RopeScaling
+from posenc_cli.model.positional.rope_scaling import METHODS
 
 
 def is_run_dir(path: Path) -> bool:
@@ -67,6 +67,7 @@ class LoadedRun:
     train_len: int
     summary: dict[str, Any]
     checkpoint: dict[str, Any]
+    active: GPT | None = None  # the model as evaluated now (use_variant); None: as trained
     tokenizer_name = "char"
 
     @property
@@ -74,8 +75,22 @@ class LoadedRun:
         return self.model.cfg.scheme
 
     @property
+    def label(self) -> str:
+        """The scheme as reports name it: `rope+yarn` for a run trained with that scaling."""
+        return self.model.pos.label
+
+    @property
     def seed(self) -> int:
         return int(self.checkpoint.get("seed", self.summary.get("seed", 0)))
+
+    def model_with(self, **scheme_options: Any) -> GPT:
+        """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none."""
+        if not scheme_options:
+            return self.model
+        cfg = self.model.cfg.to_dict()
+        model = GPT(ModelConfig(**{**cfg, "scheme_options": {**cfg["scheme_options"], **scheme_options}}))
+        model.load_state_dict(self.model.state_dict())
+        return model.eval()
 
     @property
     def max_len(self) -> int | None:
@@ -84,7 +99,7 @@ class LoadedRun:
     def facts(self) -> dict:
         from posenc_cli.report import scheme_facts
 
-        return scheme_facts(self.model)
+        return scheme_facts(self.active or self.model)
 
     def data_key(self) -> str:
         return repr(sorted(self.checkpoint["data"].items()))
@@ -105,23 +120,30 @@ class LoadedRun:
     def scorer(self, device):
         from posenc_cli.evaluate import LogitsScorer
 
-        return LogitsScorer(self.model.to(device), device)
+        return LogitsScorer((self.active or self.model).to(device), device)
 
-    def variants(self, methods: list[str], factor: float | None) -> list[tuple[str, RopeScaling | None]]:
-        """(scheme label, scaling) pairs: a rotary run once per method, labelled `rope+yarn` etc.
-        ('none' keeps the plain name); any other run once, as it is."""
-        if not hasattr(self.model.pos, "scaling"):
-            return [(self.scheme, None)]
+    def variants(self, methods: list[str], factor: float | None) -> list[dict]:
+        """The scheme options to evaluate this run with: for a scheme that takes RoPE scaling, one set per
+        method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
+        has it built in, and a second one on top is refused rather than composed."""
+        scheme = self.model.pos
+        if not scheme.scalable or methods == ["none"]:
+            return [{}]
+        if scheme.scaling is not None:
+            raise UsageError(
+                f"--rope-scaling {','.join(methods)}: {self.path} was trained with scheme.scaling={scheme.scaling.method}, "
+                "which its evaluation always applies; evaluate it without --rope-scaling (scalings do not compose)"
+            )
         for method in methods:
             if method not in METHODS:
                 raise UsageError(f"--rope-scaling {method} exists for hf: models only; posenc's own rotary runs "
                                  f"take {', '.join(METHODS)}")
-        return [(self.scheme, None) if m == "none" else (f"{self.scheme}+{m}", RopeScaling(m, self.train_len, factor))
-                for m in methods]
+        return [{"scaling": m, "scaling_factor": factor, "scaling_len": self.train_len} for m in methods]
 
-    def use_scaling(self, scaling: RopeScaling | None) -> None:
-        if hasattr(self.model.pos, "scaling"):
-            self.model.pos.scaling = scaling
+    def use_variant(self, options: dict) -> str:
+        """Evaluate with these scheme options from now on (the checkpoint is untouched); its label."""
+        self.active = self.model_with(**options)
+        return self.active.pos.label
 
     def check_probe(self) -> None:
         from posenc_cli.probe import check_vocab

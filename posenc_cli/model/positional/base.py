@@ -2,7 +2,8 @@
 
 A scheme may add to the token embeddings (`embed`), rotate queries and keys (`rotate`), or add a
 bias to the attention scores (`bias`). Every hook defaults to "do nothing", so NoPE is the empty
-subclass and the model calls all three hooks without ever asking which scheme it holds.
+subclass. The model calls `embed` and `rotate` always and `bias` when `adds_bias` is set, without
+ever asking which scheme it holds.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ class PositionalScheme(nn.Module):
     param_formula: ClassVar[str] = "0"
     preserves_norms: ClassVar[bool] = True  # rotary schemes: False where q and k are also rescaled (xPos)
     adds_bias: ClassVar[bool] = False  # True: the model calls `bias` and cannot use the plain causal kernel
+    # True: the constructor takes RoPE context extension (scaling, scaling_factor, scaling_len,
+    # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
+    scalable: ClassVar[bool] = False
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
         super().__init__()
@@ -30,6 +34,11 @@ class PositionalScheme(nn.Module):
     def max_len(self) -> int | None:
         """Longest sequence the scheme can represent; None when unbounded."""
         return None
+
+    @property
+    def label(self) -> str:
+        """The name reports show: the scheme's name, plus any option that changes what it computes."""
+        return self.name
 
     @property
     def positional_params(self) -> int:
