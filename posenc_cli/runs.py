@@ -77,7 +77,7 @@ class LoadedRun:
     @property
     def label(self) -> str:
         """The scheme as reports name it: `rope+yarn` for a run trained with that scaling."""
-        return self.model.pos.label
+        return self.model.scheme.label
 
     @property
     def seed(self) -> int:
@@ -94,7 +94,7 @@ class LoadedRun:
 
     @property
     def max_len(self) -> int | None:
-        return self.model.pos.max_len
+        return self.model.scheme.max_len
 
     def facts(self) -> dict:
         from posenc_cli.report import scheme_facts
@@ -126,7 +126,7 @@ class LoadedRun:
         """The scheme options to evaluate this run with: for a scheme that takes RoPE scaling, one set per
         method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
         has it built in, and a second one on top is refused rather than composed."""
-        scheme = self.model.pos
+        scheme = self.model.scheme
         if not scheme.scalable or methods == ["none"]:
             return [{}]
         if scheme.scaling is not None:
@@ -143,7 +143,7 @@ class LoadedRun:
     def use_variant(self, options: dict) -> str:
         """Evaluate with these scheme options from now on (the checkpoint is untouched); its label."""
         self.active = self.model_with(**options)
-        return self.active.pos.label
+        return self.active.scheme.label
 
     def check_probe(self) -> None:
         from posenc_cli.probe import check_vocab

@@ -68,12 +68,12 @@ def layer_attention(model, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor,
     """Attention weights (B, H, T, T) of a trained GPT's `layer` on tokens idx, recomputed from the
     block's own qkv weights, and that layer's values v (B, H, T, D)."""
     positions = torch.arange(idx.size(1))
-    x = model.pos.embed(model.tok(idx), positions)
+    x = model.scheme.embed(model.tok(idx), positions)
     for block in model.blocks[:layer]:
-        x = block(x, positions, model.pos)
+        x = block(x, positions, model.scheme)
     block = model.blocks[layer]
     q, k, v = (split_heads(t, model.cfg.n_head) for t in block.attn.qkv(block.ln_1(x)).split(model.cfg.n_embd, dim=2))
-    return attention_probs(q, k, positions, model.pos), v
+    return attention_probs(q, k, positions, model.scheme), v
 
 
 # ---- checks -----------------------------------------------------------------------------------

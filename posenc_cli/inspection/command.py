@@ -61,7 +61,7 @@ def inspect_scheme(*, name: str | None = None, dim: int | None = None, length: i
         if not 0 <= layer < cfg.n_layer or not 0 <= head < cfg.n_head:
             raise UsageError(f"--layer {layer} --head {head}: the run has layers 0..{cfg.n_layer - 1} and heads 0..{cfg.n_head - 1}")
         length = validated_length(length or run.train_len)
-        scheme, label = run.model.pos, f"{run.scheme} (trained)"
+        scheme, label = run.model.scheme, f"{run.scheme} (trained)"
     out = out or Path("outputs") / "inspect" / (run.path.name if run_dir else name)
     length = min(length, scheme.max_len or length)  # a learned table has no rows past max_len
     result = Inspection(scheme, label, length, run_checks(scheme, length))

@@ -1,4 +1,7 @@
-"""Positional schemes by name. Adding one: a module here, an entry in SCHEMES, a yaml in configs/scheme/."""
+"""Positional schemes by name. Adding one: a module here, an entry in SCHEMES, a yaml in configs/scheme/.
+
+SCHEMES' order is the chapters' order, the one every table and help text shows.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from typing import Any
 
 from posenc_cli.errors import UsageError
 from posenc_cli.model.positional.alibi import ALiBi
-from posenc_cli.model.positional.base import NoPE, PositionalScheme
+from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme
 from posenc_cli.model.positional.kerple import Kerple
 from posenc_cli.model.positional.learned import Learned
 from posenc_cli.model.positional.rope import RoPE
@@ -19,10 +22,15 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
 }
 
 
+def claim_for(label: str) -> Claim:
+    """The chapters' claim for a scheme; a variant such as `rope+yarn` or an unknown label has none."""
+    return SCHEMES[label].claim if label in SCHEMES else Claim()
+
+
 def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options: Any) -> PositionalScheme:
     if name not in SCHEMES:
         raise UsageError(f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}")
     return SCHEMES[name](n_embd, n_head, block_size, **options)
 
 
-__all__ = ["SCHEMES", "PositionalScheme", "build_scheme"]
+__all__ = ["SCHEMES", "Claim", "PositionalScheme", "build_scheme", "claim_for"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from posenc_cli.errors import UsageError
-from posenc_cli.model.positional.base import PositionalScheme
+from posenc_cli.model.positional.base import Claim, PositionalScheme
 from posenc_cli.model.positional.rope_scaling import rope_inv_freq, rope_scaling
 
 
@@ -28,6 +28,7 @@ class RoPE(PositionalScheme):
     name = "rope"
     kind = "rotary"
     relative = "explicit"
+    claim = Claim("medium–strong", "中等-强", "LLaMA/Qwen/Mistral")
     scalable = True
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0, scaling: str = "none",

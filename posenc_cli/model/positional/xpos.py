@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import torch
 
+from posenc_cli.model.positional.base import Claim
 from posenc_cli.model.positional.rope import RoPE
 
 
 class XPos(RoPE):
     name = "xpos"
     preserves_norms = False  # q and k are scaled by the decay on purpose
+    claim = Claim(used_by="LEX Transformer (TorchScale)")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0,
                  gamma: float = 0.4, scale_base: float = 512.0, **scaling):
