@@ -10,7 +10,6 @@ the scored tokens cover; an export loads to identical logits.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
