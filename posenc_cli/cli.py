@@ -153,10 +153,11 @@ def eval_command(
     if hf_named and data is None:
         raise UsageError(f"{hf_named[0]} needs --data FILE: the text to evaluate it on (its own tokenizer is used)")
     loaded, why = load_targets(named, "evaluate", hf_options(hf_context, target, dtype))
-    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target,
-                                        methods, rope_factor, why)
+    df, positions, info = evaluate_runs(loaded, lengths=wanted, mode=mode, stride=stride, max_tokens=max_tokens,
+                                        data_path=str(data) if data else None, device=target,
+                                        rope_scaling=methods, rope_factor=rope_factor, why=why)
     out = out or timestamped_dir("eval")
-    written = write_eval_outputs(df, positions, info, out, lang)
+    written = write_eval_outputs(df, positions, info, out, lang=lang)
     header, rows = ppl_pivot(df)
     table = Table(title=f"Perplexity ({mode}, {int(df['tokens'].max()):,} tokens per length)")
     for column in header:
@@ -205,10 +206,10 @@ def probe(
         run.check_probe()
         run.check_fits([L for L in {*wanted, run.train_len} if run.max_len is None or L <= run.max_len])
     announce([r.path for r in loaded], why, "probing")
-    df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
+    df = probe_runs(loaded, lengths=wanted, depths=at_depths, trials=trials, seed=seed, device=target)
     info = {r.label: r.facts() for r in loaded}
     out = out or timestamped_dir("probe")
-    written = write_probe_outputs(df, info, out, lang)
+    written = write_probe_outputs(df, info, out, lang=lang)
     schemes = scheme_order(df["scheme"])
     ui.out.print(markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False)
     ui.err.print(f"wrote {', '.join(p.name for p in written)} to {out}")

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
 from posenc_cli.model import token_nll
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where it is used: `posenc eval` only
 
 MODES = ("nonoverlap", "sliding")
 TOKENS_PER_FORWARD = 16384  # windows are batched up to this many tokens per forward pass
@@ -98,7 +102,7 @@ class LogitsScorer:
         return self.model(inputs.to(self.device))[:, -n:].float()
 
 
-def evaluate_length(scorer, tokens: torch.Tensor, span: int, length: int, mode: str = "nonoverlap",
+def evaluate_length(scorer, tokens: torch.Tensor, *, span: int, length: int, mode: str = "nonoverlap",
                     stride: int | None = None, token_bytes: torch.Tensor | None = None) -> LengthResult:
     """NLL over targets [1, span] in windows of `length`; `scorer` is a LogitsScorer or an HFModel.
     `token_bytes[i]`: the UTF-8 bytes token i covers, summed over the scored targets into `bytes`."""
@@ -151,9 +155,9 @@ def position_buckets(result: LengthResult, n_buckets: int = 128) -> list[tuple[i
     return rows
 
 
-def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
+def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
                   data_path: str | None, device, rope_scaling: tuple[str, ...] | list[str] = ("none",),
-                  rope_factor: float | None = None, why: str = "") -> tuple["pd.DataFrame", "pd.DataFrame", dict[str, dict]]:
+                  rope_factor: float | None = None, why: str = "") -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
     """Every run at every length (its training length included), rotary runs once per RoPE scaling
     method: tidy ppl rows, per-position rows, and per-scheme facts (positional parameters,
     relative-position kind, used by) for the report. A run is a posenc run (`runs.LoadedRun`) or a
@@ -195,7 +199,8 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
                 if limit is not None and length > limit:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
-                    result = evaluate_length(scorer, tokens, span, length, mode, stride, token_bytes)
+                    result = evaluate_length(scorer, tokens, span=span, length=length, mode=mode, stride=stride,
+                                             token_bytes=token_bytes)
                     row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl,
                                bytes=result.bytes, bpb=result.bpb)
                     position_rows += [

@@ -98,7 +98,7 @@ def score(scorer, prompts: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tens
     return torch.cat(hits), torch.cat(nlls)
 
 
-def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed: int, device):
+def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, seed: int, device):
     """Every run at every length (its training length included) and depth: one tidy row per cell. A run
     is a posenc run or a Hugging Face model; each builds its own trials (see their probe_trials)."""
     import pandas as pd

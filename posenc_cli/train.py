@@ -88,7 +88,7 @@ def validation_loss(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]]
     return float(total) / len(batches)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Session:
     """One run being trained: what the loop works on and what a checkpoint saves."""
     cfg: Mapping[str, Any]
@@ -119,9 +119,10 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
     mc = model_config(cfg, len(corpus.vocab))
     model = GPT(mc).to(device)
     val_rng = torch.Generator().manual_seed(12345)  # the same validation windows for every run
-    s = Session(cfg, Path(run_dir), mc, corpus, device, ctx, model, make_optimizer(model, tc),
-                torch.Generator().manual_seed(cfg["seed"]),
-                [random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng) for _ in range(tc["eval_batches"])])
+    s = Session(cfg=cfg, run_dir=Path(run_dir), mc=mc, corpus=corpus, device=device, ctx=ctx, model=model,
+                optimizer=make_optimizer(model, tc), data_rng=torch.Generator().manual_seed(cfg["seed"]),
+                val_batches=[random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng)
+                             for _ in range(tc["eval_batches"])])
     if tc.get("resume"):
         restore(s, Path(tc["resume"]) / FILENAME)
         if ctx.is_main:
