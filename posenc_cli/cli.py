@@ -31,7 +31,7 @@ Config groups (pick with group=option):\n
   scheme: {schemes}   (default rope)\n
   model:  tiny | small | medium                        (default tiny)\n
   data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
-  experiment: smoke | probe                            (presets that set several groups)\n
+  experiment: smoke | probe | extend                   (presets that set several groups)\n
 Common keys: model.n_layer model.n_head model.n_embd data.path train.max_steps train.batch_size
 train.block_size (the training length, default 256) train.lr train.eval_interval seed device (auto|cpu|cuda|mps).\n
 Examples:\n
@@ -41,6 +41,10 @@ Examples:\n
   posenc train data=text data.path=input.txt train.block_size=128\n
   posenc train --cfg job      (print the composed config and exit)\n
   posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)\n
+  posenc train experiment=extend train.init_from=RUN scheme.scaling=yarn scheme.scaling_factor=4
+      (a new run from RUN's weights at 1,024; scheme.scaling: none|linear|ntk|dynamic|yarn)\n
+  posenc train scheme=learned train.positions=randomized train.max_position=2048
+      (randomized positions: sorted random positions from [0, 2048) per sequence; eval uses 0..L-1)\n
   posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   (parallel jobs; pip install 'posenc\\[cluster]')\n
   torchrun --standalone --nproc_per_node=2 -m posenc_cli train   (DDP; train.batch_size is the global batch)\n
 Each run writes outputs/runs/<time>_<scheme>_seed<N>/ (sweeps: outputs/sweeps/<time>/<n>_<scheme>_seed<N>/)

@@ -138,9 +138,10 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
     name = scheme.pop("name")
     with torch.device("meta"):
         try:
-            build_scheme(name, mc["n_embd"], mc["n_head"], tc["block_size"], **scheme)
+            built = build_scheme(name, mc["n_embd"], mc["n_head"], tc["block_size"], **scheme)
         except TypeError as err:
             raise UsageError(f"scheme={name}: {one_line(err)}") from None
+    validate_positions(tc, built)
     resolve_device(cfg["device"])
     if tc.get("precision", "auto") not in PRECISIONS:
         raise UsageError(f"train.precision={tc['precision']} is not known; choose one of: {', '.join(PRECISIONS)}")
@@ -150,6 +151,45 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
             f"train.block_size={tc['block_size']} does not fit the corpus: its validation split has {split_len} "
             f"characters; use train.block_size <= {split_len - 1} or a larger corpus"
         )
+    if tc.get("init_from"):
+        validate_init_from(cfg)
+
+
+POSITIONS = ("ordinary", "randomized")
+
+
+def validate_positions(tc: dict[str, Any], scheme) -> None:
+    """train.positions and train.max_position, and a scheme able to represent every position drawn."""
+    positions, max_position = tc.get("positions", "ordinary"), tc.get("max_position")
+    if positions not in POSITIONS:
+        raise UsageError(f"train.positions={positions} is not known; choose one of: {', '.join(POSITIONS)}")
+    if positions == "ordinary":
+        if max_position is not None:
+            raise UsageError(f"train.max_position={max_position} applies only to train.positions=randomized; "
+                             "add train.positions=randomized or drop train.max_position")
+        return
+    if not isinstance(max_position, int) or isinstance(max_position, bool) or max_position < tc["block_size"]:
+        raise UsageError(f"train.positions=randomized needs train.max_position, an integer >= "
+                         f"train.block_size={tc['block_size']}, got {max_position!r}")
+    if scheme.max_len is not None and scheme.max_len < max_position:
+        raise UsageError(f"scheme.max_len={scheme.max_len} is below train.max_position={max_position}: "
+                         f"positions up to {max_position - 1} are drawn; use a larger scheme.max_len")
+
+
+def validate_init_from(cfg: dict[str, Any]) -> None:
+    """train.init_from: RUN exists and its weights fit this run (same scheme, shape and vocabulary)."""
+    from posenc_cli.data import load_corpus
+    from posenc_cli.init_from import check_same_model, initial_state, source_checkpoint
+    from posenc_cli.model import GPT
+    from posenc_cli.train import model_config
+
+    source, saved = source_checkpoint(cfg["train"]["init_from"])
+    same_data = saved.get("data") == cfg["data"]
+    vocab = tuple(saved["vocab"]) if same_data else load_corpus(cfg["data"]).vocab.chars
+    with torch.device("meta"):
+        model = GPT(model_config(cfg, len(vocab)))
+    check_same_model(source, saved, model.cfg.to_dict(), vocab)
+    initial_state(source, saved, model)
 
 
 def corpus_split_length(data: dict[str, Any]) -> int:
