@@ -18,12 +18,13 @@ install: $(VENV)/.installed
 
 # torch first and pinned: 2.13.0's CPU wheel is what a laptop needs, and an unpinned request
 # would pull a multi-GB CUDA build. The extras the tests exercise are installed too: cluster (Hydra
-# joblib + submitit launchers), track (TensorBoard, Weights & Biases), data (BPE tokenizer, datasets).
+# joblib + submitit launchers), track (TensorBoard, Weights & Biases), data (BPE tokenizer, datasets),
+# hf (transformers, safetensors: `posenc eval hf:…` and `posenc export`; their tests build tiny models).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test,cluster,track,data]'
+	$(BIN)/python -m pip install -q -e '.[test,cluster,track,data,hf]'
 	touch $@
 
 clean:

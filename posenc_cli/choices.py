@@ -4,4 +4,6 @@ command line can declare them as choices (listed in --help, completed, checked w
 DEVICES = ("auto", "cpu", "cuda", "mps")  # cuda:N also works
 EVAL_MODES = ("nonoverlap", "sliding")
 LANGS = ("en", "zh")
-ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")
+ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")  # posenc's own, for every rotary run
+HF_ROPE_SCALING = ("llama3",)  # transformers' own implementations, for `hf:` models only
+HF_DTYPES = ("fp32", "bf16")  # the weights of `hf:` models

@@ -21,7 +21,7 @@ from posenc_cli.choices import EVAL_MODES as MODES
 from posenc_cli.data import token_window
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
-from posenc_cli.model import GPT, token_nll
+from posenc_cli.model import token_nll
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where it is used: `posenc eval` only
@@ -118,35 +118,55 @@ def plan_pieces(windows: list[Window], length: int, context: int) -> list[Piece]
     return pieces
 
 
-@torch.no_grad()
-def evaluate_length(model: GPT, tokens, *, span: int, length: int, mode: str = "nonoverlap",
-                    stride: int | None = None, device: torch.device | str = "cpu",
-                    context: int | None = None, tokenizer=None) -> LengthResult:
-    """Mean NLL over the span's windows of `length`; `context` caps the tokens the model sees at once;
-    with `tokenizer`, also the bytes and characters the scored targets stand for."""
+@dataclass
+class LogitsScorer:
+    """What evaluation and the probe ask of a model, for one that maps token ids to logits (posenc's
+    GPT): token NLLs for a batch of windows, and the logits of the last positions. Full precision,
+    windows batched up to TOKENS_PER_FORWARD tokens. `hf.HFModel` answers the same three questions."""
+
+    model: torch.nn.Module
+    device: torch.device | str = "cpu"
+
+    def batch_size(self, length: int) -> int:
+        return max(1, TOKENS_PER_FORWARD // length)
+
+    @torch.no_grad()
+    def token_nll(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.model.eval()
+        with autocast(torch.device(self.device), "fp32"):  # perplexities in full precision, like for like
+            return token_nll(self.model(inputs.to(self.device)), targets.to(self.device))
+
+    @torch.no_grad()
+    def last_logits(self, inputs: torch.Tensor, n: int) -> torch.Tensor:
+        self.model.eval()
+        with autocast(torch.device(self.device), "fp32"):
+            return self.model(inputs.to(self.device))[:, -n:].float()
+
+
+def evaluate_length(scorer, tokens, *, span: int, length: int, mode: str = "nonoverlap",
+                    stride: int | None = None, context: int | None = None, weights=None) -> LengthResult:
+    """Mean NLL over the span's windows of `length`; `scorer` is a LogitsScorer or an HFModel; `context`
+    caps the tokens the model sees at once; weights(start, n), a (2, n) tensor of the UTF-8 bytes and
+    characters of tokens start..start+n-1, adds what the scored targets stand for."""
     width = min(length, context or length)
     pieces = plan_pieces(plan_windows(span, length, mode, stride), length, width)
-    per_id = None if tokenizer is None else torch.from_numpy(
-        np.stack([tokenizer.byte_counts, tokenizer.char_counts]).astype(np.float64))
     covered = torch.zeros(2, dtype=torch.float64)
-    batch = max(1, TOKENS_PER_FORWARD // width)
+    batch = scorer.batch_size(width)
     nll_sum = torch.zeros(length, dtype=torch.float64)
     counts = torch.zeros(length, dtype=torch.float64)
-    model.eval()
     for i in range(0, len(pieces), batch):
         group = pieces[i : i + batch]
-        chunk = torch.stack([token_window(tokens, p.start, width + 1) for p in group]).to(device)
-        with autocast(torch.device(device), "fp32"):  # perplexities in full precision, like for like
-            nll = token_nll(model(chunk[:, :-1]), chunk[:, 1:]).double().cpu()
+        chunk = torch.stack([token_window(tokens, p.start, width + 1) for p in group])
+        nll = scorer.token_nll(chunk[:, :-1], chunk[:, 1:]).double().cpu()
         index = torch.arange(width)
         scored = index[None, :] >= torch.tensor([p.first_scored for p in group])[:, None]
         where = (torch.tensor([p.offset for p in group])[:, None] + index[None, :]).flatten()
         nll_sum.index_add_(0, where, (nll * scored).flatten())
         counts.index_add_(0, where, scored.flatten().double())
-        if per_id is not None:
-            covered += per_id[:, chunk[:, 1:].cpu()[scored]].sum(1)
+        if weights is not None:
+            covered += torch.stack([weights(p.start + 1, width) for p in group], dim=1)[:, scored].sum(1)
     total = int(counts.sum())
-    bytes_, chars = (float(c) for c in covered) if per_id is not None else (math.nan, math.nan)
+    bytes_, chars = (float(c) for c in covered) if weights is not None else (math.nan, math.nan)
     return LengthResult(total, float(nll_sum.sum() / total), nll_sum / counts.clamp(min=1), counts,
                         bytes_, chars)
 
@@ -198,25 +218,10 @@ def parse_overflow(text: str) -> list[str]:
 def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:
     """(label suffix, context cap) pairs: a run with a position table once per choice, `+window` for the
     one scored past its table through windows of max_len tokens; any other run once, as it is."""
-    limit = run.model.scheme.max_len
+    limit = run.max_len
     if limit is None:
         return [("", None)]
     return [("+window", limit) if choice == "window" else ("", None) for choice in overflows]
-
-
-def scaling_variants(run, methods: list[str], factor: float | None) -> list[dict]:
-    """The scheme options to evaluate `run` with: for a scheme that takes RoPE scaling, one set per
-    method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
-    has it built in, and a second one on top is refused rather than composed."""
-    scheme = run.model.scheme
-    if not scheme.scalable or methods == ["none"]:
-        return [{}]
-    if scheme.scaling is not None:
-        raise UsageError(
-            f"--rope-scaling {','.join(methods)}: {run.path} was trained with scheme.scaling={scheme.scaling.method}, "
-            "which its evaluation always applies; evaluate it without --rope-scaling (scalings do not compose)"
-        )
-    return [{"scaling": m, "scaling_factor": factor, "scaling_len": run.train_len} for m in methods]
 
 
 def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
@@ -225,58 +230,55 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
                   learned_overflow: tuple[str, ...] | list[str] = ("dash",)) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
     """Every run at every length (its training length included), rotary runs once per RoPE scaling
     method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
-    and per-scheme facts (positional parameters, relative-position kind) for the report. Each row
-    carries the unigram perplexity of the tokens it scores: the bar a model must clear to get a verdict."""
+    and per-scheme facts (positional parameters, relative-position kind, used by) for the report. Each
+    row carries the unigram perplexity of the tokens it scores (unigram_ppl): the bar a model must
+    clear to get a verdict. A run is a posenc run (`runs.LoadedRun`) or a Hugging Face model
+    (`hf.HFModel`): both tokenize, score windows and name their variants."""
     import pandas as pd
 
     from posenc_cli import ui
-    from posenc_cli.data import load_corpus
     from posenc_cli.data.stream import read_text
-    from posenc_cli.report import scheme_facts, tokenizer_label
+    from posenc_cli.report import tokenizer_label
     from posenc_cli.runs import announce
 
     eval_text = read_text(data_path, what="--data") if data_path else None
     corpora: dict[str, torch.Tensor] = {}
-    plans = {}  # run path -> (tokens, unigram ppl, lengths, span); bad input is found here, before any work starts
-    mixed = len({run.tokenizer.kind for run in runs}) > 1  # then columns say which: "rope [bpe]"
+    plans = {}  # run -> (tokens, weights, unigram ppl, lengths, span, variants): bad input is found before any work
+    mixed = len({run.tokenizer_name for run in runs}) > 1  # then columns say which: "rope [bpe]"
     for run in runs:
-        if eval_text is not None:
-            tokens = run.tokenizer.encode(eval_text)
-        else:
-            key = repr((sorted(run.checkpoint["data"].items()), run.tokenizer.fingerprint))
-            if key not in corpora:
-                corpora[key] = load_corpus(run.checkpoint["data"], run.tokenizer).val
-            tokens = corpora[key]
+        tokens, weights = run.eval_tokens(eval_text, corpora)
         run_lengths = sorted(set(lengths) | {run.train_len})
         span = scored_span(len(tokens), run_lengths, max_tokens)
         for length in run_lengths:
             plan_windows(span, length, mode, stride)  # validates mode and stride
-        plans[run.path] = (tokens, unigram_perplexity(token_window(tokens, 0, span + 1)), run_lengths, span)
-    jobs = [(run, options, suffix, context) for run in runs
-            for options in scaling_variants(run, list(rope_scaling), rope_factor)
-            for suffix, context in overflow_variants(run, learned_overflow)]
+        unigram_ppl = unigram_perplexity(token_window(tokens, 0, span + 1))
+        variants = run.variants(list(rope_scaling), rope_factor)  # validates the methods for this run
+        run.check_fits([L for L in run_lengths if run.max_len is None or L <= run.max_len])
+        plans[id(run)] = (tokens, weights, unigram_ppl, run_lengths, span, variants)
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
+    jobs = [(run, variant, suffix, context) for run in runs for variant in plans[id(run)][5]
+            for suffix, context in overflow_variants(run, learned_overflow)]
     with ui.progress() as bar:
-        task = bar.add_task("eval", total=sum(len(plans[job[0].path][2]) for job in jobs), status="")
-        for run, options, suffix, context in jobs:
-            tokens, unigram_ppl, run_lengths, span = plans[run.path]
-            model = run.model_with(**options).to(device)
-            label = model.scheme.label + suffix
-            scheme = tokenizer_label(label, run.tokenizer.kind) if mixed else label
-            info[scheme] = scheme_facts(model)
+        task = bar.add_task("eval", total=sum(len(plans[id(job[0])][3]) for job in jobs), status="")
+        for run, variant, suffix, context in jobs:
+            tokens, weights, unigram_ppl, run_lengths, span, _ = plans[id(run)]
+            label = run.use_variant(variant) + suffix  # evaluation time only: the checkpoint is untouched
+            scheme = tokenizer_label(label, run.tokenizer_name) if mixed else label
+            scorer = run.scorer(device)
+            info[scheme] = run.facts()
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
                 row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
                        "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan,
-                       "note": "", "tokenizer": run.tokenizer.kind, "bytes": math.nan, "chars": math.nan,
+                       "note": "", "tokenizer": run.tokenizer_name, "bytes": math.nan, "chars": math.nan,
                        "bpb": math.nan, "unigram_ppl": unigram_ppl}
-                limit = model.scheme.max_len
+                limit = run.max_len
                 if limit is not None and length > limit and context is None:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
-                    result = evaluate_length(model, tokens, span=span, length=length, mode=mode, stride=stride,
-                                             device=device, context=context, tokenizer=run.tokenizer)
+                    result = evaluate_length(scorer, tokens, span=span, length=length, mode=mode, stride=stride,
+                                             context=context, weights=weights)
                     if context is not None and length > context:
                         row["note"] = (f"{scheme} past max_len={context}: sliding windows of {context} tokens "
                                        f"(stride {context // 2}), so a token sees at most {context} tokens.")

@@ -17,7 +17,6 @@ import torch
 
 from posenc_cli.data import passkey
 from posenc_cli.errors import UsageError
-from posenc_cli.evaluate import TOKENS_PER_FORWARD
 from posenc_cli.model import token_nll
 
 COLUMNS = ["run", "scheme", "seed", "train_len", "length", "depth", "trials", "accuracy", "key_nll"]
@@ -101,22 +100,20 @@ def make_trials(val: torch.Tensor, tokenizer, length: int, depth: float, trials:
     return torch.stack([t for t, _ in built]), torch.tensor([n for _, n in built]), keys
 
 
-@torch.no_grad()
-def score(model, trials: torch.Tensor, key_tokens: torch.Tensor,
-          device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def score(scorer, trials: torch.Tensor, key_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(exact match, key NLL per key digit) per trial, from one teacher-forced pass over each trial,
-    whose last `key_tokens[i]` tokens are its key's.
+    whose last `key_tokens[i]` tokens are its key's; `scorer` is a LogitsScorer or an HFModel.
 
     Greedy decoding yields the key exactly when, at every key token, the most likely next token given
     the prompt and the key's earlier tokens is that token: the teacher-forced argmaxes decide it exactly."""
-    batch = max(1, TOKENS_PER_FORWARD // trials.size(1))
+    batch = scorer.batch_size(trials.size(1))
     hits, nlls = [], []
     for i in range(0, len(trials), batch):
-        chunk, n_key = trials[i : i + batch].to(device), key_tokens[i : i + batch].to(device)
+        chunk, n_key = trials[i : i + batch], key_tokens[i : i + batch]
         last = int(n_key.max())  # only the positions that predict key tokens
-        logits = model(chunk[:, :-1])[:, -last:].float()  # full precision, as eval
-        target = chunk[:, -last:]
-        is_key = torch.arange(last, device=device)[None] >= (last - n_key)[:, None]
+        logits = scorer.last_logits(chunk[:, :-1], last)  # full precision, as eval
+        target = chunk[:, -last:].to(logits.device)
+        is_key = (torch.arange(last)[None] >= (last - n_key)[:, None]).to(logits.device)
         right = (logits.argmax(-1) == target) | ~is_key
         hits.append(right.all(-1).cpu())
         nlls.append(((token_nll(logits, target) * is_key).sum(-1) / passkey.KEY_DIGITS).cpu())
@@ -124,35 +121,30 @@ def score(model, trials: torch.Tensor, key_tokens: torch.Tensor,
 
 
 def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, seed: int, device):
-    """Every run at every length (its training length included) and depth: one tidy row per cell."""
+    """Every run at every length (its training length included) and depth: one tidy row per cell. A run
+    is a posenc run or a Hugging Face model; each builds its own trials (see their probe_trials)."""
     import pandas as pd
 
     from posenc_cli import ui
-    from posenc_cli.data import load_corpus
     from posenc_cli.report import tokenizer_label
 
-    corpora: dict[str, torch.Tensor] = {}
-    mixed = len({run.tokenizer.kind for run in runs}) > 1  # label columns as eval does: "rope [bpe]"
+    fillers: dict[str, torch.Tensor] = {}
+    mixed = len({run.tokenizer_name for run in runs}) > 1  # label columns as eval does: "rope [bpe]"
     rows = []
     with ui.progress() as bar:
         task = bar.add_task("probe", total=sum(len(set(lengths) | {r.train_len}) for r in runs) * len(depths), status="")
         for run in runs:
-            key = repr((sorted(run.checkpoint["data"].items()), run.tokenizer.fingerprint))
-            if key not in corpora:
-                val = load_corpus(run.checkpoint["data"], run.tokenizer).val
-                corpora[key] = without_episodes(val, run.tokenizer)
-            model = run.model.to(device)
-            scheme = tokenizer_label(run.label, run.tokenizer.kind) if mixed else run.label
+            scorer = run.scorer(device)
+            scheme = tokenizer_label(run.label, run.tokenizer_name) if mixed else run.label
             for length in sorted(set(lengths) | {run.train_len}):
                 for depth in depths:
                     bar.update(task, status=f"{scheme} seed {run.seed} @ {length}, depth {depth:g}")
                     row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
                            "length": length, "depth": depth, "trials": 0, "accuracy": math.nan, "key_nll": math.nan}
-                    limit = model.scheme.max_len
-                    if limit is None or length <= limit:
-                        sequences, key_tokens, _ = make_trials(corpora[key], run.tokenizer, length, depth,
-                                                               trials, seed)
-                        hit, nll = score(model, sequences, key_tokens, device)
+                    if run.max_len is None or length <= run.max_len:
+                        scored = [score(scorer, sequences, key_tokens)
+                                  for sequences, key_tokens in run.probe_trials(length, depth, trials, seed, fillers)]
+                        hit, nll = (torch.cat(parts) for parts in zip(*scored))
                         row.update(trials=trials, accuracy=float(hit.float().mean()), key_nll=float(nll.mean()))
                     rows.append(row)
                     bar.advance(task)

@@ -6,6 +6,7 @@ Everything here is derived from a tidy DataFrame, so an eval directory can be de
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -16,6 +17,7 @@ import pandas as pd
 from posenc_cli.atomic import write_text, write_with
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
 from posenc_cli.figures import pyplot, save_figure
+from posenc_cli.data.tokenizers import TOKENIZERS
 from posenc_cli.model.positional import SCHEMES, claim_for
 
 GRADES = ("very strong", "strong", "medium", "weak", "fails")  # best first; "fails", never the scheme name "none"
@@ -83,11 +85,13 @@ class Extrapolation:
         return verdict(self.stability, self.quality, self.learned)
 
 
-def extrapolation(df: pd.DataFrame, train_len: int, longest: int) -> tuple[dict[str, Extrapolation], str | None]:
-    """Per scheme, the evidence for its verdict, and the best learned scheme at the longest length."""
+def extrapolation(df: pd.DataFrame, longest: int) -> tuple[dict[str, Extrapolation], str | None]:
+    """Per scheme, the evidence for its verdict (against its own training length: models from the hub
+    have their own), and the best learned scheme at the longest length."""
     means = df.groupby(["scheme", "eval_len"])["ppl"].mean()
+    own = df.groupby("scheme")["train_len"].min()
     unigram = df.groupby("scheme")["unigram_ppl"].mean() if "unigram_ppl" in df else {}
-    facts = {s: (means.get((s, train_len), math.nan), means.get((s, longest), math.nan), unigram.get(s, math.nan))
+    facts = {s: (means.get((s, own[s]), math.nan), means.get((s, longest), math.nan), unigram.get(s, math.nan))
              for s in scheme_order(df["scheme"])}
     learned = {s: f[1] for s, f in facts.items() if has_learned(f[0], f[2]) and math.isfinite(f[1])}
     best = min(learned, key=learned.get) if learned else None
@@ -96,8 +100,9 @@ def extrapolation(df: pd.DataFrame, train_len: int, longest: int) -> tuple[dict[
 
 
 def tokenizer_label(scheme: str, tokenizer: str) -> str:
-    """A column label when the table mixes tokenizers: "rope [bpe]"."""
-    return f"{scheme} [{tokenizer}]"
+    """A column label when the table mixes tokenizers: "rope [bpe]". A Hugging Face model's label names
+    the model, whose tokenizer it is, so it stays as it is."""
+    return f"{scheme} [{tokenizer}]" if tokenizer in TOKENIZERS else scheme
 
 
 def without_tokenizer(label: str) -> str:
@@ -105,16 +110,25 @@ def without_tokenizer(label: str) -> str:
     return label.partition(" [")[0]
 
 
+def scheme_of(label: str) -> str:
+    """The scheme in a column label: 'rope+yarn' itself; 'rope [bpe]' -> 'rope'; a Hugging Face model's
+    'pythia-160m (rope+yarn)' -> 'rope+yarn'."""
+    label = without_tokenizer(label)
+    return label[label.rindex(" (") + 2 : -1] if label.endswith(")") and " (" in label else label
+
+
 def scheme_order(schemes: Iterable[str]) -> list[str]:
-    """SCHEMES' order, unknown schemes after, each `rope+yarn`-style variant after its base, and each
-    scheme's tokenizers side by side."""
+    """SCHEMES' order, unknown schemes after, each `rope+yarn`-style variant after its base, each
+    scheme's tokenizers side by side; Hugging Face models ('gpt2 (learned)') after posenc's runs, by name."""
     order = list(SCHEMES)
 
     def key(label: str):
-        scheme, _, tokenizer = label.partition(" [")
+        plain, _, tokenizer = label.partition(" [")
+        scheme = scheme_of(plain)
+        model = plain[: -len(scheme) - 3] if scheme != plain else ""
         base, _, variant = scheme.partition("+")
         rank = order.index(base) if base in order else len(order)
-        return rank, base, variant, tokenizer
+        return model != "", model, rank, base, variant, tokenizer
 
     return sorted(dict.fromkeys(schemes), key=key)
 
@@ -144,9 +158,9 @@ def chars_per_token(sub: pd.DataFrame) -> float:
     return float(scored["chars"].sum() / scored["tokens"].sum()) if len(scored) else math.nan
 
 
-def ppl_pivot(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Scheme rows, eval-length columns, 'mean ± std' cells over seeds (and characters per token when
-    some run is not character-level)."""
+def ppl_pivot(df: pd.DataFrame, value: str = "ppl", digits: int = 2) -> tuple[list[str], list[list[str]]]:
+    """Scheme rows, eval-length columns, 'mean ± std' cells of `value` (ppl or bpb) over seeds (and
+    characters per token when some run is not character-level)."""
     lengths = sorted(df["eval_len"].unique())
     extra = ["chars/token"] if subword(df) else []
     header = ["scheme", "seeds", *extra]
@@ -155,7 +169,7 @@ def ppl_pivot(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     for scheme in scheme_order(df["scheme"]):
         sub = df[df["scheme"] == scheme]
         ratio = [f"{chars_per_token(sub):.2f}"] if extra else []
-        cells = [mean_std(sub[sub["eval_len"] == L]["ppl"]) for L in lengths]
+        cells = [mean_std(sub[sub["eval_len"] == L][value], digits) for L in lengths]
         rows.append([scheme, str(sub["seed"].nunique()), *ratio, *cells])
     return header, rows
 
@@ -183,6 +197,11 @@ def tokenizer_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> 
     return rows
 
 
+def mixes_tokenizers(df: pd.DataFrame) -> bool:
+    """Whether token perplexities in `df` are incomparable, so bits per byte must be shown beside them."""
+    return "tokenizer" in df and df["tokenizer"].nunique() > 1
+
+
 def scheme_facts(model) -> dict:
     """What comparison.md's "positional parameters" and "relative position" rows show for a model."""
     return {"positional_params": model.n_positional_params, "relative": model.scheme.relative}
@@ -200,8 +219,9 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", pas
         where += [characters_covered(df, schemes, L)] if subword(df) else []
         label = f"ppl @ {L} ({'; '.join(w for w in where if w)})"
         rows.append([label] + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["ppl"]) for s in schemes])
-    evidence, best = extrapolation(df, train_len, longest)
-    rows.append([f"stability: ppl({longest}) / own ppl({train_len})"]
+    evidence, best = extrapolation(df, longest)
+    one_length = df["train_len"].nunique() == 1
+    rows.append([f"stability: ppl({longest}) / own ppl({train_len if one_length else 'training length'})"]
                 + [times(evidence[s].stability) for s in schemes])
     rows.append([f"quality: ppl({longest}) / best's" + (f" ({best})" if best else "")]
                 + [times(evidence[s].quality) for s in schemes])
@@ -210,14 +230,14 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", pas
     if passkey is not None:
         rows += passkey_rows(passkey, schemes)
     rows.append(["extrapolation, measured"] + [evidence[s].verdict for s in schemes])
-    claims = [claim_for(without_tokenizer(s)) for s in schemes]
+    claims = [claim_for(scheme_of(s)) for s in schemes]
     rows.append(["extrapolation, chapters' claim"] + [claim.extrapolation for claim in claims])
     if lang == "zh":
         rows.append(["外推能力（章节原话）"] + [claim.extrapolation_zh for claim in claims])
     rows.append(["positional parameters"] + [f"{info.get(s, {}).get('positional_params', 0):,}" for s in schemes])
-    relative = [info.get(s, {}).get("relative", relative_kind(without_tokenizer(s))) for s in schemes]
+    relative = [info.get(s, {}).get("relative", relative_kind(scheme_of(s))) for s in schemes]
     rows.append(["relative position", *relative])
-    rows.append(["used by"] + [claim.used_by for claim in claims])
+    rows.append(["used by"] + [info.get(s, {}).get("used_by", claim.used_by) for s, claim in zip(schemes, claims)])
     seeds = {s: df[df.scheme == s]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
     notes = [
@@ -326,14 +346,20 @@ def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path,
     write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
     written = [out / "probe.csv"]
     for scheme in scheme_order(passkey["scheme"]):
-        plot_probe_heatmap(passkey, scheme, out / f"probe_{scheme}.png")
-        written += [out / f"probe_{scheme}.png", out / f"probe_{scheme}.svg"]
+        plot_probe_heatmap(passkey, scheme, out / f"probe_{file_safe(scheme)}.png")
+        written += [out / f"probe_{file_safe(scheme)}.png", out / f"probe_{file_safe(scheme)}.svg"]
     plot_probe_summary(passkey, out / "probe_summary.png")
     written += [out / "probe_summary.png", out / "probe_summary.svg"]
     if (out / "ppl.csv").is_file():
         write_text(out / "comparison.md", comparison(pd.read_csv(out / "ppl.csv"), info, lang=lang, passkey=passkey))
         written.append(out / "comparison.md")
     return written
+
+
+def file_safe(label: str) -> str:
+    """A column label as part of a file name: 'rope+yarn' stays, 'EleutherAI/pythia-160m (rope)' ->
+    'EleutherAI_pythia-160m_rope'."""
+    return re.sub(r"[^A-Za-z0-9+._-]+", "_", label).strip("_")
 
 
 def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
@@ -425,7 +451,11 @@ def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str
     write_with(out / "ppl.csv", lambda p: df.to_csv(p, index=False))
     write_with(out / "loss_by_position.csv", lambda p: positions.to_csv(p, index=False))
     header, rows = ppl_pivot(df)
-    write_text(out / "ppl.md", "# Perplexity by evaluation length\n\n" + markdown_table(header, rows))
+    text = "# Perplexity by evaluation length\n\n" + markdown_table(header, rows)
+    if mixes_tokenizers(df):  # per-token perplexities of different tokenizers do not compare
+        header, rows = ppl_pivot(df, "bpb", digits=3)
+        text += "\n# Bits per byte by evaluation length\n\n" + markdown_table(header, rows)
+    write_text(out / "ppl.md", text)
     passkey = pd.read_csv(out / "probe.csv") if (out / "probe.csv").is_file() else None
     write_text(out / "comparison.md", comparison(df, info, lang=lang, passkey=passkey))
     plot_ppl_vs_length(df, out / "ppl_vs_length.png")

@@ -84,6 +84,6 @@ def stream_text(run: LoadedRun, ids: Iterator[int]) -> Iterator[str]:
     shown = 0
     for token in ids:
         generated.append(token)
-        text = run.vocab.decode(generated)
+        text = run.tokenizer.decode(generated)
         yield text[shown:]
         shown = len(text)

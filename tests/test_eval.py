@@ -14,7 +14,8 @@ from torch import nn
 from conftest import assert_one_line_error, run_cli
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.evaluate import (
-    bits_per_byte, evaluate_length, parse_lengths, parse_overflow, plan_pieces, plan_windows, scored_span,
+    LogitsScorer, bits_per_byte, evaluate_length, parse_lengths, parse_overflow, plan_pieces, plan_windows,
+    scored_span,
 )
 from posenc_cli.errors import UsageError
 from posenc_cli.report import NO_VERDICT, comparison, has_learned, verdict
@@ -87,7 +88,7 @@ def test_perplexity_by_hand():
     # targets after the first token: 0, 1, 2, 0 -> NLL = ln 2, ln 4, ln 4, ln 2 -> mean ln(2√2 · ... )
     model = FixedDistribution([0.5, 0.25, 0.25])
     tokens = torch.tensor([0, 0, 1, 2, 0])
-    result = evaluate_length(model, tokens, span=4, length=2)
+    result = evaluate_length(LogitsScorer(model), tokens, span=4, length=2)
     expected = (math.log(2) + math.log(4) + math.log(4) + math.log(2)) / 4
     assert result.tokens == 4
     assert result.nll == pytest.approx(expected)
@@ -99,8 +100,10 @@ def test_bits_per_byte_by_hand():
     # characters of 1, 2 and 3 UTF-8 bytes under a uniform model: each target costs ln 3 nats; the
     # six targets "é€aé€a" are 12 bytes, so bpb = 6 ln 3 / ln 2 / 12 = log2(3) / 2
     vocab = Vocab.from_text("aé€")
-    result = evaluate_length(FixedDistribution([1 / 3] * 3), vocab.encode("aé€aé€a"), span=6, length=3,
-                             tokenizer=vocab)
+    tokens = vocab.encode("aé€aé€a")
+    per_id = torch.tensor([vocab.byte_counts, vocab.char_counts], dtype=torch.float64)
+    result = evaluate_length(LogitsScorer(FixedDistribution([1 / 3] * 3)), tokens, span=6, length=3,
+                             weights=lambda start, n: per_id[:, tokens[start : start + n]])
     assert (result.tokens, result.bytes, result.chars) == (6, 12, 6)
     assert result.bpb == pytest.approx(math.log2(3) / 2)
     assert bits_per_byte(8 * math.log(2), 4) == pytest.approx(2.0)  # 8 bits over 4 bytes
@@ -142,9 +145,9 @@ def test_window_overflow_never_shows_the_model_more_than_its_table():
     model = Widths([0.5, 0.25, 0.25])
     model.widths = set()
     tokens = torch.randint(0, 3, (97,), generator=torch.Generator().manual_seed(0))
-    capped = evaluate_length(model, tokens, span=96, length=32, context=8)
+    capped = evaluate_length(LogitsScorer(model), tokens, span=96, length=32, context=8)
     assert model.widths == {8} and capped.tokens == 96
-    assert capped.nll == pytest.approx(evaluate_length(model, tokens, span=96, length=32).nll)  # same targets
+    assert capped.nll == pytest.approx(evaluate_length(LogitsScorer(model), tokens, span=96, length=32).nll)  # same targets
     assert capped.position_count.tolist() == [3.0] * 32  # per position inside the 32-token windows
     assert parse_overflow("window, dash") == ["window", "dash"]
     with pytest.raises(UsageError, match="--learned-overflow truncate is not known; choose from: dash, window"):

@@ -15,6 +15,7 @@ from posenc_cli.data import passkey
 from posenc_cli.data.synthetic import SyntheticSpec, generate
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.errors import UsageError
+from posenc_cli.evaluate import LogitsScorer
 from posenc_cli.probe import build_trial, check_vocab, filler_length, make_trials, score, without_episodes
 
 WORDS = "ba bode kalimu so tefa ri gunazo pe".split()
@@ -80,7 +81,7 @@ def test_score_matches_greedy_decoding_and_the_nll_by_hand():
     model = SpellsKey("12345", VOCAB)
     keys = ["12345", "12399", "54321", "12345"]
     trials = torch.stack([build_trial(FILLER, k, 0.5, 128, VOCAB)[0] for k in keys])
-    hits, nll = score(model, trials, torch.full((len(keys),), passkey.KEY_DIGITS))
+    hits, nll = score(LogitsScorer(model), trials, torch.full((len(keys),), passkey.KEY_DIGITS))
     assert hits.tolist() == [True, False, False, True]
     n = passkey.KEY_DIGITS
     assert hits.tolist() == [torch.equal(greedy_key(model, t[:-n]), t[-n:]) for t in trials]

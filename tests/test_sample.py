@@ -32,7 +32,7 @@ def run_of(sweep: Path, scheme: str) -> Path:
 
 
 def sampled(run, seed: int, tokens: int = 80, window: int | None = None) -> list[int]:
-    ids = run.vocab.encode(PROMPT)
+    ids = run.tokenizer.encode(PROMPT)
     return list(generate(run, ids, tokens, 0.8, 5, seed, window, torch.device("cpu")))
 
 
@@ -40,7 +40,7 @@ def test_a_seed_gives_the_same_tokens_and_another_seed_others(smoke_sweep):
     run = load_run(run_of(smoke_sweep, "rope"))
     first, again, other = sampled(run, 0), sampled(run, 0), sampled(run, 1)
     assert len(first) == 80 and first == again and first != other
-    assert all(0 <= t < len(run.vocab) for t in first)
+    assert all(0 <= t < len(run.tokenizer) for t in first)
 
 
 def test_top_k_never_picks_outside_the_k_most_likely_and_temperature_zero_is_greedy():
