@@ -70,7 +70,7 @@ def tiny(tmp_path_factory, smoke_sweep) -> dict:
 
     root = tmp_path_factory.mktemp("hf")
     (rope_run,) = [p for p in smoke_sweep.iterdir() if p.name.endswith("_rope_seed0")]
-    alphabet = set(load_run(rope_run).vocab.chars)
+    alphabet = set(load_run(rope_run).tokenizer.chars)
     text = "".join(c for c in generate(SyntheticSpec(n_chars=12_000, seed=1)).text if c in alphabet)
     english = " ".join(
         [passkey.NATURAL_INTRO, *passkey.NATURAL_FILLER, passkey.NATURAL_KEY, passkey.NATURAL_QUESTION]
@@ -321,8 +321,8 @@ def test_export_loads_without_pickle_to_identical_logits(tiny, tmp_path):
     result = run_cli("export", str(tiny["run"]), "--out", str(tmp_path / "export"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["config.json", "model.safetensors"]
-    model, vocab, train_len = load_export(tmp_path / "export")
+    model, tokenizer, train_len = load_export(tmp_path / "export")
     run = load_run(tiny["run"])
-    ids = run.vocab.encode(tiny["text"][:200])[None]
+    ids = torch.as_tensor(run.tokenizer.encode(tiny["text"][:200]), dtype=torch.long)[None]
     assert torch.equal(model(ids), run.model(ids))
-    assert (vocab, train_len) == (run.vocab, run.train_len)
+    assert (tokenizer.payload(), train_len) == (run.tokenizer.payload(), run.train_len)
