@@ -18,12 +18,13 @@ install: $(VENV)/.installed
 
 # torch first and pinned: 2.13.0's CPU wheel is what a laptop needs, and an unpinned request
 # would pull a multi-GB CUDA build. The cluster extra (Hydra joblib + submitit launchers) is small
-# and its launchers are tested.
+# and its launchers are tested; the hf extra (transformers, safetensors) is what `posenc eval hf:…` and
+# `posenc export` need, and their tests build tiny models locally.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test,cluster]'
+	$(BIN)/python -m pip install -q -e '.[test,cluster,hf]'
 	touch $@
 
 clean:

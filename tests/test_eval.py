@@ -10,7 +10,15 @@ import torch
 from torch import nn
 
 from conftest import assert_one_line_error, run_cli
-from posenc_cli.evaluate import evaluate_length, parse_lengths, parse_overflow, plan_pieces, plan_windows, scored_span
+from posenc_cli.evaluate import (
+    LogitsScorer,
+    evaluate_length,
+    parse_lengths,
+    parse_overflow,
+    plan_pieces,
+    plan_windows,
+    scored_span,
+)
 from posenc_cli.errors import UsageError
 from posenc_cli.report import comparison, verdict
 
@@ -62,7 +70,7 @@ def test_perplexity_by_hand():
     # targets after the first token: 0, 1, 2, 0 -> NLL = ln 2, ln 4, ln 4, ln 2 -> mean ln(2√2 · ... )
     model = FixedDistribution([0.5, 0.25, 0.25])
     tokens = torch.tensor([0, 0, 1, 2, 0])
-    result = evaluate_length(model, tokens, span=4, length=2)
+    result = evaluate_length(LogitsScorer(model), tokens, span=4, length=2)
     expected = (math.log(2) + math.log(4) + math.log(4) + math.log(2)) / 4
     assert result.tokens == 4
     assert result.nll == pytest.approx(expected)
@@ -105,9 +113,9 @@ def test_window_overflow_never_shows_the_model_more_than_its_table():
     model = Widths([0.5, 0.25, 0.25])
     model.widths = set()
     tokens = torch.randint(0, 3, (97,), generator=torch.Generator().manual_seed(0))
-    capped = evaluate_length(model, tokens, span=96, length=32, context=8)
+    capped = evaluate_length(LogitsScorer(model), tokens, span=96, length=32, context=8)
     assert model.widths == {8} and capped.tokens == 96
-    assert capped.nll == pytest.approx(evaluate_length(model, tokens, span=96, length=32).nll)  # same targets
+    assert capped.nll == pytest.approx(evaluate_length(LogitsScorer(model), tokens, span=96, length=32).nll)  # same targets
     assert capped.position_count.tolist() == [3.0] * 32  # per position inside the 32-token windows
     assert parse_overflow("window, dash") == ["window", "dash"]
     with pytest.raises(UsageError, match="--learned-overflow truncate is not known; choose from: dash, window"):
