@@ -128,6 +128,7 @@ def eval_command(
     lang: str = typer.Option("en", help="en, or zh to add the chapters' own words to comparison.md."),
     rope_scaling: str = typer.Option("none", "--rope-scaling", help="Comma list of none, linear, ntk, dynamic, yarn (hf: models also llama3): each RoPE-based run is evaluated once per method (labelled rope+yarn etc.), no retraining; hf: models through transformers' own rope_parameters."),
     rope_factor: Optional[float] = typer.Option(None, "--rope-factor", help="Scale factor s for --rope-scaling (default: eval length / training length; dynamic: 1, it scales with the length itself)."),
+    learned_overflow: str = typer.Option("dash", "--learned-overflow", help="Past a position table's max_len (learned): dash shows —; window scores with sliding windows of max_len tokens, labelled learned+window. A comma list shows both."),
     hf_context: Optional[int] = typer.Option(None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading (default: n_positions / max_position_embeddings / the like)."),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16: the weights of hf: models (posenc runs always score in fp32)."),
 ) -> None:
@@ -138,7 +139,7 @@ def eval_command(
     than every single run, otherwise the newest single run of each scheme under outputs/runs.
     """
     from posenc_cli.device import resolve_device
-    from posenc_cli.evaluate import MODES, evaluate_runs, parse_lengths
+    from posenc_cli.evaluate import MODES, evaluate_runs, parse_lengths, parse_overflow
     from posenc_cli.hf import is_hf
     from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
     from posenc_cli.report import ppl_pivot, write_eval_outputs
@@ -146,6 +147,7 @@ def eval_command(
 
     wanted = parse_lengths(lengths)
     methods = parse_rope_scaling(rope_scaling, rope_factor)
+    overflows = parse_overflow(learned_overflow)
     if mode not in MODES:
         raise UsageError(f"--mode {mode} is not known; choose one of: {', '.join(MODES)}")
     if max_tokens <= 0:
@@ -159,7 +161,8 @@ def eval_command(
     loaded, why = load_targets(named, "evaluate", hf_options(hf_context, target, dtype))
     df, positions, info = evaluate_runs(loaded, lengths=wanted, mode=mode, stride=stride, max_tokens=max_tokens,
                                         data_path=str(data) if data else None, device=target,
-                                        rope_scaling=methods, rope_factor=rope_factor, why=why)
+                                        rope_scaling=methods, rope_factor=rope_factor, why=why,
+                                        learned_overflow=overflows)
     out = out or timestamped_dir("eval")
     written = write_eval_outputs(df, positions, info, out, lang=lang)
     header, rows = ppl_pivot(df)
@@ -274,6 +277,8 @@ def inspect_command(
     layer: int = typer.Option(0, help="With --run: the layer whose attention is drawn."),
     head: int = typer.Option(0, help="With --run: the head whose attention is drawn."),
     out: Optional[Path] = typer.Option(None, help="Figure directory (default outputs/inspect/<scheme or run>)."),
+    layout: Optional[str] = typer.Option(None, help="rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1)."),
+    slopes: Optional[str] = typer.Option(None, help="alibi: paper (default, 2^(-8h/H)) or chapter (1/2^h)."),
 ) -> None:
     """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
 
@@ -288,8 +293,9 @@ def inspect_command(
     """
     from posenc_cli.inspection.command import inspect_scheme, print_report
 
+    options = {key: value for key, value in (("layout", layout), ("slopes", slopes)) if value is not None}
     print_report(inspect_scheme(name=scheme, dim=dim, length=length, heads=heads, out=out, run_dir=run,
-                                layer=layer, head=head))
+                                layer=layer, head=head, options=options))
 
 
 @app.command()
