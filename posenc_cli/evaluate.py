@@ -94,8 +94,8 @@ class LengthResult:
 
 @dataclass(frozen=True)
 class Piece:
-    """One input the model runs: `width` tokens from `start`, whose targets from `first_scored` on are
-    scored; its first token sits at `offset` inside the window of `length` it belongs to."""
+    """One input the model runs: tokens from `start`, whose targets from `first_scored` on are scored;
+    its first token sits at `offset` inside the window of `length` it belongs to."""
 
     start: int
     first_scored: int
