@@ -18,12 +18,14 @@ install: $(VENV)/.installed
 
 # torch first and pinned: 2.13.0's CPU wheel is what a laptop needs, and an unpinned request
 # would pull a multi-GB CUDA build. The cluster extra (Hydra joblib + submitit launchers) and the
-# track extra (TensorBoard, Weights & Biases) are tested, so the tests install them.
+# track extra (TensorBoard, Weights & Biases) are tested, so the tests install them; the hf extra
+# (transformers, safetensors) is what `posenc eval hf:…` and `posenc export` need, and their tests
+# build tiny models locally.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test,cluster,track]'
+	$(BIN)/python -m pip install -q -e '.[test,cluster,hf,track]'
 	touch $@
 
 clean:

@@ -193,12 +193,12 @@ def training_row(section: str, config_name: str, scheme: str, lever: str, cfg: d
 
 def eval_case(cfg: dict[str, Any], vocab_size: int, length: int, n_tokens: int) -> dict[str, float]:
     """Score `n_tokens` random tokens in windows of `length`; run in a fresh process (see eval_in_subprocess)."""
-    from posenc_cli.evaluate import evaluate_length
+    from posenc_cli.evaluate import LogitsScorer, evaluate_length
     from posenc_cli.model import GPT
     from posenc_cli.train import model_config
 
     torch.manual_seed(cfg["seed"])
-    model = GPT(model_config(cfg, vocab_size)).eval()
+    model = LogitsScorer(GPT(model_config(cfg, vocab_size)).eval())
     span = max(length, n_tokens // length * length)
     tokens = torch.randint(vocab_size, (span + 1,), generator=torch.Generator().manual_seed(0))
     idle_kib = peak_rss_kib()

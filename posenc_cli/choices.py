@@ -5,3 +5,4 @@ DEVICES = ("auto", "cpu", "cuda", "mps")  # cuda:N also works
 EVAL_MODES = ("nonoverlap", "sliding")
 LANGS = ("en", "zh")
 ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")
+ROPE_SCALING_HF_ONLY = ("llama3",)  # transformers' own implementations, for `hf:` models (see hf.py)

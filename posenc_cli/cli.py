@@ -15,7 +15,7 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from posenc_cli import ui
-from posenc_cli.choices import DEVICES, EVAL_MODES, LANGS, ROPE_SCALING
+from posenc_cli.choices import DEVICES, EVAL_MODES, LANGS, ROPE_SCALING, ROPE_SCALING_HF_ONLY
 from posenc_cli.errors import UsageError
 
 HELP_OPTION_NAMES = ["-h", "--help"]
@@ -195,17 +195,19 @@ def run_hydra_train() -> None:
 
 @app.command("eval")
 def eval_command(
-    runs: List[str] = typer.Argument(None, help="Run directories, sweep directories or globs (default: the latest runs)."),
+    runs: List[str] = typer.Argument(None, help="Run directories, sweep directories, globs, or hf:ID_OR_PATH (a Hugging Face causal LM: hub id or local directory; needs --data) (default: the latest runs)."),
     lengths: str = typer.Option("512,1024,2048", "--lengths", "-l", help="Comma list of evaluation lengths; each run's training length is always added."),
     mode: str = choice("nonoverlap", EVAL_MODES, "nonoverlap: consecutive windows, every token scored. sliding: windows advance by --stride, only their last stride tokens scored.", "--mode"),
     stride: Optional[int] = typer.Option(None, help="Stride for --mode sliding (default: half the length)."),
     max_tokens: int = typer.Option(32768, "--max-tokens", help="Validation tokens scored at every length (rounded down to a multiple of the longest length)."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/eval/<time>)."),
-    data: Optional[Path] = typer.Option(None, help="Evaluate on this UTF-8 text file instead of each run's validation split."),
+    data: Optional[Path] = typer.Option(None, help="Evaluate on this UTF-8 text file instead of each run's validation split (required for hf: models, tokenized by each model's own tokenizer)."),
     device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
     lang: str = choice("en", LANGS, "en, or zh to add the chapters' own words to comparison.md.", "--lang"),
-    rope_scaling: str = choice("none", ROPE_SCALING, "Comma list of RoPE context-extension methods: each RoPE-based run is evaluated once per method (labelled rope+yarn etc.), no retraining.", "--rope-scaling", comma_list=True),
+    rope_scaling: str = choice("none", (*ROPE_SCALING, *ROPE_SCALING_HF_ONLY), "Comma list of RoPE context-extension methods (llama3: hf: models only): each RoPE-based run is evaluated once per method (labelled rope+yarn etc.), no retraining; hf: models through transformers' own rope_parameters.", "--rope-scaling", comma_list=True),
     rope_factor: Optional[float] = typer.Option(None, "--rope-factor", help="Scale factor s for --rope-scaling (default: eval length / training length; dynamic: 1, it scales with the length itself)."),
+    hf_context: Optional[int] = typer.Option(None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading (default: n_positions / max_position_embeddings / the like)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16: the weights of hf: models (posenc runs always score in fp32)."),
 ) -> None:
     """Perplexity at lengths past the training length, and the chapters' comparison table, measured.
 
@@ -215,16 +217,21 @@ def eval_command(
     """
     from posenc_cli.device import resolve_device
     from posenc_cli.evaluate import evaluate_runs, parse_lengths
+    from posenc_cli.hf import is_hf
     from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
     from posenc_cli.report import ppl_pivot, write_eval_outputs
-    from posenc_cli.runs import load_finished_runs, timestamped_dir
+    from posenc_cli.runs import load_targets, timestamped_dir
 
     wanted = parse_lengths(lengths)
     methods = parse_rope_scaling(rope_scaling, rope_factor)
     if max_tokens <= 0:
         raise UsageError(f"--max-tokens must be a positive integer, got {max_tokens}")
     target = resolve_device(device)
-    loaded, why = load_finished_runs(list(runs or []), "evaluate")
+    named = list(runs or [])
+    hf_named = [r for r in named if is_hf(r)]
+    if hf_named and data is None:
+        raise UsageError(f"{hf_named[0]} needs --data FILE: the text to evaluate it on (its own tokenizer is used)")
+    loaded, why = load_targets(named, "evaluate", hf_options(hf_context, target, dtype))
     df, positions, info = evaluate_runs(loaded, lengths=wanted, mode=mode, stride=stride, max_tokens=max_tokens,
                                         data_path=str(data) if data else None, device=target,
                                         rope_scaling=methods, rope_factor=rope_factor, why=why)
@@ -243,7 +250,7 @@ def eval_command(
 
 @app.command()
 def probe(
-    runs: List[str] = typer.Argument(None, help="Run directories, sweep directories or globs (default: the latest runs)."),
+    runs: List[str] = typer.Argument(None, help="Run directories, sweep directories, globs, or hf:ID_OR_PATH (a Hugging Face causal LM) (default: the latest runs)."),
     lengths: str = typer.Option("256,512,1024,2048", "--lengths", "-l", help="Comma list of trial lengths; each run's training length is always added."),
     depths: str = typer.Option("0.1,0.5,0.9", help="Comma list of relative depths of the key sentence in the filler (0 = start, 1 = end)."),
     trials: int = typer.Option(50, help="Trials per run, length and depth (a fresh key and filler each)."),
@@ -251,30 +258,34 @@ def probe(
     out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/probe/<time>). Use eval's --out to get passkey rows in its comparison.md."),
     device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
     lang: str = choice("en", LANGS, "en, or zh: as eval's --lang, for the comparison.md it rewrites.", "--lang"),
+    hf_context: Optional[int] = typer.Option(None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading."),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16: the weights of hf: models."),
 ) -> None:
-    """Passkey retrieval: can a model find a 5-digit key at depth δ in a prompt of L characters?
+    """Passkey retrieval: can a model find a 5-digit key at depth δ in a prompt of L tokens?
 
     Filler comes from each run's own validation text; the key's phrasing is the one the synthetic
-    corpus teaches with data.passkey_rate>0 (see experiment=probe). Writes probe.csv, a heatmap per
+    corpus teaches with data.passkey_rate>0 (see experiment=probe). hf: models get Mohtashami & Jaggi's
+    English prompt ("The grass is green. …") in their own tokenizer, whole sentences up to L tokens. Writes probe.csv, a heatmap per
     scheme (probe_<scheme>.png), probe_summary.png, and rewrites comparison.md with "passkey @ L" rows
     when the output directory also holds eval's ppl.csv. Runs are chosen as in eval.
     """
     from posenc_cli.device import resolve_device
     from posenc_cli.evaluate import parse_lengths
-    from posenc_cli.probe import check_vocab, parse_depths, probe_runs
-    from posenc_cli.report import markdown_table, passkey_rows, scheme_facts, scheme_order, write_probe_outputs
-    from posenc_cli.runs import announce, load_finished_runs, timestamped_dir
+    from posenc_cli.probe import parse_depths, probe_runs
+    from posenc_cli.report import markdown_table, passkey_rows, scheme_order, write_probe_outputs
+    from posenc_cli.runs import announce, load_targets, timestamped_dir
 
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
     if trials <= 0:
         raise UsageError(f"--trials must be a positive integer, got {trials}")
     target = resolve_device(device)
-    loaded, why = load_finished_runs(list(runs or []), "probe")
+    loaded, why = load_targets(list(runs or []), "probe", hf_options(hf_context, target, dtype))
     for run in loaded:
-        check_vocab(run.vocab, str(run.path))
+        run.check_probe()
+        run.check_fits([L for L in {*wanted, run.train_len} if run.max_len is None or L <= run.max_len])
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, lengths=wanted, depths=at_depths, trials=trials, seed=seed, device=target)
-    info = {r.label: scheme_facts(r.model) for r in loaded}
+    info = {r.label: r.facts() for r in loaded}
     out = out or timestamped_dir("probe")
     written = write_probe_outputs(df, info, out, lang=lang)
     schemes = scheme_order(df["scheme"])
@@ -331,6 +342,8 @@ def sample(
         ui.err.print(steps.stopped_early, highlight=False, soft_wrap=True)
     if out:
         ui.err.print(f"wrote {out}", highlight=False)
+    hf_context: Optional[int] = typer.Option(None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading."),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16: the weights of hf: models."),
 
 
 @app.command()

@@ -17,7 +17,7 @@ import torch
 from posenc_cli.choices import EVAL_MODES as MODES
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
-from posenc_cli.model import GPT, token_nll
+from posenc_cli.model import token_nll
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where it is used: `posenc eval` only
@@ -67,32 +67,68 @@ class LengthResult:
     nll: float
     position_nll: torch.Tensor  # (length,) mean NLL at each position inside the window
     position_count: torch.Tensor  # (length,) how many scored tokens each mean is over
+    bytes: int = 0  # UTF-8 bytes of text the scored tokens cover (when the caller gave bytes per token)
+
+    @property
+    def bpb(self) -> float:
+        return bits_per_byte(self.nll * self.tokens, self.bytes) if self.bytes else math.nan
 
     @property
     def ppl(self) -> float:
         return math.exp(self.nll)
 
 
-@torch.no_grad()
-def evaluate_length(model: GPT, tokens: torch.Tensor, *, span: int, length: int, mode: str = "nonoverlap",
-                    stride: int | None = None, device: torch.device | str = "cpu") -> LengthResult:
+@dataclass
+class LogitsScorer:
+    """What evaluation and the probe ask of a model, for one that maps token ids to logits (posenc's
+    GPT): token NLLs for a batch of windows, and the logits of the last positions. Full precision,
+    windows batched up to TOKENS_PER_FORWARD tokens. `hf.HFModel` answers the same three questions."""
+
+    model: torch.nn.Module
+    device: torch.device | str = "cpu"
+
+    def batch_size(self, length: int) -> int:
+        return max(1, TOKENS_PER_FORWARD // length)
+
+    @torch.no_grad()
+    def token_nll(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.model.eval()
+        with autocast(torch.device(self.device), "fp32"):  # perplexities in full precision, like for like
+            return token_nll(self.model(inputs.to(self.device)), targets.to(self.device))
+
+    @torch.no_grad()
+    def last_logits(self, inputs: torch.Tensor, n: int) -> torch.Tensor:
+        self.model.eval()
+        return self.model(inputs.to(self.device))[:, -n:].float()
+
+
+def evaluate_length(scorer, tokens: torch.Tensor, *, span: int, length: int, mode: str = "nonoverlap",
+                    stride: int | None = None, token_bytes: torch.Tensor | None = None) -> LengthResult:
+    """NLL over targets [1, span] in windows of `length`; `scorer` is a LogitsScorer or an HFModel.
+    `token_bytes[i]`: the UTF-8 bytes token i covers, summed over the scored targets into `bytes`."""
     windows = plan_windows(span, length, mode, stride)
-    batch = max(1, TOKENS_PER_FORWARD // length)
+    batch = scorer.batch_size(length)
     nll_sum = torch.zeros(length, dtype=torch.float64)
     counts = torch.zeros(length, dtype=torch.float64)
-    model.eval()
     for i in range(0, len(windows), batch):
         group = windows[i : i + batch]
-        chunk = torch.stack([tokens[w.start : w.start + length + 1] for w in group]).to(device)
-        with autocast(torch.device(device), "fp32"):  # perplexities in full precision, like for like
-            nll = token_nll(model(chunk[:, :-1]), chunk[:, 1:]).double().cpu()
+        chunk = torch.stack([tokens[w.start : w.start + length + 1] for w in group])
+        nll = scorer.token_nll(chunk[:, :-1], chunk[:, 1:]).double().cpu()
         scored = torch.zeros_like(nll, dtype=torch.bool)
         for row, w in enumerate(group):
             scored[row, length - w.scored :] = True
         nll_sum += (nll * scored).sum(0)
         counts += scored.sum(0)
     total = int(counts.sum())
-    return LengthResult(total, float(nll_sum.sum() / total), nll_sum / counts.clamp(min=1), counts)
+    n_bytes = 0 if token_bytes is None else sum(
+        int(token_bytes[w.start + 1 + length - w.scored : w.start + 1 + length].sum()) for w in windows)
+    return LengthResult(total, float(nll_sum.sum() / total), nll_sum / counts.clamp(min=1), counts, n_bytes)
+
+
+def bits_per_byte(nll_sum_nats: float, n_bytes: int) -> float:
+    """Bits per UTF-8 byte: total NLL in nats / ln 2 / bytes scored. Unlike perplexity per token it
+    compares models whose tokenizers differ."""
+    return nll_sum_nats / math.log(2) / n_bytes
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -119,71 +155,54 @@ def position_buckets(result: LengthResult, n_buckets: int = 128) -> list[tuple[i
     return rows
 
 
-def scaling_variants(run, methods: list[str], factor: float | None) -> list[dict]:
-    """The scheme options to evaluate `run` with: for a scheme that takes RoPE scaling, one set per
-    method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
-    has it built in, and a second one on top is refused rather than composed."""
-    scheme = run.model.scheme
-    if not scheme.scalable or methods == ["none"]:
-        return [{}]
-    if scheme.scaling is not None:
-        raise UsageError(
-            f"--rope-scaling {','.join(methods)}: {run.path} was trained with scheme.scaling={scheme.scaling.method}, "
-            "which its evaluation always applies; evaluate it without --rope-scaling (scalings do not compose)"
-        )
-    return [{"scaling": m, "scaling_factor": factor, "scaling_len": run.train_len} for m in methods]
-
-
 def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
                   data_path: str | None, device, rope_scaling: tuple[str, ...] | list[str] = ("none",),
                   rope_factor: float | None = None, why: str = "") -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
     """Every run at every length (its training length included), rotary runs once per RoPE scaling
     method: tidy ppl rows, per-position rows, and per-scheme facts (positional parameters,
-    relative-position kind) for the report."""
+    relative-position kind, used by) for the report. A run is a posenc run (`runs.LoadedRun`) or a
+    Hugging Face model (`hf.HFModel`): both tokenize, score windows and name their variants."""
     import pandas as pd
 
     from posenc_cli import ui
-    from posenc_cli.data import load_corpus
     from posenc_cli.data.text import read_text_file
-    from posenc_cli.report import scheme_facts
     from posenc_cli.runs import announce
 
     eval_text = read_text_file(data_path, what="--data") if data_path else None
-    corpora: dict[str, torch.Tensor] = {}
-    plans = {}  # run path -> (tokens, lengths, span); bad input is found here, before any work starts
+    corpora: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    plans = {}  # run -> (tokens, bytes per token, lengths, span, variants): bad input is found before any work
     for run in runs:
-        if eval_text is not None:
-            tokens = run.vocab.encode(eval_text)
-        else:
-            key = repr(sorted(run.checkpoint["data"].items()))
-            if key not in corpora:
-                corpora[key] = load_corpus(run.checkpoint["data"]).val
-            tokens = corpora[key]
+        tokens, token_bytes = run.eval_tokens(eval_text, corpora)
         run_lengths = sorted(set(lengths) | {run.train_len})
         span = scored_span(len(tokens), run_lengths, max_tokens)
         for length in run_lengths:
             plan_windows(span, length, mode, stride)  # validates mode and stride
-        plans[run.path] = (tokens, run_lengths, span)
-    jobs = [(run, options) for run in runs for options in scaling_variants(run, list(rope_scaling), rope_factor)]
+        variants = run.variants(list(rope_scaling), rope_factor)  # validates the methods for this run
+        run.check_fits([L for L in run_lengths if run.max_len is None or L <= run.max_len])
+        plans[id(run)] = (tokens, token_bytes, run_lengths, span, variants)
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
+    jobs = [(run, variant) for run in runs for variant in plans[id(run)][4]]
     with ui.progress() as bar:
-        task = bar.add_task("eval", total=sum(len(plans[run.path][1]) for run, _ in jobs), status="")
-        for run, options in jobs:
-            tokens, run_lengths, span = plans[run.path]
-            model = run.model_with(**options).to(device)
-            scheme = model.scheme.label
-            info[scheme] = scheme_facts(model)
+        task = bar.add_task("eval", total=sum(len(plans[id(run)][2]) for run, _ in jobs), status="")
+        for run, variant in jobs:
+            tokens, token_bytes, run_lengths, span, _ = plans[id(run)]
+            scheme = run.use_variant(variant)  # evaluation time only: the checkpoint is untouched
+            scorer = run.scorer(device)
+            info[scheme] = run.facts()
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
                 row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
-                       "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan, "note": ""}
-                limit = model.scheme.max_len
+                       "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan,
+                       "bytes": 0, "bpb": math.nan, "tokenizer": run.tokenizer_name, "note": ""}
+                limit = run.max_len
                 if limit is not None and length > limit:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
-                    result = evaluate_length(model, tokens, span=span, length=length, mode=mode, stride=stride, device=device)
-                    row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl)
+                    result = evaluate_length(scorer, tokens, span=span, length=length, mode=mode, stride=stride,
+                                             token_bytes=token_bytes)
+                    row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl,
+                               bytes=result.bytes, bpb=result.bpb)
                     position_rows += [
                         {"run": str(run.path), "scheme": scheme, "seed": run.seed, "eval_len": length,
                          "position": p, "nll": nll, "tokens": n} for p, nll, n in position_buckets(result)

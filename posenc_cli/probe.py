@@ -18,7 +18,6 @@ import torch
 from posenc_cli.data import passkey
 from posenc_cli.data.vocab import UNK, Vocab
 from posenc_cli.errors import UsageError
-from posenc_cli.evaluate import TOKENS_PER_FORWARD
 from posenc_cli.model import token_nll
 
 COLUMNS = ["run", "scheme", "seed", "train_len", "length", "depth", "trials", "accuracy", "key_nll"]
@@ -81,49 +80,46 @@ def make_trials(val: torch.Tensor, vocab: Vocab, length: int, depth: float, tria
     return prompts, torch.stack([vocab.encode(k) for k in keys])
 
 
-@torch.no_grad()
-def score(model, prompts: torch.Tensor, keys: torch.Tensor, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """(exact match, mean key-digit NLL) per trial, from one teacher-forced pass over prompt + key.
+def score(scorer, prompts: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(exact match, mean key-token NLL) per trial, from one teacher-forced pass over prompt + key;
+    `scorer` is a LogitsScorer or an HFModel.
 
-    Greedy decoding yields the key exactly when, at every digit, the most likely next token given the
-    prompt and the key's earlier digits is that digit: the teacher-forced argmaxes decide it exactly."""
+    Greedy decoding yields the key exactly when, at every key token, the most likely next token given
+    the prompt and the key's earlier tokens is that token: the teacher-forced argmaxes decide it exactly."""
     n_key = keys.size(1)
     sequences = torch.cat([prompts, keys[:, :-1]], dim=1)
-    batch = max(1, TOKENS_PER_FORWARD // sequences.size(1))
+    batch = scorer.batch_size(sequences.size(1))
     hits, nlls = [], []
     for i in range(0, len(sequences), batch):
-        target = keys[i : i + batch].to(device)
-        logits = model(sequences[i : i + batch].to(device))[:, -n_key:].float()  # full precision, as eval
+        logits = scorer.last_logits(sequences[i : i + batch], n_key)  # full precision, as eval
+        target = keys[i : i + batch].to(logits.device)
         hits.append((logits.argmax(-1) == target).all(-1).cpu())
         nlls.append(token_nll(logits, target).mean(-1).cpu())
     return torch.cat(hits), torch.cat(nlls)
 
 
 def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, seed: int, device):
-    """Every run at every length (its training length included) and depth: one tidy row per cell."""
+    """Every run at every length (its training length included) and depth: one tidy row per cell. A run
+    is a posenc run or a Hugging Face model; each builds its own trials (see their probe_trials)."""
     import pandas as pd
 
     from posenc_cli import ui
-    from posenc_cli.data import load_corpus
 
-    corpora: dict[str, torch.Tensor] = {}
+    fillers: dict[str, torch.Tensor] = {}
     rows = []
     with ui.progress() as bar:
         task = bar.add_task("probe", total=sum(len(set(lengths) | {r.train_len}) for r in runs) * len(depths), status="")
         for run in runs:
-            key = repr(sorted(run.checkpoint["data"].items()))
-            if key not in corpora:
-                corpora[key] = without_episodes(load_corpus(run.checkpoint["data"]).val, run.vocab)
-            model = run.model.to(device)
+            scorer = run.scorer(device)
             for length in sorted(set(lengths) | {run.train_len}):
                 for depth in depths:
                     bar.update(task, status=f"{run.label} seed {run.seed} @ {length}, depth {depth:g}")
                     row = {"run": str(run.path), "scheme": run.label, "seed": run.seed, "train_len": run.train_len,
                            "length": length, "depth": depth, "trials": 0, "accuracy": math.nan, "key_nll": math.nan}
-                    limit = model.scheme.max_len
-                    if limit is None or length <= limit:
-                        prompts, keys = make_trials(corpora[key], run.vocab, length, depth, trials, seed)
-                        hit, nll = score(model, prompts, keys, device)
+                    if run.max_len is None or length <= run.max_len:
+                        scored = [score(scorer, prompts, keys)
+                                  for prompts, keys in run.probe_trials(length, depth, trials, seed, fillers)]
+                        hit, nll = (torch.cat(parts) for parts in zip(*scored))
                         row.update(trials=trials, accuracy=float(hit.float().mean()), key_nll=float(nll.mean()))
                     rows.append(row)
                     bar.advance(task)

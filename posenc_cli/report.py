@@ -6,6 +6,7 @@ Everything here is derived from a tidy DataFrame, so an eval directory can be de
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -27,14 +28,23 @@ def verdict(ratio: float) -> str:
     return next(word for bound, word in VERDICTS if ratio <= bound)
 
 
+def scheme_of(label: str) -> str:
+    """The scheme in a column label: 'rope+yarn' itself; a Hugging Face model's 'pythia-160m (rope+yarn)'
+    -> 'rope+yarn'."""
+    return label[label.rindex(" (") + 2 : -1] if label.endswith(")") and " (" in label else label
+
+
 def scheme_order(schemes: Iterable[str]) -> list[str]:
-    """SCHEMES' order, unknown schemes after, and each `rope+yarn`-style variant after its base."""
+    """SCHEMES' order, unknown schemes after, and each `rope+yarn`-style variant after its base;
+    Hugging Face models ('gpt2 (learned)') after posenc's runs, by name."""
     order = list(SCHEMES)
 
     def key(label: str):
-        base, _, variant = label.partition("+")
+        scheme = scheme_of(label)
+        model = label[: -len(scheme) - 3] if scheme != label else ""
+        base, _, variant = scheme.partition("+")
         rank = order.index(base) if base in order else len(order)
-        return rank, base, variant
+        return model != "", model, rank, base, variant
 
     return sorted(dict.fromkeys(schemes), key=key)
 
@@ -54,15 +64,21 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ppl_pivot(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Scheme rows, eval-length columns, 'mean ± std' cells over seeds."""
+def ppl_pivot(df: pd.DataFrame, value: str = "ppl", digits: int = 2) -> tuple[list[str], list[list[str]]]:
+    """Scheme rows, eval-length columns, 'mean ± std' cells of `value` (ppl or bpb) over seeds."""
     lengths = sorted(df["eval_len"].unique())
     header = ["scheme", "seeds"] + [f"L={L}" + (" (train)" if L in set(df["train_len"]) else "") for L in lengths]
     rows = []
     for scheme in scheme_order(df["scheme"]):
         sub = df[df["scheme"] == scheme]
-        rows.append([scheme, str(sub["seed"].nunique())] + [mean_std(sub[sub["eval_len"] == L]["ppl"]) for L in lengths])
+        rows.append([scheme, str(sub["seed"].nunique())]
+                    + [mean_std(sub[sub["eval_len"] == L][value], digits) for L in lengths])
     return header, rows
+
+
+def mixes_tokenizers(df: pd.DataFrame) -> bool:
+    """Whether token perplexities in `df` are incomparable, so bits per byte must be shown beside them."""
+    return "tokenizer" in df and df["tokenizer"].nunique() > 1
 
 
 def scheme_facts(model) -> dict:
@@ -80,23 +96,29 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", pas
     for L in lengths:
         label = f"ppl @ {L}" + (" (training length)" if L == train_len else f" ({L / train_len:g}×)")
         rows.append([label] + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["ppl"]) for s in schemes])
+    if mixes_tokenizers(df):
+        rows += [[f"bits per byte @ {L}"]
+                 + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["bpb"], digits=3) for s in schemes]
+                 for L in lengths]
     ratios, words = [], []
     for s in schemes:
         sub = df[df.scheme == s].groupby("eval_len")["ppl"].mean()
-        ratio = sub.get(longest, math.nan) / sub.get(train_len, math.nan)
+        own = int(df[df.scheme == s]["train_len"].min())  # models from the hub have their own context
+        ratio = sub.get(longest, math.nan) / sub.get(own, math.nan)
         ratios.append(f"{ratio:.2f}×" if math.isfinite(ratio) else BEYOND_TABLE)
         words.append(verdict(ratio))
-    rows.append([f"ppl({longest}) / ppl({train_len})"] + ratios)
+    one_length = df["train_len"].nunique() == 1
+    rows.append([f"ppl({longest}) / ppl({train_len if one_length else 'own training length'})"] + ratios)
     if passkey is not None:
         rows += passkey_rows(passkey, schemes)
     rows.append(["extrapolation, measured"] + words)
-    claims = [claim_for(s) for s in schemes]
+    claims = [claim_for(scheme_of(s)) for s in schemes]
     rows.append(["extrapolation, chapters' claim"] + [claim.extrapolation for claim in claims])
     if lang == "zh":
         rows.append(["外推能力（章节原话）"] + [claim.extrapolation_zh for claim in claims])
     rows.append(["positional parameters"] + [f"{info.get(s, {}).get('positional_params', 0):,}" for s in schemes])
     rows.append(["relative position"] + [info.get(s, {}).get("relative", relative_kind(s)) for s in schemes])
-    rows.append(["used by"] + [claim.used_by for claim in claims])
+    rows.append(["used by"] + [info.get(s, {}).get("used_by", claim.used_by) for s, claim in zip(schemes, claims)])
     seeds = {s: df[df.scheme == s]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
     tokens = int(df["tokens"].max())
@@ -180,7 +202,7 @@ def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path,
     write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
     written = [out / "probe.csv"]
     for scheme in scheme_order(passkey["scheme"]):
-        written.append(out / f"probe_{scheme}.png")
+        written.append(out / f"probe_{file_safe(scheme)}.png")
         plot_probe_heatmap(passkey, scheme, written[-1])
     written.append(out / "probe_summary.png")
     plot_probe_summary(passkey, written[-1])
@@ -188,6 +210,12 @@ def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path,
         write_text(out / "comparison.md", comparison(pd.read_csv(out / "ppl.csv"), info, lang=lang, passkey=passkey))
         written.append(out / "comparison.md")
     return written
+
+
+def file_safe(label: str) -> str:
+    """A column label as part of a file name: 'rope+yarn' stays, 'EleutherAI/pythia-160m (rope)' ->
+    'EleutherAI_pythia-160m_rope'."""
+    return re.sub(r"[^A-Za-z0-9+._-]+", "_", label).strip("_")
 
 
 def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
@@ -254,7 +282,11 @@ def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str
     write_with(out / "ppl.csv", lambda p: df.to_csv(p, index=False))
     write_with(out / "loss_by_position.csv", lambda p: positions.to_csv(p, index=False))
     header, rows = ppl_pivot(df)
-    write_text(out / "ppl.md", "# Perplexity by evaluation length\n\n" + markdown_table(header, rows))
+    text = "# Perplexity by evaluation length\n\n" + markdown_table(header, rows)
+    if mixes_tokenizers(df):  # per-token perplexities of different tokenizers do not compare
+        header, rows = ppl_pivot(df, "bpb", digits=3)
+        text += "\n# Bits per byte by evaluation length\n\n" + markdown_table(header, rows)
+    write_text(out / "ppl.md", text)
     passkey = pd.read_csv(out / "probe.csv") if (out / "probe.csv").is_file() else None
     write_text(out / "comparison.md", comparison(df, info, lang=lang, passkey=passkey))
     plot_ppl_vs_length(df, out / "ppl_vs_length.png")

@@ -12,12 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import OmegaConf
 
 from posenc_cli.checkpoint import FILENAME, load_checkpoint
+from posenc_cli.data import load_corpus
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model.positional.rope_scaling import METHODS
 
 
 def is_run_dir(path: Path) -> bool:
@@ -55,12 +58,17 @@ def resume_overrides(args: list[str], outputs: Path = Path("outputs")) -> list[s
 
 @dataclass
 class LoadedRun:
+    """A trained run, seen the way `evaluate_runs` and `probe_runs` see any model (`hf.HFModel` is the
+    other kind): a name, a scheme label, a training length, tokens for a text, a scorer, variants."""
+
     path: Path
     model: GPT
     vocab: Vocab
     train_len: int
     summary: dict[str, Any]
     checkpoint: dict[str, Any]
+    active: GPT | None = None  # the model as evaluated now (use_variant); None: as trained
+    tokenizer_name = "char"
 
     @property
     def scheme(self) -> str:
@@ -83,6 +91,72 @@ class LoadedRun:
         model = GPT(ModelConfig(**{**cfg, "scheme_options": {**cfg["scheme_options"], **scheme_options}}))
         model.load_state_dict(self.model.state_dict())
         return model.eval()
+
+    @property
+    def max_len(self) -> int | None:
+        return self.model.scheme.max_len
+
+    def facts(self) -> dict:
+        from posenc_cli.report import scheme_facts
+
+        return scheme_facts(self.active or self.model)
+
+    def data_key(self) -> str:
+        return repr(sorted(self.checkpoint["data"].items()))
+
+    def eval_tokens(self, text: str | None, cache: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(token ids, UTF-8 bytes per token) of `text`, or of the run's validation split (shared
+        through `cache` by runs trained on the same data)."""
+        if text is not None:
+            return self.vocab.encode(text), self.vocab.token_bytes(self.vocab.encode(text))
+        if self.data_key() not in cache:
+            val = load_corpus(self.checkpoint["data"]).val
+            cache[self.data_key()] = (val, self.vocab.token_bytes(val))
+        return cache[self.data_key()]
+
+    def check_fits(self, lengths: list[int]) -> None:
+        """posenc's models are small; `posenc bench` measures their evaluation memory (< 0.5 GiB at 8k)."""
+
+    def scorer(self, device):
+        from posenc_cli.evaluate import LogitsScorer
+
+        return LogitsScorer((self.active or self.model).to(device), device)
+
+    def variants(self, methods: list[str], factor: float | None) -> list[dict]:
+        """The scheme options to evaluate this run with: for a scheme that takes RoPE scaling, one set per
+        method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
+        has it built in, and a second one on top is refused rather than composed."""
+        scheme = self.model.scheme
+        if not scheme.scalable or methods == ["none"]:
+            return [{}]
+        if scheme.scaling is not None:
+            raise UsageError(
+                f"--rope-scaling {','.join(methods)}: {self.path} was trained with scheme.scaling={scheme.scaling.method}, "
+                "which its evaluation always applies; evaluate it without --rope-scaling (scalings do not compose)"
+            )
+        for method in methods:
+            if method not in METHODS:
+                raise UsageError(f"--rope-scaling {method} exists for hf: models only; posenc's own rotary runs "
+                                 f"take {', '.join(METHODS)}")
+        return [{"scaling": m, "scaling_factor": factor, "scaling_len": self.train_len} for m in methods]
+
+    def use_variant(self, options: dict) -> str:
+        """Evaluate with these scheme options from now on (the checkpoint is untouched); its label."""
+        self.active = self.model_with(**options)
+        return self.active.scheme.label
+
+    def check_probe(self) -> None:
+        from posenc_cli.probe import check_vocab
+
+        check_vocab(self.vocab, str(self.path))
+
+    def probe_trials(self, length: int, depth: float, trials: int, seed: int, cache: dict):
+        """[(prompts, keys)]: one batch of trials with filler from the run's own validation text."""
+        from posenc_cli.probe import make_trials, without_episodes
+
+        if self.data_key() not in cache:
+            cache[self.data_key()] = without_episodes(load_corpus(self.checkpoint["data"]).val, self.vocab)
+        return [make_trials(cache[self.data_key()], self.vocab, length, depth, trials, seed)]
 
 
 def load_run(run_dir: str | Path) -> LoadedRun:
@@ -165,6 +239,17 @@ def load_finished_runs(paths: list[str], verb: str) -> tuple[list[LoadedRun], st
     """The finished runs among `paths` (or the latest), loaded, and why those were chosen."""
     finished, why = finished_runs(paths, verb)
     return [load_run(p) for p in finished], why
+
+
+def load_targets(names: list[str], verb: str, hf_options: dict) -> tuple[list, str]:
+    """What eval and probe work on: the posenc runs among `names` (the latest runs when nothing is
+    named) and each `hf:ID_OR_PATH`, loaded."""
+    from posenc_cli.hf import is_hf, load_hf_model
+
+    hf_names = list(dict.fromkeys(n for n in names if is_hf(n)))
+    paths = [n for n in names if not is_hf(n)]
+    runs, why = load_finished_runs(paths, verb) if paths or not hf_names else ([], "the models you named")
+    return [*runs, *(load_hf_model(name, **hf_options) for name in hf_names)], why
 
 
 def timestamped_dir(kind: str) -> Path:

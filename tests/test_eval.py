@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from conftest import assert_one_line_error, run_cli
-from posenc_cli.evaluate import evaluate_length, parse_lengths, plan_windows, scored_span
+from posenc_cli.evaluate import LogitsScorer, evaluate_length, parse_lengths, plan_windows, scored_span
 from posenc_cli.errors import UsageError
 from posenc_cli.report import comparison, verdict
 
@@ -62,7 +62,7 @@ def test_perplexity_by_hand():
     # targets after the first token: 0, 1, 2, 0 -> NLL = ln 2, ln 4, ln 4, ln 2 -> mean ln(2√2 · ... )
     model = FixedDistribution([0.5, 0.25, 0.25])
     tokens = torch.tensor([0, 0, 1, 2, 0])
-    result = evaluate_length(model, tokens, span=4, length=2)
+    result = evaluate_length(LogitsScorer(model), tokens, span=4, length=2)
     expected = (math.log(2) + math.log(4) + math.log(4) + math.log(2)) / 4
     assert result.tokens == 4
     assert result.nll == pytest.approx(expected)

@@ -15,6 +15,7 @@ from posenc_cli.data import passkey
 from posenc_cli.data.synthetic import SyntheticSpec, generate
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.errors import UsageError
+from posenc_cli.evaluate import LogitsScorer
 from posenc_cli.probe import build_prompt, check_vocab, filler_length, make_trials, score, without_episodes
 
 WORDS = "ba bode kalimu so tefa ri gunazo pe".split()
@@ -80,7 +81,7 @@ def test_score_matches_greedy_decoding_and_the_nll_by_hand():
     keys = ["12345", "12399", "54321", "12345"]
     prompts = torch.stack([build_prompt(FILLER, k, 0.5, 128, VOCAB) for k in keys])
     key_ids = torch.stack([VOCAB.encode(k) for k in keys])
-    hits, nll = score(model, prompts, key_ids)
+    hits, nll = score(LogitsScorer(model), prompts, key_ids)
     assert hits.tolist() == [True, False, False, True]
     assert hits.tolist() == [torch.equal(greedy_key(model, p), k) for p, k in zip(prompts, key_ids)]
     log_z = math.log(math.exp(4.0) + len(VOCAB) - 1)  # per digit: -log p = log Z - logit

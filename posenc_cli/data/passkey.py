@@ -50,3 +50,19 @@ def random_key(rng) -> str:
 def needed_chars() -> set[str]:
     """Every character an episode can contain: a vocabulary lacking one cannot be probed."""
     return set(KEY_SENTENCE.format(key="") + QUESTION + ANSWER.format(key="") + DIGITS)
+
+
+# Mohtashami & Jaggi's (2023) prompt in their own English, for pretrained models (`posenc probe hf:…`)
+NATURAL_INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+                 "I will quiz you about the important information there.")
+NATURAL_FILLER = ("The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.", "There and back again.")
+NATURAL_KEY = "The pass key is {key}. Remember it. {key} is the pass key."
+NATURAL_QUESTION = "What is the pass key? The pass key is"
+
+
+def natural_prompt(key: str, sentences: int, depth: float) -> str:
+    """The intro, `sentences` filler sentences with the key sentence after round(depth · sentences) of
+    them, and the question; the answer (" " + key) follows."""
+    filler = [NATURAL_FILLER[i % len(NATURAL_FILLER)] for i in range(sentences)]
+    at = round(depth * sentences)
+    return " ".join([NATURAL_INTRO, *filler[:at], NATURAL_KEY.format(key=key), *filler[at:], NATURAL_QUESTION])

@@ -44,5 +44,11 @@ class Vocab:
         unk = len(self.chars) - 1
         return torch.tensor([index.get(c, unk) for c in text], dtype=torch.long)
 
+    def token_bytes(self, ids: torch.Tensor) -> torch.Tensor:
+        """UTF-8 bytes of each token's character (<unk> counts as one byte: the character it replaced
+        is gone)."""
+        table = torch.tensor([1 if c == UNK else len(c.encode("utf-8")) for c in self.chars], dtype=torch.long)
+        return table[ids]
+
     def decode(self, ids) -> str:
         return "".join(self.chars[int(i)] for i in ids)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from posenc_cli.choices import ROPE_SCALING as METHODS
+from posenc_cli.choices import ROPE_SCALING_HF_ONLY as HF_ONLY
 from posenc_cli.errors import UsageError
 
 
@@ -80,9 +81,9 @@ class RopeScaling:
     beta: float = 32.0
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
+        if self.method not in METHODS + HF_ONLY:
             raise UsageError(f"RoPE scaling {self.method!r} (--rope-scaling, scheme.scaling) is not known; "
-                             f"choose from: {', '.join(METHODS)}")
+                             f"choose from: {', '.join(METHODS)} (hf: models also {', '.join(HF_ONLY)})")
         if self.factor is not None and not (isinstance(self.factor, (int, float)) and self.factor > 0):
             raise UsageError(f"the RoPE scale factor (--rope-factor, scheme.scaling_factor) must be a positive "
                              f"number, got {self.factor!r}")
@@ -109,7 +110,9 @@ class RopeScaling:
         if self.method == "yarn":
             ramp = yarn_ramp(head_dim, base, self.train_len, self.alpha, self.beta)
             return yarn_inv_freq(inv_freq, s, ramp), yarn_temperature(s)
-        return inv_freq, 1.0
+        if self.method == "none":
+            return inv_freq, 1.0
+        raise UsageError(f"RoPE scaling {self.method!r} exists for hf: models only (transformers' implementation)")
 
 
 def rope_scaling(method: str, block_size: int, factor: float | None, original_len: int | None,

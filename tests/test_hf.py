@@ -1,0 +1,327 @@
+"""Hugging Face models beside posenc runs (`posenc eval/probe hf:…`) and `posenc export`, without a
+network: tiny random GPT-2, Llama, GPT-NeoX and BLOOM models and a small byte-level BPE built here.
+
+The properties: posenc's perplexity of a model is exp(mean of `model(window, labels=window).loss`)
+over the same windows; a learned table stops at its context ("—"); `--rope-scaling M --rope-factor s`
+is the model loaded with transformers' rope_parameters for M directly; bytes are those of the text
+the scored tokens cover; an export loads to identical logits.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import assert_one_line_error, run_cli
+from posenc_cli.errors import UsageError
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+
+CONTEXT = 256
+LENGTHS = (128, 512)
+MAX_TOKENS = 1024
+INIT = {"llama": 0.5}  # large weights so positions visibly matter to the rotary model
+
+
+def tiny_configs(vocab_size: int) -> dict:
+    tf = transformers
+    ids = {"bos_token_id": 0, "eos_token_id": 0}
+    return {
+        "gpt2": tf.GPT2Config(
+            vocab_size=vocab_size, n_positions=CONTEXT, n_embd=32, n_layer=2, n_head=2, **ids
+        ),
+        "llama": tf.LlamaConfig(
+            vocab_size=vocab_size,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=CONTEXT,
+            initializer_range=INIT["llama"],
+            **ids,
+        ),
+        "neox": tf.GPTNeoXConfig(
+            vocab_size=vocab_size,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=CONTEXT,
+            **ids,
+        ),  # 1/4 rotary
+        "bloom": tf.BloomConfig(vocab_size=vocab_size, hidden_size=32, n_layer=2, n_head=2, **ids),
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, smoke_sweep) -> dict:
+    """Four tiny models sharing one byte-level BPE, the text (in the smoke rope run's alphabet), and
+    that run: everything the CLI runs below read."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from posenc_cli.data import passkey
+    from posenc_cli.data.synthetic import SyntheticSpec, generate
+    from posenc_cli.runs import load_run
+
+    root = tmp_path_factory.mktemp("hf")
+    (rope_run,) = [p for p in smoke_sweep.iterdir() if p.name.endswith("_rope_seed0")]
+    alphabet = set(load_run(rope_run).vocab.chars)
+    text = "".join(c for c in generate(SyntheticSpec(n_chars=12_000, seed=1)).text if c in alphabet)
+    english = " ".join(
+        [passkey.NATURAL_INTRO, *passkey.NATURAL_FILLER, passkey.NATURAL_KEY, passkey.NATURAL_QUESTION]
+    )
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(
+        [text, english * 3],
+        trainers.BpeTrainer(
+            vocab_size=384,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=["<|endoftext|>"],
+        ),
+    )
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+    for name, config in tiny_configs(len(tokenizer)).items():
+        torch.manual_seed(0)
+        transformers.AutoModelForCausalLM.from_config(config).save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    (root / "text.txt").write_text(text, encoding="utf-8")
+    return {"root": root, "text": text, "run": rope_run, "tokenizer": tokenizer}
+
+
+@pytest.fixture(scope="module")
+def evaluated(tiny) -> pd.DataFrame:
+    """One `posenc eval`: a posenc run and the four models, plain and with linear RoPE scaling (s = 2)."""
+    root = tiny["root"]
+    result = run_cli(
+        "eval",
+        str(tiny["run"]),
+        *(f"hf:{root / n}" for n in ("gpt2", "llama", "neox", "bloom")),
+        "--data",
+        str(root / "text.txt"),
+        "--lengths",
+        ",".join(map(str, LENGTHS)),
+        "--max-tokens",
+        str(MAX_TOKENS),
+        "--hf-context",
+        str(CONTEXT),
+        "--rope-scaling",
+        "none,linear",
+        "--rope-factor",
+        "2",
+        "--out",
+        str(root / "eval"),
+        cwd=root,
+    )
+    assert result.returncode == 0, result.stderr
+    return pd.read_csv(root / "eval" / "ppl.csv")
+
+
+def direct_ppl(model, ids: torch.Tensor, length: int) -> float:
+    """exp of the mean of transformers' own loss over posenc's nonoverlap windows: `length` inputs and
+    the `length` tokens after them (shift_labels, so a learned table's full context fits)."""
+    span = max(max(LENGTHS), MAX_TOKENS // max(LENGTHS) * max(LENGTHS))
+    with torch.no_grad():
+        losses = [
+            model(w[:, :-1], labels=w[:, :-1], shift_labels=w[:, 1:]).loss
+            for w in (ids[None, s : s + length + 1] for s in range(0, span - length + 1, length))
+        ]
+    return math.exp(float(torch.stack(losses).mean()))
+
+
+def text_ids(tiny) -> torch.Tensor:
+    return torch.tensor(tiny["tokenizer"](tiny["text"], add_special_tokens=False)["input_ids"])
+
+
+def test_perplexity_is_transformers_own_loss_over_the_same_windows(tiny, evaluated):
+    ids = text_ids(tiny)
+    for name, scheme in (("gpt2", "learned"), ("llama", "rope"), ("neox", "rope"), ("bloom", "alibi")):
+        model = transformers.AutoModelForCausalLM.from_pretrained(tiny["root"] / name).eval()
+        rows = evaluated[evaluated.scheme == f"{name} ({scheme})"].set_index("eval_len")
+        for length in (*LENGTHS, CONTEXT):
+            if name == "gpt2" and length > CONTEXT:
+                continue
+            assert rows.loc[length, "ppl"] == pytest.approx(direct_ppl(model, ids, length), rel=1e-4), (
+                name,
+                length,
+            )
+
+
+def test_learned_past_its_table_is_a_dash_and_the_report_names_the_models(tiny, evaluated):
+    gpt2 = evaluated[evaluated.scheme == "gpt2 (learned)"].set_index("eval_len")
+    assert math.isnan(gpt2.loc[512, "ppl"]) and "max_len=256" in gpt2.loc[512, "note"]
+    comparison = (tiny["root"] / "eval" / "comparison.md").read_text(encoding="utf-8")
+    header = comparison.splitlines()[2]
+    assert header.index("| rope |") < header.index("gpt2 (learned)")  # posenc's runs first, then the models
+    used_by = next(line for line in comparison.splitlines() if line.startswith("| used by"))
+    assert used_by.split(" | ")[1:4] == [
+        "LLaMA/Qwen/Mistral",
+        "—",
+        "bloom",
+    ]  # rope, rope+linear, bloom (alibi)
+    assert "bits per byte @ 512" in comparison  # the table mixes tokenizers
+    assert set(evaluated.scheme) >= {"rope", "rope+linear", "llama (rope+linear)", "neox (rope+linear)"}
+    assert "gpt2 (learned+linear)" not in set(evaluated.scheme)  # only rotary models take RoPE scaling
+
+
+def test_rope_scaling_is_the_model_loaded_with_that_rope_scaling(tiny, evaluated):
+    ids = text_ids(tiny)
+    config = transformers.AutoConfig.from_pretrained(tiny["root"] / "llama")
+    config.rope_parameters = {
+        "rope_type": "linear",
+        "factor": 2.0,
+        "rope_theta": 10000.0,
+    }  # 5.x's rope_scaling
+    scaled = transformers.AutoModelForCausalLM.from_pretrained(tiny["root"] / "llama", config=config).eval()
+    rows = evaluated[evaluated.scheme == "llama (rope+linear)"].set_index("eval_len")
+    plain = evaluated[evaluated.scheme == "llama (rope)"].set_index("eval_len")
+    for length in LENGTHS:
+        assert rows.loc[length, "ppl"] == pytest.approx(direct_ppl(scaled, ids, length), rel=1e-4)
+        assert abs(rows.loc[length, "ppl"] / plain.loc[length, "ppl"] - 1) > 1e-3  # the scaling did act
+
+
+@pytest.mark.parametrize(
+    "method, params",
+    [
+        ("yarn", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": CONTEXT}),
+        ("ntk", {"rope_type": "default", "rope_theta": 10000.0 * 4 ** (16 / 14)}),  # head_dim 16
+        ("dynamic", {"rope_type": "dynamic", "factor": 4.0}),
+    ],
+)
+def test_each_method_maps_to_transformers_rope_parameters(tiny, method, params):
+    from posenc_cli.hf import load_hf_model
+    from posenc_cli.model.positional.rope_scaling import RopeScaling
+
+    ids = text_ids(tiny)[None, : CONTEXT * 2 + 1]
+    model = load_hf_model(f"hf:{tiny['root'] / 'llama'}")
+    model.use_variant(RopeScaling(method, CONTEXT, 4.0))
+    ours = model.token_nll(ids[:, :-1], ids[:, 1:]).mean()
+    config = transformers.AutoConfig.from_pretrained(tiny["root"] / "llama")
+    config.rope_parameters = {"rope_theta": 10000.0, **params}
+    direct = transformers.AutoModelForCausalLM.from_pretrained(tiny["root"] / "llama", config=config).eval()
+    with torch.no_grad():
+        loss = direct(ids[:, :-1], labels=ids[:, :-1], shift_labels=ids[:, 1:]).loss  # the same 512 positions
+        assert float(ours) == pytest.approx(float(loss), rel=1e-5)
+
+
+def test_bytes_are_the_text_the_scored_tokens_cover_and_bpb_follows(tiny, evaluated):
+    text = tiny["text"]
+    ends = [
+        end
+        for _, end in tiny["tokenizer"](text, add_special_tokens=False, return_offsets_mapping=True)[
+            "offset_mapping"
+        ]
+    ]
+    llama = evaluated[evaluated.scheme == "llama (rope)"].set_index("eval_len")
+    span = llama.loc[512, "tokens"]
+    assert llama.loc[512, "bytes"] == len(text[ends[0] : ends[span]].encode("utf-8"))
+    posenc = evaluated[evaluated.scheme == "rope"].set_index("eval_len")
+    assert posenc.loc[512, "bytes"] == len(
+        text[1 : posenc.loc[512, "tokens"] + 1].encode("utf-8")
+    )  # one char a token
+    for _, row in evaluated.dropna(subset=["ppl"]).iterrows():
+        assert row.bpb == pytest.approx(row.nll * row.tokens / math.log(2) / row.bytes)
+
+
+def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
+    from posenc_cli.hf import load_hf_model
+
+    root = tiny["root"]
+    result = run_cli(
+        "probe",
+        f"hf:{root / 'gpt2'}",
+        f"hf:{root / 'bloom'}",
+        "--lengths",
+        str(CONTEXT),
+        "--depths",
+        "0.5",
+        "--trials",
+        "2",
+        "--hf-context",
+        str(CONTEXT),
+        "--out",
+        str(root / "probe"),
+        cwd=root,
+    )
+    assert result.returncode == 0, result.stderr
+    probe = pd.read_csv(root / "probe" / "probe.csv")
+    assert sorted(probe.scheme) == ["bloom (alibi)", "gpt2 (learned)"] and (probe.trials == 2).all()
+    model = load_hf_model(f"hf:{root / 'gpt2'}")
+    ((prompt, key),) = model.probe_trials(CONTEXT, 0.5, 1, seed=0, cache={})
+    assert prompt.size(1) + key.size(1) <= CONTEXT
+    words = tiny["tokenizer"].decode(torch.cat([prompt, key], 1)[0])
+    assert words.startswith("There is an important info hidden") and "The grass is green." in words
+    digits = tiny["tokenizer"].decode(key[0]).strip()
+    assert (
+        words.endswith(f"What is the pass key? The pass key is {digits}")
+        and f"The pass key is {digits}." in words
+    )
+    greedy = model.model.generate(prompt, max_new_tokens=key.size(1), do_sample=False)[0, prompt.size(1) :]
+    from posenc_cli.probe import score
+
+    hit, _ = score(model, prompt, key)
+    assert bool(hit[0]) == torch.equal(greedy, key[0])
+
+
+def test_training_length_comes_from_the_config():
+    from posenc_cli.hf import training_length
+
+    tf = transformers
+    assert training_length(tf.GPT2Config(n_positions=1024)) == 1024
+    assert training_length(tf.LlamaConfig(max_position_embeddings=4096)) == 4096
+    assert training_length(tf.MptConfig(max_seq_len=2048)) == 2048
+    assert training_length(tf.BloomConfig()) == 2048  # silent config: BLOOM's published sequence length
+
+
+def test_memory_past_the_machine_is_refused_in_one_line(tiny):
+    from posenc_cli.hf import load_hf_model
+
+    bloom = load_hf_model(f"hf:{tiny['root'] / 'bloom'}")
+    bloom.check_fits([CONTEXT])
+    with pytest.raises(UsageError, match=r"needs about .* GiB \(eager attention, batch 1\)"):
+        bloom.check_fits([1_000_000])
+
+
+def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path):
+    from posenc_cli.hf import load_hf_model
+
+    transformers.T5Config(d_model=32, num_layers=1, num_heads=2, d_ff=64).save_pretrained(tmp_path / "t5")
+    with pytest.raises(UsageError, match="is a t5 model, not a causal LM"):
+        load_hf_model(f"hf:{tmp_path / 't5'}")
+    transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path / "b")
+    with pytest.raises(UsageError, match="bert model, whose positional scheme posenc does not know"):
+        load_hf_model(f"hf:{tmp_path / 'b'}")  # transformers has a causal head for it; posenc has no label
+
+
+def test_missing_data_and_missing_model_are_one_line(tiny, tmp_path):
+    assert_one_line_error(run_cli("eval", f"hf:{tiny['root'] / 'gpt2'}", cwd=tmp_path), "needs --data FILE")
+    missing = run_cli(
+        "eval",
+        "hf:no-such-owner/no-such-model",
+        "--data",
+        str(tiny["root"] / "text.txt"),
+        cwd=tmp_path,
+        env={"HF_HUB_OFFLINE": "1"},
+    )
+    assert_one_line_error(missing, "hf:no-such-owner/no-such-model is neither a local directory nor in the")
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_export_loads_without_pickle_to_identical_logits(tiny, tmp_path):
+    from posenc_cli.export import load_export
+    from posenc_cli.runs import load_run
+
+    result = run_cli("export", str(tiny["run"]), "--out", str(tmp_path / "export"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["config.json", "model.safetensors"]
+    model, vocab, train_len = load_export(tmp_path / "export")
+    run = load_run(tiny["run"])
+    ids = run.vocab.encode(tiny["text"][:200])[None]
+    assert torch.equal(model(ids), run.model(ids))
+    assert (vocab, train_len) == (run.vocab, run.train_len)
