@@ -342,8 +342,31 @@ def sample(
         ui.err.print(steps.stopped_early, highlight=False, soft_wrap=True)
     if out:
         ui.err.print(f"wrote {out}", highlight=False)
-    hf_context: Optional[int] = typer.Option(None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading."),
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16: the weights of hf: models."),
+
+
+@app.command("export")
+def export_command(
+    run: Path = typer.Argument(..., help="A trained run directory."),
+    out: Optional[Path] = typer.Option(None, help="Directory for model.safetensors and config.json (default: the run directory)."),
+) -> None:
+    """Write a run's model as model.safetensors + config.json: shareable, and loaded without pickle
+    (posenc_cli.export.load_export gives the same logits). Needs safetensors: pip install 'posenc[hf]'."""
+    from posenc_cli.export import CONFIG, WEIGHTS, export_run
+
+    written = export_run(run, out)
+    ui.err.print(f"wrote {WEIGHTS}, {CONFIG} to {written}")
+
+
+def hf_options(context: int | None, device, dtype: str) -> dict:
+    """How hf: models are loaded (checked here, before any model is)."""
+    from posenc_cli.hf import DTYPES
+
+    if context is not None and context <= 0:
+        raise UsageError(f"--hf-context must be a positive integer, got {context}")
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
+    return {"context": context, "device": device, "dtype": dtype}
+
 
 
 @app.command()
