@@ -12,7 +12,7 @@ from posenc_cli import __version__
 from posenc_cli.cli import main
 from posenc_cli.completion import hydra_completions
 
-COMMANDS = ("train", "eval", "probe", "sample", "schemes", "inspect", "bench")
+COMMANDS = ("train", "eval", "probe", "sample", "export", "schemes", "inspect", "bench")
 
 
 def test_version(tmp_path):
@@ -34,7 +34,7 @@ def test_every_command_takes_h_and_lists_fixed_choices_and_bare_flags(capsys, mo
         code, out = posenc_in_process(capsys, monkeypatch, command, "-h")
         assert code == 0 and "Usage: posenc " + command in out, command
     eval_help = posenc_in_process(capsys, monkeypatch, "eval", "-h")[1]
-    for listed in ("[nonoverlap|sliding]", "[en|zh]", "[auto|cpu|cuda|mps]", "[none|linear|ntk|dynamic|yarn],..."):
+    for listed in ("[nonoverlap|sliding]", "[en|zh]", "[auto|cpu|cuda|mps]", "[none|linear|ntk|dynamic|yarn|llama3],..."):
         assert listed in eval_help
     assert "<bool>" not in posenc_in_process(capsys, monkeypatch, "bench", "-h")[1]
 
