@@ -59,10 +59,12 @@ def fail(err: Exception) -> None:
 def train(ctx: typer.Context) -> None:
     from posenc_cli import distributed
     from posenc_cli.config import preflight
-    from posenc_cli.runs import resume_overrides
+    from posenc_cli.ownership import claim, resume_args
 
-    args = resume_overrides(list(ctx.args))
+    args = resume_args(list(ctx.args))
     preflight(args)
+    if not distributed.under_torchrun():  # under torchrun rank 0 claims, in process_group
+        args = claim(args)
     with distributed.process_group(args) as args:
         sys.argv = ["posenc train", *args]
         run_hydra_train()
@@ -74,16 +76,20 @@ def run_hydra_train() -> None:
     from hydra.types import RunMode
     from omegaconf import DictConfig, OmegaConf
 
-    from posenc_cli.config import config_dir
+    from posenc_cli.config import config_dir, validate
     from posenc_cli.distributed import threads_per_job
+    from posenc_cli.ownership import resumed_config
 
     def job(cfg: DictConfig) -> float | None:
         from posenc_cli.train import train as train_run
 
         hydra_cfg = HydraConfig.get()
         config = OmegaConf.to_container(cfg, resolve=True)
+        if config["train"]["resume"]:
+            config = resumed_config(config, list(hydra_cfg.overrides.task))
         config["train"]["threads"] = config["train"]["threads"] or threads_per_job(hydra_cfg.launcher)
         try:
+            validate(config)  # a large sweep's pre-flight checked every value, not every combination
             summary = train_run(config, hydra_cfg.runtime.output_dir)
         except UsageError as err:
             fail(err)
@@ -166,7 +172,7 @@ def probe(
     from posenc_cli.evaluate import parse_lengths
     from posenc_cli.probe import check_vocab, parse_depths, probe_runs
     from posenc_cli.report import markdown_table, passkey_rows, scheme_facts, scheme_order, write_probe_outputs
-    from posenc_cli.runs import announce, load_finished_runs, timestamped_dir
+    from posenc_cli.runs import announce, load_finished_runs, run_corpus, timestamped_dir
 
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
     if trials <= 0:
@@ -176,6 +182,7 @@ def probe(
     loaded, why = load_finished_runs(list(runs or []), "probe")
     for run in loaded:
         check_vocab(run.vocab, str(run.path))
+        run_corpus(run)  # the text each run was trained on, unchanged: checked before any work
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
     info = {r.scheme: scheme_facts(r.model) for r in loaded}

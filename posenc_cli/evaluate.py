@@ -134,22 +134,17 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
     import pandas as pd
 
     from posenc_cli import ui
-    from posenc_cli.data import load_corpus
     from posenc_cli.data.text import read_text_file
     from posenc_cli.report import scheme_facts
-    from posenc_cli.runs import announce
+    from posenc_cli.runs import announce, run_corpus
 
     eval_text = read_text_file(data_path, what="--data") if data_path else None
-    corpora: dict[str, torch.Tensor] = {}
     plans = {}  # run path -> (tokens, lengths, span); bad input is found here, before any work starts
     for run in runs:
         if eval_text is not None:
             tokens = run.vocab.encode(eval_text)
         else:
-            key = repr(sorted(run.checkpoint["data"].items()))
-            if key not in corpora:
-                corpora[key] = load_corpus(run.checkpoint["data"]).val
-            tokens = corpora[key]
+            tokens = run_corpus(run).val
         run_lengths = sorted(set(lengths) | {run.train_len})
         span = scored_span(len(tokens), run_lengths, max_tokens)
         for length in run_lengths:

@@ -358,9 +358,9 @@ def write_figures(scheme: PositionalScheme, length: int, out: Path, label: str) 
 
 def figure_attention(run, layer: int, head: int, length: int, out: Path) -> Path:
     """The attention pattern of one head on the first `length` tokens of the run's validation text."""
-    from posenc_cli.data import load_corpus
+    from posenc_cli.runs import run_corpus
 
-    tokens = load_corpus(run.checkpoint["data"]).val[:length]
+    tokens = run_corpus(run).val[:length]
     probs, _ = layer_attention(run.model, tokens[None], layer)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 4.8))

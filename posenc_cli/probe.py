@@ -104,16 +104,16 @@ def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed:
     import pandas as pd
 
     from posenc_cli import ui
-    from posenc_cli.data import load_corpus
+    from posenc_cli.runs import run_corpus
 
-    corpora: dict[str, torch.Tensor] = {}
+    fillers: dict[str, torch.Tensor] = {}
     rows = []
     with ui.progress() as bar:
         task = bar.add_task("probe", total=sum(len(set(lengths) | {r.train_len}) for r in runs) * len(depths), status="")
         for run in runs:
-            key = repr(sorted(run.checkpoint["data"].items()))
-            if key not in corpora:
-                corpora[key] = without_episodes(load_corpus(run.checkpoint["data"]).val, run.vocab)
+            key = run.checkpoint.get("corpus_sha256") or str(run.path)
+            if key not in fillers:
+                fillers[key] = without_episodes(run_corpus(run).val, run.vocab)
             model = run.model.to(device)
             for length in sorted(set(lengths) | {run.train_len}):
                 for depth in depths:
@@ -122,7 +122,7 @@ def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed:
                            "length": length, "depth": depth, "trials": 0, "accuracy": math.nan, "key_nll": math.nan}
                     limit = model.pos.max_len
                     if limit is None or length <= limit:
-                        prompts, keys = make_trials(corpora[key], run.vocab, length, depth, trials, seed)
+                        prompts, keys = make_trials(fillers[key], run.vocab, length, depth, trials, seed)
                         hit, nll = score(model, prompts, keys, device)
                         row.update(trials=trials, accuracy=float(hit.float().mean()), key_nll=float(nll.mean()))
                     rows.append(row)

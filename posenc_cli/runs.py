@@ -7,17 +7,17 @@ downstream (eval, probe, inspect) reads runs only through this module.
 from __future__ import annotations
 
 import glob
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from posenc_cli.checkpoint import FILENAME, load_checkpoint
+from posenc_cli.data import Corpus, load_corpus
+from posenc_cli.data.fingerprint import require_same_corpus
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.ownership import read_json
 
 
 def is_run_dir(path: Path) -> bool:
@@ -25,32 +25,8 @@ def is_run_dir(path: Path) -> bool:
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def resume_overrides(args: list[str], outputs: Path = Path("outputs")) -> list[str]:
-    """`train.resume=RUN` continues RUN in place: reuse its overrides and its directory.
-    `train.resume=true` means the newest run under outputs/runs."""
-    given = [a for a in args if a.startswith("train.resume=")]
-    if not given or given[-1].split("=", 1)[1] in ("", "null", "false", "False"):
-        return args
-    value = given[-1].split("=", 1)[1]
-    if value in ("true", "True"):
-        newest = sorted(p for p in (outputs / "runs").glob("*") if (p / ".hydra").is_dir())
-        if not newest:
-            raise UsageError(f"train.resume=true found no run under {outputs / 'runs'}; give train.resume=RUN_DIR")
-        value = str(newest[-1])
-    run = Path(value)
-    saved = run / ".hydra" / "overrides.yaml"
-    if not saved.is_file():
-        raise UsageError(f"train.resume={run} is not a run directory (no .hydra/overrides.yaml in it)")
-    keys = {a.split("=", 1)[0].lstrip("+~") for a in args}
-    previous = [o for o in OmegaConf.load(saved) if o.split("=", 1)[0].lstrip("+~") not in keys]
-    run_dir = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={run}"]
-    return [*previous, *[a for a in args if a not in given], f"train.resume={run}", *run_dir]
+    """summary.json as a dict; one line naming the file when it is missing, corrupt or not an object."""
+    return read_json(run_dir / "summary.json")
 
 
 @dataclass
@@ -79,14 +55,46 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     if not is_run_dir(path):
         raise UsageError(f"{path} is not a run: it has no {FILENAME} or summary.json")
     payload = load_checkpoint(path / FILENAME)
+    check_fields(payload, path / FILENAME)
     try:
         model = GPT(ModelConfig(**payload["model_config"]))
         model.load_state_dict(payload["model"])
-    except (TypeError, KeyError, RuntimeError) as err:
+    except (TypeError, KeyError, RuntimeError, ValueError) as err:
         reason = " ".join(str(err).split())[:160]
         raise UsageError(f"{path / FILENAME} no longer matches this version's model code ({reason})") from None
     model.eval()
-    return LoadedRun(path, model, Vocab(tuple(payload["vocab"])), int(payload["train_len"]), read_summary(path), payload)
+    return LoadedRun(path, model, Vocab(tuple(payload["vocab"])), payload["train_len"], read_summary(path), payload)
+
+
+CHECKPOINT_FIELDS = {"model_config": dict, "model": dict, "vocab": list, "train_len": int, "data": dict, "seed": int}
+
+
+def check_fields(payload: dict[str, Any], path: Path) -> None:
+    """The fields a loaded run reads, each present with its type: one line naming the file otherwise."""
+    for name, kind in CHECKPOINT_FIELDS.items():
+        value = payload.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise UsageError(f"{path} is damaged: its field {name!r} is {type(value).__name__}, not {kind.__name__}")
+    if not payload["vocab"] or not all(isinstance(c, str) for c in payload["vocab"]) or payload["train_len"] <= 0:
+        raise UsageError(f"{path} is damaged: its vocabulary or training length is not valid")
+
+
+_corpora: dict[str, Corpus] = {}  # one load per distinct data config in a command
+
+
+def run_corpus(run: LoadedRun) -> Corpus:
+    """The corpus a run was trained on, rebuilt from its data config and checked against the run's
+    fingerprint (text sha256 and vocabulary): a file changed since training is refused, never scored."""
+    import json
+
+    data = run.checkpoint["data"]
+    key = json.dumps(data, sort_keys=True, default=str)
+    if key not in _corpora:
+        _corpora[key] = load_corpus(data)
+    corpus = _corpora[key]
+    require_same_corpus(data, corpus.sha256, corpus.vocab.chars, run.checkpoint.get("corpus_sha256"),
+                        run.vocab.chars, str(run.path))
+    return corpus
 
 
 def find_runs(path: Path) -> list[Path]:
@@ -124,9 +132,8 @@ def select_runs(paths: list[str], outputs: Path = Path("outputs")) -> tuple[list
             found = find_runs(match) if match.is_dir() else []
             if not found:
                 raise UsageError(f"{match} is not a run or a sweep: no summary.json or {FILENAME} in or below it")
-            selected += [r for r in found if r not in selected]
+            selected += [r for r in found if r.resolve() not in {s.resolve() for s in selected}]
     return selected, "the runs you named"
-
 
 
 def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str]:
@@ -137,7 +144,11 @@ def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str]:
     selected, why = select_runs(paths)
     finished = []
     for path in selected:
-        status = read_summary(path).get("status", "finished")
+        try:
+            status = read_summary(path).get("status")
+        except UsageError as err:
+            ui.err.print(f"skipping {path}: {err}", highlight=False)
+            continue
         if status != "finished":
             ui.err.print(f"skipping {path}: its status is {status}")
         else:

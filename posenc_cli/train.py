@@ -7,6 +7,7 @@ import logging
 import math
 import signal
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from posenc_cli.data import Corpus, load_corpus, random_batch
 from posenc_cli.device import autocast, resolve_device
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig, token_nll
+from posenc_cli.ownership import hold_lock, stored_record
 
 log = logging.getLogger("posenc.train")
 
@@ -135,6 +137,7 @@ class Session:
     optimizer: torch.optim.Optimizer
     data_rng: torch.Generator
     val_batches: list[tuple[torch.Tensor, torch.Tensor]]
+    run_id: str  # names the run in its summary and every checkpoint: a foreign checkpoint is refused
     state: TrainState = field(default_factory=TrainState)
     saved_step: int | None = None  # the step of the newest checkpoint on disk
 
@@ -146,6 +149,11 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
     ctx = distributed.current()
     distributed.check_batch(tc["batch_size"], ctx)
     device = distributed.device_for(resolve_device(cfg["device"]), ctx)
+    run_id = stored_record(Path(tc["resume"]))[1] if tc.get("resume") else uuid.uuid4().hex
+    if ctx.is_main:  # the directory is this process's; a fresh one says at once which run it holds
+        hold_lock(Path(run_dir))
+        if not tc.get("resume"):
+            write_summary(Path(run_dir), {"status": "running", "run_id": run_id, "config": recorded(cfg)})
     corpus = load_corpus(cfg["data"])
     check_lengths(corpus, tc["block_size"])
 
@@ -155,13 +163,14 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
     val_rng = torch.Generator().manual_seed(12345)  # the same validation windows for every run
     s = Session(cfg, Path(run_dir), mc, corpus, device, ctx, model, make_optimizer(model, tc),
                 torch.Generator().manual_seed(cfg["seed"]),
-                [random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng) for _ in range(tc["eval_batches"])])
+                [random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng) for _ in range(tc["eval_batches"])],
+                run_id)
     if tc.get("resume"):
         restore(s, Path(tc["resume"]) / FILENAME)
         if ctx.is_main:
             remove_leftovers(s.run_dir)
 
-    summary = describe(cfg, model, corpus, device)
+    summary = {**describe(cfg, model, corpus, device), "run_id": run_id, "config": recorded(cfg)}
     if ctx.is_main:
         write_summary(s.run_dir, {**summary, "status": "running"})
     status, message = "finished", None
@@ -266,6 +275,7 @@ def save(s: Session, elapsed: float) -> None:
     save_checkpoint(s.run_dir / FILENAME, {
         "model_config": s.mc.to_dict(), "vocab": list(s.corpus.vocab.chars), "train_len": s.cfg["train"]["block_size"],
         "data": dict(s.cfg["data"]), "seed": s.cfg["seed"], "step": s.state.step, "elapsed": s.state.elapsed,
+        "config": recorded(s.cfg), "run_id": s.run_id, "corpus_sha256": s.corpus.sha256,
         "metrics": s.state.metrics, "recent_losses": recent, "train_loss": s.state.train_loss,
         "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(),
         "data_rng": s.data_rng.get_state(), "torch_rng": torch.get_rng_state(),
@@ -279,6 +289,11 @@ def restore(s: Session, path: Path) -> None:
         log.warning(f"{path.parent} has no checkpoint yet; training it from step 0")
         return
     payload = load_checkpoint(path)
+    if payload.get("run_id") != s.run_id:
+        raise UsageError(f"{path} belongs to another run (its run id differs); a run resumes only from its own checkpoint")
+    if payload.get("corpus_sha256") != s.corpus.sha256:
+        raise UsageError(f"{path} was trained on another corpus than data now gives (its sha256 differs); "
+                         "the data it was trained on has changed")
     saved = payload.get("model_config")
     if saved is None or ModelConfig(**saved).to_dict() != s.mc.to_dict():  # older checkpoints lack newer fields
         raise UsageError(f"{path} was trained with a different model, scheme or corpus; resume with the run's own overrides")
@@ -306,6 +321,11 @@ def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
         "threads": torch.get_num_threads(), "processes": distributed.current().world_size,
         **{f"corpus_{k}": v for k, v in corpus.stats.items()},
     }
+
+
+def recorded(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The config as posenc records it with the run: what a resume rebuilds the run from."""
+    return {**cfg, "train": {**cfg["train"], "resume": None}}
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:

@@ -7,42 +7,16 @@ A few run as real subprocesses to pin the exit code and stderr of the installed 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
-import sys
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SMOKE, assert_one_line_error, run_cli
-from posenc_cli import cli
+from conftest import SMOKE, assert_one_line_error, assert_refused, posenc, run_cli
 from posenc_cli.checkpoint import FILENAME
-
-
-def posenc(*args: str) -> tuple[int, str]:
-    """`posenc ARGS` in this process: (exit code, stderr)."""
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
-            mock.patch.object(sys, "argv", ["posenc", *args]):
-        try:
-            cli.main()
-            code = 0
-        except SystemExit as exit_:
-            code = exit_.code
-    return code, stderr.getvalue()
-
-
-def assert_refused(code: int, stderr: str, *needles: str) -> None:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1, (code, stderr)
-    assert lines[0].startswith("posenc: error: ") and "Traceback" not in stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 def files_under(path: Path) -> set[Path]:
@@ -126,7 +100,7 @@ def test_eval_refuses_bad_runs_and_lengths_in_one_line_and_writes_nothing(broken
 
 
 def test_resuming_with_another_model_is_refused(broken_runs, workdir):
-    assert_refused(*posenc("train", f"train.resume={broken_runs['good']}", "model.n_layer=2"), "different model")
+    assert_refused(*posenc("train", f"train.resume={broken_runs['good']}", "model.n_layer=2"), "model.n_layer cannot")
 
 
 def test_real_subprocess_errors(workdir):

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 import torch
 
+from posenc_cli.data.fingerprint import text_sha256
 from posenc_cli.data.synthetic import SyntheticSpec, generate
 from posenc_cli.data.text import read_text_file
 from posenc_cli.data.vocab import Vocab
@@ -25,12 +26,11 @@ class Corpus:
     train: torch.Tensor
     val: torch.Tensor
     vocab: Vocab
+    sha256: str  # of the whole text: a run records it, eval and probe refuse a corpus that changed since
     stats: dict[str, Any] = field(default_factory=dict)
 
 
 def split_text(text: str, val_fraction: float) -> tuple[str, str]:
-    if not 0 < val_fraction < 1:
-        raise UsageError(f"data.val_fraction must be between 0 and 1 (exclusive), got {val_fraction}")
     cut = int(len(text) * (1 - val_fraction))
     return text[:cut], text[cut:]
 
@@ -39,15 +39,11 @@ def load_corpus(data_cfg: Mapping[str, Any]) -> Corpus:
     name = data_cfg["name"]
     if name == "synthetic":
         spec = SyntheticSpec(**{k: v for k, v in data_cfg.items() if k in SyntheticSpec.__dataclass_fields__})
-        if spec.n_chars <= 0:
-            raise UsageError(f"data.n_chars must be a positive integer, got {spec.n_chars}")
         made = generate(spec)
         text = made.text
         stats = {"fresh_entropy_nats": made.fresh_entropy, "copied_fraction": made.copied_fraction,
                  "entropy_floor_nats": made.entropy_floor}
     elif name == "text":
-        if not data_cfg.get("path"):
-            raise UsageError("data=text needs data.path=FILE (a UTF-8 text file)")
         text = read_text_file(data_cfg["path"])
         stats = {"path": str(data_cfg["path"])}
     else:
@@ -58,7 +54,7 @@ def load_corpus(data_cfg: Mapping[str, Any]) -> Corpus:
         vocab = Vocab.from_text(train_text, with_unk=True)  # documented: unseen validation chars -> <unk>
     stats["val_unk_chars"] = sum(1 for c in val_text if c not in vocab.chars)
     stats["unigram_entropy_nats"] = unigram_entropy(train_text)
-    return Corpus(name, vocab.encode(train_text), vocab.encode(val_text, strict=False), vocab, stats)
+    return Corpus(name, vocab.encode(train_text), vocab.encode(val_text, strict=False), vocab, text_sha256(text), stats)
 
 
 def unigram_entropy(text: str) -> float:

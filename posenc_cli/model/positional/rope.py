@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from posenc_cli.errors import UsageError
+from posenc_cli.errors import UsageError, require_number
 from posenc_cli.model.positional.base import PositionalScheme
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ class RoPE(PositionalScheme):
                 f"{self.name} needs an even head_dim, got n_embd/n_head = {n_embd}/{n_head} = {self.head_dim}; "
                 "choose model.n_embd and model.n_head so their quotient is even"
             )
+        require_number("scheme.base", base, above=1)
         self.base = base
         self.register_buffer("inv_freq", rope_inv_freq(self.head_dim, base), persistent=False)
         self.scaling: RopeScaling | None = None  # set by the evaluator only: context extension, see rope_scaling.py

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from posenc_cli.errors import require_number
 from posenc_cli.model.positional.base import PositionalScheme
 
 
@@ -29,6 +30,7 @@ class Sinusoidal(PositionalScheme):
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0):
         super().__init__(n_embd, n_head, block_size)
+        require_number("scheme.base", base, above=1)
         self.base = base
 
     def embed(self, x, positions):
