@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperCommand
 
 from posenc_cli import ui
 from posenc_cli.errors import UsageError
@@ -27,7 +28,7 @@ app = typer.Typer(
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
 Config groups (pick with group=option):\n
-  scheme: none | sinusoidal | learned | rope | alibi | t5 | xpos | kerple   (default rope)\n
+  scheme: {schemes}   (default rope)\n
   model:  tiny | small | medium                        (default tiny)\n
   data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
   experiment: smoke | probe                            (presets that set several groups)\n
@@ -47,13 +48,29 @@ with .hydra/, metrics.csv, checkpoint.pt, summary.json and train.log. Hydra flag
 hydra/launcher=..., hydra.run.dir=...) pass through unchanged."""
 
 
+class TrainCommand(TyperCommand):
+    """`posenc train`'s help lists the schemes from their classes, imported (with torch) only when the
+    help is shown; the command list of `posenc --help` shows its short help."""
+
+    @property
+    def help(self) -> str:
+        from posenc_cli.model.positional import SCHEMES
+
+        return TRAIN_HELP.format(schemes=" | ".join(SCHEMES))
+
+    @help.setter
+    def help(self, _: str | None) -> None:
+        pass
+
+
 def fail(err: Exception) -> None:
     ui.err.print(f"[bold red]posenc: error:[/] {escape(str(err))}", soft_wrap=True, highlight=False)
     raise SystemExit(2)
 
 
 @app.command(
-    help=TRAIN_HELP,
+    cls=TrainCommand,
+    short_help=TRAIN_HELP.split("\n", 1)[0],
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def train(ctx: typer.Context) -> None:
@@ -185,7 +202,7 @@ def probe(
         run_corpus(run)  # the text each run was trained on, unchanged: checked before any work
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
-    info = {r.scheme: scheme_facts(r.model) for r in loaded}
+    info = {r.label: scheme_facts(r.model) for r in loaded}
     out = out or timestamped_dir("probe")
     written = write_probe_outputs(df, info, out, lang)
     schemes = scheme_order(df["scheme"])
@@ -203,15 +220,13 @@ def schemes() -> None:
     """List every positional scheme: how it plugs in, what it costs, and what the chapters claim."""
     from rich import box
 
-    from posenc_cli.claims import claim_for
     from posenc_cli.model.positional import SCHEMES
 
     table = Table(title="Positional schemes", box=box.SIMPLE_HEAD)
     for column in ("scheme", "kind", "positional\nparameters", "relative\nposition", "extrapolation\n(claimed)", "used by"):
         table.add_column(column, overflow="fold")
     for name, cls in SCHEMES.items():
-        claim = claim_for(name)
-        table.add_row(name, cls.kind, cls.param_formula, cls.relative, claim.extrapolation, claim.used_by)
+        table.add_row(name, cls.kind, cls.param_formula, cls.relative, cls.claim.extrapolation, cls.claim.used_by)
     ui.out.print(table)
     ui.out.print("Check a scheme's claims and draw it: posenc inspect SCHEME", highlight=False)
 
@@ -238,9 +253,10 @@ def inspect_command(
       posenc inspect rope --dim 64 --heads 2\n
       posenc inspect --run outputs/runs/RUN --layer 1 --head 2
     """
-    from posenc_cli.inspection import inspect_scheme, print_report
+    from posenc_cli.inspection.command import inspect_scheme, print_report
 
-    print_report(inspect_scheme(scheme, dim, length, heads, out, run, layer, head))
+    print_report(inspect_scheme(name=scheme, dim=dim, length=length, heads=heads, out=out, run_dir=run,
+                                layer=layer, head=head))
 
 
 @app.command()

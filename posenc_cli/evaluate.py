@@ -16,7 +16,6 @@ import torch
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, token_nll
-from posenc_cli.model.positional.rope_scaling import RopeScaling
 
 MODES = ("nonoverlap", "sliding")
 TOKENS_PER_FORWARD = 16384  # windows are batched up to this many tokens per forward pass
@@ -116,13 +115,19 @@ def position_buckets(result: LengthResult, n_buckets: int = 128) -> list[tuple[i
     return rows
 
 
-def scaling_variants(run, methods: list[str], factor: float | None) -> list[tuple[str, RopeScaling | None]]:
-    """(scheme label, scaling) pairs: a run whose scheme takes RoPE scaling once per method, labelled
-    `rope+yarn` etc. ('none' keeps the plain name); any other run once, as it is."""
-    if not hasattr(run.model.pos, "scaling"):
-        return [(run.scheme, None)]
-    return [(run.scheme, None) if m == "none" else (f"{run.scheme}+{m}", RopeScaling(m, run.train_len, factor))
-            for m in methods]
+def scaling_variants(run, methods: list[str], factor: float | None) -> list[dict]:
+    """The scheme options to evaluate `run` with: for a scheme that takes RoPE scaling, one set per
+    method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
+    has it built in, and a second one on top is refused rather than composed."""
+    scheme = run.model.scheme
+    if not scheme.scalable or methods == ["none"]:
+        return [{}]
+    if scheme.scaling is not None:
+        raise UsageError(
+            f"--rope-scaling {','.join(methods)}: {run.path} was trained with scheme.scaling={scheme.scaling.method}, "
+            "which its evaluation always applies; evaluate it without --rope-scaling (scalings do not compose)"
+        )
+    return [{"scaling": m, "scaling_factor": factor, "scaling_len": run.train_len} for m in methods]
 
 
 def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
@@ -150,22 +155,21 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
         for length in run_lengths:
             plan_windows(span, length, mode, stride)  # validates mode and stride
         plans[run.path] = (tokens, run_lengths, span)
+    jobs = [(run, options) for run in runs for options in scaling_variants(run, list(rope_scaling), rope_factor)]
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
-    jobs = [(run, scheme, scaling) for run in runs for scheme, scaling in scaling_variants(run, rope_scaling, rope_factor)]
     with ui.progress() as bar:
-        task = bar.add_task("eval", total=sum(len(plans[run.path][1]) for run, _, _ in jobs), status="")
-        for run, scheme, scaling in jobs:
+        task = bar.add_task("eval", total=sum(len(plans[run.path][1]) for run, _ in jobs), status="")
+        for run, options in jobs:
             tokens, run_lengths, span = plans[run.path]
-            model = run.model.to(device)
-            if hasattr(model.pos, "scaling"):
-                model.pos.scaling = scaling  # evaluation time only: the checkpoint is untouched
+            model = run.model_with(**options).to(device)
+            scheme = model.scheme.label
             info[scheme] = scheme_facts(model)
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
                 row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
                        "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan, "note": ""}
-                limit = model.pos.max_len
+                limit = model.scheme.max_len
                 if limit is not None and length > limit:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:

@@ -117,10 +117,10 @@ def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed:
             model = run.model.to(device)
             for length in sorted(set(lengths) | {run.train_len}):
                 for depth in depths:
-                    bar.update(task, status=f"{run.scheme} seed {run.seed} @ {length}, depth {depth:g}")
-                    row = {"run": str(run.path), "scheme": run.scheme, "seed": run.seed, "train_len": run.train_len,
+                    bar.update(task, status=f"{run.label} seed {run.seed} @ {length}, depth {depth:g}")
+                    row = {"run": str(run.path), "scheme": run.label, "seed": run.seed, "train_len": run.train_len,
                            "length": length, "depth": depth, "trials": 0, "accuracy": math.nan, "key_nll": math.nan}
-                    limit = model.pos.max_len
+                    limit = model.scheme.max_len
                     if limit is None or length <= limit:
                         prompts, keys = make_trials(fillers[key], run.vocab, length, depth, trials, seed)
                         hit, nll = score(model, prompts, keys, device)

@@ -13,10 +13,9 @@ import numpy as np
 import pandas as pd
 
 from posenc_cli.atomic import write_text, write_with
-from posenc_cli.claims import claim_for
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
+from posenc_cli.model.positional import SCHEMES, claim_for
 
-SCHEME_ORDER = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "xpos", "kerple"]
 # Extrapolation verdicts from ppl(longest) / ppl(training length); the upper bound of each band.
 VERDICTS = [(1.10, "very strong"), (1.50, "strong"), (3.0, "medium"), (10.0, "weak"), (math.inf, "none")]
 BEYOND_TABLE = "—"
@@ -29,11 +28,12 @@ def verdict(ratio: float) -> str:
 
 
 def scheme_order(schemes: Iterable[str]) -> list[str]:
-    """The chapters' order, unknown schemes after, and each `rope+yarn`-style variant after its base."""
+    """SCHEMES' order, unknown schemes after, and each `rope+yarn`-style variant after its base."""
+    order = list(SCHEMES)
 
     def key(label: str):
         base, _, variant = label.partition("+")
-        rank = SCHEME_ORDER.index(base) if base in SCHEME_ORDER else len(SCHEME_ORDER)
+        rank = order.index(base) if base in order else len(order)
         return rank, base, variant
 
     return sorted(dict.fromkeys(schemes), key=key)
@@ -67,7 +67,7 @@ def ppl_pivot(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 def scheme_facts(model) -> dict:
     """What comparison.md's "positional parameters" and "relative position" rows show for a model."""
-    return {"positional_params": model.n_positional_params, "relative": model.pos.relative}
+    return {"positional_params": model.n_positional_params, "relative": model.scheme.relative}
 
 
 def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passkey: pd.DataFrame | None = None) -> str:
@@ -90,12 +90,13 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passke
     if passkey is not None:
         rows += passkey_rows(passkey, schemes)
     rows.append(["extrapolation, measured"] + words)
-    rows.append(["extrapolation, chapters' claim"] + [claim_for(s).extrapolation for s in schemes])
+    claims = [claim_for(s) for s in schemes]
+    rows.append(["extrapolation, chapters' claim"] + [claim.extrapolation for claim in claims])
     if lang == "zh":
-        rows.append(["外推能力（章节原话）"] + [claim_for(s).extrapolation_zh for s in schemes])
+        rows.append(["外推能力（章节原话）"] + [claim.extrapolation_zh for claim in claims])
     rows.append(["positional parameters"] + [f"{info.get(s, {}).get('positional_params', 0):,}" for s in schemes])
-    rows.append(["relative position"] + [info.get(s, {}).get("relative", claim_for(s).relative) for s in schemes])
-    rows.append(["used by"] + [claim_for(s).used_by for s in schemes])
+    rows.append(["relative position"] + [info.get(s, {}).get("relative", relative_kind(s)) for s in schemes])
+    rows.append(["used by"] + [claim.used_by for claim in claims])
     seeds = {s: df[df.scheme == s]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
     tokens = int(df["tokens"].max())
@@ -111,6 +112,11 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passke
         notes.append(f"{BEYOND_TABLE}: " + "; ".join(sorted(set(df["note"].dropna()) - {""})) + ".")
     return ("# Positional schemes: the chapters' table, measured\n\n"
             + markdown_table([""] + schemes, rows) + "\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+
+
+def relative_kind(label: str) -> str:
+    """A scheme's relative-position kind from its class, for a label with no run facts at hand."""
+    return SCHEMES[label].relative if label in SCHEMES else BEYOND_TABLE
 
 
 def retrieval_by_length(passkey: pd.DataFrame) -> pd.DataFrame:

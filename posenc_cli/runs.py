@@ -43,8 +43,22 @@ class LoadedRun:
         return self.model.cfg.scheme
 
     @property
+    def label(self) -> str:
+        """The scheme as reports name it: `rope+yarn` for a run trained with that scaling."""
+        return self.model.scheme.label
+
+    @property
     def seed(self) -> int:
         return int(self.checkpoint.get("seed", self.summary.get("seed", 0)))
+
+    def model_with(self, **scheme_options: Any) -> GPT:
+        """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none."""
+        if not scheme_options:
+            return self.model
+        cfg = self.model.cfg.to_dict()
+        model = GPT(ModelConfig(**{**cfg, "scheme_options": {**cfg["scheme_options"], **scheme_options}}))
+        model.load_state_dict(self.model.state_dict())
+        return model.eval()
 
 
 def load_run(run_dir: str | Path) -> LoadedRun:
@@ -115,7 +129,10 @@ def latest_runs(outputs: Path) -> tuple[list[Path], str]:
         return find_runs(sweeps[-1]), f"the latest sweep, {sweeps[-1]}"
     newest: dict[str, Path] = {}
     for run in singles:
-        newest[read_summary(run).get("scheme", run.name)] = run
+        try:
+            newest[read_summary(run).get("scheme", run.name)] = run
+        except UsageError:  # an unreadable summary: finished_runs names it and skips it
+            newest[run.name] = run
     return sorted(newest.values()), f"the latest single run of each scheme under {outputs / 'runs'}"
 
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-import signal
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -24,6 +22,7 @@ from posenc_cli.device import autocast, resolve_device
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig, token_nll
 from posenc_cli.ownership import hold_lock, stored_record
+from posenc_cli.stopping import Stopped, StopSignals
 
 log = logging.getLogger("posenc.train")
 
@@ -40,10 +39,6 @@ class TrainState:
 
 class NonFiniteLoss(RuntimeError):
     pass
-
-
-class Stopped(Exception):
-    """The loop saved a checkpoint and stopped because a signal asked it to."""
 
 
 def model_config(cfg: Mapping[str, Any], vocab_size: int) -> ModelConfig:
@@ -93,35 +88,6 @@ def validation_loss(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]]
             total += token_nll(model(x.to(device)), y.to(device)).mean()
     model.train()
     return float(total) / len(batches)
-
-
-class StopRequest:
-    """Ctrl-C (SIGINT) or SIGTERM (SLURM, torchrun) ask the loop to stop at the next step boundary, so
-    the checkpoint it saves holds whole steps and a resume continues exactly. A second Ctrl-C stops at
-    once without saving (the last checkpoint is kept)."""
-
-    def __init__(self) -> None:
-        self.signal: str | None = None
-
-    def __call__(self, signum: int, frame) -> None:
-        if self.signal is not None:
-            raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
-
-
-@contextmanager
-def stop_requests():
-    request, previous = StopRequest(), {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, request)
-    except ValueError:  # not the main thread (a thread-based launcher): leave signals alone
-        pass
-    try:
-        yield request
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @dataclass
@@ -176,7 +142,7 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
     status, message = "finished", None
     started, elapsed_before = time.perf_counter(), s.state.elapsed
     try:
-        with stop_requests() as stop:
+        with StopSignals() as stop:
             run_loop(s, distributed.wrap(model, device, ctx), stop, lambda: elapsed_before + time.perf_counter() - started)
     except NonFiniteLoss as err:
         kept = f"the checkpoint of step {s.saved_step} is kept" if s.saved_step else "no checkpoint had been saved yet"
@@ -204,16 +170,16 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
     return summary
 
 
-def run_loop(s: Session, net: torch.nn.Module, stop: StopRequest, elapsed) -> None:
+def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> None:
     """Train until max_steps; `net` is the model as trained (DDP-wrapped under torchrun)."""
     tc, state, ctx = s.cfg["train"], s.state, s.ctx
     rate_start, rate_steps = time.perf_counter(), 0  # tokens/s over each eval interval
     with ui.progress(disable=not ctx.is_main) as bar:
         task = bar.add_task(f"train {s.mc.scheme}", total=tc["max_steps"], completed=state.step, status="")
         while state.step < tc["max_steps"]:
-            if stop_requested(s, stop):
+            if stop.agreed(state.step, tc["log_interval"], s.device, ctx):
                 save(s, elapsed())
-                raise Stopped(f"stopped by {stop.signal}")
+                raise Stopped(f"stopped by {stop.received}")
             lr = lr_at(state.step, tc)
             for group in s.optimizer.param_groups:
                 group["lr"] = lr
@@ -243,13 +209,6 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopRequest, elapsed) -> No
                 rate_start, rate_steps = time.perf_counter(), 0
             if state.step % tc["checkpoint_interval"] == 0 or last:
                 save(s, elapsed())
-
-
-def stop_requested(s: Session, stop: StopRequest) -> bool:
-    """Under torchrun all ranks must stop at the same step: they agree once per log interval."""
-    if not s.ctx.enabled:
-        return stop.signal is not None
-    return s.state.step % s.cfg["train"]["log_interval"] == 0 and distributed.any_rank(stop.signal is not None, s.device, s.ctx)
 
 
 def checked_losses(s: Session) -> torch.Tensor:
@@ -312,10 +271,10 @@ def restore(s: Session, path: Path) -> None:
 
 
 def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
-    pos = model.pos
+    scheme = model.scheme
     return {
         "scheme": model.cfg.scheme, "seed": cfg["seed"], "train_len": cfg["train"]["block_size"],
-        "kind": pos.kind, "relative": pos.relative, "max_len": pos.max_len,
+        "kind": scheme.kind, "relative": scheme.relative, "max_len": scheme.max_len,
         "positional_params": model.n_positional_params, "total_params": model.n_params,
         "corpus": corpus.name, "vocab_size": len(corpus.vocab), "device": str(device),
         "threads": torch.get_num_threads(), "processes": distributed.current().world_size,

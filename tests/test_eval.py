@@ -52,7 +52,7 @@ class FixedDistribution(nn.Module):
     def __init__(self, p):
         super().__init__()
         self.logp = torch.log(torch.tensor(p))
-        self.pos = type("NoPositions", (), {"max_len": None})()
+        self.scheme = type("NoPositions", (), {"max_len": None})()
 
     def forward(self, idx):
         return self.logp.expand(*idx.shape, len(self.logp)).clone()

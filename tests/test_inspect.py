@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from conftest import assert_one_line_error, run_cli
-from posenc_cli import inspection as ins
+from posenc_cli.inspection import checks as ins
+from posenc_cli.inspection.command import inspect_scheme
+from posenc_cli.inspection.figures import rotation_angles
 from posenc_cli.errors import UsageError
 from posenc_cli.model.positional import SCHEMES, build_scheme
 from posenc_cli.model.positional.alibi import ALiBi
@@ -213,7 +215,7 @@ def test_checks_dispatch_on_kind_and_hooks_not_names():
 
 def test_rotation_angles_are_read_from_the_hook():
     rope = make(RoPE)
-    angles = ins.rotation_angles(rope, LENGTH)  # (pairs, T)
+    angles = rotation_angles(rope, LENGTH)  # (pairs, T)
     assert torch.allclose(angles[:, 1], rope.inv_freq.to(angles.dtype), rtol=1e-5)
     assert torch.allclose(angles[:, -1], (LENGTH - 1) * rope.inv_freq.to(angles.dtype), rtol=1e-4)
 
@@ -224,7 +226,7 @@ def test_figures_are_written(tmp_path: Path):
                 "rope": {"rotary_angles.png", "rotary_logit_vs_distance.png"},
                 "alibi": {"bias_matrices.png", "bias_vs_distance.png"}}
     for name, files in expected.items():
-        result = ins.inspect_scheme(name, DIM, LENGTH, HEADS, tmp_path / name)
+        result = inspect_scheme(name=name, dim=DIM, length=LENGTH, heads=HEADS, out=tmp_path / name)
         assert {p.name for p in result.figures} == files
         for path in result.figures:
             assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 2000
@@ -261,7 +263,7 @@ def test_cli_inspect_fresh_schemes(tmp_path: Path):
 
 def test_default_out_is_outputs_inspect_scheme(tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    ins.inspect_scheme("rope", DIM, LENGTH, HEADS, None)
+    inspect_scheme(name="rope", dim=DIM, length=LENGTH, heads=HEADS)
     assert (tmp_path / "outputs" / "inspect" / "rope" / "rotary_angles.png").is_file()
 
 
@@ -292,7 +294,7 @@ def test_inspect_usage_errors_name_the_bad_value(smoke_sweep: Path, tmp_path: Pa
     args = dict(name=None, dim=None, length=None, heads=None, out=tmp_path, run=None, layer=0, head=0) | kwargs
     args["run_dir"] = rope if args.pop("run") else None
     with pytest.raises(UsageError, match=re.escape(needle)):
-        ins.inspect_scheme(**args)
+        inspect_scheme(**args)
 
 
 def test_cli_schemes_fits_80_columns(tmp_path: Path):

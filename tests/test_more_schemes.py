@@ -39,7 +39,7 @@ def test_t5_bias_is_its_table_read_at_each_distance_bucket():
 def test_t5_has_one_table_shared_by_every_layer():
     model = GPT(ModelConfig(vocab_size=10, block_size=16, n_layer=3, n_head=4, n_embd=32, scheme="t5"))
     assert model.n_positional_params == 32 * 4
-    assert [name for name, _ in model.named_parameters() if "table" in name] == ["pos.table.weight"]
+    assert [name for name, _ in model.named_parameters() if "table" in name] == ["scheme.table.weight"]
 
 
 def logits(scheme, q: torch.Tensor, k: torch.Tensor, T: int) -> torch.Tensor:
@@ -96,11 +96,11 @@ def test_kerple_bias_is_a_non_positive_decreasing_function_of_distance():
 def test_bias_schemes_reach_the_attention_scores(name):
     torch.manual_seed(0)
     model = GPT(ModelConfig(vocab_size=10, block_size=16, n_layer=1, n_head=2, n_embd=16, scheme=name))
-    assert model.pos.adds_bias
+    assert model.scheme.adds_bias
     idx = torch.randint(0, 10, (1, 16))
     before = model(idx)
     with torch.no_grad():
-        for p in model.pos.parameters():
+        for p in model.scheme.parameters():
             p.copy_(torch.randn_like(p))  # random, not a constant shift, which softmax would ignore
     assert not torch.allclose(before, model(idx))
 

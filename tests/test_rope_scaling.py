@@ -14,8 +14,7 @@ import torch
 
 from conftest import assert_one_line_error, run_cli
 from posenc_cli.model.positional import build_scheme
-from posenc_cli.model.positional.rope import rope_inv_freq
-from posenc_cli.model.positional.rope_scaling import METHODS, RopeScaling, yarn_ramp, yarn_temperature
+from posenc_cli.model.positional.rope_scaling import METHODS, RopeScaling, rope_inv_freq, yarn_ramp, yarn_temperature
 
 D, BASE, L, S = 8, 10000.0, 128, 4.0
 
@@ -66,21 +65,18 @@ def test_default_factor_is_eval_length_over_training_length():
 
 
 def test_linear_scaling_makes_position_s_m_look_like_position_m():
-    rope = build_scheme("rope", 32, 4, L)
-    plain_cos, plain_sin = rope.cos_sin(torch.arange(100))
-    rope.scaling = RopeScaling("linear", L, S)
-    cos, sin = rope.cos_sin(torch.arange(400))
+    plain_cos, plain_sin = build_scheme("rope", 32, 4, L).cos_sin(torch.arange(100))
+    cos, sin = build_scheme("rope", 32, 4, L, scaling="linear", scaling_factor=S).cos_sin(torch.arange(400))
     torch.testing.assert_close(cos[::4], plain_cos)
     torch.testing.assert_close(sin[::4], plain_sin)
 
 
 def test_yarn_temperature_multiplies_logits_by_its_square():
-    rope = build_scheme("rope", 32, 4, L)
     q, k = torch.randn(2, 1, 4, 1, 8)
     positions = torch.zeros(1, dtype=torch.long)  # angle 0: only the temperature acts
-    plain = (lambda a, b: (a * b).sum(-1))(*rope.rotate(q, k, positions))
-    rope.scaling = RopeScaling("yarn", L, S)
-    scaled = (lambda a, b: (a * b).sum(-1))(*rope.rotate(q, k, positions))
+    plain = (lambda a, b: (a * b).sum(-1))(*build_scheme("rope", 32, 4, L).rotate(q, k, positions))
+    yarn = build_scheme("rope", 32, 4, L, scaling="yarn", scaling_factor=S, scaling_len=L)
+    scaled = (lambda a, b: (a * b).sum(-1))(*yarn.rotate(q, k, positions))
     torch.testing.assert_close(scaled, plain * yarn_temperature(S) ** 2)
     assert yarn_temperature(S) == pytest.approx(0.1 * math.log(4) + 1)
 

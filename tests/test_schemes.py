@@ -129,14 +129,26 @@ def test_alibi_bias_matrix_by_hand():
 @pytest.mark.parametrize("name", list(SCHEMES))
 def test_every_scheme_reports_its_parameters_and_relative_kind(name):
     model = GPT(ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8, scheme=name))
-    assert model.pos.relative in ("none", "implicit", "explicit")
-    assert model.n_positional_params == sum(p.numel() for p in model.pos.parameters())
+    assert model.scheme.relative in ("none", "implicit", "explicit")
+    assert model.n_positional_params == sum(p.numel() for p in model.scheme.parameters())
     if name == "learned":
         assert model.n_positional_params == 16 * 8  # max_len·d
     elif name in ("none", "sinusoidal", "rope", "alibi"):
         assert model.n_positional_params == 0  # the chapters: no parameters
     logits = model(torch.randint(0, 11, (2, 16)))
     assert logits.shape == (2, 16, 11)
+
+
+def test_a_checkpoint_from_before_the_rename_loads_its_scheme_weights():
+    """Runs saved when the scheme attribute was called `pos` evaluate with the same weights."""
+    config = ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8, scheme="kerple")
+    saved = GPT(config).state_dict()
+    legacy = {key.replace("scheme.", "pos.", 1): value for key, value in saved.items()}
+    assert any(key.startswith("pos.") for key in legacy)
+    torch.manual_seed(1)
+    model = GPT(config)
+    model.load_state_dict(legacy)
+    assert all(torch.equal(value, saved[key]) for key, value in model.state_dict().items())
 
 
 @pytest.mark.parametrize("name", list(SCHEMES))

@@ -10,6 +10,7 @@ import torch
 import yaml
 
 from conftest import ALL_SCHEMES, SHARED_DATA, SMOKE, assert_one_line_error, run_cli
+from posenc_cli.model.positional import SCHEMES
 from posenc_cli.runs import load_run
 
 
@@ -59,6 +60,7 @@ def test_help_explains_the_config_groups(tmp_path):
     assert result.returncode == 0
     for word in ("scheme", "sinusoidal", "alibi", "model.n_layer", "train.block_size", "-m"):
         assert word in result.stdout
+    assert " | ".join(SCHEMES) in result.stdout  # listed from the scheme classes, in their order
 
 
 @pytest.mark.parametrize(

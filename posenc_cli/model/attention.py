@@ -25,11 +25,11 @@ MASK_BUDGET = 1 << 22
 GRAD_CHUNK = 2
 
 
-def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: PositionalScheme) -> torch.Tensor:
-    """q, k, v: (B, H, T, D) -> (B, H, T, D), scores plus pos.bias(i - j), keys j <= i only."""
+def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scheme: PositionalScheme) -> torch.Tensor:
+    """q, k, v: (B, H, T, D) -> (B, H, T, D), scores plus scheme.bias(i - j), keys j <= i only."""
     H, T = q.size(1), q.size(2)
     distance = torch.arange(-(T - 1), T, device=q.device)
-    by_distance = pos.bias(distance).masked_fill(distance < 0, float("-inf")).to(q.dtype)  # (H, 2T - 1)
+    by_distance = scheme.bias(distance).masked_fill(distance < 0, float("-inf")).to(q.dtype)  # (H, 2T - 1)
     k, v = k.flip(2), v.flip(2)  # key j now sits at T - 1 - j
     block = max(1, min(T, MASK_BUDGET // (H * T)))
     outputs = []

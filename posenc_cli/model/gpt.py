@@ -49,12 +49,12 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, pos: PositionalScheme) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, scheme: PositionalScheme) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
-        q, k = pos.rotate(q, k, positions)
-        if pos.adds_bias:
-            y = biased_causal_attention(q, k, v, pos)
+        q, k = scheme.rotate(q, k, positions)
+        if scheme.adds_bias:
+            y = biased_causal_attention(q, k, v, scheme)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
@@ -78,8 +78,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, pos):
-        x = x + self.attn(self.ln_1(x), positions, pos)
+    def forward(self, x, positions, scheme):
+        x = x + self.attn(self.ln_1(x), positions, scheme)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -87,17 +87,18 @@ class GPT(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.pos = build_scheme(cfg.scheme, cfg.n_embd, cfg.n_head, cfg.block_size, **cfg.scheme_options)
+        self.scheme = build_scheme(cfg.scheme, cfg.n_embd, cfg.n_head, cfg.block_size, **cfg.scheme_options)
         self.tok = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.head.weight = self.tok.weight  # tied input and output embeddings
         self._init_weights()
+        self.register_load_state_dict_pre_hook(_rename_legacy_scheme_keys)
 
     def _init_weights(self) -> None:
         for name, p in self.named_parameters():
-            if name.startswith("pos."):
+            if name.startswith("scheme."):
                 continue  # schemes initialise their own parameters
             if name == "tok.weight":
                 nn.init.normal_(p, std=self.cfg.embed_std)
@@ -108,9 +109,9 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """(B, T) token ids -> (B, T, vocab) logits."""
         positions = torch.arange(idx.size(1), device=idx.device)
-        x = self.pos.embed(self.tok(idx), positions)
+        x = self.scheme.embed(self.tok(idx), positions)
         for block in self.blocks:
-            x = block(x, positions, self.pos)
+            x = block(x, positions, self.scheme)
         return self.head(self.ln_f(x))
 
     @property
@@ -119,7 +120,13 @@ class GPT(nn.Module):
 
     @property
     def n_positional_params(self) -> int:
-        return self.pos.positional_params
+        return self.scheme.positional_params
+
+
+def _rename_legacy_scheme_keys(module, state_dict, prefix, *_) -> None:
+    """Checkpoints written before the scheme attribute was renamed hold its weights as `pos.*`."""
+    for key in [k for k in state_dict if k.startswith(prefix + "pos.")]:
+        state_dict[prefix + "scheme." + key[len(prefix) + 4:]] = state_dict.pop(key)
 
 
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,8 @@
 """Positional schemes by name. Adding one: a module here, an entry in SCHEMES, a yaml in configs/scheme/.
-A scheme's options are the keyword arguments of its __init__ after the model sizes; it checks their ranges."""
+A scheme's options are the keyword arguments of its __init__ after the model sizes; it checks their ranges.
+
+SCHEMES' order is the chapters' order, the one every table and help text shows.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from typing import Any
 
 from posenc_cli.errors import UsageError, nearest
 from posenc_cli.model.positional.alibi import ALiBi
-from posenc_cli.model.positional.base import NoPE, PositionalScheme
+from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme
 from posenc_cli.model.positional.kerple import Kerple
 from posenc_cli.model.positional.learned import Learned
 from posenc_cli.model.positional.rope import RoPE
@@ -23,9 +26,21 @@ MODEL_SIZES = ("self", "n_embd", "n_head", "block_size")
 
 
 def scheme_options(name: str | None = None) -> list[str]:
-    """The option names of one scheme (or of any scheme): its __init__'s arguments past the model sizes."""
-    classes = [SCHEMES[name]] if name else SCHEMES.values()
-    return sorted({p for cls in classes for p in inspect.signature(cls.__init__).parameters} - set(MODEL_SIZES))
+    """The option names of one scheme (or of any scheme): its __init__'s arguments past the model sizes,
+    and its parent's where it passes **options on."""
+    options: set[str] = set()
+    for cls in [SCHEMES[name]] if name else SCHEMES.values():
+        for klass in cls.__mro__:
+            params = inspect.signature(klass.__init__).parameters
+            options |= {p for p, v in params.items() if v.kind == v.POSITIONAL_OR_KEYWORD or v.kind == v.KEYWORD_ONLY}
+            if not any(v.kind == v.VAR_KEYWORD for v in params.values()):
+                break
+    return sorted(options - set(MODEL_SIZES))
+
+
+def claim_for(label: str) -> Claim:
+    """The chapters' claim for a scheme; a variant such as `rope+yarn` or an unknown label has none."""
+    return SCHEMES[label].claim if label in SCHEMES else Claim()
 
 
 def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options: Any) -> PositionalScheme:
@@ -39,4 +54,4 @@ def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options
     return SCHEMES[name](n_embd, n_head, block_size, **options)
 
 
-__all__ = ["SCHEMES", "PositionalScheme", "build_scheme", "scheme_options"]
+__all__ = ["SCHEMES", "Claim", "PositionalScheme", "build_scheme", "claim_for", "scheme_options"]

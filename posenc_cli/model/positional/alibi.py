@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from posenc_cli.model.positional.base import PositionalScheme, per_head
+from posenc_cli.model.positional.base import Claim, PositionalScheme, per_head
 
 
 def alibi_slopes(n_head: int) -> list[float]:
@@ -31,6 +31,7 @@ class ALiBi(PositionalScheme):
     kind = "bias"
     relative = "explicit"
     adds_bias = True
+    claim = Claim("very strong", "极强", "BLOOM")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
         super().__init__(n_embd, n_head, block_size)

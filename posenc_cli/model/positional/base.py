@@ -2,24 +2,41 @@
 
 A scheme may add to the token embeddings (`embed`), rotate queries and keys (`rotate`), or add a
 bias to the attention scores (`bias`). Every hook defaults to "do nothing", so NoPE is the empty
-subclass and the model calls all three hooks without ever asking which scheme it holds.
+subclass. The model calls `embed` and `rotate` always and `bias` when `adds_bias` is set, without
+ever asking which scheme it holds.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import nn
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What the chapters say of a scheme (their English and Chinese words), and who uses it; shown
+    beside the measured numbers in comparison.md and `posenc schemes`."""
+    extrapolation: str = "not in the chapters"
+    extrapolation_zh: str = "章节未涉及"
+    used_by: str = "—"
+
+
 class PositionalScheme(nn.Module):
+    """A scheme's class is the one home of what it is: its hooks, kind, relative-position kind,
+    parameter count formula and the chapters' claim. SCHEMES' order is the order every table shows."""
     name: ClassVar[str] = "none"
     kind: ClassVar[str] = "none"  # additive | rotary | bias | none
     relative: ClassVar[str] = "none"  # none | implicit | explicit
     param_formula: ClassVar[str] = "0"
     preserves_norms: ClassVar[bool] = True  # rotary schemes: False where q and k are also rescaled (xPos)
     adds_bias: ClassVar[bool] = False  # True: the model calls `bias` and cannot use the plain causal kernel
+    claim: ClassVar[Claim] = Claim()
+    # True: the constructor takes RoPE context extension (scaling, scaling_factor, scaling_len,
+    # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
+    scalable: ClassVar[bool] = False
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
         super().__init__()
@@ -30,6 +47,11 @@ class PositionalScheme(nn.Module):
     def max_len(self) -> int | None:
         """Longest sequence the scheme can represent; None when unbounded."""
         return None
+
+    @property
+    def label(self) -> str:
+        """The name reports show: the scheme's name, plus any option that changes what it computes."""
+        return self.name
 
     @property
     def positional_params(self) -> int:
@@ -54,6 +76,7 @@ class PositionalScheme(nn.Module):
 
 class NoPE(PositionalScheme):
     """No positional information at all: only the causal mask tells tokens apart by order."""
+    claim = Claim(used_by="NoPE studies (Kazemnejad et al. 2023)")
 
 
 def per_head(values: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from posenc_cli.model.positional.base import PositionalScheme, per_head
+from posenc_cli.model.positional.base import Claim, PositionalScheme, per_head
 
 
 class Kerple(PositionalScheme):
@@ -20,6 +20,7 @@ class Kerple(PositionalScheme):
     relative = "explicit"
     param_formula = "2·h"
     adds_bias = True
+    claim = Claim(used_by="research (Chi et al. 2022)")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
         super().__init__(n_embd, n_head, block_size)

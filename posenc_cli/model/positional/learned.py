@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from posenc_cli.errors import PositionOutOfRange, require_positive_int
-from posenc_cli.model.positional.base import PositionalScheme
+from posenc_cli.model.positional.base import Claim, PositionalScheme
 
 
 class Learned(PositionalScheme):
@@ -13,6 +13,7 @@ class Learned(PositionalScheme):
     kind = "additive"
     relative = "none"
     param_formula = "max_len·d"
+    claim = Claim("none", "无", "GPT-2")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, max_len: int | None = None):
         super().__init__(n_embd, n_head, block_size)

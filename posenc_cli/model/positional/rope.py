@@ -8,19 +8,11 @@ head dimensions, so every property below holds for both). Pair i turns by angle 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from posenc_cli.errors import UsageError, require_number
-from posenc_cli.model.positional.base import PositionalScheme
-
-if TYPE_CHECKING:
-    from posenc_cli.model.positional.rope_scaling import RopeScaling
-
-
-def rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:
-    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+from posenc_cli.model.positional.base import Claim, PositionalScheme
+from posenc_cli.model.positional.rope_scaling import rope_inv_freq, rope_scaling
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -36,8 +28,12 @@ class RoPE(PositionalScheme):
     name = "rope"
     kind = "rotary"
     relative = "explicit"
+    claim = Claim("medium–strong", "中等-强", "LLaMA/Qwen/Mistral")
+    scalable = True
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0):
+    def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0, scaling: str = "none",
+                 scaling_factor: float | None = None, scaling_len: int | None = None,
+                 yarn_alpha: float = 1.0, yarn_beta: float = 32.0):
         super().__init__(n_embd, n_head, block_size)
         if self.head_dim % 2:
             raise UsageError(
@@ -47,7 +43,13 @@ class RoPE(PositionalScheme):
         require_number("scheme.base", base, above=1)
         self.base = base
         self.register_buffer("inv_freq", rope_inv_freq(self.head_dim, base), persistent=False)
-        self.scaling: RopeScaling | None = None  # set by the evaluator only: context extension, see rope_scaling.py
+        self.scaling = rope_scaling(scaling, block_size, scaling_factor, scaling_len, yarn_alpha, yarn_beta)
+        if self.scaling is not None:
+            self.frequencies(block_size)  # a scaling this model cannot take is refused now, not mid-run
+
+    @property
+    def label(self) -> str:
+        return self.name if self.scaling is None else f"{self.name}+{self.scaling.method}"
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         """Per-pair inverse frequencies and a factor on cos/sin for a sequence of `seq_len`."""

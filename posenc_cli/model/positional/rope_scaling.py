@@ -1,14 +1,18 @@
-"""RoPE context extension at evaluation time: stretch a trained model's rotations, no retraining.
+"""RoPE frequencies, and context extension: stretch the rotations to reach past the training length.
 
-Notation: d = rotary dim (head_dim), b = base, inv_freq_i = b^(-2i/d), L = training length, s = scale
-factor, T = the sequence length being run. Each method maps (inv_freq, s) to new inverse frequencies
-and a factor on cos/sin (YaRN's attention temperature; 1 elsewhere):
+One implementation serves both uses: `posenc eval --rope-scaling` (a trained model, no retraining) and
+`scheme.scaling=...` while training (fine-tuning at a longer length, as Position Interpolation and
+YaRN are meant to be used). Both reach it through the rotary schemes' constructor options.
+
+Notation: d = rotary dim (head_dim), b = base, inv_freq_i = b^(-2i/d), L = the original training
+length, s = scale factor, T = the sequence length being run. Each method maps (inv_freq, s) to new
+inverse frequencies and a factor on cos/sin (YaRN's attention temperature; 1 elsewhere):
 
     linear  (position interpolation, Chen et al. 2023): inv_freq / s
     ntk     (NTK-aware): base b' = b·s^(d/(d-2)): high frequencies kept, the lowest divided by s
     dynamic (dynamic NTK): for T > L, b' = b·(s·T/L - (s-1))^(d/(d-2)); unchanged for T <= L
-    yarn    (Peng et al. 2023): interpolate only the pairs that turn less than β_slow times over L,
-            keep those that turn more than β_fast times, ramp in between; cos, sin × (0.1·ln s + 1)
+    yarn    (Peng et al. 2023): interpolate only the pairs that turn less than α times over L,
+            keep those that turn more than β times, ramp in between; cos, sin × (0.1·ln s + 1)
 
 Every method is the identity at s = 1 (dynamic: whenever T <= L).
 """
@@ -21,9 +25,12 @@ from dataclasses import dataclass
 import torch
 
 from posenc_cli.errors import UsageError
-from posenc_cli.model.positional.rope import rope_inv_freq
 
 METHODS = ("none", "linear", "ntk", "dynamic", "yarn")
+
+
+def rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:
+    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
 
 
 def ntk_base(base: float, s: float, head_dim: int) -> float:
@@ -36,14 +43,14 @@ def dynamic_base(base: float, s: float, head_dim: int, seq_len: int, train_len: 
     return ntk_base(base, s * seq_len / train_len - (s - 1), head_dim)
 
 
-def yarn_ramp(head_dim: int, base: float, train_len: int, beta_fast: float = 32, beta_slow: float = 1) -> torch.Tensor:
-    """0 for pairs that turn more than beta_fast times over L (kept), 1 below beta_slow turns (interpolated)."""
+def yarn_ramp(head_dim: int, base: float, train_len: int, alpha: float = 1, beta: float = 32) -> torch.Tensor:
+    """0 for pairs that turn more than beta times over L (kept), 1 below alpha turns (interpolated)."""
 
     def correction_dim(turns: float) -> float:  # the pair index that turns `turns` times over L
         return head_dim * math.log(train_len / (2 * math.pi * turns)) / (2 * math.log(base))
 
-    low = min(max(math.floor(correction_dim(beta_fast)), 0), head_dim - 1)
-    high = min(max(math.ceil(correction_dim(beta_slow)), 0), head_dim - 1)
+    low = min(max(math.floor(correction_dim(beta)), 0), head_dim - 1)
+    high = min(max(math.ceil(correction_dim(alpha)), 0), head_dim - 1)
     if low == high:
         high += 0.001
     pair = torch.arange(head_dim // 2, dtype=torch.float64)
@@ -61,21 +68,27 @@ def yarn_temperature(s: float) -> float:
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """One evaluation-time extension method for a rotary model trained at `train_len` tokens.
+    """One extension method for a rotary model first trained at `train_len` (L) tokens.
 
-    factor None: s = max(1, T/L) for a sequence of T tokens, so a model run at its training length
-    is unchanged. Dynamic NTK scales with T by itself; its s then defaults to 1.
+    factor None: s = max(1, T/L) for a sequence of T tokens, so a model run at length L is unchanged.
+    Dynamic NTK scales with T by itself; its s then defaults to 1. alpha, beta: YaRN's ramp bounds.
     """
 
     method: str
     train_len: int
     factor: float | None = None
+    alpha: float = 1.0
+    beta: float = 32.0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise UsageError(f"--rope-scaling {self.method} is not known; choose from: {', '.join(METHODS)}")
-        if self.factor is not None and not self.factor > 0:
-            raise UsageError(f"--rope-factor must be a positive number, got {self.factor}")
+            raise UsageError(f"RoPE scaling {self.method!r} (--rope-scaling, scheme.scaling) is not known; "
+                             f"choose from: {', '.join(METHODS)}")
+        if self.factor is not None and not (isinstance(self.factor, (int, float)) and self.factor > 0):
+            raise UsageError(f"the RoPE scale factor (--rope-factor, scheme.scaling_factor) must be a positive "
+                             f"number, got {self.factor!r}")
+        if not 0 < self.alpha < self.beta:
+            raise UsageError(f"YaRN needs 0 < scheme.yarn_alpha < scheme.yarn_beta, got {self.alpha} and {self.beta}")
 
     def scale(self, seq_len: int) -> float:
         if self.factor is not None:
@@ -86,7 +99,7 @@ class RopeScaling:
         """(inverse frequencies, factor on cos/sin) for a sequence of `seq_len` tokens."""
         s = self.scale(seq_len)
         if self.method in ("ntk", "dynamic") and head_dim <= 2:
-            raise UsageError(f"--rope-scaling {self.method} needs a rotary dim above 2, the model has {head_dim}")
+            raise UsageError(f"RoPE scaling {self.method} needs a rotary dim above 2, the model has {head_dim}")
         inv_freq = rope_inv_freq(head_dim, base)
         if self.method == "linear":
             return inv_freq / s, 1.0
@@ -95,8 +108,20 @@ class RopeScaling:
         if self.method == "dynamic":
             return rope_inv_freq(head_dim, dynamic_base(base, s, head_dim, seq_len, self.train_len)), 1.0
         if self.method == "yarn":
-            return yarn_inv_freq(inv_freq, s, yarn_ramp(head_dim, base, self.train_len)), yarn_temperature(s)
+            ramp = yarn_ramp(head_dim, base, self.train_len, self.alpha, self.beta)
+            return yarn_inv_freq(inv_freq, s, ramp), yarn_temperature(s)
         return inv_freq, 1.0
+
+
+def rope_scaling(method: str, block_size: int, factor: float | None, original_len: int | None,
+                 alpha: float, beta: float) -> RopeScaling | None:
+    """The scaling a rotary scheme's options ask for, None for 'none'. L (`original_len`) defaults to
+    block_size / factor: fine-tuning at 1,024 with factor 4 extends a model first trained at 256, as
+    s = L'/L in the papers; with no factor, L is the block size itself (s = T/L past it)."""
+    if original_len is None:
+        original_len = max(1, round(block_size / factor)) if isinstance(factor, (int, float)) and factor > 0 else block_size
+    scaling = RopeScaling(method, original_len, factor, alpha, beta)
+    return None if method == "none" else scaling
 
 
 def parse_rope_scaling(text: str, factor: float | None) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from posenc_cli.errors import require_number
-from posenc_cli.model.positional.base import PositionalScheme
+from posenc_cli.model.positional.base import Claim, PositionalScheme
 
 
 def sinusoidal_table(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -27,6 +27,7 @@ class Sinusoidal(PositionalScheme):
     name = "sinusoidal"
     kind = "additive"
     relative = "implicit"
+    claim = Claim("weak", "弱", "original Transformer")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0):
         super().__init__(n_embd, n_head, block_size)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from posenc_cli.errors import require_int
-from posenc_cli.model.positional.base import PositionalScheme
+from posenc_cli.model.positional.base import Claim, PositionalScheme
 
 
 def t5_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -32,6 +32,7 @@ class T5Bias(PositionalScheme):
     relative = "explicit"
     param_formula = "buckets·h"
     adds_bias = True
+    claim = Claim(used_by="T5, Flan-T5")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, n_buckets: int = 32, max_distance: int = 128):
         super().__init__(n_embd, n_head, block_size)

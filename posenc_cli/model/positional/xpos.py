@@ -13,16 +13,18 @@ from __future__ import annotations
 import torch
 
 from posenc_cli.errors import require_number
+from posenc_cli.model.positional.base import Claim
 from posenc_cli.model.positional.rope import RoPE
 
 
 class XPos(RoPE):
     name = "xpos"
     preserves_norms = False  # q and k are scaled by the decay on purpose
+    claim = Claim(used_by="LEX Transformer (TorchScale)")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0,
-                 gamma: float = 0.4, scale_base: float = 512.0):
-        super().__init__(n_embd, n_head, block_size, base)
+                 gamma: float = 0.4, scale_base: float = 512.0, **scaling):
+        super().__init__(n_embd, n_head, block_size, base, **scaling)
         require_number("scheme.gamma", gamma, above=0)  # every ζ_j in (0, 1]
         require_number("scheme.scale_base", scale_base, above=0)
         self.scale_base = scale_base
