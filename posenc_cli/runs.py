@@ -164,7 +164,9 @@ def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str]:
         try:
             status = read_summary(path).get("status")
         except UsageError as err:
-            ui.err.print(f"skipping {path}: {err}", highlight=False)
+            if len(selected) == 1:
+                raise
+            ui.err.print(f"skipping {path}: {err}", highlight=False, soft_wrap=True)
             continue
         if status != "finished":
             ui.err.print(f"skipping {path}: its status is {status}")
