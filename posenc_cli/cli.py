@@ -13,7 +13,7 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from posenc_cli import ui
-from posenc_cli.errors import UsageError
+from posenc_cli.errors import UsageError, require_int, require_number, require_positive_int
 
 app = typer.Typer(
     add_completion=False,
@@ -124,7 +124,7 @@ def eval_command(
     mode: str = typer.Option("nonoverlap", help="nonoverlap: consecutive windows, every token scored. sliding: windows advance by --stride, only their last stride tokens scored."),
     stride: Optional[int] = typer.Option(None, help="Stride for --mode sliding (default: half the length)."),
     max_tokens: int = typer.Option(32768, "--max-tokens", help="Validation tokens scored at every length (rounded down to a multiple of the longest length)."),
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/eval/<time>)."),
+    out: Optional[str] = typer.Option(None, help="Output directory (default: outputs/eval/<time>)."),
     data: Optional[Path] = typer.Option(None, help="Evaluate on this UTF-8 text file instead of each run's validation split."),
     device: str = typer.Option("auto", help="auto | cpu | cuda | mps"),
     lang: str = typer.Option("en", help="en, or zh to add the chapters' own words to comparison.md."),
@@ -141,20 +141,26 @@ def eval_command(
     from posenc_cli.evaluate import MODES, evaluate_runs, parse_lengths
     from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
     from posenc_cli.report import ppl_pivot, write_eval_outputs
-    from posenc_cli.runs import load_finished_runs, timestamped_dir
+    from posenc_cli.runs import checked_out, default_out, load_finished_runs
 
+    out_dir = checked_out(out)
     wanted = parse_lengths(lengths)
+    if rope_factor is not None:
+        require_number("--rope-factor", rope_factor, above=0)
     methods = parse_rope_scaling(rope_scaling, rope_factor)
     if mode not in MODES:
         raise UsageError(f"--mode {mode} is not known; choose one of: {', '.join(MODES)}")
-    if max_tokens <= 0:
-        raise UsageError(f"--max-tokens must be a positive integer, got {max_tokens}")
+    if stride is not None:
+        if mode != "sliding":
+            raise UsageError(f"--stride {stride} is only used with --mode sliding; drop it or add --mode sliding")
+        require_positive_int("--stride", stride)
+    require_positive_int("--max-tokens", max_tokens)
     check_lang(lang)
     target = resolve_device(device)
     loaded, why = load_finished_runs(list(runs or []), "evaluate")
     df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target,
                                         methods, rope_factor, why)
-    out = out or timestamped_dir("eval")
+    out = out_dir or default_out("eval")
     written = write_eval_outputs(df, positions, info, out, lang)
     header, rows = ppl_pivot(df)
     table = Table(title=f"Perplexity ({mode}, {int(df['tokens'].max()):,} tokens per length)")
@@ -174,7 +180,7 @@ def probe(
     depths: str = typer.Option("0.1,0.5,0.9", help="Comma list of relative depths of the key sentence in the filler (0 = start, 1 = end)."),
     trials: int = typer.Option(50, help="Trials per run, length and depth (a fresh key and filler each)."),
     seed: int = typer.Option(0, help="Seed for keys and filler: the same trials for every run."),
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/probe/<time>). Use eval's --out to get passkey rows in its comparison.md."),
+    out: Optional[str] = typer.Option(None, help="Output directory (default: outputs/probe/<time>). Use eval's --out to get passkey rows in its comparison.md."),
     device: str = typer.Option("auto", help="auto | cpu | cuda | mps"),
     lang: str = typer.Option("en", help="en, or zh: as eval's --lang, for the comparison.md it rewrites."),
 ) -> None:
@@ -189,11 +195,12 @@ def probe(
     from posenc_cli.evaluate import parse_lengths
     from posenc_cli.probe import check_vocab, parse_depths, probe_runs
     from posenc_cli.report import markdown_table, passkey_rows, scheme_facts, scheme_order, write_probe_outputs
-    from posenc_cli.runs import announce, load_finished_runs, run_corpus, timestamped_dir
+    from posenc_cli.runs import announce, checked_out, default_out, load_finished_runs, run_corpus
 
+    out_dir = checked_out(out)
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
-    if trials <= 0:
-        raise UsageError(f"--trials must be a positive integer, got {trials}")
+    require_positive_int("--trials", trials)
+    require_int("--seed", seed)
     check_lang(lang)
     target = resolve_device(device)
     loaded, why = load_finished_runs(list(runs or []), "probe")
@@ -203,7 +210,7 @@ def probe(
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
     info = {r.label: scheme_facts(r.model) for r in loaded}
-    out = out or timestamped_dir("probe")
+    out = out_dir or default_out("probe")
     written = write_probe_outputs(df, info, out, lang)
     schemes = scheme_order(df["scheme"])
     ui.out.print(markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False)
@@ -240,7 +247,7 @@ def inspect_command(
     run: Optional[Path] = typer.Option(None, "--run", help="A trained run directory: inspect its trained scheme and draw its attention."),
     layer: int = typer.Option(0, help="With --run: the layer whose attention is drawn."),
     head: int = typer.Option(0, help="With --run: the head whose attention is drawn."),
-    out: Optional[Path] = typer.Option(None, help="Figure directory (default outputs/inspect/<scheme or run>)."),
+    out: Optional[str] = typer.Option(None, help="Figure directory (default outputs/inspect/<scheme or run>)."),
 ) -> None:
     """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
 
@@ -254,8 +261,14 @@ def inspect_command(
       posenc inspect --run outputs/runs/RUN --layer 1 --head 2
     """
     from posenc_cli.inspection.command import inspect_scheme, print_report
+    from posenc_cli.runs import checked_out
 
-    print_report(inspect_scheme(name=scheme, dim=dim, length=length, heads=heads, out=out, run_dir=run,
+    for option, value, most in (("--dim", dim, 8192), ("--heads", heads, 256), ("--length", length, 8192)):
+        if value is not None:  # the checks build length x length matrices: bounded so they fit
+            require_int(option, value, at_least=2 if option != "--heads" else 1, at_most=most)
+    if dim is not None and dim % 2:
+        raise UsageError(f"--dim {dim} must be even (positions are encoded in pairs of dimensions)")
+    print_report(inspect_scheme(name=scheme, dim=dim, length=length, heads=heads, out=checked_out(out), run_dir=run,
                                 layer=layer, head=head))
 
 
@@ -264,7 +277,7 @@ def bench(
     quick: bool = typer.Option(False, "--quick", help="A smoke version on a tiny model that runs in seconds; its numbers mean nothing."),
     main_job: bool = typer.Option(False, "--main-job", help="Also time the README's main job (train all five schemes, then eval): minutes."),
     levers: bool = typer.Option(False, "--levers", help="Also measure levers against the default settings: 1 thread, fp32 instead of train.precision=auto, torch.compile."),
-    out: Optional[Path] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
+    out: Optional[str] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
     scheme: Optional[List[str]] = typer.Option(None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."),
 ) -> None:
     """Speed against this machine's limits: training MFU, evaluation speed and memory, per scheme.
@@ -273,14 +286,15 @@ def bench(
     at 1x/8x/32x the training length, and optionally levers and the main job's wall time. Writes bench.csv and bench.md. The numbers are this machine's, now: on a busy machine compare the
     ratios (MFU, vs rope) rather than the absolute tokens/s."""
     from posenc_cli.bench import run_bench, write_outputs
-    from posenc_cli.runs import timestamped_dir
     from posenc_cli.model.positional import SCHEMES
+    from posenc_cli.runs import checked_out, default_out
 
+    out_dir = checked_out(out)
     unknown = [s for s in scheme or [] if s not in SCHEMES]
     if unknown:
         raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
     df, info = run_bench(quick=quick, main_job=main_job, levers=levers, schemes=scheme)
-    out = out or timestamped_dir("bench")
+    out = out_dir or default_out("bench")
     ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote bench.csv, bench.md to {out}")
 

@@ -30,6 +30,7 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from posenc_cli.data.synthetic import SyntheticSpec
 from posenc_cli.data.text import read_text_file
 from posenc_cli.device import PRECISIONS, resolve_device
 from posenc_cli.errors import UsageError, nearest, require_int, require_number, require_positive_int
@@ -89,16 +90,16 @@ class ModelSize:
 @dataclass
 class SyntheticData:
     """The embedded default corpus, generated from data.seed (see posenc_cli/data/synthetic.py)."""
-    name: str = "synthetic"
-    seed: int = 0
-    n_chars: int = 2_000_000
+    name: str = "synthetic"  # the generator's own defaults (SyntheticSpec) are the defaults here
+    seed: int = SyntheticSpec.seed
+    n_chars: int = SyntheticSpec.n_chars
     val_fraction: float = 0.1
-    copy_rate: float = 0.15  # share of segments that repeat earlier text verbatim
-    copy_min_distance: int = 32  # how far back a copy reaches: log-uniform between min and max
-    copy_max_distance: int = 2048
-    passkey_rate: float = 0.0  # share of segments that are passkey episodes (what `posenc probe` asks); 0 = none
-    passkey_min_distance: int = 16  # filler characters between key and question: keep the range inside
-    passkey_max_distance: int = 160  # train.block_size (an episode is ~70 characters plus the distance)
+    copy_rate: float = SyntheticSpec.copy_rate  # share of segments that repeat earlier text verbatim
+    copy_min_distance: int = SyntheticSpec.copy_min_distance  # how far back a copy reaches (log-uniform)
+    copy_max_distance: int = SyntheticSpec.copy_max_distance
+    passkey_rate: float = SyntheticSpec.passkey_rate  # share of segments that are passkey episodes; 0 = none
+    passkey_min_distance: int = SyntheticSpec.passkey_min_distance  # filler between key and question: keep
+    passkey_max_distance: int = SyntheticSpec.passkey_max_distance  # it inside train.block_size
 
     def __post_init__(self) -> None:
         require_int("data.seed", self.seed)

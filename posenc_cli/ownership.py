@@ -67,18 +67,21 @@ def refuse_started_run(run_dir: Path) -> None:
 def claim_new(path: Path, given: bool) -> Path:
     """Create the directory of a fresh run (or sweep): `path` itself if the user named it and it holds
     no run; for a default name, the first of path, path_2, path_3, ... that an exclusive mkdir wins."""
-    if given:
-        refuse_started_run(path)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for n in range(1, 10_000):
-        candidate = path if n == 1 else path.with_name(f"{path.name}_{n}")
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            continue
+    try:
+        if given:
+            refuse_started_run(path)
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 10_000):
+            candidate = path if n == 1 else path.with_name(f"{path.name}_{n}")
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                continue
+    except OSError as err:  # a file where a directory should be, no permission, ...
+        raise UsageError(f"cannot create the directory {path}: {err.strerror}; choose another") from None
     raise UsageError(f"could not find a free directory name next to {path}")
 
 

@@ -183,6 +183,33 @@ def load_finished_runs(paths: list[str], verb: str) -> tuple[list[LoadedRun], st
     return [load_run(p) for p in finished], why
 
 
+def checked_out(out: str | None) -> Path | None:
+    """--out as given, checked before any work: not empty, not a file, not under a file, writable.
+    Nothing is created here; None (the default) stays None."""
+    import os
+
+    if out is None:
+        return None
+    if not out.strip():
+        raise UsageError("--out is empty; give a directory to write to (or leave --out out for the default)")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {out} is a file; give a directory to write to")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"--out {out} lies under {existing}, which is a file; give a directory to write to")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: {existing} is not writable; give a directory you can write to")
+    return path
+
+
+def default_out(kind: str) -> Path:
+    """A fresh outputs/<kind>/<local time> directory of this command alone (a suffix if the name is taken)."""
+    from posenc_cli.ownership import claim_new
+
+    return claim_new(timestamped_dir(kind), given=False)
+
+
 def timestamped_dir(kind: str) -> Path:
     """The default output directory of a command: outputs/<kind>/<local time>."""
     import datetime

@@ -18,6 +18,7 @@ import torch
 import yaml
 
 from conftest import ROOT, SMOKE, assert_one_line_error, posenc, assert_refused, run_cli
+from posenc_cli.atomic import MANIFEST, output_set
 from posenc_cli.checkpoint import FILENAME
 from posenc_cli.ownership import LOCK, claim_new
 from posenc_cli.runs import select_runs
@@ -150,3 +151,34 @@ def test_eval_and_probe_refuse_a_corpus_file_that_changed_since_training(tmp_pat
         result = run_cli(*command, cwd=tmp_path)
         assert_one_line_error(result, "sha256")
     assert not (tmp_path / "ev2").exists()
+
+
+def test_an_output_set_is_complete_only_with_its_manifest_and_stale_temporaries_go(tmp_path):
+    out = tmp_path / "ev"
+    with output_set(out):
+        (out / "a.csv").write_text("1")
+    assert json.loads((out / MANIFEST).read_text())["files"] == ["a.csv"]
+    (out / ".b.png.123.tmp").write_text("half")  # what a kill -9 mid-write leaves
+    with pytest.raises(RuntimeError), output_set(out):
+        (out / "a.csv").write_text("2")
+        raise RuntimeError("killed before the set was complete")
+    assert not (out / MANIFEST).exists() and not list(out.glob(".*.tmp"))
+
+
+def test_kill_9_during_eval_leaves_a_complete_or_clearly_incomplete_set(smoke_sweep, tmp_path):
+    run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+    args = ["eval", str(run), "--lengths", "64,128", "--max-tokens", "256", "--device", "cpu", "--out", "ev"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "posenc_cli", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not (tmp_path / "ev" / "ppl.csv").exists() and proc.poll() is None:
+        pass  # kill while the set is being written
+    proc.kill()
+    proc.wait()
+    manifest = tmp_path / "ev" / MANIFEST
+    if manifest.exists():
+        assert all((tmp_path / "ev" / name).is_file() for name in json.loads(manifest.read_text())["files"])
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "ppl_vs_length.png" in json.loads(manifest.read_text())["files"]
+    assert not list((tmp_path / "ev").glob(".*.tmp"))

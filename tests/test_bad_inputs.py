@@ -135,3 +135,29 @@ def test_any_malformed_override_is_refused_in_one_line(workdir, override):
     if code != 0:
         assert_refused(code, stderr)
     assert not (workdir / "outputs").exists()
+
+
+def test_numeric_options_and_out_are_checked_before_any_work(broken_runs, workdir):
+    good = str(broken_runs["good"])
+    (workdir / "afile").write_text("x")
+    cases = [
+        (["eval", good, "--rope-scaling", "linear", "--rope-factor", "inf"], "--rope-factor"),
+        (["eval", good, "--mode", "sliding", "--stride", "0"], "--stride"),
+        (["eval", good, "--stride", "8"], "--mode sliding"),
+        (["eval", good, "--out", ""], "--out"),
+        (["eval", good, "--out", "afile"], "is a file"),
+        (["eval", good, "--out", "afile/sub"], "under"),
+        (["probe", good, "--seed=-1"], "--seed"),
+        (["probe", good, "--out", "afile"], "is a file"),
+        (["inspect", "rope", "--dim", "0"], "--dim"),
+        (["inspect", "rope", "--heads", "0"], "--heads"),
+        (["inspect", "rope", "--length", "0"], "--length"),
+        (["inspect", "rope", "--length", "1000000"], "--length"),
+        (["inspect", "sinusoidal", "--dim", "1", "--heads", "1"], "--dim"),
+        (["inspect", "rope", "--out", "afile/x"], "under"),
+        (["bench", "--quick", "--out", "afile"], "is a file"),
+    ]
+    before = files_under(workdir)
+    for args, needle in cases:
+        assert_refused(*posenc(*args), needle)
+    assert files_under(workdir) == before
