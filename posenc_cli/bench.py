@@ -202,9 +202,9 @@ def eval_case(cfg: dict[str, Any], vocab_size: int, length: int, n_tokens: int) 
     span = max(length, n_tokens // length * length)
     tokens = torch.randint(vocab_size, (span + 1,), generator=torch.Generator().manual_seed(0))
     idle_kib = peak_rss_kib()
-    evaluate_length(model, tokens[: length + 1], length, length)  # warm-up: one window
+    evaluate_length(model, tokens[: length + 1], span=length, length=length)  # warm-up: one window
     start = time.perf_counter()
-    evaluate_length(model, tokens, span, length)
+    evaluate_length(model, tokens, span=span, length=length)
     seconds = time.perf_counter() - start
     peak_kib = peak_rss_kib()
     return {"tokens_per_s": span / seconds, "peak_rss_mib": peak_kib / 1024, "eval_rss_mib": (peak_kib - idle_kib) / 1024}

@@ -31,7 +31,7 @@ Config groups (pick with group=option):\n
   scheme: {schemes}   (default rope)\n
   model:  tiny | small | medium                        (default tiny)\n
   data:   synthetic | text                             (default synthetic; text needs data.path=FILE)\n
-  experiment: smoke | probe                            (presets that set several groups)\n
+  experiment: smoke | probe | extend                   (presets that set several groups)\n
 Common keys: model.n_layer model.n_head model.n_embd data.path train.max_steps train.batch_size
 train.block_size (the training length, default 256) train.lr train.eval_interval seed device (auto|cpu|cuda|mps).\n
 Examples:\n
@@ -41,6 +41,10 @@ Examples:\n
   posenc train data=text data.path=input.txt train.block_size=128\n
   posenc train --cfg job      (print the composed config and exit)\n
   posenc train train.resume=outputs/runs/RUN   (continue an interrupted run; true: the newest run)\n
+  posenc train experiment=extend train.init_from=RUN scheme.scaling=yarn scheme.scaling_factor=4
+      (a new run from RUN's weights at 1,024; scheme.scaling: none|linear|ntk|dynamic|yarn)\n
+  posenc train scheme=learned train.positions=randomized train.max_position=2048
+      (randomized positions: sorted random positions from [0, 2048) per sequence; eval uses 0..L-1)\n
   posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   (parallel jobs; pip install 'posenc\\[cluster]')\n
   torchrun --standalone --nproc_per_node=2 -m posenc_cli train   (DDP; train.batch_size is the global batch)\n
 Each run writes outputs/runs/<time>_<scheme>_seed<N>/ (sweeps: outputs/sweeps/<time>/<n>_<scheme>_seed<N>/)
@@ -158,10 +162,11 @@ def eval_command(
     check_lang(lang)
     target = resolve_device(device)
     loaded, why = load_finished_runs(list(runs or []), "evaluate")
-    df, positions, info = evaluate_runs(loaded, wanted, mode, stride, max_tokens, str(data) if data else None, target,
-                                        methods, rope_factor, why)
+    df, positions, info = evaluate_runs(loaded, lengths=wanted, mode=mode, stride=stride, max_tokens=max_tokens,
+                                        data_path=str(data) if data else None, device=target,
+                                        rope_scaling=methods, rope_factor=rope_factor, why=why)
     out = out_dir or default_out("eval")
-    written = write_eval_outputs(df, positions, info, out, lang)
+    written = write_eval_outputs(df, positions, info, out, lang=lang)
     header, rows = ppl_pivot(df)
     table = Table(title=f"Perplexity ({mode}, {int(df['tokens'].max()):,} tokens per length)")
     for column in header:
@@ -208,10 +213,10 @@ def probe(
         check_vocab(run.vocab, str(run.path))
         run_corpus(run)  # the text each run was trained on, unchanged: checked before any work
     announce([r.path for r in loaded], why, "probing")
-    df = probe_runs(loaded, wanted, at_depths, trials, seed, target)
+    df = probe_runs(loaded, lengths=wanted, depths=at_depths, trials=trials, seed=seed, device=target)
     info = {r.label: scheme_facts(r.model) for r in loaded}
     out = out_dir or default_out("probe")
-    written = write_probe_outputs(df, info, out, lang)
+    written = write_probe_outputs(df, info, out, lang=lang)
     schemes = scheme_order(df["scheme"])
     ui.out.print(markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False)
     ui.err.print(f"wrote {', '.join(p.name for p in written)} to {out}")

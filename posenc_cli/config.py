@@ -38,7 +38,8 @@ from posenc_cli.model import ModelConfig
 from posenc_cli.model.positional import build_scheme, scheme_options
 from posenc_cli.ownership import resumed_config
 
-EXHAUSTIVE_SWEEP_POINTS = 64  # larger sweeps: every value of every key is checked, not every combination
+EXHAUSTIVE_SWEEP_POINTS = 64
+POSITIONS = ("ordinary", "randomized")  # larger sweeps: every value of every key is checked, not every combination
 
 
 @dataclass
@@ -58,6 +59,9 @@ class TrainConfig:
     resume: Optional[str] = None  # a run directory to continue from (true: the newest under outputs/runs)
     precision: str = "auto"  # auto: bf16 autocast on native-bf16 hardware, else fp32 | fp32 | bf16
     threads: Optional[int] = None  # torch threads per job; null = torch's default
+    init_from: Optional[str] = None  # a run whose weights start this new run (fine-tuning, e.g. at a longer block_size)
+    positions: str = "ordinary"  # ordinary: 0..T-1 | randomized: sorted random positions from [0, max_position)
+    max_position: Optional[int] = None  # L_max for positions=randomized (>= block_size); eval always uses 0..L-1
 
     def __post_init__(self) -> None:
         for key in ("max_steps", "batch_size", "block_size", "log_interval", "eval_interval", "eval_batches",
@@ -72,6 +76,13 @@ class TrainConfig:
             require_positive_int("train.threads", self.threads)
         if self.precision not in PRECISIONS:
             raise UsageError(f"train.precision={self.precision} is not known; choose one of: {', '.join(PRECISIONS)}")
+        if self.positions not in POSITIONS:
+            raise UsageError(f"train.positions={self.positions} is not known; choose one of: {', '.join(POSITIONS)}")
+        if self.positions == "ordinary" and self.max_position is not None:
+            raise UsageError(f"train.max_position={self.max_position} applies only to train.positions=randomized; "
+                             "add train.positions=randomized or drop train.max_position")
+        if self.positions == "randomized":
+            require_int("train.max_position", self.max_position, at_least=self.block_size)
 
 
 @dataclass
@@ -204,7 +215,10 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     scheme = dict(typed_cfg.scheme)
     name = scheme.pop("name")
     with torch.device("meta"):
-        build_scheme(name, mc.n_embd, mc.n_head, tc.block_size, **scheme)
+        built = build_scheme(name, mc.n_embd, mc.n_head, tc.block_size, **scheme)
+    if tc.max_position is not None and built.max_len is not None and built.max_len < tc.max_position:
+        raise UsageError(f"scheme.max_len={built.max_len} is below train.max_position={tc.max_position}: "
+                         f"positions up to {tc.max_position - 1} are drawn; use a larger scheme.max_len")
     device = resolve_device(typed_cfg.device)
     n_chars = corpus_chars(typed_cfg.data)
     split_len = n_chars - int(n_chars * (1 - typed_cfg.data.val_fraction))
@@ -214,6 +228,8 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
             f"characters; use train.block_size <= {split_len - 1} or a larger corpus"
         )
     check_memory(typed_cfg, n_chars, device)
+    if tc.init_from:
+        validate_init_from(cfg)
     return typed_cfg
 
 
@@ -394,3 +410,18 @@ def sweep_points(overrides: list[str]) -> Iterable[list[str]]:
         return [list(point) for point in itertools.product(*lists)]
     return [[values[i % len(values)] for values in lists] for i in range(max(map(len, lists)))]
 
+
+def validate_init_from(cfg: dict[str, Any]) -> None:
+    """train.init_from: RUN exists and its weights fit this run (same scheme, shape and vocabulary)."""
+    from posenc_cli.data import load_corpus
+    from posenc_cli.init_from import check_same_model, initial_state, source_checkpoint
+    from posenc_cli.model import GPT
+    from posenc_cli.train import model_config
+
+    source, saved = source_checkpoint(cfg["train"]["init_from"])
+    same_data = saved.get("data") == cfg["data"]
+    vocab = tuple(saved["vocab"]) if same_data else load_corpus(cfg["data"]).vocab.chars
+    with torch.device("meta"):
+        model = GPT(model_config(cfg, len(vocab)))
+    check_same_model(source, saved, model.cfg.to_dict(), vocab)
+    initial_state(source, saved, model)

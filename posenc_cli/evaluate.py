@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, token_nll
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where it is used: `posenc eval` only
 
 MODES = ("nonoverlap", "sliding")
 TOKENS_PER_FORWARD = 16384  # windows are batched up to this many tokens per forward pass
@@ -70,7 +74,7 @@ class LengthResult:
 
 
 @torch.no_grad()
-def evaluate_length(model: GPT, tokens: torch.Tensor, span: int, length: int, mode: str = "nonoverlap",
+def evaluate_length(model: GPT, tokens: torch.Tensor, *, span: int, length: int, mode: str = "nonoverlap",
                     stride: int | None = None, device: torch.device | str = "cpu") -> LengthResult:
     windows = plan_windows(span, length, mode, stride)
     batch = max(1, TOKENS_PER_FORWARD // length)
@@ -130,9 +134,9 @@ def scaling_variants(run, methods: list[str], factor: float | None) -> list[dict
     return [{"scaling": m, "scaling_factor": factor, "scaling_len": run.train_len} for m in methods]
 
 
-def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
+def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
                   data_path: str | None, device, rope_scaling: tuple[str, ...] | list[str] = ("none",),
-                  rope_factor: float | None = None, why: str = "") -> tuple["pd.DataFrame", "pd.DataFrame", dict[str, dict]]:
+                  rope_factor: float | None = None, why: str = "") -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
     """Every run at every length (its training length included), rotary runs once per RoPE scaling
     method: tidy ppl rows, per-position rows, and per-scheme facts (positional parameters,
     relative-position kind) for the report."""
@@ -173,7 +177,7 @@ def evaluate_runs(runs, lengths: list[int], mode: str, stride: int | None, max_t
                 if limit is not None and length > limit:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
-                    result = evaluate_length(model, tokens, span, length, mode, stride, device)
+                    result = evaluate_length(model, tokens, span=span, length=length, mode=mode, stride=stride, device=device)
                     row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl)
                     position_rows += [
                         {"run": str(run.path), "scheme": scheme, "seed": run.seed, "eval_len": length,

@@ -99,7 +99,7 @@ def score(model, prompts: torch.Tensor, keys: torch.Tensor, device="cpu") -> tup
     return torch.cat(hits), torch.cat(nlls)
 
 
-def probe_runs(runs, lengths: list[int], depths: list[float], trials: int, seed: int, device):
+def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, seed: int, device):
     """Every run at every length (its training length included) and depth: one tidy row per cell."""
     import pandas as pd
 

@@ -70,7 +70,7 @@ def scheme_facts(model) -> dict:
     return {"positional_params": model.n_positional_params, "relative": model.scheme.relative}
 
 
-def comparison(df: pd.DataFrame, info: dict[str, dict], lang: str = "en", passkey: pd.DataFrame | None = None) -> str:
+def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", passkey: pd.DataFrame | None = None) -> str:
     """The chapters' table, with measured numbers beside the claims (and passkey rows from a probe)."""
     schemes = scheme_order(df["scheme"])
     lengths = sorted(df["eval_len"].unique())
@@ -169,11 +169,12 @@ def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
 
 def plot_probe_summary(passkey: pd.DataFrame, path: Path) -> None:
     """Accuracy vs length, one line per scheme, mean ± std over seeds (depths averaged)."""
-    plot_by_length(retrieval_by_length(passkey), "length", "accuracy", int(passkey["train_len"].min()), path,
-                   "prompt length (tokens)", "passkey retrieved (%)", "Passkey retrieval past the training length")
+    plot_by_length(retrieval_by_length(passkey), x="length", y="accuracy", train_len=int(passkey["train_len"].min()),
+                   path=path, xlabel="prompt length (tokens)", ylabel="passkey retrieved (%)",
+                   title="Passkey retrieval past the training length")
 
 
-def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path, lang: str = "en") -> list[Path]:
+def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en") -> list[Path]:
     """probe.csv, one heatmap per scheme, the summary plot; comparison.md again if eval's ppl.csv is here.
     The set is complete once manifest.json is written."""
     with output_set(out):
@@ -185,14 +186,15 @@ def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path,
         written.append(out / "probe_summary.png")
         plot_probe_summary(passkey, written[-1])
         if (out / "ppl.csv").is_file():
-            write_text(out / "comparison.md", comparison(pd.read_csv(out / "ppl.csv"), info, lang, passkey))
+            write_text(out / "comparison.md", comparison(pd.read_csv(out / "ppl.csv"), info, lang=lang, passkey=passkey))
             written.append(out / "comparison.md")
     return written
 
 
 def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
-    plot_by_length(df, "eval_len", "ppl", int(df["train_len"].min()), path,
-                   "evaluation length (tokens)", "perplexity", "Perplexity past the training length", log_y=True)
+    plot_by_length(df, x="eval_len", y="ppl", train_len=int(df["train_len"].min()), path=path,
+                   xlabel="evaluation length (tokens)", ylabel="perplexity",
+                   title="Perplexity past the training length", log_y=True)
 
 
 def scheme_axes(n_schemes: int):
@@ -207,7 +209,7 @@ def scheme_axes(n_schemes: int):
     return fig, ax
 
 
-def finish_figure(fig, ax, train_len: int, xlabel: str, ylabel: str, title: str, path: Path) -> None:
+def finish_figure(fig, ax, *, train_len: int, xlabel: str, ylabel: str, title: str, path: Path) -> None:
     """Mark the training length, label, and write the PNG atomically."""
     import matplotlib.pyplot as plt
 
@@ -221,7 +223,7 @@ def finish_figure(fig, ax, train_len: int, xlabel: str, ylabel: str, title: str,
     plt.close(fig)
 
 
-def plot_by_length(df: pd.DataFrame, x: str, y: str, train_len: int, path: Path, xlabel: str, ylabel: str,
+def plot_by_length(df: pd.DataFrame, *, x: str, y: str, train_len: int, path: Path, xlabel: str, ylabel: str,
                    title: str, log_y: bool = False) -> None:
     """One line per scheme of y against length x (log 2 axis), mean ± std over seeds."""
     schemes = scheme_order(df["scheme"])
@@ -232,7 +234,7 @@ def plot_by_length(df: pd.DataFrame, x: str, y: str, train_len: int, path: Path,
     ax.set_xscale("log", base=2)
     if log_y:
         ax.set_yscale("log")
-    finish_figure(fig, ax, train_len, xlabel, ylabel, title, path)
+    finish_figure(fig, ax, train_len=train_len, xlabel=xlabel, ylabel=ylabel, title=title, path=path)
 
 
 def plot_loss_by_position(positions: pd.DataFrame, train_len: int, path: Path) -> None:
@@ -244,11 +246,11 @@ def plot_loss_by_position(positions: pd.DataFrame, train_len: int, path: Path) -
     for scheme in schemes:
         curve = sub[sub.scheme == scheme].groupby("position")["nll"].mean()
         ax.plot(curve.index, curve.values, label=scheme)
-    finish_figure(fig, ax, train_len, f"position inside a window of {longest} tokens", "mean NLL (nats)",
-                  "Loss by position: where a scheme breaks", path)
+    finish_figure(fig, ax, train_len=train_len, xlabel=f"position inside a window of {longest} tokens",
+                  ylabel="mean NLL (nats)", title="Loss by position: where a scheme breaks", path=path)
 
 
-def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], out: Path, lang: str = "en") -> list[Path]:
+def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en") -> list[Path]:
     """The eval output set; complete once manifest.json is written (see atomic.output_set)."""
     with output_set(out):
         write_with(out / "ppl.csv", lambda p: df.to_csv(p, index=False))
@@ -256,7 +258,7 @@ def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str
         header, rows = ppl_pivot(df)
         write_text(out / "ppl.md", "# Perplexity by evaluation length\n\n" + markdown_table(header, rows))
         passkey = pd.read_csv(out / "probe.csv") if (out / "probe.csv").is_file() else None
-        write_text(out / "comparison.md", comparison(df, info, lang, passkey))
+        write_text(out / "comparison.md", comparison(df, info, lang=lang, passkey=passkey))
         plot_ppl_vs_length(df, out / "ppl_vs_length.png")
         if not positions.empty:
             plot_loss_by_position(positions, int(df["train_len"].min()), out / "loss_by_position.png")

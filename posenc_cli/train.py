@@ -17,9 +17,10 @@ import torch
 from posenc_cli import distributed, ui
 from posenc_cli.atomic import remove_leftovers, write_text, write_with
 from posenc_cli.checkpoint import FILENAME, load_checkpoint, save_checkpoint
-from posenc_cli.data import Corpus, load_corpus, random_batch
+from posenc_cli.data import Corpus, load_corpus, random_batch, random_positions
 from posenc_cli.device import autocast, resolve_device
 from posenc_cli.errors import UsageError
+from posenc_cli.init_from import check_same_model, initial_state, lineage, source_checkpoint
 from posenc_cli.model import GPT, ModelConfig, token_nll
 from posenc_cli.ownership import hold_lock, stored_record
 from posenc_cli.stopping import Stopped, StopSignals
@@ -90,7 +91,7 @@ def validation_loss(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]]
     return float(total) / len(batches)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Session:
     """One run being trained: what the loop works on and what a checkpoint saves."""
     cfg: Mapping[str, Any]
@@ -125,18 +126,24 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
 
     torch.manual_seed(cfg["seed"])
     mc = model_config(cfg, len(corpus.vocab))
-    model = GPT(mc).to(device)
+    model = GPT(mc)
+    if tc.get("init_from"):
+        init_weights(model, tc["init_from"], corpus)
+    model = model.to(device)
     val_rng = torch.Generator().manual_seed(12345)  # the same validation windows for every run
-    s = Session(cfg, Path(run_dir), mc, corpus, device, ctx, model, make_optimizer(model, tc),
-                torch.Generator().manual_seed(cfg["seed"]),
-                [random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng) for _ in range(tc["eval_batches"])],
-                run_id)
+    s = Session(cfg=cfg, run_dir=Path(run_dir), mc=mc, corpus=corpus, device=device, ctx=ctx, model=model,
+                optimizer=make_optimizer(model, tc), data_rng=torch.Generator().manual_seed(cfg["seed"]),
+                val_batches=[random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng)
+                             for _ in range(tc["eval_batches"])], run_id=run_id)
     if tc.get("resume"):
         restore(s, Path(tc["resume"]) / FILENAME)
         if ctx.is_main:
             remove_leftovers(s.run_dir)
 
     summary = {**describe(cfg, model, corpus, device), "run_id": run_id, "config": recorded(cfg)}
+    if tc.get("init_from"):
+        source = Path(tc["init_from"]).resolve()
+        summary.update(init_from=str(source), init_chain=lineage(source))
     if ctx.is_main:
         write_summary(s.run_dir, {**summary, "status": "running"})
     status, message = "finished", None
@@ -185,8 +192,13 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> No
                 group["lr"] = lr
             x, y = random_batch(s.corpus.train, tc["batch_size"], tc["block_size"], s.data_rng)
             x, y = distributed.shard(x, ctx), distributed.shard(y, ctx)  # this rank's rows of the global batch
+            positions = None  # 0..T-1
+            if tc.get("positions") == "randomized":
+                positions = random_positions(tc["batch_size"], tc["block_size"], tc["max_position"],
+                                             s.data_rng)
+                positions = distributed.shard(positions, ctx).to(s.device)
             with autocast(s.device, tc["precision"]):
-                loss = token_nll(net(x.to(s.device)), y.to(s.device)).mean()
+                loss = token_nll(net(x.to(s.device), positions), y.to(s.device)).mean()
             s.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(net.parameters(), tc["grad_clip"])
@@ -270,10 +282,20 @@ def restore(s: Session, path: Path) -> None:
     log.info(f"resumed from {path} at step {s.state.step}")
 
 
+def init_weights(model: GPT, run: str, corpus: Corpus) -> None:
+    """train.init_from: RUN's weights into `model` (checked again here: RUN may have changed since)."""
+    source, saved = source_checkpoint(run)
+    check_same_model(source, saved, model.cfg.to_dict(), corpus.vocab.chars)
+    model.load_state_dict(initial_state(source, saved, model))
+    log.info(f"initialised from {source} (its step {saved.get('step')})")
+
+
 def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
     scheme = model.scheme
     return {
-        "scheme": model.cfg.scheme, "seed": cfg["seed"], "train_len": cfg["train"]["block_size"],
+        "scheme": model.scheme.label, "seed": cfg["seed"], "train_len": cfg["train"]["block_size"],
+        "positions": cfg["train"].get("positions", "ordinary"),
+        "max_position": cfg["train"].get("max_position"),
         "kind": scheme.kind, "relative": scheme.relative, "max_len": scheme.max_len,
         "positional_params": model.n_positional_params, "total_params": model.n_params,
         "corpus": corpus.name, "vocab_size": len(corpus.vocab), "device": str(device),

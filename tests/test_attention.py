@@ -107,3 +107,23 @@ def test_learned_bias_gradients_under_bf16_autocast_stay_close(scheme):
     expected = gradients(lambda q, k, v: reference_attention(q, k, v, torch.arange(T), pos), pos, q, k, v)
     for g, e in zip(got, expected):
         assert ((g - e).norm() / e.norm()).item() < 0.05
+
+
+@pytest.mark.parametrize("scheme", BIAS_SCHEMES)
+def test_per_sequence_positions_bias_by_their_differences(scheme):
+    """Randomized positions: each sequence's scores get bias(p_i - p_j) for its own increasing positions,
+    in values and in the gradients of q, k, v and a learned bias (its own CPU backward, one mask per row)."""
+    torch.manual_seed(0)
+    B, H, T, D = 3, 2, 19, 8
+    pos = build_scheme(scheme, H * D, H, T)
+    positions = torch.stack([torch.randperm(200)[:T].sort().values for _ in range(B)])
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    got = biased_causal_attention(q, k, v, pos, positions)
+    want = torch.stack([reference_attention(q[b], k[b], v[b], positions[b], pos) for b in range(B)])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    weights = torch.randn_like(want)
+    inputs = [q, k, v, *pos.parameters()]
+    got_grads = torch.autograd.grad((got * weights).sum(), inputs)
+    want_grads = torch.autograd.grad((want * weights).sum(), inputs)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)

@@ -64,6 +64,15 @@ def unigram_entropy(text: str) -> float:
     return float(-(p * p.log()).sum())
 
 
+def random_positions(batch_size: int, block_size: int, max_position: int,
+                     generator: torch.Generator) -> torch.Tensor:
+    """Randomized positional encodings (Ruoss et al. 2023): each sequence's positions are a sorted random
+    subset of block_size distinct positions from [0, max_position), so training visits every position
+    up to max_position while sequences stay block_size long. (batch_size, block_size), int64."""
+    keys = torch.rand(batch_size, max_position, generator=generator)
+    return keys.argsort(dim=1)[:, :block_size].sort(dim=1).values
+
+
 def random_batch(tokens: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator):
     """Random windows of block_size+1 tokens -> (inputs, next-token targets)."""
     starts = torch.randint(len(tokens) - block_size, (batch_size,), generator=generator)

@@ -25,8 +25,12 @@ MASK_BUDGET = 1 << 22
 GRAD_CHUNK = 2
 
 
-def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scheme: PositionalScheme) -> torch.Tensor:
-    """q, k, v: (B, H, T, D) -> (B, H, T, D), scores plus scheme.bias(i - j), keys j <= i only."""
+def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scheme: PositionalScheme,
+                            positions: torch.Tensor | None = None) -> torch.Tensor:
+    """q, k, v: (B, H, T, D) -> (B, H, T, D), scores plus scheme.bias(p_i - p_j), keys j <= i only.
+    positions None: p_i = i, the strided fast path below."""
+    if positions is not None:
+        return attend(q, k, v, dense_bias(scheme, positions))
     H, T = q.size(1), q.size(2)
     distance = torch.arange(-(T - 1), T, device=q.device)
     by_distance = scheme.bias(distance).masked_fill(distance < 0, float("-inf")).to(q.dtype)  # (H, 2T - 1)
@@ -43,6 +47,16 @@ def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s
     return torch.cat(outputs, dim=2)
 
 
+def dense_bias(scheme: PositionalScheme, positions: torch.Tensor) -> torch.Tensor:
+    """(B, T) increasing positions -> the (B, H, T, T) causal mask scheme.bias(p_i - p_j). Distances are no
+    longer a function of i - j, so the mask is built per pair: B×H×T×T floats, fine at training lengths
+    (train.positions=randomized), which is the only user."""
+    T = positions.size(-1)
+    distance = positions[:, :, None] - positions[:, None, :]
+    future = torch.ones(T, T, dtype=torch.bool, device=positions.device).triu(1)
+    return scheme.bias(distance).movedim(0, 1).masked_fill(future, float("-inf"))
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if q.device.type != "cpu":  # GPU kernels want a dense mask, and give it a gradient themselves
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.contiguous())
@@ -52,7 +66,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 
 class MaskGradAttention(torch.autograd.Function):
-    """SDPA's CPU flash forward, and a backward that also gives the (1, H, Tq, Tk) mask its gradient.
+    """SDPA's CPU flash forward, and a backward that also gives the (1 or B, H, Tq, Tk) mask its gradient.
 
     The backward recomputes the probabilities P = exp(q·kᵀ/√D + mask - logsumexp) GRAD_CHUNK batch
     elements at a time, then applies the softmax backward dS = P ∘ (dO·vᵀ - rowsum(dO ∘ O)); the mask's
@@ -69,17 +83,22 @@ class MaskGradAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, mask, out, logsumexp = ctx.saved_tensors
         scale = q.size(-1) ** -0.5
-        bias = mask[0].float()
+        bias = mask.float()
+        per_batch = mask.size(0) > 1  # one mask per sequence (randomized positions), else shared
         grad_mask = torch.zeros_like(bias)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         for start in range(0, q.size(0), GRAD_CHUNK):
             b = slice(start, start + GRAD_CHUNK)
-            probs = (q[b] @ k[b].mT).float().mul_(scale).add_(bias).sub_(logsumexp[b, ..., None]).exp_()
+            chunk_bias = bias[b] if per_batch else bias
+            probs = (q[b] @ k[b].mT).float().mul_(scale).add_(chunk_bias).sub_(logsumexp[b, ..., None]).exp_()
             grad_scores = (grad_out[b] @ v[b].mT).float()
             grad_scores.sub_((grad_out[b].float() * out[b].float()).sum(-1, keepdim=True)).mul_(probs)
-            grad_mask += grad_scores.sum(0)
+            if per_batch:
+                grad_mask[b] = grad_scores
+            else:
+                grad_mask += grad_scores.sum(0, keepdim=True)
             grad_v[b] = probs.to(v.dtype).mT @ grad_out[b]
             grad_scores = grad_scores.to(q.dtype)
             grad_q[b] = (grad_scores @ k[b]).mul_(scale)
             grad_k[b] = (grad_scores.mT @ q[b]).mul_(scale)
-        return grad_q, grad_k, grad_v, grad_mask[None].to(mask.dtype)
+        return grad_q, grad_k, grad_v, grad_mask.to(mask.dtype)

@@ -49,12 +49,14 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, scheme: PositionalScheme) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, scheme: PositionalScheme,
+                given: torch.Tensor | None = None) -> torch.Tensor:
+        """`given`: the caller's (B, T) positions, None when they are 0..T-1 (then the bias is cheap)."""
         B, T, C = x.shape
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
         q, k = scheme.rotate(q, k, positions)
         if scheme.adds_bias:
-            y = biased_causal_attention(q, k, v, scheme)
+            y = biased_causal_attention(q, k, v, scheme, given)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
@@ -78,8 +80,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, scheme):
-        x = x + self.attn(self.ln_1(x), positions, scheme)
+    def forward(self, x, positions, scheme, given=None):
+        x = x + self.attn(self.ln_1(x), positions, scheme, given)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -94,7 +96,7 @@ class GPT(nn.Module):
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.head.weight = self.tok.weight  # tied input and output embeddings
         self._init_weights()
-        self.register_load_state_dict_pre_hook(_rename_legacy_scheme_keys)
+        self.register_load_state_dict_pre_hook(rename_legacy_scheme_keys)
 
     def _init_weights(self) -> None:
         for name, p in self.named_parameters():
@@ -106,12 +108,15 @@ class GPT(nn.Module):
                 std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith("proj.weight") else 0.02
                 nn.init.normal_(p, std=std)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """(B, T) token ids -> (B, T, vocab) logits."""
-        positions = torch.arange(idx.size(1), device=idx.device)
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) token ids -> (B, T, vocab) logits. positions: (B, T) increasing positions of each
+        token (train.positions=randomized); None: 0..T-1, as in evaluation."""
+        given = positions
+        if positions is None:
+            positions = torch.arange(idx.size(1), device=idx.device)
         x = self.scheme.embed(self.tok(idx), positions)
         for block in self.blocks:
-            x = block(x, positions, self.scheme)
+            x = block(x, positions, self.scheme, given)
         return self.head(self.ln_f(x))
 
     @property
@@ -123,7 +128,7 @@ class GPT(nn.Module):
         return self.scheme.positional_params
 
 
-def _rename_legacy_scheme_keys(module, state_dict, prefix, *_) -> None:
+def rename_legacy_scheme_keys(module, state_dict, prefix, *_) -> None:
     """Checkpoints written before the scheme attribute was renamed hold its weights as `pos.*`."""
     for key in [k for k in state_dict if k.startswith(prefix + "pos.")]:
         state_dict[prefix + "scheme." + key[len(prefix) + 4:]] = state_dict.pop(key)

@@ -57,6 +57,15 @@ class PositionalScheme(nn.Module):
     def positional_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def extend_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This scheme's weights from a run trained with other sizes (train.init_from at a longer
+        length) -> weights shaped for this instance. Most schemes' parameters do not depend on the
+        length: as they are."""
+        return state
+
+    # Hooks. `positions`: (T,) shared by every sequence of the batch, or (B, T) increasing positions
+    # per sequence (train.positions=randomized).
+
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x: (B, T, C) token embeddings -> (B, T, C)."""
         return x
@@ -68,9 +77,9 @@ class PositionalScheme(nn.Module):
         return q, k
 
     def bias(self, distance: torch.Tensor) -> torch.Tensor | None:
-        """(H, *distance.shape): what a head adds to the score of a key `distance` = i - j positions
+        """(H, *distance.shape): what a head adds to the score of a key `distance` = p_i - p_j positions
         before its query (only distances >= 0 are ever attended), or None. A function of distance
-        alone, so the attention evaluates it once per distance, not per query-key pair."""
+        alone, so with positions 0..T-1 the attention evaluates it once per distance, not per pair."""
         return None
 
 

@@ -1,7 +1,13 @@
-"""Learned absolute positions (GPT-2, BERT): one trained vector per position, nothing past the table."""
+"""Learned absolute positions (GPT-2, BERT): one trained vector per position, nothing past the table.
+
+Grown for a longer length (train.init_from with a larger max_len), the table repeats its trained rows
+as Longformer did (Beltagy et al. 2020, section 5: copying beat random rows for continued training):
+row p starts as row p mod the old max_len, so positions the old run knew keep their vectors.
+"""
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from posenc_cli.errors import PositionOutOfRange, require_positive_int
@@ -25,6 +31,10 @@ class Learned(PositionalScheme):
     @property
     def max_len(self) -> int:
         return self.table.num_embeddings
+
+    def extend_state(self, state):
+        old = state["table.weight"]
+        return {**state, "table.weight": old[torch.arange(self.max_len, device=old.device) % old.size(0)]}
 
     def embed(self, x, positions):
         if positions.numel() and int(positions.max()) >= self.max_len:

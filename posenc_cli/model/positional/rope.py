@@ -58,12 +58,13 @@ class RoPE(PositionalScheme):
         return self.scaling.frequencies(self.head_dim, self.base, seq_len)
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        inv_freq, factor = self.frequencies(positions.numel())
-        angles = positions.to(torch.float64)[:, None] * inv_freq.to(positions.device)[None, :]
+        """(..., T) positions -> cos, sin shaped (..., T, head_dim)."""
+        inv_freq, factor = self.frequencies(positions.size(-1))
+        angles = positions.to(torch.float64)[..., None] * inv_freq.to(positions.device)
         angles = torch.cat((angles, angles), dim=-1)
         return (angles.cos() * factor).float(), (angles.sin() * factor).float()
 
     def rotate(self, q, k, positions):
         cos, sin = self.cos_sin(positions)
-        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        cos, sin = cos.unsqueeze(-3).to(q.dtype), sin.unsqueeze(-3).to(q.dtype)  # over the head axis
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

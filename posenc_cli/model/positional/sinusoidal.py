@@ -14,12 +14,12 @@ from posenc_cli.model.positional.base import Claim, PositionalScheme
 
 
 def sinusoidal_table(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
-    """(T,) positions -> (T, dim): even dims sin, odd dims cos, frequencies base^(-2i/d)."""
+    """(..., T) positions -> (..., T, dim): even dims sin, odd dims cos, frequencies base^(-2i/d)."""
     freqs = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim)
-    angles = positions.to(torch.float64)[:, None] * freqs[None, :]
-    pe = torch.empty(positions.numel(), dim, dtype=torch.float64, device=positions.device)
-    pe[:, 0::2] = torch.sin(angles)
-    pe[:, 1::2] = torch.cos(angles[:, : dim // 2])
+    angles = positions.to(torch.float64)[..., None] * freqs
+    pe = torch.empty(*positions.shape, dim, dtype=torch.float64, device=positions.device)
+    pe[..., 0::2] = torch.sin(angles)
+    pe[..., 1::2] = torch.cos(angles[..., : dim // 2])
     return pe.to(torch.float32)
 
 

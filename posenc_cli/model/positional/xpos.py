@@ -32,12 +32,12 @@ class XPos(RoPE):
         self.register_buffer("zeta", zeta, persistent=False)
 
     def decay(self, positions: torch.Tensor) -> torch.Tensor:
-        """(T, head_dim): ζ_j^(n/B) for each position n (centred) and each dimension's pair j."""
-        centred = positions.to(torch.float64) - positions.to(torch.float64).mean()
-        scale = self.zeta.to(positions.device)[None, :] ** (centred[:, None] / self.scale_base)
+        """(..., T, head_dim): ζ_j^(n/B) for each position n (centred) and each dimension's pair j."""
+        centred = positions.to(torch.float64) - positions.to(torch.float64).mean(-1, keepdim=True)
+        scale = self.zeta.to(positions.device) ** (centred[..., None] / self.scale_base)
         return torch.cat((scale, scale), dim=-1).float()
 
     def rotate(self, q, k, positions):
         q, k = super().rotate(q, k, positions)
-        scale = self.decay(positions).to(q.dtype)
+        scale = self.decay(positions).unsqueeze(-3).to(q.dtype)
         return q * scale, k / scale

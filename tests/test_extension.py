@@ -1,0 +1,170 @@
+"""Context extension by training: train.init_from, RoPE scaling while training (the formulas eval
+uses), a learned table grown for a longer length, and randomized positions (Ruoss et al. 2023)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import SMOKE, assert_one_line_error, run_cli
+from posenc_cli.checkpoint import FILENAME, save_checkpoint
+from posenc_cli.config import preflight
+from posenc_cli.data import load_corpus, random_positions
+from posenc_cli.errors import UsageError
+from posenc_cli.evaluate import scaling_variants
+from posenc_cli.init_from import initial_state, lineage, source_checkpoint
+from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model.positional import build_scheme
+from posenc_cli.model.positional.rope_scaling import RopeScaling
+
+def saved_run(tmp_path: Path, scheme: str, block_size: int = 32, **options) -> tuple[Path, GPT]:
+    """A run directory holding only what init_from reads: a checkpoint of a random tiny model."""
+    torch.manual_seed(0)
+    corpus_cfg = dict(load_corpus_cfg())
+    vocab = load_corpus(corpus_cfg).vocab.chars
+    model = GPT(ModelConfig(vocab_size=len(vocab), block_size=block_size, n_layer=1, n_head=2, n_embd=32,
+                            scheme=scheme, scheme_options=options)).eval()
+    run = tmp_path / f"run_{scheme}"
+    save_checkpoint(run / FILENAME, {"model_config": model.cfg.to_dict(), "vocab": list(vocab),
+                                     "model": model.state_dict(), "data": corpus_cfg,
+                                     "train_len": block_size})
+    return run, model
+
+
+def load_corpus_cfg() -> dict:
+    from posenc_cli.config import composing, parse_hydra_args
+
+    with composing(parse_hydra_args([])) as compose_point:
+        return {**compose_point(SMOKE)["data"]}
+
+
+def initialised(run: Path, like: GPT, **changes) -> GPT:
+    cfg = {**like.cfg.to_dict(), **changes}
+    model = GPT(ModelConfig(**cfg)).eval()
+    source, saved = source_checkpoint(run)
+    model.load_state_dict(initial_state(source, saved, model))
+    return model
+
+
+@pytest.mark.parametrize("scheme", ["rope", "learned", "t5", "sinusoidal"])
+def test_init_from_gives_identical_logits_at_step_0(scheme, tmp_path):
+    run, source = saved_run(tmp_path, scheme)
+    longer = initialised(run, source, block_size=128)  # a longer training length, no scaling added
+    idx = torch.randint(source.cfg.vocab_size, (2, 32))
+    with torch.no_grad():
+        torch.testing.assert_close(longer(idx), source(idx), rtol=0, atol=0)
+
+
+def test_a_grown_learned_table_repeats_the_trained_rows(tmp_path):
+    run, source = saved_run(tmp_path, "learned")
+    grown = initialised(run, source, block_size=80)
+    old, new = source.scheme.table.weight, grown.scheme.table.weight
+    assert new.shape == (80, old.size(1))
+    torch.testing.assert_close(new, old[torch.arange(80) % 32])  # Longformer's copy: row p = row p mod 32
+
+
+def test_scaling_while_training_is_the_eval_formula():
+    """One implementation: the options a fine-tune gives (block 1,024, factor 4) and the options eval's
+    --rope-scaling gives a 256-token run build the same RopeScaling, hence the same rotations."""
+    trained = build_scheme("rope", 32, 2, 1024, scaling="yarn", scaling_factor=4)
+    run = SimpleNamespace(model=SimpleNamespace(scheme=build_scheme("rope", 32, 2, 256)), train_len=256,
+                          path="run")
+    (options,) = scaling_variants(run, ["yarn"], 4.0)
+    at_eval = build_scheme("rope", 32, 2, 256, **options)
+    assert trained.scaling == at_eval.scaling == RopeScaling("yarn", 256, 4.0)
+    positions = torch.arange(2048)
+    for got, want in zip(trained.cos_sin(positions), at_eval.cos_sin(positions)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert trained.label == "rope+yarn"
+
+
+def test_a_baked_in_scaling_refuses_another_on_top():
+    baked = build_scheme("xpos", 32, 2, 1024, scaling="linear", scaling_factor=4)
+    run = SimpleNamespace(model=SimpleNamespace(scheme=baked), train_len=1024, path="ft")
+    assert scaling_variants(run, ["none"], None) == [{}]  # evaluated as trained
+    with pytest.raises(UsageError, match="scheme.scaling=linear.*do not compose"):
+        scaling_variants(run, ["none", "yarn"], None)
+
+
+def test_randomized_positions_are_sorted_distinct_in_range_and_seeded():
+    draw = lambda seed: random_positions(8, 256, 2048, torch.Generator().manual_seed(seed))  # noqa: E731
+    positions = draw(0)
+    assert positions.shape == (8, 256) and positions.dtype == torch.int64
+    assert (positions.diff(dim=1) > 0).all()  # sorted and distinct
+    assert positions.min() >= 0 and positions.max() < 2048
+    assert torch.equal(draw(0), positions) and not torch.equal(draw(1), positions)
+    assert not torch.equal(positions[0], positions[1])  # each sequence its own subset
+    many = random_positions(64, 256, 2048, torch.Generator().manual_seed(0))
+    assert many.max() > 2000 and many[:, 0].float().mean() < 30  # the whole range is visited
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["train.positions=shuffled"], "train.positions=shuffled"),
+    (["train.positions=randomized"], "train.max_position"),
+    (["train.positions=randomized", "train.max_position=32"], "train.max_position"),
+    (["train.max_position=512"], "train.positions=randomized"),
+    (["scheme=learned", "scheme.max_len=256", "train.positions=randomized", "train.max_position=512"],
+     "scheme.max_len=256"),
+    (["scheme=rope", "scheme.scaling=longrope"], "longrope"),
+    (["scheme=xpos", "scheme.scaling=linear", "scheme.scaling_factor=0"], "scheme.scaling_factor"),
+    (["train.init_from=nowhere"], "train.init_from=nowhere"),
+])
+def test_bad_extension_overrides_are_refused_before_training(overrides, needle):
+    with pytest.raises(UsageError, match=needle.replace(".", r"\.")):
+        preflight([*SMOKE, *overrides])
+
+
+@pytest.mark.parametrize("scheme, overrides, needle", [
+    ("rope", ["scheme=alibi"], "scheme=rope"),
+    ("rope", ["scheme=rope", "model.n_embd=64"], "model.n_embd=32"),
+    ("t5", ["scheme=t5", "scheme.n_buckets=8"], "scheme.table.weight"),
+    ("rope", ["scheme=rope", "data=text", "data.path=other.txt"], "vocabulary"),
+])
+def test_init_from_refuses_another_model_or_vocabulary(scheme, overrides, needle, tmp_path, monkeypatch):
+    run, _ = saved_run(tmp_path, scheme)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "other.txt").write_text("abcd efgh " * 300, encoding="utf-8")
+    with pytest.raises(UsageError, match=needle):
+        preflight([*SMOKE, "model.n_layer=1", "model.n_head=2", "model.n_embd=32", f"train.init_from={run}",
+                   *overrides])
+
+
+def test_the_chain_goes_back_to_a_run_trained_from_scratch(tmp_path):
+    a, b, c = (str(tmp_path / name) for name in "abc")
+    for name, chain in [("a", None), ("b", [a]), ("c", [b, a])]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"init_chain": chain} if chain else {}))
+    assert lineage(tmp_path / "c") == [c, b, a]
+
+
+def test_fine_tune_with_scaling_end_to_end(tmp_path):
+    """init_from a rope run at 64 tokens, fine-tune at 128 with linear scaling; a learned run with
+    randomized positions; eval reads both as any run (the scaling built in, the learned table as long
+    as max_position), and refuses --rope-scaling on top of a baked-in scaling in one line."""
+    tiny = [*SMOKE, "train.max_steps=2"]
+    base = run_cli("train", *tiny, "scheme=rope", "hydra.run.dir=base", cwd=tmp_path)
+    assert base.returncode == 0, base.stderr
+    fine_tune = run_cli("train", *tiny, "scheme=rope", "train.init_from=base", "train.block_size=128",
+                        "scheme.scaling=linear", "scheme.scaling_factor=2", "hydra.run.dir=ft", cwd=tmp_path)
+    assert fine_tune.returncode == 0, fine_tune.stderr
+    summary = json.loads((tmp_path / "ft" / "summary.json").read_text())
+    assert summary["scheme"] == "rope+linear"
+    assert summary["init_from"] == str(tmp_path / "base")
+    assert summary["init_chain"] == [str(tmp_path / "base")]
+    randomized = run_cli("train", *tiny, "scheme=learned", "train.positions=randomized",
+                         "train.max_position=256", "hydra.run.dir=rnd", cwd=tmp_path)
+    assert randomized.returncode == 0, randomized.stderr
+    result = run_cli("eval", "ft", "rnd", "--lengths", "256", "--max-tokens", "1024", "--out", "ev",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    df = pd.read_csv(tmp_path / "ev" / "ppl.csv").set_index(["scheme", "eval_len"])
+    assert sorted(df.index) == [("learned", 64), ("learned", 256), ("rope+linear", 128), ("rope+linear", 256)]
+    assert df["ppl"].notna().all()  # learned past its training length: its table covers max_position
+    refused = run_cli("eval", "ft", "--rope-scaling", "none,yarn", "--out", "ev2", cwd=tmp_path)
+    assert_one_line_error(refused, "scheme.scaling=linear")
+    assert not (tmp_path / "ev2").exists()
