@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -43,6 +44,22 @@ def remove_leftovers(directory: str | os.PathLike) -> None:
     """Delete temporaries that a process killed mid-write (SIGKILL skips every cleanup) left behind."""
     for leftover in Path(directory).glob(".*.tmp"):
         leftover.unlink(missing_ok=True)
+
+
+MANIFEST = "manifest.json"
+
+
+@contextlib.contextmanager
+def output_set(out: Path) -> Iterator[None]:
+    """Write the files of one output set into `out`: complete once manifest.json (written last, listing
+    every file) is there. The old manifest goes first, so a set killed mid-write is clearly incomplete,
+    and temporaries a killed write left behind are removed."""
+    out.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(out)
+    (out / MANIFEST).unlink(missing_ok=True)
+    yield
+    files = sorted(p.name for p in out.iterdir() if p.is_file() and p.name != MANIFEST and not p.name.startswith("."))
+    write_text(out / MANIFEST, json.dumps({"complete": True, "files": files}, indent=2) + "\n")
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

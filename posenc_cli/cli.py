@@ -16,7 +16,7 @@ from typer.core import TyperCommand
 
 from posenc_cli import ui
 from posenc_cli.choices import DEVICES, EVAL_MODES, HF_DTYPES, HF_ROPE_SCALING, LANGS, ROPE_SCALING
-from posenc_cli.errors import UsageError
+from posenc_cli.errors import UsageError, require_int, require_number, require_positive_int
 
 HELP_OPTION_NAMES = ["-h", "--help"]
 app = typer.Typer(
@@ -157,12 +157,14 @@ def train(ctx: typer.Context) -> None:
     from posenc_cli import distributed
     from posenc_cli.completion import hydra_shell_completion
     from posenc_cli.config import preflight
-    from posenc_cli.runs import resume_overrides
+    from posenc_cli.ownership import claim, resume_args
 
     if hydra_shell_completion(list(ctx.args)):
         return
-    args = resume_overrides(list(ctx.args))
+    args = resume_args(list(ctx.args))
     preflight(args)
+    if not distributed.under_torchrun():  # under torchrun rank 0 claims, in process_group
+        args = claim(args)
     with distributed.process_group(args) as args:
         sys.argv = ["posenc train", *args]
         run_hydra_train()
@@ -174,8 +176,9 @@ def run_hydra_train() -> None:
     from hydra.types import RunMode
     from omegaconf import DictConfig, OmegaConf
 
-    from posenc_cli.config import config_dir
+    from posenc_cli.config import config_dir, validate
     from posenc_cli.distributed import threads_per_job
+    from posenc_cli.ownership import resumed_config
     from posenc_cli.tracking import run_name
 
     def job(cfg: DictConfig) -> float | None:
@@ -183,10 +186,13 @@ def run_hydra_train() -> None:
 
         hydra_cfg = HydraConfig.get()
         config = OmegaConf.to_container(cfg, resolve=True)
+        if config["train"]["resume"]:
+            config = resumed_config(config, list(hydra_cfg.overrides.task))
         config["train"]["threads"] = config["train"]["threads"] or threads_per_job(hydra_cfg.launcher)
         output_dir = Path(hydra_cfg.runtime.output_dir)
         name = run_name(list(hydra_cfg.overrides.task), output_dir, hydra_cfg.mode == RunMode.MULTIRUN)
         try:
+            validate(config)  # a large sweep's pre-flight checked every value, not every combination
             summary = train_run(config, output_dir, name)
         except UsageError as err:
             fail(err)
@@ -204,7 +210,7 @@ def eval_command(
     mode: str = choice("nonoverlap", EVAL_MODES, "nonoverlap: consecutive windows, every token scored. sliding: windows advance by --stride, only their last stride tokens scored.", "--mode"),
     stride: Optional[int] = typer.Option(None, help="Stride for --mode sliding (default: half the length)."),
     max_tokens: int = typer.Option(32768, "--max-tokens", help="Validation tokens scored at every length (rounded down to a multiple of the longest length)."),
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/eval/<time>)."),
+    out: Optional[str] = typer.Option(None, help="Output directory (default: outputs/eval/<time>)."),
     data: Optional[Path] = typer.Option(None, help="Evaluate on this UTF-8 text file instead of each run's validation split (required for hf: models, tokenized by each model's own tokenizer)."),
     device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
     lang: str = choice("en", LANGS, "en, or zh to add the chapters' own words to comparison.md.", "--lang"),
@@ -225,13 +231,19 @@ def eval_command(
     from posenc_cli.hf import is_hf
     from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
     from posenc_cli.report import ppl_pivot, write_eval_outputs
-    from posenc_cli.runs import load_targets, timestamped_dir
+    from posenc_cli.runs import checked_out, default_out, load_targets
 
+    out_dir = checked_out(out)
     wanted = parse_lengths(lengths)
+    if rope_factor is not None:
+        require_number("--rope-factor", rope_factor, above=0)
     methods = parse_rope_scaling(rope_scaling, rope_factor)
     overflows = parse_overflow(learned_overflow)
-    if max_tokens <= 0:
-        raise UsageError(f"--max-tokens must be a positive integer, got {max_tokens}")
+    if stride is not None:
+        if mode != "sliding":
+            raise UsageError(f"--stride {stride} is only used with --mode sliding; drop it or add --mode sliding")
+        require_positive_int("--stride", stride)
+    require_positive_int("--max-tokens", max_tokens)
     target = resolve_device(device)
     named = list(runs or [])
     hf_named = [r for r in named if is_hf(r)]
@@ -242,7 +254,7 @@ def eval_command(
                                         data_path=str(data) if data else None, device=target,
                                         rope_scaling=methods, rope_factor=rope_factor, why=why,
                                         learned_overflow=overflows)
-    out = out or timestamped_dir("eval")
+    out = out_dir or default_out("eval")
     written = write_eval_outputs(df, positions, info, out, lang=lang)
     header, rows = ppl_pivot(df)
     table = Table(title=f"Perplexity ({mode}, {int(df['tokens'].max()):,} tokens per length)")
@@ -262,7 +274,7 @@ def probe(
     depths: str = typer.Option("0.1,0.5,0.9", help="Comma list of relative depths of the key sentence in the filler (0 = start, 1 = end)."),
     trials: int = typer.Option(50, help="Trials per run, length and depth (a fresh key and filler each)."),
     seed: int = typer.Option(0, help="Seed for keys and filler: the same trials for every run."),
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/probe/<time>). Use eval's --out to get passkey rows in its comparison.md."),
+    out: Optional[str] = typer.Option(None, help="Output directory (default: outputs/probe/<time>). Use eval's --out to get passkey rows in its comparison.md."),
     device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
     lang: str = choice("en", LANGS, "en, or zh: as eval's --lang, for the comparison.md it rewrites.", "--lang"),
     hf_context: Optional[int] = typer.Option(None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading."),
@@ -280,21 +292,22 @@ def probe(
     from posenc_cli.evaluate import parse_lengths
     from posenc_cli.probe import parse_depths, probe_runs
     from posenc_cli.report import markdown_table, passkey_rows, scheme_order, write_probe_outputs
-    from posenc_cli.runs import announce, load_targets, timestamped_dir
+    from posenc_cli.runs import announce, checked_out, default_out, load_targets
 
+    out_dir = checked_out(out)
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
-    if trials <= 0:
-        raise UsageError(f"--trials must be a positive integer, got {trials}")
+    require_positive_int("--trials", trials)
+    require_int("--seed", seed)
     target = resolve_device(device)
     loaded, why = load_targets(list(runs or []), "probe", hf_options(hf_context, target, dtype))
     for run in loaded:
-        run.check_probe()
+        run.check_probe()  # a posenc run: its vocabulary, and its corpus unchanged since training
         run.check_fits([L for L in {*wanted, run.train_len} if run.max_len is None or L <= run.max_len])
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, lengths=wanted, depths=at_depths, trials=trials, seed=seed, device=target)
     labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
     info = {labels[str(r.path)]: r.facts() for r in loaded}
-    out = out or timestamped_dir("probe")
+    out = out_dir or default_out("probe")
     written = write_probe_outputs(df, info, out, lang=lang)
     schemes = scheme_order(df["scheme"])
     ui.out.print(markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False)
@@ -403,7 +416,7 @@ def inspect_command(
     run: Optional[Path] = typer.Option(None, "--run", help="A trained run directory: inspect its trained scheme and draw its attention."),
     layer: int = typer.Option(0, help="With --run: the layer whose attention is drawn."),
     head: int = typer.Option(0, help="With --run: the head whose attention is drawn."),
-    out: Optional[Path] = typer.Option(None, help="Figure directory (default outputs/inspect/<scheme or run>)."),
+    out: Optional[str] = typer.Option(None, help="Figure directory (default outputs/inspect/<scheme or run>)."),
     layout: Optional[str] = typer.Option(None, help="rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1)."),
     slopes: Optional[str] = typer.Option(None, help="alibi: paper (default, 2^(-8h/H)) or chapter (1/2^h)."),
 ) -> None:
@@ -420,9 +433,15 @@ def inspect_command(
       posenc inspect --run outputs/runs/RUN --layer 1 --head 2
     """
     from posenc_cli.inspection.command import inspect_scheme, print_report
+    from posenc_cli.runs import checked_out
 
     options = {key: value for key, value in (("layout", layout), ("slopes", slopes)) if value is not None}
-    print_report(inspect_scheme(name=scheme, dim=dim, length=length, heads=heads, out=out, run_dir=run,
+    for option, value, most in (("--dim", dim, 8192), ("--heads", heads, 256), ("--length", length, 8192)):
+        if value is not None:  # the checks build length x length matrices: bounded so they fit
+            require_int(option, value, at_least=2 if option != "--heads" else 1, at_most=most)
+    if dim is not None and dim % 2:
+        raise UsageError(f"--dim {dim} must be even (positions are encoded in pairs of dimensions)")
+    print_report(inspect_scheme(name=scheme, dim=dim, length=length, heads=heads, out=checked_out(out), run_dir=run,
                                 layer=layer, head=head, options=options))
 
 
@@ -435,7 +454,7 @@ def bench(
     nanogpt: str = typer.Option("../shared/peers/nanogpt", "--nanogpt",
                                 help="nanoGPT's peer directory (with run.sh) for the side-by-side; 'none' skips it. "
                                 "Absent: the report says so."),
-    out: Optional[Path] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
+    out: Optional[str] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
     scheme: Optional[List[str]] = typer.Option(None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."),
 ) -> None:
     """Speed on the paths users run, against this machine's limits: training, nanoGPT side by side, evaluation.
@@ -447,14 +466,15 @@ def bench(
     now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
     from posenc_cli.bench import run_bench, write_outputs
     from posenc_cli.model.positional import SCHEMES
-    from posenc_cli.runs import timestamped_dir
+    from posenc_cli.runs import checked_out, default_out
 
+    out_dir = checked_out(out)
     unknown = [s for s in scheme or [] if s not in SCHEMES]
     if unknown:
         raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
     peer = None if nanogpt == "none" else Path(nanogpt)
     df, info = run_bench(quick=quick, main_job=main_job, levers=levers, schemes=scheme, peer=peer)
-    out = out or timestamped_dir("bench")
+    out = out_dir or default_out("bench")
     ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote bench.csv, bench.md to {out}")
 

@@ -1,37 +1,326 @@
-"""Where the configs live, and the check that turns a bad override into one line before Hydra starts.
+"""The typed config: one dataclass per Hydra group, registered in Hydra's ConfigStore, and the pre-flight
+that checks every job of `posenc train` before Hydra starts one.
 
-Hydra itself runs the job (so -m, launchers, --cfg and run directories all work); this module only
-composes each point of the requested sweep with the compose API to validate it, and never runs one.
+HOW TO ADD A KEY: add a field (type, default, a comment) to its group's dataclass below, and its range check
+to that dataclass's `__post_init__` with the errors.require_* helpers. Nothing else: Hydra takes the default
+from here, `--cfg job` shows it, a typo is refused naming the nearest key, every job is checked before it runs.
+A new option of a group (e.g. data=bin): a new dataclass and one line in OPTIONS. Scheme options are the
+keyword arguments of the scheme class's __init__ (configs/scheme/*.yaml pick their defaults), checked there.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import itertools
-import math
 import re
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.utils import get_args_parser
+from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from posenc_cli import composite_configs  # noqa: F401 - registers scheme=A+B with Hydra
-from posenc_cli.data import CORPORA, check_tokenizer_options, corpus_kind
+from posenc_cli.data import check_tokenizer_options, corpus_kind, require_same_corpus
 from posenc_cli.data import stream
+from posenc_cli.data.synthetic import SyntheticSpec
 from posenc_cli.device import PRECISIONS, resolve_device
-from posenc_cli.errors import UsageError, require_positive_int
+from posenc_cli.errors import UsageError, nearest, require_int, require_number, require_positive_int
 from posenc_cli.model import ModelConfig
-from posenc_cli.model.positional import build_scheme
+from posenc_cli.model.positional import build_scheme, scheme_options
+from posenc_cli.ownership import resumed_config
 from posenc_cli.tracking import check_loggers
 
-MAX_SWEEP_POINTS = 10_000
+EXHAUSTIVE_SWEEP_POINTS = 64
+POSITIONS = ("ordinary", "randomized")  # larger sweeps: every value of every key is checked, not every combination
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 600
+    batch_size: int = 16
+    block_size: int = 256  # the training length; eval lengths are read against it
+    lr: float = 3.0e-3
+    min_lr: float = 3.0e-4
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    log_interval: int = 10
+    eval_interval: int = 100
+    eval_batches: int = 8
+    checkpoint_interval: int = 100  # steps between checkpoints (the last step always saves)
+    resume: Optional[str] = None  # a run directory to continue from (true: the newest under outputs/runs)
+    precision: str = "auto"  # auto: bf16 autocast on native-bf16 hardware, else fp32 | fp32 | bf16
+    threads: Optional[int] = None  # torch threads per job; null = torch's default
+    init_from: Optional[str] = None  # a run whose weights start this new run (fine-tuning, e.g. at a longer block_size)
+    positions: str = "ordinary"  # ordinary: 0..T-1 | randomized: sorted random positions from [0, max_position)
+    max_position: Optional[int] = None  # L_max for positions=randomized (>= block_size); eval always uses 0..L-1
+
+    def __post_init__(self) -> None:
+        for key in ("max_steps", "batch_size", "block_size", "log_interval", "eval_interval", "eval_batches",
+                    "checkpoint_interval"):
+            require_positive_int(f"train.{key}", getattr(self, key))
+        require_int("train.warmup_steps", self.warmup_steps)
+        require_number("train.lr", self.lr, above=0)
+        require_number("train.grad_clip", self.grad_clip, above=0)
+        require_number("train.min_lr", self.min_lr, at_least=0)
+        require_number("train.weight_decay", self.weight_decay, at_least=0)
+        if self.threads is not None:
+            require_positive_int("train.threads", self.threads)
+        if self.precision not in PRECISIONS:
+            raise UsageError(f"train.precision={self.precision} is not known; choose one of: {', '.join(PRECISIONS)}")
+        if self.positions not in POSITIONS:
+            raise UsageError(f"train.positions={self.positions} is not known; choose one of: {', '.join(POSITIONS)}")
+        if self.positions == "ordinary" and self.max_position is not None:
+            raise UsageError(f"train.max_position={self.max_position} applies only to train.positions=randomized; "
+                             "add train.positions=randomized or drop train.max_position")
+        if self.positions == "randomized":
+            require_int("train.max_position", self.max_position, at_least=self.block_size)
+
+
+@dataclass
+class ModelSize:
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 128
+    embed_std: float = 0.02  # init std of the (tied) token embedding; experiment=probe raises it
+
+    def __post_init__(self) -> None:
+        for key in ("n_layer", "n_head", "n_embd"):
+            require_positive_int(f"model.{key}", getattr(self, key))
+        require_number("model.embed_std", self.embed_std, above=0)
+
+
+@dataclass
+class SyntheticData:
+    """The embedded default corpus, generated from data.seed (see posenc_cli/data/synthetic.py)."""
+    name: str = "synthetic"  # the generator's own defaults (SyntheticSpec) are the defaults here
+    seed: int = SyntheticSpec.seed
+    n_chars: int = SyntheticSpec.n_chars
+    val_fraction: float = 0.1
+    copy_rate: float = SyntheticSpec.copy_rate  # share of segments that repeat earlier text verbatim
+    copy_min_distance: int = SyntheticSpec.copy_min_distance  # how far back a copy reaches (log-uniform)
+    copy_max_distance: int = SyntheticSpec.copy_max_distance
+    passkey_rate: float = SyntheticSpec.passkey_rate  # share of segments that are passkey episodes; 0 = none
+    passkey_min_distance: int = SyntheticSpec.passkey_min_distance  # filler between key and question: keep
+    passkey_max_distance: int = SyntheticSpec.passkey_max_distance  # it inside train.block_size
+    tokenizer: str = "char"  # char | byte | bpe (see TextData)
+    vocab_size: int = 4096  # bpe only
+
+    def __post_init__(self) -> None:
+        require_int("data.seed", self.seed)
+        require_positive_int("data.n_chars", self.n_chars)
+        require_number("data.val_fraction", self.val_fraction, above=0, below=1)
+        for key in ("copy_rate", "passkey_rate"):
+            require_number(f"data.{key}", getattr(self, key), at_least=0, at_most=1)
+        for kind in ("copy", "passkey"):
+            low, high = getattr(self, f"{kind}_min_distance"), getattr(self, f"{kind}_max_distance")
+            require_positive_int(f"data.{kind}_min_distance", low)
+            require_int(f"data.{kind}_max_distance", high, at_least=low)
+        check_tokenizer_options(dataclasses.asdict(self))
+
+
+@dataclass
+class TextData:
+    """Any UTF-8 text file: data=text data.path=FILE. Tokenized once into data.cache_dir, then memory-mapped."""
+    name: str = "text"
+    path: Optional[str] = None
+    val_fraction: float = 0.1
+    tokenizer: str = "char"  # char | byte (UTF-8 bytes, 256 ids) | bpe (byte-level BPE trained on the training split)
+    vocab_size: int = 4096  # bpe only
+    cache_dir: str = "outputs/cache"  # token arrays keyed by the text's sha256 and the tokenizer: never stale
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise UsageError("data=text needs data.path=FILE (a UTF-8 text file)")
+        require_number("data.val_fraction", self.val_fraction, above=0, below=1)
+        check_tokenizer_options(dataclasses.asdict(self))
+
+
+@dataclass
+class BinData:
+    """Pre-tokenized ids, nanoGPT-style: data=bin data.train=train.bin data.val=val.bin, with a meta json
+    ({"dtype": "uint16", "vocab_size": N, "tokenizer": "tokenizer.json"}) beside data.train or at data.meta.
+    See posenc_cli/data/binary.py, which checks the files."""
+    name: str = "bin"
+    train: Optional[str] = None
+    val: Optional[str] = None
+    meta: Optional[str] = None  # default: meta.json in data.train's folder
+
+
+@dataclass
+class HfData:
+    """A Hugging Face dataset's text column (pip install 'posenc[data]'):
+    data=hf data.name=wikitext data.config=wikitext-103-raw-v1 (a Hub name: needs a network), or
+    data=hf data.name=DIR (a directory from save_to_disk)."""
+    kind: str = "hf"
+    name: Optional[str] = None  # the dataset: a Hub name or a save_to_disk directory
+    config: Optional[str] = None  # the Hub dataset's configuration, if it has several
+    split: str = "train"  # the split read; its last val_fraction is the validation split
+    text_field: str = "text"
+    val_fraction: float = 0.1
+    tokenizer: str = "char"  # char | byte | bpe (see TextData)
+    vocab_size: int = 4096
+    cache_dir: str = "outputs/cache"
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise UsageError("data=hf needs data.name=DATASET (a Hub name or a save_to_disk directory)")
+        require_number("data.val_fraction", self.val_fraction, above=0, below=1)
+        check_tokenizer_options(dataclasses.asdict(self))
+
+
+@dataclass
+class PosencConfig:
+    """The whole config; `scheme` is a plain mapping whose keys the scheme class checks."""
+    scheme: Any = MISSING
+    model: ModelSize = MISSING
+    data: Any = MISSING
+    train: TrainConfig = MISSING
+    logger: Any = None  # configs/logger/*.yaml (csv, tensorboard, wandb), checked by tracking.check_loggers
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+
+    def __post_init__(self) -> None:
+        require_int("seed", self.seed)
+
+
+# group -> option -> the dataclass (or preset instance) Hydra composes for it
+OPTIONS: dict[str, dict[str, Any]] = {
+    "train": {"default": TrainConfig()},
+    "model": {  # tiny: the default, trains in about a minute on a 2-core CPU; small: nanoGPT's CPU size
+        "tiny": ModelSize(n_layer=2, n_head=4, n_embd=128),
+        "small": ModelSize(n_layer=4, n_head=4, n_embd=128),
+        "medium": ModelSize(n_layer=6, n_head=8, n_embd=256),  # for a GPU or a patient CPU
+    },
+    "data": {"synthetic": SyntheticData, "synthetic_small": SyntheticData(n_chars=50_000), "text": TextData,
+             "bin": BinData, "hf": HfData},
+}
+DATA = {"synthetic": SyntheticData, "text": TextData, "bin": BinData, "hf": HfData}  # data.corpus_kind -> its dataclass
+
+
+def register() -> None:
+    """Put the schema and every typed group option in Hydra's ConfigStore (config.yaml names them)."""
+    store = ConfigStore.instance()
+    store.store(name="posenc_schema", node=PosencConfig)
+    for group, options in OPTIONS.items():
+        for name, node in options.items():
+            store.store(group=group, name=name, node=node)
+
+
+register()
+
+
+def typed(cls: type, values: Any, prefix: str) -> Any:
+    """`cls(**values)` with unknown keys refused by name (and the nearest known one)."""
+    if not isinstance(values, dict):
+        raise UsageError(f"{prefix} must be a mapping of keys, got {values!r}")
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key in values:
+        if key not in known:
+            raise UsageError(f"{prefix}.{key} is not a key of {prefix}{nearest(key, known)}")
+    return cls(**values)
+
+
+def check_keys(cfg: dict[str, Any]) -> PosencConfig:
+    """The plain config as typed dataclasses: every key known, every value in range (each __post_init__)."""
+    top = [f.name for f in dataclasses.fields(PosencConfig)]
+    for key in cfg:
+        if key not in top:
+            raise UsageError(f"{key} is not a posenc key{nearest(key, top)}")
+    data = cfg["data"]
+    if not isinstance(data, dict) or corpus_kind(data) not in DATA:
+        name = corpus_kind(data) if isinstance(data, dict) else data
+        raise UsageError(f"unknown corpus {name!r}; choose one of: {', '.join(DATA)}")
+    scheme = cfg["scheme"]
+    if not isinstance(scheme, dict) or not isinstance(scheme.get("name"), str):
+        raise UsageError(f"scheme must be a scheme option such as scheme=rope, got {scheme!r}")
+    return PosencConfig(scheme=dict(scheme), model=typed(ModelSize, cfg["model"], "model"),
+                        data=typed(DATA[corpus_kind(data)], data, "data"),
+                        train=typed(TrainConfig, cfg["train"], "train"),
+                        **{k: cfg[k] for k in ("logger", "seed", "device") if k in cfg})
+
+
+def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
+    """Everything checkable without training: keys, ranges, divisibility, scheme options, corpus, lengths,
+    and whether the run fits in memory."""
+    cfg = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+    typed_cfg = check_keys(cfg)
+    tc, mc = typed_cfg.train, typed_cfg.model
+    ModelConfig(vocab_size=1, block_size=tc.block_size, n_layer=mc.n_layer, n_head=mc.n_head, n_embd=mc.n_embd)
+    scheme = dict(typed_cfg.scheme)
+    name = scheme.pop("name")
+    with torch.device("meta"):
+        try:
+            built = build_scheme(name, mc.n_embd, mc.n_head, tc.block_size, **scheme)
+        except TypeError as err:
+            raise UsageError(f"scheme={name}: {one_line(err)}") from None
+    if tc.max_position is not None and built.max_len is not None and built.max_len < tc.max_position:
+        raise UsageError(f"scheme.max_len={built.max_len} is below train.max_position={tc.max_position}: "
+                         f"positions up to {tc.max_position - 1} are drawn; use a larger scheme.max_len")
+    device = resolve_device(typed_cfg.device)
+    check_loggers(typed_cfg.logger)
+    n_chars, split_len = corpus_size(typed_cfg.data)
+    if split_len is not None and tc.block_size + 1 > split_len:
+        raise UsageError(
+            f"train.block_size={tc.block_size} does not fit the corpus: its validation split has {split_len} "
+            f"characters; use train.block_size <= {split_len - 1} or a larger corpus"
+        )
+    check_memory(typed_cfg, n_chars, device)
+    if tc.init_from:
+        validate_init_from(cfg)
+    if tc.resume and (Path(tc.resume) / "summary.json").is_file():  # a changed corpus: refused before tokenizing
+        from posenc_cli.runs import read_summary
+
+        require_same_corpus(cfg["data"], read_summary(Path(tc.resume)).get("corpus_sha256"), tc.resume)
+    return typed_cfg
+
+
+BYTES_PER_CORPUS_CHAR = 40  # text, the Python list of ids made while encoding, the id tensors: measured ~30
+
+
+def memory_needed(cfg: PosencConfig, n_chars: int | None) -> dict[str, float]:
+    """A rough lower bound of the bytes a run holds at once, by what holds them (fp32, char vocabulary)."""
+    tc, mc = cfg.train, cfg.model
+    d, layers, vocab, tokens = mc.n_embd, mc.n_layer, 256, tc.batch_size * tc.block_size
+    params = vocab * d + layers * (12 * d * d + 13 * d)
+    return {
+        "model.n_embd/model.n_layer (weights, gradients, optimizer)": 16.0 * params,
+        "train.batch_size x train.block_size (activations)": 4.0 * tokens * (layers * 16 * d + 3 * vocab),
+        "train.eval_batches (validation batches)": 16.0 * tc.eval_batches * tc.batch_size * (tc.block_size + 1),
+        "data (the corpus)": float(BYTES_PER_CORPUS_CHAR * (n_chars or 0)),  # bin: memory-mapped
+    }
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes free now on the device (CUDA) or in RAM (Linux); None where it cannot be read."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def check_memory(cfg: PosencConfig, n_chars: int | None, device: torch.device) -> None:
+    free = available_memory(device)
+    needed = memory_needed(cfg, n_chars)
+    if free is not None and sum(needed.values()) > free:
+        biggest = max(needed, key=needed.get)
+        raise UsageError(f"this run needs at least {sum(needed.values()) / 2**30:,.1f} GiB but {device} has "
+                         f"{free / 2**30:,.1f} GiB free; most of it is {biggest}: make it smaller")
 
 
 def config_dir() -> Path:
@@ -41,30 +330,53 @@ def config_dir() -> Path:
     return checkout if (checkout / "config.yaml").is_file() else here / "configs"
 
 
-def one_line(err: Exception) -> str:
-    """Hydra's message on one line, without the config search path it appends for debugging."""
+def one_line(err: BaseException) -> str:
+    """Hydra's message on one line, without the config search path it appends for debugging; a typed
+    config's own complaint (wrong type, unknown key) when that is the cause."""
+    cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else None
+    if cause is not None and getattr(cause, "full_key", None):
+        owner = getattr(cause, "object_type", None)
+        if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and dataclasses.is_dataclass(owner):
+            known = [f.name for f in dataclasses.fields(owner)]
+            return f"{cause.full_key} is not a key of {owner.__name__}{nearest(cause.full_key.split('.')[-1], known)}"
+        return f"{cause.full_key}: {str(cause).splitlines()[0]}"
     text = str(err).split("Config search path")[0]
     text = re.sub(r"Available options in '([^']+)':((?:\s+\S+)+)",
                   lambda m: f"Available options in '{m[1]}': {', '.join(m[2].split())}", text)
     return " ".join(text.split())
 
 
+def known_keys() -> list[str]:
+    """Every dotted key some option of some group has: what a misspelt key is compared with."""
+    keys = [f.name for f in dataclasses.fields(PosencConfig)]
+    for group, cls in (("train", TrainConfig), ("model", ModelSize), *(("data", c) for c in DATA.values())):
+        keys += [f"{group}.{f.name}" for f in dataclasses.fields(cls)]
+    keys += [f"scheme.{option}" for option in [*scheme_options(), "parts"]]
+    return sorted(set(keys))
+
+
+def override_error(err: BaseException) -> UsageError:
+    """A composition error as one line; a key Hydra could not find gets the nearest known one."""
+    missing = re.search(r"Could not (?:override|append to config|delete from config)\S* '?([\w.]+)", str(err))
+    if missing and missing[1] not in known_keys():
+        return UsageError(f"bad override: {missing[1]} is not a posenc key{nearest(missing[1], known_keys())}")
+    return UsageError(f"bad override: {one_line(err)}")
+
+
 def preflight(args: list[str]) -> None:
     """Validate every job that `posenc train ARGS` would launch; raise UsageError on the first bad one."""
     parsed = parse_hydra_args(args)
-    if parsed.help or parsed.hydra_help or parsed.info or parsed.shell_completion:
+    if parsed.help or parsed.hydra_help or parsed.shell_completion:
         return
-    points = sweep_points(parsed.overrides) if parsed.multirun else [parsed.overrides]
     with composing(parsed) as compose_point:
-        for overrides in points:
-            validate(compose_point(overrides))
-
-
-def resolved_run_dir(args: list[str]) -> str:
-    """The directory Hydra would give this single run, with ${now:...} and the rest resolved now."""
-    parsed = parse_hydra_args(args)
-    with composing(parsed) as compose_point:
-        return str(compose_point(parsed.overrides, select="hydra.run.dir"))
+        points = sweep_points(parsed.overrides) if parsed.multirun else [parsed.overrides]
+        if parsed.cfg or parsed.info:
+            for overrides in points:
+                compose_point(overrides)  # composes, or one line; --cfg/--info print what Hydra would run
+        else:
+            for overrides in points:
+                cfg = compose_point(overrides)
+                validate(resumed_config(cfg, overrides) if cfg["train"]["resume"] else cfg)
 
 
 def parse_hydra_args(args: list[str]):
@@ -72,7 +384,8 @@ def parse_hydra_args(args: list[str]):
     parser = get_args_parser()
 
     def error(message: str):
-        raise UsageError(f"{message}; Hydra flags are -m, --cfg job, --info, -cn/-cp/-cd and the like (see posenc train --help)")
+        raise UsageError(f"{message}; Hydra flags are -m, --cfg job, --info, -cn/-cp/-cd and the like "
+                         "(see posenc train --help)")
 
     parser.error = error
     return parser.parse_args(args)
@@ -83,14 +396,28 @@ def composing(parsed) -> Iterator[Callable[..., Any]]:
     """Hydra's compose API over the config directory the arguments name; bad overrides -> UsageError."""
     directory = Path(parsed.config_dir).resolve() if parsed.config_dir else config_dir()
     name = parsed.config_name or "config"
+    composed: dict[tuple[str, ...], DictConfig] = {}  # group choices -> their composition, reused
 
     def compose_point(overrides: list[str], select: str | None = None) -> Any:
-        """The resolved config as plain data, or one resolved key of it (with Hydra's own config)."""
+        """The resolved config as plain data, or one resolved key of it (with Hydra's own config).
+        Points that share their group choices share one composition; their value overrides are applied
+        to a copy as Hydra applies them, so a large sweep costs one composition per distinct choice."""
         try:
-            cfg = compose(config_name=name, overrides=list(overrides), return_hydra_config=select is not None)
-            return OmegaConf.select(cfg, select) if select else OmegaConf.to_container(cfg, resolve=True)
+            if select:
+                cfg = compose(config_name=name, overrides=list(overrides), return_hydra_config=True)
+                return OmegaConf.select(cfg, select)
+            parsed_overrides = OverridesParser.create().parse_overrides(list(overrides))
+            groups = set(GlobalHydra.instance().config_loader().list_groups(""))
+            choices = tuple(o.input_line for o in parsed_overrides if o.key_or_group.startswith("hydra")
+                            or ("." not in o.key_or_group and o.key_or_group.split("/")[0] in groups))
+            if choices not in composed:
+                composed[choices] = compose(config_name=name, overrides=list(choices))
+            cfg = copy.deepcopy(composed[choices])
+            values = [o for o in parsed_overrides if o.input_line not in choices]
+            ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+            return OmegaConf.to_container(cfg, resolve=True)
         except (HydraException, OmegaConfBaseException, ValueError) as err:
-            raise UsageError(f"bad override: {one_line(err)}") from None
+            raise override_error(err) from None
 
     GlobalHydra.instance().clear()
     try:
@@ -101,82 +428,35 @@ def composing(parsed) -> Iterator[Callable[..., Any]]:
 
 
 def sweep_points(overrides: list[str]) -> Iterable[list[str]]:
-    """Expand `a=1,2 b=x,y` into the cartesian product of plain overrides, as the basic sweeper does."""
+    """The sweep's points to check, expanded as the basic sweeper does (a,b, range(), choice(), glob()).
+    Up to EXHAUSTIVE_SWEEP_POINTS points: all of them. Beyond: each key's every value at least once
+    (point i takes value i mod n of each key), so a 10,000-point sweep starts in seconds; each job
+    checks its own combination again before it trains. Call inside `composing` (glob needs the loader)."""
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+        choices: dict[str, list[str]] = {}
+        for ov in parser.parse_overrides(overrides):
+            key = ov.get_key_element()
+            if not ov.is_sweep_override():
+                choices[key] = [ov.input_line]
+            elif ov.is_discrete_sweep():
+                choices[key] = [f"{key}={v}" for v in ov.sweep_string_iterator()]
+            elif not any(o.startswith("hydra/sweeper=") for o in overrides):
+                raise UsageError(f"bad override: {ov.input_line}: the basic sweeper takes lists, range(), choice() "
+                                 "and glob(); interval() needs a sweeper plugin (hydra/sweeper=optuna)")
+            else:  # interval() under a sweeper plugin, which samples it: check one point inside
+                choices[key] = [f"{key}={ov.value().start}"]  # type: ignore[union-attr]
     except HydraException as err:
         raise UsageError(f"bad override: {one_line(err)}") from None
-    choices = []
-    for ov in parsed:
-        key = ov.get_key_element()
-        if ov.is_sweep_override():
-            choices.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
-        else:
-            choices.append([ov.input_line])
-    points = list(itertools.islice(itertools.product(*choices), MAX_SWEEP_POINTS))
-    return [list(p) for p in points]
-
-
-def validate(cfg: DictConfig | dict[str, Any]) -> None:
-    """Everything checkable without training: sizes, divisibility, scheme options, corpus, lengths."""
-    cfg = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
-    tc, mc, data, scheme = cfg["train"], cfg["model"], cfg["data"], dict(cfg["scheme"])
-    for key in ("max_steps", "batch_size", "block_size", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
-        require_positive_int(f"train.{key}", tc[key])
-    for key in ("lr", "grad_clip"):
-        _number(f"train.{key}", tc[key], positive=True)
-    for key in ("min_lr", "weight_decay"):
-        _number(f"train.{key}", tc[key], positive=False)
-    if not isinstance(tc["warmup_steps"], int) or isinstance(tc["warmup_steps"], bool) or tc["warmup_steps"] < 0:
-        raise UsageError(f"train.warmup_steps must be an integer >= 0, got {tc['warmup_steps']!r}")
-    if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or cfg["seed"] < 0:
-        raise UsageError(f"seed must be an integer >= 0, got {cfg['seed']!r}")
-    for key in ("n_layer", "n_head", "n_embd"):
-        require_positive_int(f"model.{key}", mc[key])
-    _number("model.embed_std", mc["embed_std"], positive=True)
-    if tc.get("threads") is not None:
-        require_positive_int("train.threads", tc["threads"])
-    ModelConfig(vocab_size=1, block_size=tc["block_size"], n_layer=mc["n_layer"], n_head=mc["n_head"], n_embd=mc["n_embd"])
-    name = scheme.pop("name")
-    with torch.device("meta"):
-        try:
-            built = build_scheme(name, mc["n_embd"], mc["n_head"], tc["block_size"], **scheme)
-        except TypeError as err:
-            raise UsageError(f"scheme={name}: {one_line(err)}") from None
-    validate_positions(tc, built)
-    resolve_device(cfg["device"])
-    check_loggers(cfg.get("logger"))
-    if tc.get("precision", "auto") not in PRECISIONS:
-        raise UsageError(f"train.precision={tc['precision']} is not known; choose one of: {', '.join(PRECISIONS)}")
-    split_len = corpus_split_length(data)
-    if split_len is not None and tc["block_size"] + 1 > split_len:
-        raise UsageError(
-            f"train.block_size={tc['block_size']} does not fit the corpus: its validation split has {split_len} "
-            f"characters; use train.block_size <= {split_len - 1} or a larger corpus"
-        )
-    if tc.get("init_from"):
-        validate_init_from(cfg)
-
-
-POSITIONS = ("ordinary", "randomized")
-
-
-def validate_positions(tc: dict[str, Any], scheme) -> None:
-    """train.positions and train.max_position, and a scheme able to represent every position drawn."""
-    positions, max_position = tc.get("positions", "ordinary"), tc.get("max_position")
-    if positions not in POSITIONS:
-        raise UsageError(f"train.positions={positions} is not known; choose one of: {', '.join(POSITIONS)}")
-    if positions == "ordinary":
-        if max_position is not None:
-            raise UsageError(f"train.max_position={max_position} applies only to train.positions=randomized; "
-                             "add train.positions=randomized or drop train.max_position")
-        return
-    if not isinstance(max_position, int) or isinstance(max_position, bool) or max_position < tc["block_size"]:
-        raise UsageError(f"train.positions=randomized needs train.max_position, an integer >= "
-                         f"train.block_size={tc['block_size']}, got {max_position!r}")
-    if scheme.max_len is not None and scheme.max_len < max_position:
-        raise UsageError(f"scheme.max_len={scheme.max_len} is below train.max_position={max_position}: "
-                         f"positions up to {max_position - 1} are drawn; use a larger scheme.max_len")
+    lists = [values for values in choices.values() if values]
+    if not lists:
+        return [[]]
+    total = 1
+    for values in lists:
+        total *= len(values)
+    if total <= EXHAUSTIVE_SWEEP_POINTS:
+        return [list(point) for point in itertools.product(*lists)]
+    return [[values[i % len(values)] for values in lists] for i in range(max(map(len, lists)))]
 
 
 def validate_init_from(cfg: dict[str, Any]) -> None:
@@ -195,35 +475,25 @@ def validate_init_from(cfg: dict[str, Any]) -> None:
     initial_state(source, saved, model)
 
 
-def corpus_split_length(data: dict[str, Any]) -> int | None:
-    """Characters in the smaller (validation) split, read in a streaming pass without tokenizing: a
-    bound on its tokens for char and bpe (a BPE token covers at least one character). None where it
-    bounds nothing (byte tokens, pre-tokenized arrays: checked once loaded)."""
-    kind = corpus_kind(data)
-    if kind not in CORPORA:
-        raise UsageError(f"unknown corpus {data.get('name')!r}; choose one of: {', '.join(CORPORA)}")
+def corpus_size(data: Any) -> tuple[int | None, int | None]:
+    """(characters in the corpus, characters in its smaller validation split), read in a streaming pass
+    without tokenizing: the split bounds its tokens for char and bpe (a BPE token covers at least one
+    character). None where there is nothing to bound (byte tokens; pre-tokenized arrays, checked here by
+    loading their headers and checked again once loaded)."""
+    values = dataclasses.asdict(data)
+    kind = corpus_kind(values)
     if kind == "bin":
         from posenc_cli.data.binary import load_bin
 
-        load_bin(data)
-        return None
-    check_tokenizer_options(data)
+        load_bin(values)
+        return None, None
     if kind == "synthetic":
-        require_positive_int("data.n_chars", data["n_chars"])
-        n = data["n_chars"]
+        n = data.n_chars
     elif kind == "text":
-        if not data.get("path"):
-            raise UsageError("data=text needs data.path=FILE (a UTF-8 text file)")
-        n = stream.scan(stream.file_source(data["path"]))[1]
+        n = stream.scan(stream.file_source(data.path))[1]
     else:
         from posenc_cli.data.hf import hf_source
 
-        n = stream.scan(hf_source(data)[0])[1]
-    cut = stream.split_point(n, data.get("val_fraction", 0.1))
-    return None if data.get("tokenizer", "char") == "byte" else n - cut
-
-
-def _number(key: str, value: Any, positive: bool) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (positive and value == 0):
-        raise UsageError(f"{key} must be a finite {'positive' if positive else 'non-negative'} number, got {value!r}")
+        n = stream.scan(hf_source(values)[0])[1]
+    split = n - stream.split_point(n, data.val_fraction)
+    return n, None if data.tokenizer == "byte" else split

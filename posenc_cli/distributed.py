@@ -69,14 +69,13 @@ def process_group(args: list[str]) -> Iterator[list[str]]:
 
 
 def rank_args(args: list[str]) -> list[str]:
-    """Rank 0 resolves the run directory (Hydra's ${now:...} may differ by a second between ranks)."""
-    from posenc_cli.config import resolved_run_dir
+    """Rank 0 claims (and locks) the run directory and tells the others (Hydra's ${now:...} may differ by
+    a second between ranks)."""
+    from posenc_cli.ownership import claim
 
-    extra = []
-    if not any(a.startswith("hydra.run.dir=") for a in args):
-        box = [resolved_run_dir(args) if dist.get_rank() == 0 else None]
-        dist.broadcast_object_list(box, src=0)
-        extra.append(f"hydra.run.dir={box[0]}")
+    box = [claim(args) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    args, extra = box[0], []
     if dist.get_rank() > 0:  # no .hydra/, no train.log, warnings and errors only
         extra += ["hydra.output_subdir=null", f"hydra.job_logging.handlers.file.filename={os.devnull}",
                   "hydra.job_logging.root.level=WARNING", "hydra/hydra_logging=disabled"]

@@ -7,7 +7,6 @@ downstream (eval, probe, inspect) reads runs only through this module.
 from __future__ import annotations
 
 import glob
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,12 @@ import torch
 from omegaconf import OmegaConf
 
 from posenc_cli.checkpoint import FILENAME, load_checkpoint
-from posenc_cli.data import load_corpus
+from posenc_cli.data import Corpus, corpus_kind, load_corpus, require_same_corpus
 from posenc_cli.data.tokenizers import run_tokenizer
 from posenc_cli.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.positional.rope_scaling import METHODS
+from posenc_cli.ownership import read_json
 
 
 def is_run_dir(path: Path) -> bool:
@@ -29,32 +29,8 @@ def is_run_dir(path: Path) -> bool:
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def resume_overrides(args: list[str], outputs: Path = Path("outputs")) -> list[str]:
-    """`train.resume=RUN` continues RUN in place: reuse its overrides and its directory.
-    `train.resume=true` means the newest run under outputs/runs."""
-    given = [a for a in args if a.startswith("train.resume=")]
-    if not given or given[-1].split("=", 1)[1] in ("", "null", "false", "False"):
-        return args
-    value = given[-1].split("=", 1)[1]
-    if value in ("true", "True"):
-        newest = sorted(p for p in (outputs / "runs").glob("*") if (p / ".hydra").is_dir())
-        if not newest:
-            raise UsageError(f"train.resume=true found no run under {outputs / 'runs'}; give train.resume=RUN_DIR")
-        value = str(newest[-1])
-    run = Path(value)
-    saved = run / ".hydra" / "overrides.yaml"
-    if not saved.is_file():
-        raise UsageError(f"train.resume={run} is not a run directory (no .hydra/overrides.yaml in it)")
-    keys = {a.split("=", 1)[0].lstrip("+~") for a in args}
-    previous = [o for o in OmegaConf.load(saved) if o.split("=", 1)[0].lstrip("+~") not in keys]
-    run_dir = [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={run}"]
-    return [*previous, *[a for a in args if a not in given], f"train.resume={run}", *run_dir]
+    """summary.json as a dict; one line naming the file when it is missing, corrupt or not an object."""
+    return read_json(run_dir / "summary.json")
 
 
 @dataclass
@@ -118,9 +94,7 @@ class LoadedRun:
         if text is not None:
             tokens = self.tokenizer.encode(text)
         else:
-            if self.data_key() not in cache:
-                cache[self.data_key()] = load_corpus(self.checkpoint["data"], self.tokenizer).val
-            tokens = cache[self.data_key()]
+            tokens = run_corpus(self).val
         per_id = torch.from_numpy(np.stack([self.tokenizer.byte_counts, self.tokenizer.char_counts]).astype(np.float64))
         return tokens, lambda start, n: per_id[:, token_window(tokens, start, n)]
 
@@ -159,16 +133,17 @@ class LoadedRun:
         from posenc_cli.probe import check_vocab
 
         check_vocab(self.tokenizer, str(self.path))
+        run_corpus(self)  # the text the run was trained on, unchanged: checked before any work
 
     def probe_trials(self, length: int, depth: float, trials: int, seed: int, cache: dict):
         """[(trials x `length` tokens, key tokens per trial)]: one batch with filler from the run's own
         validation text, the key scored through the tokens that cover its characters."""
         from posenc_cli.probe import make_trials, without_episodes
 
-        if self.data_key() not in cache:
-            val = load_corpus(self.checkpoint["data"], self.tokenizer).val
-            cache[self.data_key()] = without_episodes(val, self.tokenizer)
-        sequences, key_tokens, _ = make_trials(cache[self.data_key()], self.tokenizer, length, depth, trials, seed)
+        filler = ("filler", self.data_key())
+        if filler not in cache:
+            cache[filler] = without_episodes(run_corpus(self).val, self.tokenizer)
+        sequences, key_tokens, _ = make_trials(cache[filler], self.tokenizer, length, depth, trials, seed)
         return [(sequences, key_tokens)]
 
 
@@ -180,16 +155,53 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     if not is_run_dir(path):
         raise UsageError(f"{path} is not a run: it has no {FILENAME} or summary.json")
     payload = load_checkpoint(path / FILENAME)
+    check_fields(payload, path / FILENAME)
     try:
         model = GPT(ModelConfig(**payload["model_config"]))
         model.load_state_dict(payload["model"])
-    except (TypeError, KeyError, RuntimeError) as err:
+    except (TypeError, KeyError, RuntimeError, ValueError) as err:
         reason = " ".join(str(err).split())[:160]
         raise UsageError(f"{path / FILENAME} no longer matches this version's model code ({reason})") from None
     model.eval()
     stored = payload.get("tokenizer") or {"kind": "char", "chars": payload["vocab"]}  # older runs: chars only
     tokenizer = run_tokenizer(stored, path)
     return LoadedRun(path, model, tokenizer, int(payload["train_len"]), read_summary(path), payload)
+
+
+CHECKPOINT_FIELDS = {"model_config": dict, "model": dict, "tokenizer": dict, "train_len": int, "data": dict,
+                     "seed": int}
+
+
+def check_fields(payload: dict[str, Any], path: Path) -> None:
+    """The fields a loaded run reads, each present with its type: one line naming the file otherwise."""
+    older = "tokenizer" not in payload and isinstance(payload.get("vocab"), list)  # chars only, checked below
+    for name, kind in CHECKPOINT_FIELDS.items():
+        if name == "tokenizer" and older:
+            if not payload["vocab"] or not all(isinstance(c, str) for c in payload["vocab"]):
+                raise UsageError(f"{path} is damaged: its vocabulary is not a list of characters")
+            continue
+        value = payload.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise UsageError(f"{path} is damaged: its field {name!r} is {type(value).__name__}, not {kind.__name__}")
+    if payload["train_len"] <= 0:
+        raise UsageError(f"{path} is damaged: its training length {payload['train_len']} is not positive")
+
+
+_corpora: dict[str, Corpus] = {}  # one load per distinct data config and tokenizer in a command
+
+
+def run_corpus(run: LoadedRun) -> Corpus:
+    """The corpus a run was trained on, rebuilt from its data config with the run's tokenizer (shared by
+    runs on the same data and tokenizer) and checked against the sha256 the run recorded (stream.scan's,
+    the token cache's key): a corpus changed since training is refused, never scored."""
+    data, stored = run.checkpoint["data"], run.checkpoint.get("corpus_sha256")
+    if run.data_key() not in _corpora:
+        if corpus_kind(data) != "synthetic":  # a changed file is refused before it is tokenized
+            require_same_corpus(data, stored, str(run.path))
+        _corpora[run.data_key()] = load_corpus(data, run.tokenizer)
+    corpus = _corpora[run.data_key()]
+    require_same_corpus(data, stored, str(run.path), now=corpus.sha256)
+    return corpus
 
 
 def find_runs(path: Path) -> list[Path]:
@@ -210,7 +222,10 @@ def latest_runs(outputs: Path) -> tuple[list[Path], str]:
         return find_runs(sweeps[-1]), f"the latest sweep, {sweeps[-1]}"
     newest: dict[str, Path] = {}
     for run in singles:
-        newest[read_summary(run).get("scheme", run.name)] = run
+        try:
+            newest[read_summary(run).get("scheme", run.name)] = run
+        except UsageError:  # an unreadable summary: finished_runs names it and skips it
+            newest[run.name] = run
     return sorted(newest.values()), f"the latest single run of each scheme under {outputs / 'runs'}"
 
 
@@ -227,9 +242,8 @@ def select_runs(paths: list[str], outputs: Path = Path("outputs")) -> tuple[list
             found = find_runs(match) if match.is_dir() else []
             if not found:
                 raise UsageError(f"{match} is not a run or a sweep: no summary.json or {FILENAME} in or below it")
-            selected += [r for r in found if r not in selected]
+            selected += [r for r in found if r.resolve() not in {s.resolve() for s in selected}]
     return selected, "the runs you named"
-
 
 
 def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str]:
@@ -240,7 +254,13 @@ def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str]:
     selected, why = select_runs(paths)
     finished = []
     for path in selected:
-        status = read_summary(path).get("status", "finished")
+        try:
+            status = read_summary(path).get("status")
+        except UsageError as err:
+            if len(selected) == 1:
+                raise
+            ui.err.print(f"skipping {path}: {err}", highlight=False, soft_wrap=True)
+            continue
         if status != "finished":
             ui.err.print(f"skipping {path}: its status is {status}")
         else:
@@ -265,6 +285,33 @@ def load_targets(names: list[str], verb: str, hf_options: dict) -> tuple[list, s
     paths = [n for n in names if not is_hf(n)]
     runs, why = load_finished_runs(paths, verb) if paths or not hf_names else ([], "the models you named")
     return [*runs, *(load_hf_model(name, **hf_options) for name in hf_names)], why
+
+
+def checked_out(out: str | None) -> Path | None:
+    """--out as given, checked before any work: not empty, not a file, not under a file, writable.
+    Nothing is created here; None (the default) stays None."""
+    import os
+
+    if out is None:
+        return None
+    if not out.strip():
+        raise UsageError("--out is empty; give a directory to write to (or leave --out out for the default)")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {out} is a file; give a directory to write to")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"--out {out} lies under {existing}, which is a file; give a directory to write to")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: {existing} is not writable; give a directory you can write to")
+    return path
+
+
+def default_out(kind: str) -> Path:
+    """A fresh outputs/<kind>/<local time> directory of this command alone (a suffix if the name is taken)."""
+    from posenc_cli.ownership import claim_new
+
+    return claim_new(timestamped_dir(kind), given=False)
 
 
 def timestamped_dir(kind: str) -> Path:

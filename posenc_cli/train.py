@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,6 +22,7 @@ from posenc_cli.device import autocast, resolve_device
 from posenc_cli.errors import UsageError
 from posenc_cli.init_from import check_same_model, initial_state, lineage, source_checkpoint
 from posenc_cli.model import GPT, ModelConfig, token_nll
+from posenc_cli.ownership import hold_lock, stored_record
 from posenc_cli.stopping import Stopped, StopSignals
 from posenc_cli.tracking import RunLogger, open_loggers
 from posenc_cli.version import code_version
@@ -104,6 +106,7 @@ class Session:
     optimizer: torch.optim.Optimizer
     data_rng: torch.Generator
     val_batches: list[tuple[torch.Tensor, torch.Tensor]]
+    run_id: str  # names the run in its summary and every checkpoint: a foreign checkpoint is refused
     state: TrainState = field(default_factory=TrainState)
     saved_step: int | None = None  # the step of the newest checkpoint on disk
     logger: RunLogger = field(default_factory=RunLogger)  # metrics.csv and trackers (rank 0 only)
@@ -117,6 +120,11 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = No
     ctx = distributed.current()
     distributed.check_batch(tc["batch_size"], ctx)
     device = distributed.device_for(resolve_device(cfg["device"]), ctx)
+    run_id = stored_record(Path(tc["resume"]))[1] if tc.get("resume") else uuid.uuid4().hex
+    if ctx.is_main:  # the directory is this process's; a fresh one says at once which run it holds
+        hold_lock(Path(run_dir))
+        if not tc.get("resume"):
+            write_summary(Path(run_dir), {"status": "running", "run_id": run_id, "config": recorded(cfg)})
     corpus = load_corpus(cfg["data"])
     check_lengths(corpus, tc["block_size"])
 
@@ -130,13 +138,13 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = No
     s = Session(cfg=cfg, run_dir=Path(run_dir), mc=mc, corpus=corpus, device=device, ctx=ctx, model=model,
                 optimizer=make_optimizer(model, tc), data_rng=torch.Generator().manual_seed(cfg["seed"]),
                 val_batches=[random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng)
-                             for _ in range(tc["eval_batches"])])
+                             for _ in range(tc["eval_batches"])], run_id=run_id)
     if tc.get("resume"):
         restore(s, Path(tc["resume"]) / FILENAME)
         if ctx.is_main:
             remove_leftovers(s.run_dir)
 
-    summary = describe(cfg, model, corpus, device)
+    summary = {**describe(cfg, model, corpus, device), "run_id": run_id, "config": recorded(cfg)}
     if tc.get("init_from"):
         source = Path(tc["init_from"]).resolve()
         summary.update(init_from=str(source), init_chain=lineage(source))
@@ -284,6 +292,7 @@ def save(s: Session, elapsed: float) -> None:
         "model_config": s.mc.to_dict(), "tokenizer": run_payload(s.corpus.tokenizer),
         "train_len": s.cfg["train"]["block_size"],
         "data": dict(s.cfg["data"]), "seed": s.cfg["seed"], "step": s.state.step, "elapsed": s.state.elapsed,
+        "config": recorded(s.cfg), "run_id": s.run_id, "corpus_sha256": s.corpus.sha256,
         "metrics": s.state.metrics, "recent_losses": recent, "train_loss": s.state.train_loss,
         "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(),
         "data_rng": s.data_rng.get_state(), "torch_rng": torch.get_rng_state(),
@@ -297,6 +306,11 @@ def restore(s: Session, path: Path) -> None:
         log.warning(f"{path.parent} has no checkpoint yet; training it from step 0")
         return
     payload = load_checkpoint(path)
+    if payload.get("run_id") != s.run_id:
+        raise UsageError(f"{path} belongs to another run (its run id differs); a run resumes only from its own checkpoint")
+    if payload.get("corpus_sha256") != s.corpus.sha256:
+        raise UsageError(f"{path} was trained on another corpus than data now gives (its sha256 differs); "
+                         "the data it was trained on has changed")
     saved = payload.get("model_config")
     if saved is None or ModelConfig(**saved).to_dict() != s.mc.to_dict():  # older checkpoints lack newer fields
         raise UsageError(f"{path} was trained with a different model, scheme or corpus; resume with the run's own overrides")
@@ -335,6 +349,11 @@ def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
         "threads": torch.get_num_threads(), "processes": distributed.current().world_size,
         **{f"corpus_{k}": v for k, v in corpus.stats.items()},
     }
+
+
+def recorded(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The config as posenc records it with the run: what a resume rebuilds the run from."""
+    return {**cfg, "train": {**cfg["train"], "resume": None}}
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:

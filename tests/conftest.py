@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -29,6 +32,30 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def posenc(*args: str) -> tuple[int, str]:
+    """`posenc ARGS` in this process, faithful for refusals (raised before any process-specific work):
+    (exit code, stderr)."""
+    from posenc_cli import cli
+
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
+            mock.patch.object(sys, "argv", ["posenc", *args]):
+        try:
+            cli.main()
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code
+    return code, stderr.getvalue()
+
+
+def assert_refused(code: int, stderr: str, *needles: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, (code, stderr)
+    assert lines[0].startswith("posenc: error: ") and "Traceback" not in stderr
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
 

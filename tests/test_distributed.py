@@ -43,7 +43,7 @@ def test_two_gloo_ranks_match_each_other_and_the_single_process_run(tmp_path):
     assert ddp.returncode == 0, ddp.stderr[-3000:]
 
     (run,) = (tmp_path / "outputs" / "runs").iterdir()  # both ranks agreed on one run directory
-    assert sorted(p.name for p in run.iterdir()) == [".hydra", FILENAME, "metrics.csv", "summary.json", "train.log"]
+    assert sorted(p.name for p in run.iterdir()) == [".hydra", ".lock", FILENAME, "metrics.csv", "summary.json", "train.log"]
     assert ddp.stderr.count("val loss") == 1, ddp.stderr  # only rank 0 reports
     for step in (3, STEPS):
         rank0, rank1 = (torch.load(dumps / f"rank{r}_step{step}.pt") for r in (0, 1))

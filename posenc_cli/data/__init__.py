@@ -29,6 +29,12 @@ class Corpus:
     tokenizer: Any  # a tokenizers.TokenizerBase
     stats: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def sha256(self) -> str | None:
+        """The corpus's fingerprint (stream.scan's sha256 of its text, or of a bin corpus's files): a run
+        records it, and eval, probe and resume refuse a corpus that changed since."""
+        return self.stats.get("sha256")
+
 
 def check_tokenizer_options(data_cfg: Mapping[str, Any]) -> None:
     kind = data_cfg.get("tokenizer", "char")
@@ -67,6 +73,28 @@ def text_source(data_cfg: Mapping[str, Any]) -> tuple[stream.TextSource, dict[st
 
         return hf_source(data_cfg)
     raise UsageError(f"unknown corpus {name!r}; choose one of: {', '.join(CORPORA)}")
+
+
+def corpus_sha256(data_cfg: Mapping[str, Any]) -> str:
+    """The sha256 `load_corpus` records, without tokenizing: stream.scan's of the text (the token cache's
+    key too), or of a bin corpus's files."""
+    if corpus_kind(data_cfg) == "bin":
+        from posenc_cli.data.binary import load_bin
+
+        return load_bin(data_cfg).sha256
+    return stream.scan(text_source(data_cfg)[0])[0]
+
+
+def require_same_corpus(data_cfg: Mapping[str, Any], stored: str | None, where: str, now: str | None = None) -> None:
+    """Refuse (one line naming `where`, a run) a corpus whose text changed since the run recorded its sha256
+    (`now`, when already known, saves reading it again). Runs from before the fingerprint pass."""
+    if stored is None:
+        return
+    now = now or corpus_sha256(data_cfg)
+    if now != stored:
+        source = f"data.path={data_cfg.get('path')}" if data_cfg.get("path") else f"data={data_cfg.get('name')}"
+        raise UsageError(f"{where} was trained on another text than {source} holds now (sha256 {stored[:12]} "
+                         f"then, {now[:12]} now); restore the file or train again")
 
 
 def load_corpus(data_cfg: Mapping[str, Any], tokenizer=None) -> Corpus:

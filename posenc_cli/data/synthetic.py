@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from posenc_cli.data import passkey
-from posenc_cli.errors import UsageError
 
 CONSONANTS = "bdfghklmnprstvz"
 VOWELS = "aeiou"
@@ -86,11 +85,6 @@ def _lexicon(rng: np.random.Generator, size: int) -> list[str]:
 
 
 def generate(spec: SyntheticSpec) -> SyntheticText:
-    if spec.passkey_rate > 0 and not 1 <= spec.passkey_min_distance <= spec.passkey_max_distance:
-        raise UsageError(
-            f"data.passkey_min_distance={spec.passkey_min_distance} and data.passkey_max_distance="
-            f"{spec.passkey_max_distance} must satisfy 1 <= min <= max"
-        )
     rng = np.random.default_rng(spec.seed)
     words = _lexicon(rng, spec.lexicon_size)
     zipf = 1.0 / np.arange(1, len(words) + 1) ** spec.zipf_exponent

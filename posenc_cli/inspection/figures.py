@@ -153,9 +153,10 @@ def write_figures(scheme: PositionalScheme, length: int, out: Path, label: str) 
 
 def figure_attention(run, layer: int, head: int, length: int, out: Path) -> Path:
     """The attention pattern of one head on the first `length` tokens of the run's validation text."""
-    from posenc_cli.data import load_corpus, token_window
+    from posenc_cli.data import token_window
+    from posenc_cli.runs import run_corpus
 
-    tokens = token_window(load_corpus(run.checkpoint["data"], run.tokenizer).val, 0, length)
+    tokens = token_window(run_corpus(run).val, 0, length)
     probs, _ = layer_attention(run.model, tokens[None], layer)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 4.8))

@@ -1,4 +1,5 @@
 """Positional schemes by name. Adding one: a module here, an entry in SCHEMES, a yaml in configs/scheme/.
+A scheme's options are the keyword arguments of its __init__ after the model sizes; it checks their ranges.
 
 SCHEMES' order is the chapters' order, the one every table and help text shows. Any of them combine as
 `A+B` (composite.py).
@@ -6,9 +7,10 @@ SCHEMES' order is the chapters' order, the one every table and help text shows. 
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
-from posenc_cli.errors import UsageError
+from posenc_cli.errors import UsageError, nearest
 from posenc_cli.model.positional.alibi import ALiBi
 from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme
 from posenc_cli.model.positional.composite import Composite
@@ -22,6 +24,20 @@ from posenc_cli.model.positional.xpos import XPos
 SCHEMES: dict[str, type[PositionalScheme]] = {
     cls.name: cls for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple)
 }
+MODEL_SIZES = ("self", "n_embd", "n_head", "block_size")
+
+
+def scheme_options(name: str | None = None) -> list[str]:
+    """The option names of one scheme (or of any scheme): its __init__'s arguments past the model sizes,
+    and its parent's where it passes **options on."""
+    options: set[str] = set()
+    for cls in [SCHEMES[name]] if name else SCHEMES.values():
+        for klass in cls.__mro__:
+            params = inspect.signature(klass.__init__).parameters
+            options |= {p for p, v in params.items() if v.kind == v.POSITIONAL_OR_KEYWORD or v.kind == v.KEYWORD_ONLY}
+            if not any(v.kind == v.VAR_KEYWORD for v in params.values()):
+                break
+    return sorted(options - set(MODEL_SIZES))
 
 
 def claim_for(label: str) -> Claim:
@@ -38,7 +54,12 @@ def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options
         return Composite(n_embd, n_head, block_size, name=name, parts=parts, build=build_scheme)
     if name not in SCHEMES:
         raise UsageError(f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}, or parts joined by +")
+    known = scheme_options(name)
+    for option in options:
+        if option not in known:
+            raise UsageError(f"scheme.{option} is not an option of scheme={name}"
+                             f"{nearest(option, known) if known else '; it takes no options'}")
     return SCHEMES[name](n_embd, n_head, block_size, **options)
 
 
-__all__ = ["SCHEMES", "Claim", "PositionalScheme", "build_scheme", "claim_for"]
+__all__ = ["SCHEMES", "Claim", "PositionalScheme", "build_scheme", "claim_for", "scheme_options"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from posenc_cli.errors import PositionOutOfRange
+from posenc_cli.errors import PositionOutOfRange, require_positive_int
 from posenc_cli.model.positional.base import AdditiveScheme, Claim
 
 
@@ -23,7 +23,9 @@ class Learned(AdditiveScheme):
     def __init__(self, n_embd: int, n_head: int, block_size: int, max_len: int | None = None,
                  scale_embeddings: bool | None = None):
         super().__init__(n_embd, n_head, block_size, scale_embeddings)
-        self.table = nn.Embedding(max_len or block_size, n_embd)
+        if max_len is not None:
+            require_positive_int("scheme.max_len", max_len)
+        self.table = nn.Embedding(block_size if max_len is None else max_len, n_embd)
         nn.init.normal_(self.table.weight, std=0.02)
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from posenc_cli.errors import require_number
 from posenc_cli.model.positional.base import AdditiveScheme, Claim
 
 
@@ -32,6 +33,7 @@ class Sinusoidal(AdditiveScheme):
     def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0,
                  scale_embeddings: bool | None = None):
         super().__init__(n_embd, n_head, block_size, scale_embeddings)
+        require_number("scheme.base", base, above=1)
         self.base = base
 
     def encoding(self, positions):

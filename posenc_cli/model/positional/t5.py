@@ -13,6 +13,7 @@ import math
 import torch
 from torch import nn
 
+from posenc_cli.errors import require_int
 from posenc_cli.model.positional.base import Claim, PositionalScheme
 
 
@@ -35,6 +36,8 @@ class T5Bias(PositionalScheme):
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, n_buckets: int = 32, max_distance: int = 128):
         super().__init__(n_embd, n_head, block_size)
+        require_int("scheme.n_buckets", n_buckets, at_least=2)  # half exact, half log-spaced
+        require_int("scheme.max_distance", max_distance, at_least=n_buckets // 2 + 1)
         self.n_buckets, self.max_distance = n_buckets, max_distance
         self.table = nn.Embedding(n_buckets, n_head)
         nn.init.normal_(self.table.weight, std=n_embd**-0.5)  # as HF's T5 initialises its bias table

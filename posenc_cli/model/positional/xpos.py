@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from posenc_cli.errors import require_number
 from posenc_cli.model.positional.base import Claim
 from posenc_cli.model.positional.rope import RoPE
 
@@ -24,6 +25,8 @@ class XPos(RoPE):
     def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0,
                  gamma: float = 0.4, scale_base: float = 512.0, **rope_options):
         super().__init__(n_embd, n_head, block_size, base, **rope_options)
+        require_number("scheme.gamma", gamma, above=0)  # every ζ_j in (0, 1]
+        require_number("scheme.scale_base", scale_base, above=0)
         self.scale_base = scale_base
         zeta = (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim + gamma) / (1 + gamma)
         self.register_buffer("zeta", zeta, persistent=False)

@@ -7,42 +7,16 @@ A few run as real subprocesses to pin the exit code and stderr of the installed 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
-import sys
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SMOKE, assert_one_line_error, run_cli
-from posenc_cli import cli
+from conftest import SMOKE, assert_one_line_error, assert_refused, posenc, run_cli
 from posenc_cli.checkpoint import FILENAME
-
-
-def posenc(*args: str) -> tuple[int, str]:
-    """`posenc ARGS` in this process: (exit code, stderr)."""
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
-            mock.patch.object(sys, "argv", ["posenc", *args]):
-        try:
-            cli.main()
-            code = 0
-        except SystemExit as exit_:
-            code = exit_.code
-    return code, stderr.getvalue()
-
-
-def assert_refused(code: int, stderr: str, *needles: str) -> None:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1, (code, stderr)
-    assert lines[0].startswith("posenc: error: ") and "Traceback" not in stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 def files_under(path: Path) -> set[Path]:
@@ -126,7 +100,7 @@ def test_eval_refuses_bad_runs_and_lengths_in_one_line_and_writes_nothing(broken
 
 
 def test_resuming_with_another_model_is_refused(broken_runs, workdir):
-    assert_refused(*posenc("train", f"train.resume={broken_runs['good']}", "model.n_layer=2"), "different model")
+    assert_refused(*posenc("train", f"train.resume={broken_runs['good']}", "model.n_layer=2"), "model.n_layer cannot")
 
 
 def test_real_subprocess_errors(workdir):
@@ -161,3 +135,29 @@ def test_any_malformed_override_is_refused_in_one_line(workdir, override):
     if code != 0:
         assert_refused(code, stderr)
     assert not (workdir / "outputs").exists()
+
+
+def test_numeric_options_and_out_are_checked_before_any_work(broken_runs, workdir):
+    good = str(broken_runs["good"])
+    (workdir / "afile").write_text("x")
+    cases = [
+        (["eval", good, "--rope-scaling", "linear", "--rope-factor", "inf"], "--rope-factor"),
+        (["eval", good, "--mode", "sliding", "--stride", "0"], "--stride"),
+        (["eval", good, "--stride", "8"], "--mode sliding"),
+        (["eval", good, "--out", ""], "--out"),
+        (["eval", good, "--out", "afile"], "is a file"),
+        (["eval", good, "--out", "afile/sub"], "under"),
+        (["probe", good, "--seed=-1"], "--seed"),
+        (["probe", good, "--out", "afile"], "is a file"),
+        (["inspect", "rope", "--dim", "0"], "--dim"),
+        (["inspect", "rope", "--heads", "0"], "--heads"),
+        (["inspect", "rope", "--length", "0"], "--length"),
+        (["inspect", "rope", "--length", "1000000"], "--length"),
+        (["inspect", "sinusoidal", "--dim", "1", "--heads", "1"], "--dim"),
+        (["inspect", "rope", "--out", "afile/x"], "under"),
+        (["bench", "--quick", "--out", "afile"], "is a file"),
+    ]
+    before = files_under(workdir)
+    for args, needle in cases:
+        assert_refused(*posenc(*args), needle)
+    assert files_under(workdir) == before

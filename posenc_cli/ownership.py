@@ -1,0 +1,198 @@
+"""Who may write a run directory. A fresh run claims a directory nobody else has (an exclusive mkdir, a
+suffix when the default name is taken); a directory that holds a run is only ever continued through
+train.resume, which rebuilds the config from what posenc itself stored there (never from .hydra/);
+and a run being trained holds a lock that refuses a second writer. Every refusal happens before Hydra
+or training writes anything.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from posenc_cli.checkpoint import FILENAME, load_checkpoint
+from posenc_cli.errors import UsageError
+
+LOCK = ".lock"
+RUN_MARKERS = ("summary.json", FILENAME, ".hydra")  # any of them: the directory holds a run
+RESUMABLE = ("train.max_steps", "train.threads", "train.log_interval", "train.eval_interval",
+             "train.checkpoint_interval", "train.precision", "device")  # what a resume may change
+_held: dict[Path, int] = {}  # run directory -> open lock file descriptor, for this process's lifetime
+
+
+def holds_run(path: Path) -> bool:
+    return any((path / marker).exists() for marker in RUN_MARKERS)
+
+
+def hold_lock(run_dir: Path) -> None:
+    """Lock `run_dir` for the rest of this process (idempotent); refuse if another process holds it."""
+    key = Path(run_dir).resolve()
+    if key in _held:
+        return
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks on this platform: the exclusive mkdir still separates runs
+        return
+    fd = os.open(key / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UsageError(f"{run_dir} is being trained by another process right now; wait for it to finish, "
+                         "or stop it and then resume") from None
+    _held[key] = fd
+
+
+def is_locked(run_dir: Path) -> bool:
+    """Whether another process is training `run_dir` now (checked without keeping the lock)."""
+    if Path(run_dir).resolve() in _held or not (Path(run_dir) / LOCK).exists():
+        return False
+    try:
+        hold_lock(run_dir)
+    except UsageError:
+        return True
+    os.close(_held.pop(Path(run_dir).resolve()))
+    return False
+
+
+def refuse_started_run(run_dir: Path) -> None:
+    if holds_run(run_dir):
+        raise UsageError(f"{run_dir} already holds a run, which is never started over; continue it with: "
+                         f"posenc train train.resume={run_dir}  (or choose another hydra.run.dir)")
+
+
+def claim_new(path: Path, given: bool) -> Path:
+    """Create the directory of a fresh run (or sweep): `path` itself if the user named it and it holds
+    no run; for a default name, the first of path, path_2, path_3, ... that an exclusive mkdir wins."""
+    try:
+        if given:
+            refuse_started_run(path)
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 10_000):
+            candidate = path if n == 1 else path.with_name(f"{path.name}_{n}")
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                continue
+    except OSError as err:  # a file where a directory should be, no permission, ...
+        raise UsageError(f"cannot create the directory {path}: {err.strerror}; choose another") from None
+    raise UsageError(f"could not find a free directory name next to {path}")
+
+
+def claim(args: list[str]) -> list[str]:
+    """The Hydra arguments with the run (or sweep) directory claimed for this process: Hydra and the
+    training write only there. Single runs are locked from here until the process exits."""
+    from posenc_cli.config import composing, parse_hydra_args
+
+    parsed = parse_hydra_args(args)
+    if parsed.help or parsed.hydra_help or parsed.shell_completion or parsed.cfg or parsed.info:
+        return args
+    key = "hydra.sweep.dir" if parsed.multirun else "hydra.run.dir"
+    given = any(a.startswith(f"{key}=") for a in args)
+    if parsed.multirun:
+        from posenc_cli.config import sweep_points
+
+        with composing(parsed) as compose_point:
+            first = sweep_points(parsed.overrides)[0]
+            path = Path(str(compose_point(first, select=key)))
+        if given and path.is_dir() and any(holds_run(p) for p in path.iterdir() if p.is_dir()):
+            raise UsageError(f"{path} already holds runs of a sweep, which are never started over; give another "
+                             "hydra.sweep.dir or resume its runs one by one with train.resume=RUN")
+        return [*args, f"{key}={claim_new(path, given)}"]
+    if resuming(args):
+        run = Path(next(a for a in reversed(args) if a.startswith("train.resume=")).split("=", 1)[1])
+        hold_lock(run)
+        return args
+    with composing(parsed) as compose_point:
+        path = Path(str(compose_point(parsed.overrides, select=key)))
+    run = claim_new(path, given)
+    hold_lock(run)
+    if holds_run(run):  # another process claimed and started it between our check and our lock
+        refuse_started_run(run)
+    return [*args, f"{key}={run}"] if not given else args
+
+
+def resuming(args: list[str]) -> bool:
+    given = [a for a in args if a.startswith("train.resume=")]
+    return bool(given) and given[-1].split("=", 1)[1] not in ("", "null", "None", "false", "False")
+
+
+def resume_args(args: list[str], outputs: Path = Path("outputs")) -> list[str]:
+    """`train.resume=RUN` continues RUN in place, as it was started: only RESUMABLE keys may change.
+    `train.resume=true` means the newest run under outputs/runs. The directory is checked here, before
+    Hydra runs; Hydra then writes nothing into it but the log it appends to (no .hydra/)."""
+    if not resuming(args):
+        return args
+    if any(a in ("-m", "--multirun") for a in args):
+        raise UsageError("train.resume continues one run; it cannot be part of a sweep (-m)")
+    value = [a for a in args if a.startswith("train.resume=")][-1].split("=", 1)[1]
+    if value in ("true", "True"):
+        newest = sorted(p for p in (outputs / "runs").glob("*") if holds_run(p))
+        if not newest:
+            raise UsageError(f"train.resume=true found no run under {outputs / 'runs'}; give train.resume=RUN_DIR")
+        value = str(newest[-1])
+    run = Path(value)
+    if not run.is_dir() or not holds_run(run):
+        raise UsageError(f"train.resume={run} is not a run directory (no summary.json or {FILENAME} in it)")
+    for arg in args:
+        key = arg.split("=", 1)[0].lstrip("+~")
+        if "=" in arg and not arg.startswith("-") and key not in (*RESUMABLE, "train.resume") \
+                and not key.startswith("hydra/launcher"):
+            raise UsageError(f"train.resume={run} continues the run as it was started, so {key} cannot be "
+                             f"given; what may change: {', '.join(RESUMABLE)}")
+    stored_record(run)  # readable, consistent, and this posenc's: checked before anything runs
+    if is_locked(run):
+        raise UsageError(f"{run} is being trained by another process right now; wait for it to finish, "
+                         "or stop it and then resume")
+    kept = [a for a in args if not a.startswith("train.resume=")]
+    return [*kept, f"train.resume={run}", f"hydra.run.dir={run}", "hydra.output_subdir=null"]
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`, or one line naming the file and what is wrong with it."""
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path} is missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"{path} is unreadable or corrupt ({type(err).__name__}); it is not a posenc "
+                         "summary") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{path} is corrupt: it holds {type(value).__name__}, not a JSON object")
+    return value
+
+
+def stored_record(run: Path) -> tuple[dict[str, Any], str]:
+    """The config and run id posenc stored in `run`: the checkpoint's once there is one (the reference),
+    else summary.json's (a run stopped before its first checkpoint)."""
+    summary = read_json(run / "summary.json")
+    source, record = run / "summary.json", summary
+    if (run / FILENAME).is_file():
+        source, record = run / FILENAME, load_checkpoint(run / FILENAME)
+        if record.get("run_id") != summary.get("run_id"):
+            raise UsageError(f"{run / FILENAME} belongs to another run than {run / 'summary.json'} (their run ids "
+                             "differ); a run resumes only from its own checkpoint")
+    config, run_id = record.get("config"), record.get("run_id")
+    if not isinstance(config, dict) or not isinstance(run_id, str):
+        raise UsageError(f"{source} has no config record (written by an older posenc, or edited); "
+                         "it cannot be resumed")
+    return config, run_id
+
+
+def resumed_config(composed: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """The config a resume trains with: the stored one, plus the RESUMABLE keys given on the command line."""
+    run = Path(composed["train"]["resume"])
+    config = copy.deepcopy(stored_record(run)[0])
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    for key in RESUMABLE:
+        if key in given:
+            group, _, leaf = key.rpartition(".")
+            (config[group] if group else config)[leaf] = (composed[group] if group else composed)[leaf]
+    config["train"]["resume"] = str(run)
+    return config

@@ -1,0 +1,184 @@
+"""Run directories are never lost, overwritten or trusted blindly: refused commands change no byte,
+new runs never share a directory, a run is continued only by resuming it, a lock keeps a second writer
+out, nothing stored in a run directory runs code, and a run's corpus is checked before it is scored."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from conftest import ROOT, SMOKE, assert_one_line_error, posenc, assert_refused, run_cli
+from posenc_cli.atomic import MANIFEST, output_set
+from posenc_cli.checkpoint import FILENAME
+from posenc_cli.ownership import LOCK, claim_new
+from posenc_cli.runs import select_runs
+
+TINY = [*SMOKE, "device=cpu", "train.threads=1", "train.max_steps=4", "train.eval_interval=2",
+        "train.checkpoint_interval=2"]
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def run(smoke_sweep, tmp_path, monkeypatch) -> Path:
+    """A private copy of a finished tiny rope run, in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    copy = tmp_path / "run"
+    shutil.copytree(next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0")), copy)
+    return copy
+
+
+@pytest.mark.parametrize("change", ["model.n_embd=64", "data.seed=5", "seed=1", "data=text", "scheme=alibi",
+                                    "train.block_size=32", "hydra.run.dir=elsewhere", "+foo=1"])
+def test_a_refused_resume_leaves_every_file_of_the_run_byte_identical(run, change):
+    before = snapshot(run)
+    assert_refused(*posenc("train", f"train.resume={run}", change), "train.resume")
+    assert snapshot(run) == before
+    assert sorted(p.name for p in run.parent.iterdir()) == ["run"]
+
+
+def test_a_directory_holding_a_run_is_never_started_over(run):
+    before = snapshot(run)
+    assert_refused(*posenc("train", *SMOKE, f"hydra.run.dir={run}"), "already holds a run",
+                   f"posenc train train.resume={run}")
+    assert snapshot(run) == before
+
+
+def test_default_run_directories_never_collide(tmp_path):
+    first, second = claim_new(tmp_path / "runs" / "same", False), claim_new(tmp_path / "runs" / "same", False)
+    assert first != second and first.is_dir() and second.is_dir()
+    assert second.name == "same_2"
+
+
+def test_two_trainings_started_together_get_two_directories(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-m", "posenc_cli", "train", *TINY], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for proc in procs:
+        _, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr
+    runs = sorted((tmp_path / "outputs" / "runs").iterdir())
+    assert len(runs) == 2
+    assert all(json.loads((r / "summary.json").read_text())["status"] == "finished" for r in runs)
+
+
+def test_a_run_being_trained_refuses_a_second_writer(run):
+    fd = os.open(run / LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # what a training process holds: a second process must be refused
+    try:
+        before = snapshot(run)
+        result = run_cli("train", f"train.resume={run}", cwd=run.parent)
+        assert_one_line_error(result, "being trained by another process")
+        assert snapshot(run) == before
+    finally:
+        os.close(fd)
+
+
+def test_a_foreign_checkpoint_is_refused(run, smoke_sweep):
+    other = next(p for p in smoke_sweep.iterdir() if p.name.endswith("alibi_seed0"))
+    shutil.copy(other / FILENAME, run / FILENAME)
+    assert_refused(*posenc("train", f"train.resume={run}"), "belongs to another run")
+
+
+def test_resume_never_reads_hydra_files_so_they_cannot_run_code(run):
+    marker = run.parent / "ran"
+    overrides = run / ".hydra" / "overrides.yaml"
+    overrides.write_text(yaml.safe_dump(["+hydra.callbacks.x._target_=pathlib.Path.touch",
+                                         f"+hydra.callbacks.x.self={marker}", "model.n_layer=3"]))
+    (run / ".hydra" / "config.yaml").write_text("model: {_target_: os.system, command: 'touch ran'}\n")
+    result = run_cli("train", f"train.resume={run}", "train.max_steps=22", "train.threads=1", cwd=run.parent)
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 22 and summary["config"]["model"]["n_layer"] == 1  # the stored config, resumed
+
+
+BAD_SUMMARIES = {"corrupt": b"{not json", "truncated": b'{"status": "fin', "list": b"[]", "null": b"null",
+                 "latin-1": '{"status": "finished", "x": "é"}'.encode("latin-1")}
+
+
+@pytest.mark.parametrize("kind", BAD_SUMMARIES)
+def test_an_unreadable_summary_is_one_line_and_skipped_among_many(run, smoke_sweep, kind):
+    (run / "summary.json").write_bytes(BAD_SUMMARIES[kind])
+    assert_refused(*posenc("eval", str(run), "--lengths", "64"), "summary.json")
+    assert_refused(*posenc("train", f"train.resume={run}"), "summary.json")
+    good = next(p for p in smoke_sweep.iterdir() if p.name.endswith("none_seed0"))
+    assert select_runs([str(run), str(good)])[0] == [run, good]
+    code, stderr = posenc("eval", str(run), str(good), "--lengths", "64", "--max-tokens", "128", "--device", "cpu",
+                          "--out", "ev")
+    assert code == 0, stderr
+    assert f"skipping {run}" in " ".join(stderr.split())
+    assert set(pd.read_csv("ev/ppl.csv")["run"]) == {str(good)}
+
+
+@pytest.mark.parametrize("field, value", [("tokenizer", 5), ("train_len", "abc"), ("data", None),
+                                          ("seed", "x"), ("tokenizer", [1, 2])])
+def test_a_checkpoint_with_wrong_field_types_is_one_line_naming_the_file(run, field, value):
+    payload = torch.load(run / FILENAME, weights_only=True)
+    if value is None:
+        del payload[field]
+    else:
+        payload[field] = value
+    torch.save(payload, run / FILENAME)
+    assert_refused(*posenc("eval", str(run), "--lengths", "64"), str(run / FILENAME))
+
+
+def test_the_same_run_named_twice_counts_once(run):
+    assert select_runs([str(run), str(run.parent / ".." / run.parent.name / "run")])[0] == [run]
+
+
+def test_eval_and_probe_refuse_a_corpus_file_that_changed_since_training(tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 300, encoding="utf-8")
+    trained = run_cli("train", "data=text", f"data.path={text}", *TINY, "hydra.run.dir=run", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    ok = run_cli("eval", "run", "--lengths", "64", "--max-tokens", "128", "--out", "ev", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    text.write_text("the quick brown fox jumps over the lazy cat. " * 300, encoding="utf-8")  # same vocabulary
+    for command in (["eval", "run", "--lengths", "64", "--out", "ev2"], ["train", "train.resume=run"]):
+        result = run_cli(*command, cwd=tmp_path)
+        assert_one_line_error(result, "sha256")
+    assert not (tmp_path / "ev2").exists()
+
+
+def test_an_output_set_is_complete_only_with_its_manifest_and_stale_temporaries_go(tmp_path):
+    out = tmp_path / "ev"
+    with output_set(out):
+        (out / "a.csv").write_text("1")
+    assert json.loads((out / MANIFEST).read_text())["files"] == ["a.csv"]
+    (out / ".b.png.123.tmp").write_text("half")  # what a kill -9 mid-write leaves
+    with pytest.raises(RuntimeError), output_set(out):
+        (out / "a.csv").write_text("2")
+        raise RuntimeError("killed before the set was complete")
+    assert not (out / MANIFEST).exists() and not list(out.glob(".*.tmp"))
+
+
+def test_kill_9_during_eval_leaves_a_complete_or_clearly_incomplete_set(smoke_sweep, tmp_path):
+    run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+    args = ["eval", str(run), "--lengths", "64,128", "--max-tokens", "256", "--device", "cpu", "--out", "ev"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "posenc_cli", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not (tmp_path / "ev" / "ppl.csv").exists() and proc.poll() is None:
+        pass  # kill while the set is being written
+    proc.kill()
+    proc.wait()
+    manifest = tmp_path / "ev" / MANIFEST
+    if manifest.exists():
+        assert all((tmp_path / "ev" / name).is_file() for name in json.loads(manifest.read_text())["files"])
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "ppl_vs_length.png" in json.loads(manifest.read_text())["files"]
+    assert not list((tmp_path / "ev").glob(".*.tmp"))
