@@ -206,6 +206,7 @@ def eval_command(
     lang: str = choice("en", LANGS, "en, or zh to add the chapters' own words to comparison.md.", "--lang"),
     rope_scaling: str = choice("none", (*ROPE_SCALING, *ROPE_SCALING_HF_ONLY), "Comma list of RoPE context-extension methods (llama3: hf: models only): each RoPE-based run is evaluated once per method (labelled rope+yarn etc.), no retraining; hf: models through transformers' own rope_parameters.", "--rope-scaling", comma_list=True),
     rope_factor: Optional[float] = typer.Option(None, "--rope-factor", help="Scale factor s for --rope-scaling (default: eval length / training length; dynamic: 1, it scales with the length itself)."),
+    learned_overflow: str = typer.Option("dash", "--learned-overflow", help="Past a position table's max_len (learned): dash shows —; window scores with sliding windows of max_len tokens, labelled learned+window. A comma list shows both."),
     hf_context: Optional[int] = typer.Option(None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading (default: n_positions / max_position_embeddings / the like)."),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16: the weights of hf: models (posenc runs always score in fp32)."),
 ) -> None:
@@ -216,7 +217,7 @@ def eval_command(
     than every single run, otherwise the newest single run of each scheme under outputs/runs.
     """
     from posenc_cli.device import resolve_device
-    from posenc_cli.evaluate import evaluate_runs, parse_lengths
+    from posenc_cli.evaluate import evaluate_runs, parse_lengths, parse_overflow
     from posenc_cli.hf import is_hf
     from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
     from posenc_cli.report import ppl_pivot, write_eval_outputs
@@ -224,6 +225,7 @@ def eval_command(
 
     wanted = parse_lengths(lengths)
     methods = parse_rope_scaling(rope_scaling, rope_factor)
+    overflows = parse_overflow(learned_overflow)
     if max_tokens <= 0:
         raise UsageError(f"--max-tokens must be a positive integer, got {max_tokens}")
     target = resolve_device(device)
@@ -234,7 +236,8 @@ def eval_command(
     loaded, why = load_targets(named, "evaluate", hf_options(hf_context, target, dtype))
     df, positions, info = evaluate_runs(loaded, lengths=wanted, mode=mode, stride=stride, max_tokens=max_tokens,
                                         data_path=str(data) if data else None, device=target,
-                                        rope_scaling=methods, rope_factor=rope_factor, why=why)
+                                        rope_scaling=methods, rope_factor=rope_factor, why=why,
+                                        learned_overflow=overflows)
     out = out or timestamped_dir("eval")
     written = write_eval_outputs(df, positions, info, out, lang=lang)
     header, rows = ppl_pivot(df)
@@ -395,6 +398,8 @@ def inspect_command(
     layer: int = typer.Option(0, help="With --run: the layer whose attention is drawn."),
     head: int = typer.Option(0, help="With --run: the head whose attention is drawn."),
     out: Optional[Path] = typer.Option(None, help="Figure directory (default outputs/inspect/<scheme or run>)."),
+    layout: Optional[str] = typer.Option(None, help="rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1)."),
+    slopes: Optional[str] = typer.Option(None, help="alibi: paper (default, 2^(-8h/H)) or chapter (1/2^h)."),
 ) -> None:
     """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
 
@@ -410,31 +415,36 @@ def inspect_command(
     """
     from posenc_cli.inspection.command import inspect_scheme, print_report
 
+    options = {key: value for key, value in (("layout", layout), ("slopes", slopes)) if value is not None}
     print_report(inspect_scheme(name=scheme, dim=dim, length=length, heads=heads, out=out, run_dir=run,
-                                layer=layer, head=head))
+                                layer=layer, head=head, options=options))
 
 
 @app.command()
 def bench(
     quick: bool = flag("A smoke version on a tiny model that runs in seconds; its numbers mean nothing.", "--quick"),
     main_job: bool = flag("Also time the README's main job (train all five schemes, then eval): minutes.", "--main-job"),
-    levers: bool = flag("Also measure levers against the default settings: 1 thread, fp32 instead of train.precision=auto, torch.compile.", "--levers"),
+    levers: bool = flag("Also measure settings that are off by default through the same training path: 1 thread, fp32.", "--levers"),
+    nanogpt: str = typer.Option("../shared/peers/nanogpt", "--nanogpt", help="nanoGPT's peer directory (with run.sh) for the side-by-side; 'none' skips it. Absent: the report says so."),
     out: Optional[Path] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
     scheme: Optional[List[str]] = typer.Option(None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."),
 ) -> None:
-    """Speed against this machine's limits: training MFU, evaluation speed and memory, per scheme.
+    """Speed on the paths users run, against this machine's limits: training, nanoGPT side by side, evaluation.
 
-    Training tokens/s and MFU against the measured fp32 GEMM peak, evaluation tokens/s and peak memory
-    at 1x/8x/32x the training length, and optionally levers and the main job's wall time. Writes bench.csv and bench.md. The numbers are this machine's, now: on a busy machine compare the
-    ratios (MFU, vs rope) rather than the absolute tokens/s."""
+    Training: `posenc train`'s own training function per scheme (median eval interval), MFU against
+    the GEMM peak of the precision it computes in; `posenc train` beside nanoGPT's CPU recipe as whole
+    processes, alternated; evaluation tokens/s and peak memory at 1x/8x/32x the training length; with
+    --main-job the README's main job. Writes bench.csv and bench.md. The numbers are this machine's,
+    now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
     from posenc_cli.bench import run_bench, write_outputs
-    from posenc_cli.runs import timestamped_dir
     from posenc_cli.model.positional import SCHEMES
+    from posenc_cli.runs import timestamped_dir
 
     unknown = [s for s in scheme or [] if s not in SCHEMES]
     if unknown:
         raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
-    df, info = run_bench(quick=quick, main_job=main_job, levers=levers, schemes=scheme)
+    peer = None if nanogpt == "none" else Path(nanogpt)
+    df, info = run_bench(quick=quick, main_job=main_job, levers=levers, schemes=scheme, peer=peer)
     out = out or timestamped_dir("bench")
     ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote bench.csv, bench.md to {out}")

@@ -22,6 +22,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from posenc_cli import composite_configs  # noqa: F401 - registers scheme=A+B with Hydra
 from posenc_cli.data import CORPORA
 from posenc_cli.data.text import read_text_file
 from posenc_cli.device import PRECISIONS, resolve_device

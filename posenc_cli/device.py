@@ -39,9 +39,15 @@ def native_bf16(device: torch.device) -> bool:
     return False
 
 
+def computes_in_bf16(device: torch.device, precision: str = "auto") -> bool:
+    """Whether training at `precision` runs its matmuls in bf16: asked for (bf16), or auto where it
+    pays (native-bf16 hardware); autocast exists on CUDA and CPU only."""
+    bf16 = precision == "bf16" or (precision == "auto" and native_bf16(device))
+    return bf16 and device.type in ("cuda", "cpu")
+
+
 def autocast(device: torch.device, precision: str = "auto"):
     """bf16 autocast when asked for (bf16) or when it pays (auto on native-bf16 hardware)."""
-    bf16 = precision == "bf16" or (precision == "auto" and native_bf16(device))
-    if bf16 and device.type in ("cuda", "cpu"):
+    if computes_in_bf16(device, precision):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -102,23 +102,53 @@ class LogitsScorer:
         return self.model(inputs.to(self.device))[:, -n:].float()
 
 
+@dataclass(frozen=True)
+class Piece:
+    """One input the model runs: tokens from `start`, whose targets from `first_scored` on are scored;
+    its first token sits at `offset` inside the window of `length` it belongs to."""
+
+    start: int
+    first_scored: int
+    offset: int
+
+
+def plan_pieces(windows: list[Window], length: int, context: int) -> list[Piece]:
+    """Each window run whole, or, when the model takes at most `context` tokens (a learned table's
+    max_len), through sliding sub-windows of `context` tokens inside it (stride context/2): every
+    target of the window is still scored once, with at most `context` tokens of context."""
+    if context >= length:
+        return [Piece(w.start, length - w.scored, 0) for w in windows]
+    inside = plan_windows(length, context, "sliding")
+    pieces = []
+    for w in windows:
+        for sub in inside:
+            first = max(length - w.scored, sub.start + context - sub.scored)  # first target both score
+            if first < sub.start + context:
+                pieces.append(Piece(w.start + sub.start, first - sub.start, sub.start))
+    return pieces
+
+
 def evaluate_length(scorer, tokens: torch.Tensor, *, span: int, length: int, mode: str = "nonoverlap",
-                    stride: int | None = None, token_bytes: torch.Tensor | None = None) -> LengthResult:
+                    stride: int | None = None, token_bytes: torch.Tensor | None = None,
+                    context: int | None = None) -> LengthResult:
     """NLL over targets [1, span] in windows of `length`; `scorer` is a LogitsScorer or an HFModel.
-    `token_bytes[i]`: the UTF-8 bytes token i covers, summed over the scored targets into `bytes`."""
+    `token_bytes[i]`: the UTF-8 bytes token i covers, summed over the scored targets into `bytes`.
+    `context` caps the tokens the model sees at once (--learned-overflow window)."""
     windows = plan_windows(span, length, mode, stride)
-    batch = scorer.batch_size(length)
+    width = min(length, context or length)
+    pieces = plan_pieces(windows, length, width)
+    batch = scorer.batch_size(width)
     nll_sum = torch.zeros(length, dtype=torch.float64)
     counts = torch.zeros(length, dtype=torch.float64)
-    for i in range(0, len(windows), batch):
-        group = windows[i : i + batch]
-        chunk = torch.stack([tokens[w.start : w.start + length + 1] for w in group])
+    index = torch.arange(width)
+    for i in range(0, len(pieces), batch):
+        group = pieces[i : i + batch]
+        chunk = torch.stack([tokens[p.start : p.start + width + 1] for p in group])
         nll = scorer.token_nll(chunk[:, :-1], chunk[:, 1:]).double().cpu()
-        scored = torch.zeros_like(nll, dtype=torch.bool)
-        for row, w in enumerate(group):
-            scored[row, length - w.scored :] = True
-        nll_sum += (nll * scored).sum(0)
-        counts += scored.sum(0)
+        scored = index[None, :] >= torch.tensor([p.first_scored for p in group])[:, None]
+        where = (torch.tensor([p.offset for p in group])[:, None] + index[None, :]).flatten()
+        nll_sum.index_add_(0, where, (nll * scored).flatten())
+        counts.index_add_(0, where, scored.flatten().double())
     total = int(counts.sum())
     n_bytes = 0 if token_bytes is None else sum(
         int(token_bytes[w.start + 1 + length - w.scored : w.start + 1 + length].sum()) for w in windows)
@@ -155,11 +185,33 @@ def position_buckets(result: LengthResult, n_buckets: int = 128) -> list[tuple[i
     return rows
 
 
+OVERFLOWS = ("dash", "window")
+
+
+def parse_overflow(text: str) -> list[str]:
+    """'dash,window' -> ['dash', 'window']: how a run with a position table is shown past its table."""
+    choices = list(dict.fromkeys(p.strip() for p in str(text).split(",")))
+    for choice in choices:
+        if choice not in OVERFLOWS:
+            raise UsageError(f"--learned-overflow {choice} is not known; choose from: {', '.join(OVERFLOWS)}")
+    return choices
+
+
+def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:
+    """(label suffix, context cap) pairs: a run with a position table once per choice, `+window` for the
+    one scored past its table through windows of max_len tokens; any other run once, as it is."""
+    limit = run.max_len
+    if limit is None:
+        return [("", None)]
+    return [("+window", limit) if choice == "window" else ("", None) for choice in overflows]
+
+
 def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
                   data_path: str | None, device, rope_scaling: tuple[str, ...] | list[str] = ("none",),
-                  rope_factor: float | None = None, why: str = "") -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
+                  rope_factor: float | None = None, why: str = "",
+                  learned_overflow: tuple[str, ...] | list[str] = ("dash",)) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
     """Every run at every length (its training length included), rotary runs once per RoPE scaling
-    method: tidy ppl rows, per-position rows, and per-scheme facts (positional parameters,
+    method, runs with a position table once per --learned-overflow choice: tidy ppl rows, per-position rows, and per-scheme facts (positional parameters,
     relative-position kind, used by) for the report. A run is a posenc run (`runs.LoadedRun`) or a
     Hugging Face model (`hf.HFModel`): both tokenize, score windows and name their variants."""
     import pandas as pd
@@ -182,12 +234,13 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
         plans[id(run)] = (tokens, token_bytes, run_lengths, span, variants)
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
-    jobs = [(run, variant) for run in runs for variant in plans[id(run)][4]]
+    jobs = [(run, variant, suffix, context) for run in runs for variant in plans[id(run)][4]
+            for suffix, context in overflow_variants(run, learned_overflow)]
     with ui.progress() as bar:
-        task = bar.add_task("eval", total=sum(len(plans[id(run)][2]) for run, _ in jobs), status="")
-        for run, variant in jobs:
+        task = bar.add_task("eval", total=sum(len(plans[id(job[0])][2]) for job in jobs), status="")
+        for run, variant, suffix, context in jobs:
             tokens, token_bytes, run_lengths, span, _ = plans[id(run)]
-            scheme = run.use_variant(variant)  # evaluation time only: the checkpoint is untouched
+            scheme = run.use_variant(variant) + suffix  # evaluation time only: the checkpoint is untouched
             scorer = run.scorer(device)
             info[scheme] = run.facts()
             for length in run_lengths:
@@ -196,11 +249,14 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
                        "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan,
                        "bytes": 0, "bpb": math.nan, "tokenizer": run.tokenizer_name, "note": ""}
                 limit = run.max_len
-                if limit is not None and length > limit:
+                if limit is not None and length > limit and context is None:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
                     result = evaluate_length(scorer, tokens, span=span, length=length, mode=mode, stride=stride,
-                                             token_bytes=token_bytes)
+                                             token_bytes=token_bytes, context=context)
+                    if context is not None and length > context:
+                        row["note"] = (f"{scheme} past max_len={context}: sliding windows of {context} tokens "
+                                       f"(stride {context // 2}), so a token sees at most {context} tokens.")
                     row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl,
                                bytes=result.bytes, bpb=result.bpb)
                     position_rows += [

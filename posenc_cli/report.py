@@ -130,8 +130,10 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", pas
     ]
     if passkey is not None:
         notes.append(passkey_note(passkey))
-    if (df["note"].fillna("") != "").any():
-        notes.append(f"{BEYOND_TABLE}: " + "; ".join(sorted(set(df["note"].dropna()) - {""})) + ".")
+    notes += sorted(set(df[df["ppl"].notna()]["note"].dropna()) - {""})  # how a number was measured
+    beyond = set(df[df["ppl"].isna()]["note"].dropna()) - {""}  # why there is no number
+    if beyond:
+        notes.append(f"{BEYOND_TABLE}: " + "; ".join(sorted(beyond)) + ".")
     return ("# Positional schemes: the chapters' table, measured\n\n"
             + markdown_table([""] + schemes, rows) + "\n" + "\n".join(f"- {n}" for n in notes) + "\n")
 

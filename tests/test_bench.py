@@ -1,36 +1,75 @@
-"""`posenc bench --quick` runs end to end and writes its tables; the FLOP count is the stated formula."""
+"""`posenc bench --quick` runs end to end on the real training path and writes its tables; MFU is
+against the peak of the run's own precision and never printed above 100 %; the FLOP count is the
+stated formula; the nanoGPT side-by-side says when its peer is absent."""
 
 from __future__ import annotations
+
+import re
 
 import pandas as pd
 import pytest
 
 from conftest import assert_one_line_error, run_cli
-from posenc_cli.bench import flops_per_token
+from posenc_cli.bench.markdown import mfu_text
+from posenc_cli.bench.peak import Peak, flops_per_token
+from posenc_cli.bench.peer import side_by_side, speedup
 from posenc_cli.model import GPT, ModelConfig
 
 
-def test_bench_quick_writes_csv_and_markdown(tmp_path):
-    result = run_cli("bench", "--quick", "--scheme", "rope", "--scheme", "alibi", "--out", "bench", cwd=tmp_path)
+def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
+    result = run_cli(
+        "bench", "--quick", "--scheme", "rope", "--scheme", "alibi", "--out", "bench", cwd=tmp_path, timeout=900
+    )  # seconds on a quiet machine; the timeout allows for a loaded one
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "bench" / "bench.csv")
     assert set(df["section"]) == {"gemm", "train", "eval"}
-    assert (df.loc[df["section"] == "gemm", "gflops"] > 0).all()
+    gemm = df[df["section"] == "gemm"]
+    assert sorted(gemm["precision"]) == ["bf16", "fp32"] and (gemm["gflops"] > 0).all()
     train = df[df["section"] == "train"]
-    assert set(zip(train["config"], train["scheme"])) == {(c, s) for c in ("default", "nanogpt-cpu") for s in ("rope", "alibi")}
-    assert (train["tokens_per_s"] > 0).all() and (train["mfu"] > 0).all()
+    assert sorted(train["scheme"]) == ["alibi", "rope"]
+    assert (train["steps"] == 4).all()  # --quick: two eval intervals of 2 steps, run by train.train
+    assert (train["tokens_per_s"] > 0).all() and (train["loop_tokens_per_s"] > 0).all()
+    assert set(train["precision"]) <= {"fp32", "bf16"}
     evals = df[df["section"] == "eval"]
     assert sorted(evals["multiple"].unique()) == [1, 8, 32]
     assert (evals["peak_rss_mib"] > evals["eval_rss_mib"]).all()
     assert (df.loc[df["scheme"] == "rope", "vs_rope"] == 1).all()
     markdown = (tmp_path / "bench" / "bench.md").read_text(encoding="utf-8")
-    for heading in ("## Training", "## Evaluation", "## Targets"):
+    for heading in ("## Training", "## Beside nanoGPT", "## Evaluation", "## Targets"):
         assert heading in markdown
+    assert "side-by-side skipped: no peer at ../shared/peers/nanogpt" in markdown  # none under tmp_path
+    assert all(float(p) <= 100 for p in re.findall(r"([\d.]+)%", markdown))
     assert "## Targets" in result.stdout
 
 
 def test_bench_rejects_an_unknown_scheme(tmp_path):
-    assert_one_line_error(run_cli("bench", "--quick", "--scheme", "nope", cwd=tmp_path), "--scheme nope", "rope")
+    assert_one_line_error(
+        run_cli("bench", "--quick", "--scheme", "nope", cwd=tmp_path), "--scheme nope", "rope"
+    )
+
+
+def test_mfu_is_against_the_peak_of_the_runs_precision_and_never_shown_above_100_percent():
+    peak = Peak(size=4, repeats=1)
+    peak.flops = {"fp32": 100.0, "bf16": 400.0}
+    row = {"tokens_per_s": 10.0, "flops_per_token": 10.0}
+    assert peak.with_mfu({**row, "precision": "bf16"})["mfu"] == 0.25
+    assert peak.with_mfu({**row, "precision": "fp32"})["mfu"] == 1.0
+    assert mfu_text(0.25) == "25.0%"
+    assert "%" not in mfu_text(1.2)
+
+
+def test_side_by_side_says_when_the_peer_is_absent(tmp_path):
+    info = {}
+    assert side_by_side(tmp_path / "nanogpt", effort=None, info=info) == []
+    assert "skipped" in info["peer"] and str(tmp_path / "nanogpt") in info["peer"]
+    walls = pd.DataFrame(
+        [
+            {"section": "peer", "pair": p, "config": c, "seconds": s}
+            for p, (n, q) in enumerate([(20.0, 10.0), (18.0, 12.0), (30.0, 10.0)])
+            for c, s in (("nanogpt", n), ("posenc", q))
+        ]
+    )
+    assert speedup(walls) == 2.0  # median of 2.0, 1.5, 3.0
 
 
 @pytest.mark.parametrize("scheme", ["learned", "rope"])
@@ -39,4 +78,5 @@ def test_flops_per_token_counts_non_positional_parameters_once(scheme):
     model = GPT(ModelConfig(vocab_size=V, block_size=T, n_layer=L, n_head=2, n_embd=d, scheme=scheme))
     # tied embedding once; per block qkv 3d², proj d², MLP 8d², two LayerNorms 4d; final LayerNorm 2d
     n = V * d + L * (12 * d * d + 4 * d) + 2 * d
-    assert flops_per_token(model, T) == 6 * n + 12 * L * d * T
+    assert model.n_params - model.n_positional_params == n
+    assert flops_per_token(non_positional_params=n, n_layer=L, n_embd=d, seq_len=T) == 6 * n + 12 * L * d * T

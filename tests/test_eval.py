@@ -10,7 +10,15 @@ import torch
 from torch import nn
 
 from conftest import assert_one_line_error, run_cli
-from posenc_cli.evaluate import LogitsScorer, evaluate_length, parse_lengths, plan_windows, scored_span
+from posenc_cli.evaluate import (
+    LogitsScorer,
+    evaluate_length,
+    parse_lengths,
+    parse_overflow,
+    plan_pieces,
+    plan_windows,
+    scored_span,
+)
 from posenc_cli.errors import UsageError
 from posenc_cli.report import comparison, verdict
 
@@ -74,6 +82,44 @@ def test_perplexity_by_hand():
 def test_parse_lengths_rejects_malformed_lists(text):
     with pytest.raises(UsageError):
         parse_lengths(text)
+
+
+@pytest.mark.parametrize("span, length, context, mode", [
+    (96, 32, 8, "nonoverlap"), (96, 32, 12, "nonoverlap"), (100, 32, 8, "sliding"), (64, 16, 16, "nonoverlap")])
+def test_window_overflow_scores_every_target_once_with_at_most_context_tokens(span, length, context, mode):
+    """--learned-overflow window: a window of `length` past a table of `context` rows is scored through
+    sub-windows of `context` tokens inside it; every target once, seeing at most `context` tokens and,
+    once the window has that many, at least context − context/2 (the sub-windows' stride)."""
+    windows = plan_windows(span, length, mode)
+    pieces = plan_pieces(windows, length, context)
+    plain = scored_targets(windows, length)  # (target, context it would see in its whole window)
+    seen = [(p.start + i, i) for p in pieces for i in range(p.first_scored, min(length, context))]
+    assert sorted(t for t, _ in seen) == sorted(t for t, _ in plain) == list(range(span))
+    whole = dict(plain)
+    for target, tokens_before in seen:
+        assert tokens_before <= context - 1 and tokens_before <= whole[target]
+        assert tokens_before >= min(whole[target], context - context // 2)
+    assert all(p.offset + min(length, context) <= length for p in pieces)
+    if context >= length:
+        assert [(p.start, p.first_scored) for p in pieces] == [(w.start, length - w.scored) for w in windows]
+
+
+def test_window_overflow_never_shows_the_model_more_than_its_table():
+    class Widths(FixedDistribution):
+        def forward(self, idx):
+            self.widths.add(idx.size(1))
+            return super().forward(idx)
+
+    model = Widths([0.5, 0.25, 0.25])
+    model.widths = set()
+    tokens = torch.randint(0, 3, (97,), generator=torch.Generator().manual_seed(0))
+    capped = evaluate_length(LogitsScorer(model), tokens, span=96, length=32, context=8)
+    assert model.widths == {8} and capped.tokens == 96
+    assert capped.nll == pytest.approx(evaluate_length(LogitsScorer(model), tokens, span=96, length=32).nll)  # same targets
+    assert capped.position_count.tolist() == [3.0] * 32  # per position inside the 32-token windows
+    assert parse_overflow("window, dash") == ["window", "dash"]
+    with pytest.raises(UsageError, match="--learned-overflow truncate is not known; choose from: dash, window"):
+        parse_overflow("truncate")
 
 
 def test_parse_lengths():

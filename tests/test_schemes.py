@@ -11,6 +11,7 @@ from posenc_cli.errors import PositionOutOfRange, UsageError
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.positional import SCHEMES, build_scheme
 from posenc_cli.model.positional.alibi import alibi_slopes
+from posenc_cli.model.positional.rope import interleaved_order
 from posenc_cli.model.positional.sinusoidal import sinusoidal_table
 
 torch.manual_seed(0)
@@ -188,3 +189,52 @@ def test_embed_std_sets_the_tied_embedding_init_only():
     assert large.tok.weight.std().item() == pytest.approx(0.1, rel=0.05)
     assert large.head.weight is large.tok.weight
     assert large.blocks[0].mlp.fc.weight.std().item() == pytest.approx(0.02, rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["rope", "xpos"])
+def test_interleaved_layout_is_half_layout_with_q_k_rows_permuted(name):
+    """The chapter's pairs (2i, 2i+1) and GPT-NeoX's (i, i + D/2) are one rotation up to a fixed
+    permutation of each head's dimensions: permute the q and k rows of every qkv projection and an
+    interleaved model gives the half model's logits exactly (attention logits included)."""
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, scheme=name)
+    half = GPT(ModelConfig(**cfg)).eval()
+    interleaved = GPT(ModelConfig(**cfg, scheme_options={"layout": "interleaved"})).eval()
+    head_dim, C = 8, 16
+    per_head = interleaved_order(head_dim)
+    rows = torch.cat([h * head_dim + per_head for h in range(2)])
+    order = torch.cat([rows, C + rows, 2 * C + torch.arange(C)])  # q rows, k rows; v rows unchanged
+    state = half.state_dict()
+    for key in state:
+        if key.endswith("attn.qkv.weight"):
+            state[key] = state[key][order]
+    interleaved.load_state_dict(state)
+    x = torch.randn(1, 16, C)
+
+    def attention_logits(model):
+        q, k, _ = model.blocks[0].attn.qkv(x).split(C, dim=2)
+        q, k = model.scheme.rotate(*(t.view(1, 16, 2, head_dim).transpose(1, 2) for t in (q, k)), torch.arange(16))
+        return q @ k.mT
+
+    assert torch.allclose(attention_logits(interleaved), attention_logits(half), atol=1e-5)
+    idx = torch.randint(0, 11, (2, 16))
+    assert torch.allclose(interleaved(idx), half(idx), atol=1e-5)
+
+
+def test_an_unknown_layout_or_slope_rule_is_refused():
+    with pytest.raises(UsageError, match="scheme.layout=diagonal"):
+        build_scheme("rope", 16, 2, 8, layout="diagonal")
+    with pytest.raises(UsageError, match="scheme.slopes=bloom.*paper, chapter"):
+        build_scheme("alibi", 16, 2, 8, slopes="bloom")
+
+
+@pytest.mark.parametrize("n_head, paper, chapter", [
+    (4, [1 / 4, 1 / 16, 1 / 64, 1 / 256], [1 / 2, 1 / 4, 1 / 8, 1 / 16]),
+    (8, [2 ** -(h + 1) for h in range(8)], [2 ** -(h + 1) for h in range(8)]),
+])
+def test_alibi_slope_rules(n_head, paper, chapter):
+    """The paper's 2^(−8h/H) and the chapter's 1/2^h: different at H = 4, the same sequence at H = 8."""
+    for rule, expected in (("paper", paper), ("chapter", chapter)):
+        scheme = build_scheme("alibi", 8 * n_head, n_head, 16, slopes=rule)
+        assert scheme.slopes.tolist() == pytest.approx(expected)
+        assert torch.allclose(scheme.bias(torch.arange(5)), -torch.tensor(expected)[:, None] * torch.arange(5.0))

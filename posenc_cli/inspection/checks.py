@@ -15,7 +15,7 @@ import torch
 from posenc_cli.errors import PositionOutOfRange
 from posenc_cli.model.attention import biased_causal_attention
 from posenc_cli.model.positional import PositionalScheme
-from posenc_cli.model.positional.alibi import alibi_slopes
+from posenc_cli.model.positional.alibi import SLOPE_RULES
 
 TOL = 1e-4  # float32 round-off, relative to the size of the compared values
 SEED = 0
@@ -201,8 +201,9 @@ def check_bias_attention(scheme: PositionalScheme, length: int) -> Check:
 
 def check_linear_slopes(scheme: PositionalScheme, length: int) -> Check | None:
     """A fixed bias that is a sloped straight line in distance (ALiBi's family) has a slope per head,
-    and the chapter gives their rule: the geometric sequence 2^(−8/H), 2^(−16/H), ... Biases with
-    trained parameters (T5, KERPLE) or curved ones make no such claim: no check."""
+    and each known rule gives them: the paper's geometric 2^(−8h/H), or the chapter's code's 1/2^h. The
+    check names the rule the slopes follow. Biases with trained parameters (T5, KERPLE) or curved ones
+    make no such claim: no check."""
     curve = bias_by_distance(scheme, length)
     slopes = curve[:, 0] - curve[:, 1]
     distance = torch.arange(length, dtype=curve.dtype)
@@ -210,11 +211,51 @@ def check_linear_slopes(scheme: PositionalScheme, length: int) -> Check | None:
     curved = float((curve - line).abs().max()) > TOL * (float(curve.abs().max()) or 1.0)
     if scheme.positional_params or curved or not slopes.any():
         return None
-    rule = torch.tensor(alibi_slopes(scheme.n_head))
-    error = float((slopes / rule - 1).abs().max())
+    errors = {rule: float((slopes / torch.tensor(rule_slopes(scheme.n_head)) - 1).abs().max())
+              for rule, (rule_slopes, _) in SLOPE_RULES.items()}
+    rule = min(errors, key=errors.get)
     measured = ", ".join(f"{s:.4g}" for s in slopes.tolist())
-    return replace(below(f"linear bias: slopes follow 2^(−8h/{scheme.n_head}), max |slope/rule − 1|", error),
-                   note=f"measured slopes per head: {measured}")
+    claim = f"linear bias: slopes follow a known rule, nearest {rule} {SLOPE_RULES[rule][1]}, max |slope/rule − 1|"
+    return replace(below(claim, errors[rule]), note=f"measured slopes per head: {measured}")
+
+
+def rotated_by_distance(scheme: PositionalScheme, x: torch.Tensor, length: int) -> torch.Tensor:
+    """(N, length, D): each of the N vectors x (N, D) rotated as a query at positions 0..length-1, head 0."""
+    shape = (x.size(0), scheme.n_head, length, scheme.head_dim)
+    q = x[:, None, None, :].expand(shape).contiguous()
+    return scheme.rotate(q, q, torch.arange(length))[0][:, 0]
+
+
+@torch.no_grad()
+def difference_by_distance(scheme: PositionalScheme, length: int) -> torch.Tensor:
+    """(length,) ‖rope(x, k) − rope(x, 0)‖ / ‖x‖ for k = 0..length-1, the mean over 64 random x."""
+    x = torch.randn(64, scheme.head_dim, generator=generator())
+    turned = rotated_by_distance(scheme, x, length)
+    return ((turned - turned[:, :1]).norm(dim=-1) / x.norm(dim=-1, keepdim=True)).mean(0)
+
+
+def check_farther_differs_more(scheme: PositionalScheme, length: int) -> Check:
+    """The chapter: farther positions → larger difference. Measured as a curve over every distance k:
+    each pair's share of the difference, 2 − 2cos(kθ_i), falls again once kθ_i passes π, so the
+    claim holds only up to the distance where the fastest pairs start to wrap."""
+    curve = difference_by_distance(scheme, length)
+    rises = curve[1:] > curve[:-1]
+    holds_to = int((~rises).nonzero()[0]) if not rises.all() else length - 1
+    claim = "farther → larger difference: ‖rope(x, k) − rope(x, 0)‖ grows with k, for every k < length"
+    note = (f"grows for k = 0..{holds_to}; after that it grows on {float(rises[holds_to:].float().mean()):.0%} "
+            f"of the steps k → k+1 up to {length - 1} (the fast pairs wrap past kθ = π)")
+    return Check(claim, holds_to == length - 1, f"holds up to k = {holds_to}", f"k = {length - 1}", note=note)
+
+
+@torch.no_grad()
+def rotary_demo(scheme: PositionalScheme) -> dict[str, float]:
+    """The chapter's demo on one vector x (seed 0): norms kept, and the difference from position 0 at
+    positions 1 and 3."""
+    x = torch.randn(1, scheme.head_dim, generator=generator())
+    turned = rotated_by_distance(scheme, x, 4)[0]
+    return {"‖x‖": float(x.norm()), "‖rope(x, 1)‖": float(turned[1].norm()), "‖rope(x, 3)‖": float(turned[3].norm()),
+            "|rope(x, 1) − rope(x, 0)|": float((turned[1] - turned[0]).norm()),
+            "|rope(x, 3) − rope(x, 0)|": float((turned[3] - turned[0]).norm())}
 
 
 def run_checks(scheme: PositionalScheme, length: int) -> list[Check]:
@@ -228,7 +269,7 @@ def run_checks(scheme: PositionalScheme, length: int) -> list[Check]:
             checks.append(check_past_max_len(scheme))
     if scheme.kind == "rotary":
         checks += [check_norms(scheme, length)] if scheme.preserves_norms else []
-        checks.append(check_relative(scheme, length))
+        checks += [check_relative(scheme, length), check_farther_differs_more(scheme, length)]
     if scheme.adds_bias:
         checks.append(check_bias_attention(scheme, length))
         slopes = check_linear_slopes(scheme, length)

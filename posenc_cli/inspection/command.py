@@ -9,9 +9,10 @@ from pathlib import Path
 import torch
 
 from posenc_cli.errors import UsageError
-from posenc_cli.inspection.checks import SEED, Check, bias_by_distance, run_checks
+from posenc_cli.inspection.checks import SEED, Check, bias_by_distance, rotary_demo, run_checks
 from posenc_cli.inspection.figures import figure_attention, write_figures
-from posenc_cli.model.positional import SCHEMES, PositionalScheme, build_scheme
+from posenc_cli.model.positional import PositionalScheme, build_scheme
+from posenc_cli.model.positional.alibi import SLOPE_RULES
 
 
 @dataclass
@@ -30,24 +31,32 @@ def validated_length(length: int) -> int:
     return length
 
 
-def fresh_scheme(name: str, dim: int, heads: int, length: int) -> PositionalScheme:
-    if name not in SCHEMES:
-        raise UsageError(f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}")
+def fresh_scheme(name: str, dim: int, heads: int, length: int, options: dict[str, str]) -> PositionalScheme:
     if dim < 1 or heads < 1 or dim % heads:
         raise UsageError(f"--dim {dim} and --heads {heads}: both must be positive and dim a multiple of heads")
     torch.manual_seed(SEED)  # a learned table's initial vectors, so the report repeats exactly
-    return build_scheme(name, dim, heads, validated_length(length))
+    try:
+        return build_scheme(name, dim, heads, validated_length(length), **options)
+    except TypeError:
+        given = " ".join(f"--{key} {value}" for key, value in options.items())
+        raise UsageError(f"{given}: scheme {name} has no such option; --layout is for rope and xpos, "
+                         "--slopes for alibi") from None
 
 
 def inspect_scheme(*, name: str | None = None, dim: int | None = None, length: int | None = None,
                    heads: int | None = None, out: Path | None = None, run_dir: Path | None = None,
-                   layer: int = 0, head: int = 0) -> Inspection:
-    """Checks and figures for a fresh scheme, or for the trained scheme of `run_dir`."""
+                   layer: int = 0, head: int = 0, options: dict[str, str] | None = None) -> Inspection:
+    """Checks and figures for a fresh scheme (built with `options`, e.g. layout=interleaved), or for
+    the trained scheme of `run_dir`."""
+    options = options or {}
     if run_dir is None:
         if name is None:
             raise UsageError("name a scheme (posenc inspect SCHEME) or a run (--run RUN_DIR)")
         length = length or 128
-        scheme, label = fresh_scheme(name, dim or 128, heads or 4, length), name
+        scheme = fresh_scheme(name, dim or 128, heads or 4, length, options)
+        label = name + "".join(f" ({key}={value})" for key, value in options.items())
+    elif options:
+        raise UsageError(f"--{next(iter(options))} applies to a fresh scheme; --run's scheme keeps its trained options")
     else:
         from posenc_cli.runs import load_run
 
@@ -91,8 +100,12 @@ def print_report(result: Inspection) -> None:
     for check in result.checks:
         if check.note:
             ui.out.print(f"  {check.claim.split(':')[0]}: {check.note}", markup=False, highlight=False)
+    if s.kind == "rotary":
+        print_rotary_demo(s)
     if s.adds_bias:
         print_bias_by_distance(s, result.length)
+    if any(c.claim.startswith("linear bias") for c in result.checks):
+        print_slope_rules(s.n_head)
     failed = sum(not c.passed for c in result.checks)
     ui.out.print(f"{len(result.checks)} checks: {len(result.checks) - failed} PASS, {failed} FAIL", highlight=False)
     for path in result.figures:
@@ -115,3 +128,36 @@ def print_bias_by_distance(scheme: PositionalScheme, length: int) -> None:
     for h in range(min(scheme.n_head, 8)):
         table.add_row(str(h), *(f"{float(curve[h, d]) + 0.0:.3g}" for d in distances))
     ui.out.print(table)
+
+
+def print_rotary_demo(scheme: PositionalScheme) -> None:
+    from posenc_cli import ui
+
+    numbers = ", ".join(f"{name} = {value:.4f}" for name, value in rotary_demo(scheme).items())
+    ui.out.print(f"The chapter's demo, one vector x (seed {SEED}, d = {scheme.head_dim}): {numbers}",
+                 markup=False, highlight=False)
+
+
+def print_slope_rules(n_head: int, size: int = 5) -> None:
+    """Both ALiBi slope rules side by side, and the bias matrix each gives the first and last head."""
+    from rich import box
+    from rich.table import Table
+
+    from posenc_cli import ui
+
+    rules = {rule: rule_slopes(n_head) for rule, (rule_slopes, _) in SLOPE_RULES.items()}
+    table = Table(title=f"ALiBi slopes, H = {n_head} (scheme.slopes)", box=box.SIMPLE_HEAD)
+    table.add_column("head h", justify="right")
+    for rule, (_, formula) in SLOPE_RULES.items():
+        table.add_column(f"{rule} {formula}", justify="right")
+    for h in range(n_head):
+        table.add_row(str(h + 1), *(f"{rules[rule][h]:.6g}" for rule in rules))
+    ui.out.print(table)
+    distance = (torch.arange(size)[:, None] - torch.arange(size)[None, :]).clamp(min=0)  # i − j, keys j ≤ i
+    for rule, slopes in rules.items():
+        for h in sorted({0, n_head - 1}):
+            rows = (-slopes[h] * distance).masked_fill(distance.T > 0, math.nan).tolist()
+            text = "\n".join("  " + " ".join("        ·" if math.isnan(v) else f"{v + 0.0:9.4g}" for v in row)
+                             for row in rows)
+            ui.out.print(f"{rule} bias, head {h + 1} (slope {slopes[h]:.6g}), query i down, key j across:\n{text}",
+                         markup=False, highlight=False)

@@ -12,6 +12,7 @@ from posenc_cli.atomic import write_with
 from posenc_cli.inspection.checks import (
     bias_by_distance,
     bias_matrix,
+    difference_by_distance,
     generator,
     layer_attention,
     position_vectors,
@@ -73,6 +74,34 @@ def figures_additive(scheme: PositionalScheme, length: int, out: Path, label: st
     ax.set(xlabel="position j", ylabel="position i", title=f"{label}: cosine similarity of positions")
     fig.colorbar(image, ax=ax)
     written.append(write_png(fig, out / "pe_cosine.png"))
+    if scheme.max_len is None:  # computed, so it can be drawn past the length it was trained or checked at
+        written += figures_past_length(scheme, length, out, label)
+    return written
+
+
+def figures_past_length(scheme: PositionalScheme, length: int, out: Path, label: str) -> list[Path]:
+    """The chapter: high-frequency components behave uncontrollably past the training length. Each
+    dimension drawn to 4× the length, and PE(pos)·PE(pos+k) for offsets k inside and past it."""
+    plt = pyplot()
+    pe = position_vectors(scheme, 4 * length).numpy()
+    width = pe.shape[1]
+    fig, axes = plt.subplots(3, 1, figsize=(7.2, 5.6), sharex=True)
+    for ax, dim in zip(axes, sorted({0, width // 4 * 2, width - 2})):
+        ax.plot(pe[:, dim], linewidth=0.8)
+        ax.axvspan(length, 4 * length, color="0.9")
+        ax.set(ylabel=f"dim {dim}")
+    axes[0].set_title(f"{label}: dimensions past the length {length} (shaded)")
+    axes[-1].set(xlabel="position")
+    written = [write_png(fig, out / "pe_past_length.png")]
+    fig, ax = plt.subplots(figsize=(7.2, 3.6))
+    offsets = np.arange(3 * length + 1)
+    for pos in (0, length // 2, length - 1):
+        ax.plot(offsets, (pe[pos] * pe[pos + offsets]).sum(-1), linewidth=0.8, label=f"pos {pos}")
+    ax.axvspan(length, 3 * length, color="0.9")
+    ax.set(xlabel="offset k (shaded: k past the length)", ylabel="PE(pos)·PE(pos+k)",
+           title=f"{label}: similarity of positions k apart")
+    ax.legend(fontsize=8)
+    written.append(write_png(fig, out / "pe_dot_by_offset.png"))
     return written
 
 
@@ -99,6 +128,11 @@ def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str)
     ax.set(xlabel="relative distance m − n", ylabel="q_m·k_n / ‖q‖‖k‖", title=f"{label}: logit vs distance")
     ax.legend(fontsize=8)
     written.append(write_png(fig, out / "rotary_logit_vs_distance.png"))
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ax.plot(difference_by_distance(scheme, length).numpy())
+    ax.set(xlabel="distance k", ylabel="‖rope(x, k) − rope(x, 0)‖ / ‖x‖",
+           title=f"{label}: farther → larger difference? (mean of 64 x)")
+    written.append(write_png(fig, out / "rotary_difference_vs_distance.png"))
     return written
 
 

@@ -1,6 +1,7 @@
 """Positional schemes by name. Adding one: a module here, an entry in SCHEMES, a yaml in configs/scheme/.
 
-SCHEMES' order is the chapters' order, the one every table and help text shows.
+SCHEMES' order is the chapters' order, the one every table and help text shows. Any of them combine as
+`A+B` (composite.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 from posenc_cli.errors import UsageError
 from posenc_cli.model.positional.alibi import ALiBi
 from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme
+from posenc_cli.model.positional.composite import Composite
 from posenc_cli.model.positional.kerple import Kerple
 from posenc_cli.model.positional.learned import Learned
 from posenc_cli.model.positional.rope import RoPE
@@ -28,8 +30,14 @@ def claim_for(label: str) -> Claim:
 
 
 def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options: Any) -> PositionalScheme:
+    """One scheme by name; `A+B` is the composite of A and B, its options per part in `parts`."""
+    if "+" in name:
+        parts = options.pop("parts", None) or name.split("+")
+        if options:
+            raise UsageError(f"scheme={name} takes options per part (scheme.parts.N.OPTION), not {', '.join(options)}")
+        return Composite(n_embd, n_head, block_size, name=name, parts=parts, build=build_scheme)
     if name not in SCHEMES:
-        raise UsageError(f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}")
+        raise UsageError(f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}, or parts joined by +")
     return SCHEMES[name](n_embd, n_head, block_size, **options)
 
 

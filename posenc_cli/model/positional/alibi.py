@@ -1,6 +1,8 @@
 """ALiBi (Press et al. 2022): no embedding; score(i, j) gets -slope_h * (i - j) for keys j <= i.
 
 The bias is added to the scaled scores as they are (not divided by sqrt(d)), as in the paper.
+`scheme.slopes` picks the slopes: `paper` (default), the geometric 2^(-8h/H); or `chapter`, the
+chapter's code's 1/2^h, h = 1..H (its |i - j| equals i - j on the keys a causal model attends to).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import math
 
 import torch
 
+from posenc_cli.errors import UsageError
 from posenc_cli.model.positional.base import Claim, PositionalScheme, per_head
 
 
@@ -26,6 +29,15 @@ def alibi_slopes(n_head: int) -> list[float]:
     return power_of_two(lower) + power_of_two(2 * lower)[0::2][: n_head - lower]
 
 
+def chapter_slopes(n_head: int) -> list[float]:
+    """The chapter's code: 1/2, 1/4, ..., 1/2^H, whatever H."""
+    return [2.0 ** -(h + 1) for h in range(n_head)]
+
+
+# rule -> (slopes for H heads, the rule as written)
+SLOPE_RULES = {"paper": (alibi_slopes, "2^(−8h/H)"), "chapter": (chapter_slopes, "1/2^h")}
+
+
 class ALiBi(PositionalScheme):
     name = "alibi"
     kind = "bias"
@@ -33,9 +45,16 @@ class ALiBi(PositionalScheme):
     adds_bias = True
     claim = Claim("very strong", "极强", "BLOOM")
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int):
+    def __init__(self, n_embd: int, n_head: int, block_size: int, slopes: str = "paper"):
         super().__init__(n_embd, n_head, block_size)
-        self.register_buffer("slopes", torch.tensor(alibi_slopes(n_head)), persistent=False)
+        if slopes not in SLOPE_RULES:
+            raise UsageError(f"scheme.slopes={slopes} is not known; choose one of: {', '.join(SLOPE_RULES)}")
+        self.slope_rule = slopes
+        self.register_buffer("slopes", torch.tensor(SLOPE_RULES[slopes][0](n_head)), persistent=False)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.slope_rule == "paper" else f"{self.name}+{self.slope_rule}-slopes"
 
     def bias(self, distance):
         return -per_head(self.slopes, distance) * distance.clamp(min=0).to(self.slopes.dtype)

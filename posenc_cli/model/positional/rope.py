@@ -1,9 +1,10 @@
 """Rotary position embedding (Su et al. 2021; LLaMA, Qwen, Mistral).
 
-Pair layout: split halves, as in GPT-NeoX and HF LLaMA: dimension i is paired with i + D/2 (the
-chapter pairs 2i with 2i+1; the two layouts are the same rotation up to a fixed permutation of the
-head dimensions, so every property below holds for both). Pair i turns by angle m·θ_i at position m,
-θ_i = base^(-2i/D); rotations compose, so q_m·k_n depends on m - n only.
+Pair layout (`scheme.layout`): `half` (default) pairs dimension i with i + D/2, as GPT-NeoX and HF
+LLaMA do; `interleaved` pairs 2i with 2i+1, as the chapter's RotaryEmbedding does. The two are the
+same rotation up to a fixed permutation of the head dimensions (LAYOUTS), so every property below
+holds for both. Pair i turns by angle m·θ_i at position m, θ_i = base^(-2i/D); rotations compose,
+so q_m·k_n depends on m - n only.
 """
 
 from __future__ import annotations
@@ -20,8 +21,28 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-second, first), dim=-1)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return x * cos + rotate_half(x) * sin
+def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((-odd, even), dim=-1).flatten(-2)
+
+
+def spread_half(per_pair: torch.Tensor) -> torch.Tensor:
+    """(..., D/2) one value per pair -> (..., D) on the dimensions of each pair: i and i + D/2."""
+    return torch.cat((per_pair, per_pair), dim=-1)
+
+
+def spread_interleaved(per_pair: torch.Tensor) -> torch.Tensor:
+    """(..., D/2) one value per pair -> (..., D) on the dimensions of each pair: 2i and 2i + 1."""
+    return per_pair.repeat_interleave(2, dim=-1)
+
+
+# layout -> (the pair partner of each dimension, turned by 90°; one value per pair spread over its dimensions)
+LAYOUTS = {"half": (rotate_half, spread_half), "interleaved": (rotate_interleaved, spread_interleaved)}
+
+
+def interleaved_order(head_dim: int) -> torch.Tensor:
+    """Dimension order that takes a half-layout vector to the interleaved layout: x_int = x_half[order]."""
+    return torch.arange(head_dim).view(2, -1).T.flatten()
 
 
 class RoPE(PositionalScheme):
@@ -33,8 +54,12 @@ class RoPE(PositionalScheme):
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0, scaling: str = "none",
                  scaling_factor: float | None = None, scaling_len: int | None = None,
-                 yarn_alpha: float = 1.0, yarn_beta: float = 32.0):
+                 yarn_alpha: float = 1.0, yarn_beta: float = 32.0, layout: str = "half"):
         super().__init__(n_embd, n_head, block_size)
+        if layout not in LAYOUTS:
+            raise UsageError(f"scheme.layout={layout} is not known; choose one of: {', '.join(LAYOUTS)}")
+        self.layout = layout
+        self.turn, self.spread = LAYOUTS[layout]
         if self.head_dim % 2:
             raise UsageError(
                 f"{self.name} needs an even head_dim, got n_embd/n_head = {n_embd}/{n_head} = {self.head_dim}; "
@@ -48,7 +73,8 @@ class RoPE(PositionalScheme):
 
     @property
     def label(self) -> str:
-        return self.name if self.scaling is None else f"{self.name}+{self.scaling.method}"
+        layout = "" if self.layout == "half" else f"+{self.layout}"
+        return self.name + layout + ("" if self.scaling is None else f"+{self.scaling.method}")
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         """Per-pair inverse frequencies and a factor on cos/sin for a sequence of `seq_len`."""
@@ -60,10 +86,10 @@ class RoPE(PositionalScheme):
         """(..., T) positions -> cos, sin shaped (..., T, head_dim)."""
         inv_freq, factor = self.frequencies(positions.size(-1))
         angles = positions.to(torch.float64)[..., None] * inv_freq.to(positions.device)
-        angles = torch.cat((angles, angles), dim=-1)
+        angles = self.spread(angles)
         return (angles.cos() * factor).float(), (angles.sin() * factor).float()
 
     def rotate(self, q, k, positions):
         cos, sin = self.cos_sin(positions)
         cos, sin = cos.unsqueeze(-3).to(q.dtype), sin.unsqueeze(-3).to(q.dtype)  # over the head axis
-        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return q * cos + self.turn(q) * sin, k * cos + self.turn(k) * sin

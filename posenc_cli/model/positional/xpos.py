@@ -22,8 +22,8 @@ class XPos(RoPE):
     claim = Claim(used_by="LEX Transformer (TorchScale)")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0,
-                 gamma: float = 0.4, scale_base: float = 512.0, **scaling):
-        super().__init__(n_embd, n_head, block_size, base, **scaling)
+                 gamma: float = 0.4, scale_base: float = 512.0, **rope_options):
+        super().__init__(n_embd, n_head, block_size, base, **rope_options)
         self.scale_base = scale_base
         zeta = (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim + gamma) / (1 + gamma)
         self.register_buffer("zeta", zeta, persistent=False)
@@ -32,7 +32,7 @@ class XPos(RoPE):
         """(..., T, head_dim): ζ_j^(n/B) for each position n (centred) and each dimension's pair j."""
         centred = positions.to(torch.float64) - positions.to(torch.float64).mean(-1, keepdim=True)
         scale = self.zeta.to(positions.device) ** (centred[..., None] / self.scale_base)
-        return torch.cat((scale, scale), dim=-1).float()
+        return self.spread(scale).float()
 
     def rotate(self, q, k, positions):
         q, k = super().rotate(q, k, positions)

@@ -1,0 +1,106 @@
+"""`posenc bench`: training and evaluation speed on the paths users run, against this machine's limits.
+
+- peak.py: the GEMM peak of each precision (fp32, bf16), the denominator of MFU.
+- training.py: `posenc train`'s own training function, timed per eval interval (median reported).
+- peer.py: whole `posenc train` processes side by side with nanoGPT's CPU recipe, alternated.
+- memory.py: evaluation speed and peak memory, each case in a fresh process.
+- main_job.py: wall time of the README's main job.
+- markdown.py: bench.md, with the targets of configs/bench_targets.yaml.
+
+Everything is measured in one run so the ratios (MFU, each scheme against rope, posenc against
+nanoGPT) stay meaningful on a busy machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from posenc_cli.bench.markdown import machine, write_outputs
+
+__all__ = ["Effort", "FULL", "QUICK", "run_bench", "write_outputs"]
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How long to measure: the full benchmark, or --quick's smoke version."""
+
+    gemm_size: int = 2048
+    gemm_repeats: int = 10
+    train_intervals: int = 3  # eval intervals of training timed per run; the median one is reported
+    eval_tokens: int = 16384  # tokens scored per evaluation case (at least one window)
+    peer_steps: int = 400  # steps of each whole-process run in the nanoGPT side-by-side
+    peer_pairs: int = 3  # alternated (nanoGPT, posenc) pairs; the median ratio is reported
+    overrides: tuple[str, ...] = ()  # on top of each benchmarked configuration
+
+
+FULL = Effort()
+QUICK = Effort(
+    gemm_size=256,
+    gemm_repeats=2,
+    train_intervals=2,
+    eval_tokens=64,
+    peer_steps=20,
+    peer_pairs=1,
+    overrides=(
+        "model.n_layer=1",
+        "model.n_embd=32",
+        "model.n_head=2",
+        "train.block_size=16",
+        "train.batch_size=2",
+        "data.n_chars=5000",
+        "train.eval_interval=2",
+        "train.log_interval=1",
+        "train.checkpoint_interval=2",
+        "train.eval_batches=1",
+    ),
+)
+
+
+def run_bench(
+    *,
+    quick: bool = False,
+    main_job: bool = False,
+    levers: bool = False,
+    schemes: list[str] | None = None,
+    peer: Path | None = None,
+) -> tuple[pd.DataFrame, dict]:
+    """Every section of the benchmark as tidy rows, and the machine it ran on. `peer`: nanoGPT's
+    peer directory (with run.sh); None or absent: the side-by-side is skipped and says so."""
+    from posenc_cli.bench.main_job import bench_main_job
+    from posenc_cli.bench.memory import bench_eval
+    from posenc_cli.bench.peak import Peak
+    from posenc_cli.bench.peer import side_by_side
+    from posenc_cli.bench.training import bench_levers, bench_training
+    from posenc_cli.model.positional import SCHEMES
+
+    effort = QUICK if quick else FULL
+    schemes = schemes or list(SCHEMES)
+    info = machine()
+    peak = Peak(effort.gemm_size, effort.gemm_repeats)
+    peak.measure()
+    rows = bench_training(schemes, effort, peak)
+    if levers:
+        rows += bench_levers(effort, peak)
+    rows = [*peak.rows(), *[peak.with_mfu(row) for row in rows]]
+    rows += side_by_side(peer, effort, info)
+    rows += bench_eval(schemes, effort)
+    if main_job:
+        rows += bench_main_job(quick)
+    info["load_avg_1min_at_end"] = round(os.getloadavg()[0], 2)
+    return add_ratios(pd.DataFrame(rows)), info
+
+
+def add_ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """tokens/s of each scheme over rope's at the same config and length."""
+    df = df.copy()
+    df["vs_rope"] = float("nan")
+    compared = df[df["section"].isin(["train", "eval"]) & df["tokens_per_s"].notna()]
+    for _, group in compared.groupby(["section", "config", "length"]):
+        rope = group[group["scheme"] == "rope"]["tokens_per_s"]
+        if len(rope):
+            df.loc[group.index, "vs_rope"] = group["tokens_per_s"] / rope.iloc[0]
+    return df

@@ -1,0 +1,72 @@
+"""Several schemes at once (`scheme=sinusoidal+learned`): the chapter's "highway" question, for any parts.
+
+Each hook combines the parts' hooks, so the model still sees one scheme through the same three hooks:
+- embed: what each part adds to the token embeddings is added, x + Σ (part.embed(x) − x), so the
+  order of additive parts does not matter and a part that rescales x (sinusoidal's √d) still does;
+- rotate: the parts' rotations applied in order;
+- bias: the parts' biases summed.
+The facts follow the parts: positional parameters are their sum, max_len the tightest bounded part's,
+the relative-position kind the strongest of theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from posenc_cli.errors import UsageError
+from posenc_cli.model.positional.base import PositionalScheme
+
+RELATIVE_STRENGTH = ("none", "implicit", "explicit")
+
+
+def part_spec(part: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A part as written in scheme.parts: a scheme name, or {name: NAME, option: value, ...}."""
+    if isinstance(part, str):
+        return part, {}
+    options = dict(part)
+    if "name" not in options:
+        raise UsageError(f"scheme.parts entry {options} has no name; write {{name: SCHEME, option: value}}")
+    return options.pop("name"), options
+
+
+class Composite(PositionalScheme):
+    kind = "composite"  # replaced per instance by the parts' kind when they share one
+
+    def __init__(self, n_embd: int, n_head: int, block_size: int, name: str,
+                 parts: Sequence[str | Mapping[str, Any]], build: Callable[..., PositionalScheme]):
+        super().__init__(n_embd, n_head, block_size)
+        specs = [part_spec(p) for p in parts]
+        written = "+".join(part_name for part_name, _ in specs)
+        if written != name:
+            raise UsageError(f"scheme.parts lists {written} but the scheme is {name}; use scheme={written}")
+        self.parts = nn.ModuleList(build(part_name, n_embd, n_head, block_size, **options)
+                                   for part_name, options in specs)
+        self.name = name
+        kinds = {p.kind for p in self.parts} - {"none"}
+        self.kind = kinds.pop() if len(kinds) == 1 else ("none" if not kinds else "composite")
+        self.relative = max((p.relative for p in self.parts), key=RELATIVE_STRENGTH.index)
+        self.param_formula = " + ".join(p.param_formula for p in self.parts if p.param_formula != "0") or "0"
+        self.preserves_norms = all(p.preserves_norms for p in self.parts)
+        self.adds_bias = any(p.adds_bias for p in self.parts)
+
+    @property
+    def max_len(self) -> int | None:
+        bounded = [p.max_len for p in self.parts if p.max_len is not None]
+        return min(bounded) if bounded else None
+
+    def embed(self, x, positions):
+        first, *others = self.parts
+        return first.embed(x, positions) + sum(part.embed(x, positions) - x for part in others)
+
+    def rotate(self, q, k, positions):
+        for part in self.parts:
+            q, k = part.rotate(q, k, positions)
+        return q, k
+
+    def bias(self, distance):
+        biases = [part.bias(distance) for part in self.parts if part.adds_bias]
+        return torch.stack(biases).sum(0) if biases else None
