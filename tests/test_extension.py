@@ -16,7 +16,7 @@ from posenc_cli.checkpoint import FILENAME, save_checkpoint
 from posenc_cli.config import preflight
 from posenc_cli.data import load_corpus, random_positions
 from posenc_cli.errors import UsageError
-from posenc_cli.evaluate import scaling_variants
+from posenc_cli.runs import LoadedRun
 from posenc_cli.init_from import initial_state, lineage, source_checkpoint
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.positional import build_scheme
@@ -74,7 +74,7 @@ def test_scaling_while_training_is_the_eval_formula():
     trained = build_scheme("rope", 32, 2, 1024, scaling="yarn", scaling_factor=4)
     run = SimpleNamespace(model=SimpleNamespace(scheme=build_scheme("rope", 32, 2, 256)), train_len=256,
                           path="run")
-    (options,) = scaling_variants(run, ["yarn"], 4.0)
+    (options,) = LoadedRun.variants(run, ["yarn"], 4.0)
     at_eval = build_scheme("rope", 32, 2, 256, **options)
     assert trained.scaling == at_eval.scaling == RopeScaling("yarn", 256, 4.0)
     positions = torch.arange(2048)
@@ -86,9 +86,9 @@ def test_scaling_while_training_is_the_eval_formula():
 def test_a_baked_in_scaling_refuses_another_on_top():
     baked = build_scheme("xpos", 32, 2, 1024, scaling="linear", scaling_factor=4)
     run = SimpleNamespace(model=SimpleNamespace(scheme=baked), train_len=1024, path="ft")
-    assert scaling_variants(run, ["none"], None) == [{}]  # evaluated as trained
+    assert LoadedRun.variants(run, ["none"], None) == [{}]  # evaluated as trained
     with pytest.raises(UsageError, match="scheme.scaling=linear.*do not compose"):
-        scaling_variants(run, ["none", "yarn"], None)
+        LoadedRun.variants(run, ["none", "yarn"], None)
 
 
 def test_randomized_positions_are_sorted_distinct_in_range_and_seeded():
