@@ -238,13 +238,13 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
 
     from posenc_cli import ui
     from posenc_cli.data.stream import read_text
-    from posenc_cli.report import tokenizer_label
+    from posenc_cli.report import mixes_own_tokenizers, tokenizer_label
     from posenc_cli.runs import announce
 
     eval_text = read_text(data_path, what="--data") if data_path else None
     corpora: dict[str, torch.Tensor] = {}
     plans = {}  # run -> (tokens, weights, unigram ppl, lengths, span, variants): bad input is found before any work
-    mixed = len({run.tokenizer_name for run in runs}) > 1  # then columns say which: "rope [bpe]"
+    mixed = mixes_own_tokenizers(runs)  # then columns say which: "rope [bpe]"
     for run in runs:
         tokens, weights = run.eval_tokens(eval_text, corpora)
         run_lengths = sorted(set(lengths) | {run.train_len})

@@ -126,10 +126,10 @@ def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, se
     import pandas as pd
 
     from posenc_cli import ui
-    from posenc_cli.report import tokenizer_label
+    from posenc_cli.report import mixes_own_tokenizers, tokenizer_label
 
     fillers: dict[str, torch.Tensor] = {}
-    mixed = len({run.tokenizer_name for run in runs}) > 1  # label columns as eval does: "rope [bpe]"
+    mixed = mixes_own_tokenizers(runs)  # label columns as eval does: "rope [bpe]"
     rows = []
     with ui.progress() as bar:
         task = bar.add_task("probe", total=sum(len(set(lengths) | {r.train_len}) for r in runs) * len(depths), status="")

@@ -105,6 +105,12 @@ def tokenizer_label(scheme: str, tokenizer: str) -> str:
     return f"{scheme} [{tokenizer}]" if tokenizer in TOKENIZERS else scheme
 
 
+def mixes_own_tokenizers(runs) -> bool:
+    """Whether posenc's own runs among `runs` use more than one tokenizer (Hugging Face models are named
+    by their model, so they never need the label)."""
+    return len({run.tokenizer_name for run in runs if run.tokenizer_name in TOKENIZERS}) > 1
+
+
 def without_tokenizer(label: str) -> str:
     """"rope [bpe]" -> "rope": the scheme a column's claims and facts are about."""
     return label.partition(" [")[0]

@@ -116,5 +116,5 @@ def test_trained_composite_and_interleaved_runs_evaluate_like_any_other(tmp_path
     ppl = pd.read_csv(tmp_path / "ev" / "ppl.csv").set_index(["scheme", "eval_len"])["ppl"]
     assert ppl[("sinusoidal+learned", 128)] != ppl[("sinusoidal+learned", 128)]  # NaN: past its table of 64
     assert ppl[("sinusoidal+learned+window", 64)] == ppl[("sinusoidal+learned", 64)]
-    assert 1 < ppl[("sinusoidal+learned+window", 128)] < 40 and 1 < ppl[("rope", 128)] < 40
+    assert 1 < ppl[("sinusoidal+learned+window", 128)] < 40 and 1 < ppl[("rope+interleaved", 128)] < 40
     assert "sliding windows of 64 tokens" in (tmp_path / "ev" / "comparison.md").read_text()

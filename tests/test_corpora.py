@@ -18,7 +18,7 @@ from posenc_cli.errors import UsageError
 from posenc_cli.probe import make_trials
 
 TEXT = (
-    "the quick brown fox jumps over the lazy dog. naïve café, 東京 — ünïcödé 🙂\n" * 40
+    "the quick brown fox jumps over the lazy dog. naïve café, 東京 — ünïcödé 🙂 0123456789\n" * 40
     + passkey.key_sentence("40913")
     + passkey.QUESTION
     + passkey.answer("40913")

@@ -165,7 +165,7 @@ def test_learned_past_its_table_is_a_dash_and_the_report_names_the_models(tiny, 
         "—",
         "bloom",
     ]  # rope, rope+linear, bloom (alibi)
-    assert "bits per byte @ 512" in comparison  # the table mixes tokenizers
+    assert "| bpb @ 512 |" in comparison  # the table mixes tokenizers
     assert set(evaluated.scheme) >= {"rope", "rope+linear", "llama (rope+linear)", "neox (rope+linear)"}
     assert "gpt2 (learned+linear)" not in set(evaluated.scheme)  # only rotary models take RoPE scaling
 

@@ -71,12 +71,6 @@ class Vocab(TokenizerBase):
     def token_ends(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         return self.encode_array(text, strict=False), np.arange(1, len(text) + 1)
 
-    def token_bytes(self, ids: torch.Tensor) -> torch.Tensor:
-        """UTF-8 bytes of each token's character (<unk> counts as one byte: the character it replaced
-        is gone)."""
-        table = torch.tensor([1 if c == UNK else len(c.encode("utf-8")) for c in self.chars], dtype=torch.long)
-        return table[ids]
-
     def decode(self, ids) -> str:
         return "".join(UNK_TEXT if self.chars[int(i)] == UNK else self.chars[int(i)] for i in ids)
 
