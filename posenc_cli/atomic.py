@@ -58,7 +58,9 @@ def output_set(out: Path) -> Iterator[None]:
     remove_leftovers(out)
     (out / MANIFEST).unlink(missing_ok=True)
     yield
-    files = sorted(p.name for p in out.iterdir() if p.is_file() and p.name != MANIFEST and not p.name.startswith("."))
+    files = sorted(
+        p.name for p in out.iterdir() if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")
+    )
     write_text(out / MANIFEST, json.dumps({"complete": True, "files": files}, indent=2) + "\n")
 
 

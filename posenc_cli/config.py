@@ -31,8 +31,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from posenc_cli import composite_configs  # noqa: F401 - registers scheme=A+B with Hydra
-from posenc_cli.data import check_tokenizer_options, corpus_kind, require_same_corpus
-from posenc_cli.data import stream
+from posenc_cli.data import check_tokenizer_options, corpus_kind, require_same_corpus, stream
 from posenc_cli.data.synthetic import SyntheticSpec
 from posenc_cli.device import PRECISIONS, resolve_device
 from posenc_cli.errors import UsageError, nearest, require_int, require_number, require_positive_int
@@ -42,7 +41,10 @@ from posenc_cli.ownership import resumed_config
 from posenc_cli.tracking import check_loggers
 
 EXHAUSTIVE_SWEEP_POINTS = 64
-POSITIONS = ("ordinary", "randomized")  # larger sweeps: every value of every key is checked, not every combination
+POSITIONS = (
+    "ordinary",
+    "randomized",
+)  # larger sweeps: every value of every key is checked, not every combination
 
 
 @dataclass
@@ -62,13 +64,26 @@ class TrainConfig:
     resume: Optional[str] = None  # a run directory to continue from (true: the newest under outputs/runs)
     precision: str = "auto"  # auto: bf16 autocast on native-bf16 hardware, else fp32 | fp32 | bf16
     threads: Optional[int] = None  # torch threads per job; null = torch's default
-    init_from: Optional[str] = None  # a run whose weights start this new run (fine-tuning, e.g. at a longer block_size)
-    positions: str = "ordinary"  # ordinary: 0..T-1 | randomized: sorted random positions from [0, max_position)
-    max_position: Optional[int] = None  # L_max for positions=randomized (>= block_size); eval always uses 0..L-1
+    init_from: Optional[str] = (
+        None  # a run whose weights start this new run (fine-tuning, e.g. at a longer block_size)
+    )
+    positions: str = (
+        "ordinary"  # ordinary: 0..T-1 | randomized: sorted random positions from [0, max_position)
+    )
+    max_position: Optional[int] = (
+        None  # L_max for positions=randomized (>= block_size); eval always uses 0..L-1
+    )
 
     def __post_init__(self) -> None:
-        for key in ("max_steps", "batch_size", "block_size", "log_interval", "eval_interval", "eval_batches",
-                    "checkpoint_interval"):
+        for key in (
+            "max_steps",
+            "batch_size",
+            "block_size",
+            "log_interval",
+            "eval_interval",
+            "eval_batches",
+            "checkpoint_interval",
+        ):
             require_positive_int(f"train.{key}", getattr(self, key))
         require_int("train.warmup_steps", self.warmup_steps)
         require_number("train.lr", self.lr, above=0)
@@ -78,12 +93,18 @@ class TrainConfig:
         if self.threads is not None:
             require_positive_int("train.threads", self.threads)
         if self.precision not in PRECISIONS:
-            raise UsageError(f"train.precision={self.precision} is not known; choose one of: {', '.join(PRECISIONS)}")
+            raise UsageError(
+                f"train.precision={self.precision} is not known; choose one of: {', '.join(PRECISIONS)}"
+            )
         if self.positions not in POSITIONS:
-            raise UsageError(f"train.positions={self.positions} is not known; choose one of: {', '.join(POSITIONS)}")
+            raise UsageError(
+                f"train.positions={self.positions} is not known; choose one of: {', '.join(POSITIONS)}"
+            )
         if self.positions == "ordinary" and self.max_position is not None:
-            raise UsageError(f"train.max_position={self.max_position} applies only to train.positions=randomized; "
-                             "add train.positions=randomized or drop train.max_position")
+            raise UsageError(
+                f"train.max_position={self.max_position} applies only to train.positions=randomized; "
+                "add train.positions=randomized or drop train.max_position"
+            )
         if self.positions == "randomized":
             require_int("train.max_position", self.max_position, at_least=self.block_size)
 
@@ -104,6 +125,7 @@ class ModelSize:
 @dataclass
 class SyntheticData:
     """The embedded default corpus, generated from data.seed (see posenc_cli/data/synthetic.py)."""
+
     name: str = "synthetic"  # the generator's own defaults (SyntheticSpec) are the defaults here
     seed: int = SyntheticSpec.seed
     n_chars: int = SyntheticSpec.n_chars
@@ -133,10 +155,13 @@ class SyntheticData:
 @dataclass
 class TextData:
     """Any UTF-8 text file: data=text data.path=FILE. Tokenized once into data.cache_dir, then memory-mapped."""
+
     name: str = "text"
     path: Optional[str] = None
     val_fraction: float = 0.1
-    tokenizer: str = "char"  # char | byte (UTF-8 bytes, 256 ids) | bpe (byte-level BPE trained on the training split)
+    tokenizer: str = (
+        "char"  # char | byte (UTF-8 bytes, 256 ids) | bpe (byte-level BPE trained on the training split)
+    )
     vocab_size: int = 4096  # bpe only
     cache_dir: str = "outputs/cache"  # token arrays keyed by the text's sha256 and the tokenizer: never stale
 
@@ -152,6 +177,7 @@ class BinData:
     """Pre-tokenized ids, nanoGPT-style: data=bin data.train=train.bin data.val=val.bin, with a meta json
     ({"dtype": "uint16", "vocab_size": N, "tokenizer": "tokenizer.json"}) beside data.train or at data.meta.
     See posenc_cli/data/binary.py, which checks the files."""
+
     name: str = "bin"
     train: Optional[str] = None
     val: Optional[str] = None
@@ -163,6 +189,7 @@ class HfData:
     """A Hugging Face dataset's text column (pip install 'posenc[data]'):
     data=hf data.name=wikitext data.config=wikitext-103-raw-v1 (a Hub name: needs a network), or
     data=hf data.name=DIR (a directory from save_to_disk)."""
+
     kind: str = "hf"
     name: Optional[str] = None  # the dataset: a Hub name or a save_to_disk directory
     config: Optional[str] = None  # the Hub dataset's configuration, if it has several
@@ -183,6 +210,7 @@ class HfData:
 @dataclass
 class PosencConfig:
     """The whole config; `scheme` is a plain mapping whose keys the scheme class checks."""
+
     scheme: Any = MISSING
     model: ModelSize = MISSING
     data: Any = MISSING
@@ -203,10 +231,20 @@ OPTIONS: dict[str, dict[str, Any]] = {
         "small": ModelSize(n_layer=4, n_head=4, n_embd=128),
         "medium": ModelSize(n_layer=6, n_head=8, n_embd=256),  # for a GPU or a patient CPU
     },
-    "data": {"synthetic": SyntheticData, "synthetic_small": SyntheticData(n_chars=50_000), "text": TextData,
-             "bin": BinData, "hf": HfData},
+    "data": {
+        "synthetic": SyntheticData,
+        "synthetic_small": SyntheticData(n_chars=50_000),
+        "text": TextData,
+        "bin": BinData,
+        "hf": HfData,
+    },
 }
-DATA = {"synthetic": SyntheticData, "text": TextData, "bin": BinData, "hf": HfData}  # data.corpus_kind -> its dataclass
+DATA = {
+    "synthetic": SyntheticData,
+    "text": TextData,
+    "bin": BinData,
+    "hf": HfData,
+}  # data.corpus_kind -> its dataclass
 
 
 def register() -> None:
@@ -245,10 +283,13 @@ def check_keys(cfg: dict[str, Any]) -> PosencConfig:
     scheme = cfg["scheme"]
     if not isinstance(scheme, dict) or not isinstance(scheme.get("name"), str):
         raise UsageError(f"scheme must be a scheme option such as scheme=rope, got {scheme!r}")
-    return PosencConfig(scheme=dict(scheme), model=typed(ModelSize, cfg["model"], "model"),
-                        data=typed(DATA[corpus_kind(data)], data, "data"),
-                        train=typed(TrainConfig, cfg["train"], "train"),
-                        **{k: cfg[k] for k in ("logger", "seed", "device") if k in cfg})
+    return PosencConfig(
+        scheme=dict(scheme),
+        model=typed(ModelSize, cfg["model"], "model"),
+        data=typed(DATA[corpus_kind(data)], data, "data"),
+        train=typed(TrainConfig, cfg["train"], "train"),
+        **{k: cfg[k] for k in ("logger", "seed", "device") if k in cfg},
+    )
 
 
 def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
@@ -257,7 +298,9 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     cfg = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
     typed_cfg = check_keys(cfg)
     tc, mc = typed_cfg.train, typed_cfg.model
-    ModelConfig(vocab_size=1, block_size=tc.block_size, n_layer=mc.n_layer, n_head=mc.n_head, n_embd=mc.n_embd)
+    ModelConfig(
+        vocab_size=1, block_size=tc.block_size, n_layer=mc.n_layer, n_head=mc.n_head, n_embd=mc.n_embd
+    )
     scheme = dict(typed_cfg.scheme)
     name = scheme.pop("name")
     with torch.device("meta"):
@@ -266,8 +309,10 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
         except TypeError as err:
             raise UsageError(f"scheme={name}: {one_line(err)}") from None
     if tc.max_position is not None and built.max_len is not None and built.max_len < tc.max_position:
-        raise UsageError(f"scheme.max_len={built.max_len} is below train.max_position={tc.max_position}: "
-                         f"positions up to {tc.max_position - 1} are drawn; use a larger scheme.max_len")
+        raise UsageError(
+            f"scheme.max_len={built.max_len} is below train.max_position={tc.max_position}: "
+            f"positions up to {tc.max_position - 1} are drawn; use a larger scheme.max_len"
+        )
     device = resolve_device(typed_cfg.device)
     check_loggers(typed_cfg.logger)
     n_chars, split_len = corpus_size(typed_cfg.data)
@@ -279,7 +324,9 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     check_memory(typed_cfg, n_chars, device)
     if tc.init_from:
         validate_init_from(cfg)
-    if tc.resume and (Path(tc.resume) / "summary.json").is_file():  # a changed corpus: refused before tokenizing
+    if (
+        tc.resume and (Path(tc.resume) / "summary.json").is_file()
+    ):  # a changed corpus: refused before tokenizing
         from posenc_cli.runs import read_summary
 
         require_same_corpus(cfg["data"], read_summary(Path(tc.resume)).get("corpus_sha256"), tc.resume)
@@ -297,7 +344,10 @@ def memory_needed(cfg: PosencConfig, n_chars: int | None) -> dict[str, float]:
     return {
         "model.n_embd/model.n_layer (weights, gradients, optimizer)": 16.0 * params,
         "train.batch_size x train.block_size (activations)": 4.0 * tokens * (layers * 16 * d + 3 * vocab),
-        "train.eval_batches (validation batches)": 16.0 * tc.eval_batches * tc.batch_size * (tc.block_size + 1),
+        "train.eval_batches (validation batches)": 16.0
+        * tc.eval_batches
+        * tc.batch_size
+        * (tc.block_size + 1),
         "data (the corpus)": float(BYTES_PER_CORPUS_CHAR * (n_chars or 0)),  # bin: memory-mapped
     }
 
@@ -319,8 +369,10 @@ def check_memory(cfg: PosencConfig, n_chars: int | None, device: torch.device) -
     needed = memory_needed(cfg, n_chars)
     if free is not None and sum(needed.values()) > free:
         biggest = max(needed, key=needed.get)
-        raise UsageError(f"this run needs at least {sum(needed.values()) / 2**30:,.1f} GiB but {device} has "
-                         f"{free / 2**30:,.1f} GiB free; most of it is {biggest}: make it smaller")
+        raise UsageError(
+            f"this run needs at least {sum(needed.values()) / 2**30:,.1f} GiB but {device} has "
+            f"{free / 2**30:,.1f} GiB free; most of it is {biggest}: make it smaller"
+        )
 
 
 def config_dir() -> Path:
@@ -341,8 +393,11 @@ def one_line(err: BaseException) -> str:
             return f"{cause.full_key} is not a key of {owner.__name__}{nearest(cause.full_key.split('.')[-1], known)}"
         return f"{cause.full_key}: {str(cause).splitlines()[0]}"
     text = str(err).split("Config search path")[0]
-    text = re.sub(r"Available options in '([^']+)':((?:\s+\S+)+)",
-                  lambda m: f"Available options in '{m[1]}': {', '.join(m[2].split())}", text)
+    text = re.sub(
+        r"Available options in '([^']+)':((?:\s+\S+)+)",
+        lambda m: f"Available options in '{m[1]}': {', '.join(m[2].split())}",
+        text,
+    )
     return " ".join(text.split())
 
 
@@ -359,7 +414,9 @@ def override_error(err: BaseException) -> UsageError:
     """A composition error as one line; a key Hydra could not find gets the nearest known one."""
     missing = re.search(r"Could not (?:override|append to config|delete from config)\S* '?([\w.]+)", str(err))
     if missing and missing[1] not in known_keys():
-        return UsageError(f"bad override: {missing[1]} is not a posenc key{nearest(missing[1], known_keys())}")
+        return UsageError(
+            f"bad override: {missing[1]} is not a posenc key{nearest(missing[1], known_keys())}"
+        )
     return UsageError(f"bad override: {one_line(err)}")
 
 
@@ -384,8 +441,10 @@ def parse_hydra_args(args: list[str]):
     parser = get_args_parser()
 
     def error(message: str):
-        raise UsageError(f"{message}; Hydra flags are -m, --cfg job, --info, -cn/-cp/-cd and the like "
-                         "(see posenc train --help)")
+        raise UsageError(
+            f"{message}; Hydra flags are -m, --cfg job, --info, -cn/-cp/-cd and the like "
+            "(see posenc train --help)"
+        )
 
     parser.error = error
     return parser.parse_args(args)
@@ -408,8 +467,12 @@ def composing(parsed) -> Iterator[Callable[..., Any]]:
                 return OmegaConf.select(cfg, select)
             parsed_overrides = OverridesParser.create().parse_overrides(list(overrides))
             groups = set(GlobalHydra.instance().config_loader().list_groups(""))
-            choices = tuple(o.input_line for o in parsed_overrides if o.key_or_group.startswith("hydra")
-                            or ("." not in o.key_or_group and o.key_or_group.split("/")[0] in groups))
+            choices = tuple(
+                o.input_line
+                for o in parsed_overrides
+                if o.key_or_group.startswith("hydra")
+                or ("." not in o.key_or_group and o.key_or_group.split("/")[0] in groups)
+            )
             if choices not in composed:
                 composed[choices] = compose(config_name=name, overrides=list(choices))
             cfg = copy.deepcopy(composed[choices])
@@ -442,8 +505,10 @@ def sweep_points(overrides: list[str]) -> Iterable[list[str]]:
             elif ov.is_discrete_sweep():
                 choices[key] = [f"{key}={v}" for v in ov.sweep_string_iterator()]
             elif not any(o.startswith("hydra/sweeper=") for o in overrides):
-                raise UsageError(f"bad override: {ov.input_line}: the basic sweeper takes lists, range(), choice() "
-                                 "and glob(); interval() needs a sweeper plugin (hydra/sweeper=optuna)")
+                raise UsageError(
+                    f"bad override: {ov.input_line}: the basic sweeper takes lists, range(), choice() "
+                    "and glob(); interval() needs a sweeper plugin (hydra/sweeper=optuna)"
+                )
             else:  # interval() under a sweeper plugin, which samples it: check one point inside
                 choices[key] = [f"{key}={ov.value().start}"]  # type: ignore[union-attr]
     except HydraException as err:

@@ -30,15 +30,26 @@ def require_int(key: str, value: Any, at_least: int = 0, at_most: int | None = N
         raise UsageError(f"{key} must be an integer {limits}, got {value!r}")
 
 
-def require_number(key: str, value: Any, *, above: float | None = None, at_least: float | None = None,
-                   below: float | None = None, at_most: float | None = None) -> None:
+def require_number(
+    key: str,
+    value: Any,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+    at_most: float | None = None,
+) -> None:
     """A finite int or float inside the given bounds (bools, inf and nan excluded)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (above is None or value > above) and (at_least is None or value >= at_least)
     ok = ok and (below is None or value < below) and (at_most is None or value <= at_most)
     if not ok:
-        bounds = [f"> {above:g}" if above is not None else "", f">= {at_least:g}" if at_least is not None else "",
-                  f"< {below:g}" if below is not None else "", f"<= {at_most:g}" if at_most is not None else ""]
+        bounds = [
+            f"> {above:g}" if above is not None else "",
+            f">= {at_least:g}" if at_least is not None else "",
+            f"< {below:g}" if below is not None else "",
+            f"<= {at_most:g}" if at_most is not None else "",
+        ]
         limits = " and ".join(b for b in bounds if b)
         raise UsageError(f"{key} must be a finite number{' ' + limits if limits else ''}, got {value!r}")
 

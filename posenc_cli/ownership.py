@@ -18,8 +18,15 @@ from posenc_cli.errors import UsageError
 
 LOCK = ".lock"
 RUN_MARKERS = ("summary.json", FILENAME, ".hydra")  # any of them: the directory holds a run
-RESUMABLE = ("train.max_steps", "train.threads", "train.log_interval", "train.eval_interval",
-             "train.checkpoint_interval", "train.precision", "device")  # what a resume may change
+RESUMABLE = (
+    "train.max_steps",
+    "train.threads",
+    "train.log_interval",
+    "train.eval_interval",
+    "train.checkpoint_interval",
+    "train.precision",
+    "device",
+)  # what a resume may change
 _held: dict[Path, int] = {}  # run directory -> open lock file descriptor, for this process's lifetime
 
 
@@ -41,8 +48,10 @@ def hold_lock(run_dir: Path) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise UsageError(f"{run_dir} is being trained by another process right now; wait for it to finish, "
-                         "or stop it and then resume") from None
+        raise UsageError(
+            f"{run_dir} is being trained by another process right now; wait for it to finish, "
+            "or stop it and then resume"
+        ) from None
     _held[key] = fd
 
 
@@ -60,8 +69,10 @@ def is_locked(run_dir: Path) -> bool:
 
 def refuse_started_run(run_dir: Path) -> None:
     if holds_run(run_dir):
-        raise UsageError(f"{run_dir} already holds a run, which is never started over; continue it with: "
-                         f"posenc train train.resume={run_dir}  (or choose another hydra.run.dir)")
+        raise UsageError(
+            f"{run_dir} already holds a run, which is never started over; continue it with: "
+            f"posenc train train.resume={run_dir}  (or choose another hydra.run.dir)"
+        )
 
 
 def claim_new(path: Path, given: bool) -> Path:
@@ -102,8 +113,10 @@ def claim(args: list[str]) -> list[str]:
             first = sweep_points(parsed.overrides)[0]
             path = Path(str(compose_point(first, select=key)))
         if given and path.is_dir() and any(holds_run(p) for p in path.iterdir() if p.is_dir()):
-            raise UsageError(f"{path} already holds runs of a sweep, which are never started over; give another "
-                             "hydra.sweep.dir or resume its runs one by one with train.resume=RUN")
+            raise UsageError(
+                f"{path} already holds runs of a sweep, which are never started over; give another "
+                "hydra.sweep.dir or resume its runs one by one with train.resume=RUN"
+            )
         return [*args, f"{key}={claim_new(path, given)}"]
     if resuming(args):
         run = Path(next(a for a in reversed(args) if a.startswith("train.resume=")).split("=", 1)[1])
@@ -135,21 +148,31 @@ def resume_args(args: list[str], outputs: Path = Path("outputs")) -> list[str]:
     if value in ("true", "True"):
         newest = sorted(p for p in (outputs / "runs").glob("*") if holds_run(p))
         if not newest:
-            raise UsageError(f"train.resume=true found no run under {outputs / 'runs'}; give train.resume=RUN_DIR")
+            raise UsageError(
+                f"train.resume=true found no run under {outputs / 'runs'}; give train.resume=RUN_DIR"
+            )
         value = str(newest[-1])
     run = Path(value)
     if not run.is_dir() or not holds_run(run):
         raise UsageError(f"train.resume={run} is not a run directory (no summary.json or {FILENAME} in it)")
     for arg in args:
         key = arg.split("=", 1)[0].lstrip("+~")
-        if "=" in arg and not arg.startswith("-") and key not in (*RESUMABLE, "train.resume") \
-                and not key.startswith("hydra/launcher"):
-            raise UsageError(f"train.resume={run} continues the run as it was started, so {key} cannot be "
-                             f"given; what may change: {', '.join(RESUMABLE)}")
+        if (
+            "=" in arg
+            and not arg.startswith("-")
+            and key not in (*RESUMABLE, "train.resume")
+            and not key.startswith("hydra/launcher")
+        ):
+            raise UsageError(
+                f"train.resume={run} continues the run as it was started, so {key} cannot be "
+                f"given; what may change: {', '.join(RESUMABLE)}"
+            )
     stored_record(run)  # readable, consistent, and this posenc's: checked before anything runs
     if is_locked(run):
-        raise UsageError(f"{run} is being trained by another process right now; wait for it to finish, "
-                         "or stop it and then resume")
+        raise UsageError(
+            f"{run} is being trained by another process right now; wait for it to finish, "
+            "or stop it and then resume"
+        )
     kept = [a for a in args if not a.startswith("train.resume=")]
     return [*kept, f"train.resume={run}", f"hydra.run.dir={run}", "hydra.output_subdir=null"]
 
@@ -161,8 +184,9 @@ def read_json(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise UsageError(f"{path} is missing") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(f"{path} is unreadable or corrupt ({type(err).__name__}); it is not a posenc "
-                         "summary") from None
+        raise UsageError(
+            f"{path} is unreadable or corrupt ({type(err).__name__}); it is not a posenc summary"
+        ) from None
     if not isinstance(value, dict):
         raise UsageError(f"{path} is corrupt: it holds {type(value).__name__}, not a JSON object")
     return value
@@ -176,12 +200,15 @@ def stored_record(run: Path) -> tuple[dict[str, Any], str]:
     if (run / FILENAME).is_file():
         source, record = run / FILENAME, load_checkpoint(run / FILENAME)
         if record.get("run_id") != summary.get("run_id"):
-            raise UsageError(f"{run / FILENAME} belongs to another run than {run / 'summary.json'} (their run ids "
-                             "differ); a run resumes only from its own checkpoint")
+            raise UsageError(
+                f"{run / FILENAME} belongs to another run than {run / 'summary.json'} (their run ids "
+                "differ); a run resumes only from its own checkpoint"
+            )
     config, run_id = record.get("config"), record.get("run_id")
     if not isinstance(config, dict) or not isinstance(run_id, str):
-        raise UsageError(f"{source} has no config record (written by an older posenc, or edited); "
-                         "it cannot be resumed")
+        raise UsageError(
+            f"{source} has no config record (written by an older posenc, or edited); it cannot be resumed"
+        )
     return config, run_id
 
 

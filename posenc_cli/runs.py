@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from posenc_cli.checkpoint import FILENAME, load_checkpoint
 from posenc_cli.data import Corpus, corpus_kind, load_corpus, require_same_corpus
@@ -95,7 +94,9 @@ class LoadedRun:
             tokens = self.tokenizer.encode(text)
         else:
             tokens = run_corpus(self).val
-        per_id = torch.from_numpy(np.stack([self.tokenizer.byte_counts, self.tokenizer.char_counts]).astype(np.float64))
+        per_id = torch.from_numpy(
+            np.stack([self.tokenizer.byte_counts, self.tokenizer.char_counts]).astype(np.float64)
+        )
         return tokens, lambda start, n: per_id[:, token_window(tokens, start, n)]
 
     def check_fits(self, lengths: list[int]) -> None:
@@ -120,8 +121,10 @@ class LoadedRun:
             )
         for method in methods:
             if method not in METHODS:
-                raise UsageError(f"--rope-scaling {method} exists for hf: models only; posenc's own rotary runs "
-                                 f"take {', '.join(METHODS)}")
+                raise UsageError(
+                    f"--rope-scaling {method} exists for hf: models only; posenc's own rotary runs "
+                    f"take {', '.join(METHODS)}"
+                )
         return [{"scaling": m, "scaling_factor": factor, "scaling_len": self.train_len} for m in methods]
 
     def use_variant(self, options: dict) -> str:
@@ -151,7 +154,9 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     """Rebuild a run's model from its directory alone."""
     path = Path(run_dir)
     if not path.is_dir():
-        raise UsageError(f"{path} is not a directory; give a run directory (one with {FILENAME} and summary.json)")
+        raise UsageError(
+            f"{path} is not a directory; give a run directory (one with {FILENAME} and summary.json)"
+        )
     if not is_run_dir(path):
         raise UsageError(f"{path} is not a run: it has no {FILENAME} or summary.json")
     payload = load_checkpoint(path / FILENAME)
@@ -161,15 +166,23 @@ def load_run(run_dir: str | Path) -> LoadedRun:
         model.load_state_dict(payload["model"])
     except (TypeError, KeyError, RuntimeError, ValueError) as err:
         reason = " ".join(str(err).split())[:160]
-        raise UsageError(f"{path / FILENAME} no longer matches this version's model code ({reason})") from None
+        raise UsageError(
+            f"{path / FILENAME} no longer matches this version's model code ({reason})"
+        ) from None
     model.eval()
     stored = payload.get("tokenizer") or {"kind": "char", "chars": payload["vocab"]}  # older runs: chars only
     tokenizer = run_tokenizer(stored, path)
     return LoadedRun(path, model, tokenizer, int(payload["train_len"]), read_summary(path), payload)
 
 
-CHECKPOINT_FIELDS = {"model_config": dict, "model": dict, "tokenizer": dict, "train_len": int, "data": dict,
-                     "seed": int}
+CHECKPOINT_FIELDS = {
+    "model_config": dict,
+    "model": dict,
+    "tokenizer": dict,
+    "train_len": int,
+    "data": dict,
+    "seed": int,
+}
 
 
 def check_fields(payload: dict[str, Any], path: Path) -> None:
@@ -182,7 +195,9 @@ def check_fields(payload: dict[str, Any], path: Path) -> None:
             continue
         value = payload.get(name)
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise UsageError(f"{path} is damaged: its field {name!r} is {type(value).__name__}, not {kind.__name__}")
+            raise UsageError(
+                f"{path} is damaged: its field {name!r} is {type(value).__name__}, not {kind.__name__}"
+            )
     if payload["train_len"] <= 0:
         raise UsageError(f"{path} is damaged: its training length {payload['train_len']} is not positive")
 
@@ -217,7 +232,9 @@ def latest_runs(outputs: Path) -> tuple[list[Path], str]:
     sweeps = sorted(p for p in (outputs / "sweeps").glob("*") if p.is_dir() and find_runs(p))
     singles = sorted(p for p in (outputs / "runs").glob("*") if is_run_dir(p))
     if not sweeps and not singles:
-        raise UsageError(f"no runs found under {outputs}/; train some first (posenc train ...) or name run directories")
+        raise UsageError(
+            f"no runs found under {outputs}/; train some first (posenc train ...) or name run directories"
+        )
     if sweeps and (not singles or sweeps[-1].name >= singles[-1].name[: len(sweeps[-1].name)]):
         return find_runs(sweeps[-1]), f"the latest sweep, {sweeps[-1]}"
     newest: dict[str, Path] = {}
@@ -241,7 +258,9 @@ def select_runs(paths: list[str], outputs: Path = Path("outputs")) -> tuple[list
                 raise UsageError(f"{given} does not exist; give run directories, sweep directories or a glob")
             found = find_runs(match) if match.is_dir() else []
             if not found:
-                raise UsageError(f"{match} is not a run or a sweep: no summary.json or {FILENAME} in or below it")
+                raise UsageError(
+                    f"{match} is not a run or a sweep: no summary.json or {FILENAME} in or below it"
+                )
             selected += [r for r in found if r.resolve() not in {s.resolve() for s in selected}]
     return selected, "the runs you named"
 
@@ -325,4 +344,6 @@ def announce(paths: list[Path], why: str, doing: str) -> None:
     """Say on stderr which runs a command works on and why those (after its checks passed)."""
     from posenc_cli import ui
 
-    ui.err.print(f"{doing} {len(paths)} run(s), {why}:\n" + "\n".join(f"  {path}" for path in paths), highlight=False)
+    ui.err.print(
+        f"{doing} {len(paths)} run(s), {why}:\n" + "\n".join(f"  {path}" for path in paths), highlight=False
+    )

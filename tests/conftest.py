@@ -18,12 +18,18 @@ SMOKE = ["experiment=smoke"]
 ALL_SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi"]
 
 
-def run_cli(*args: str, cwd: Path, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path, timeout: int = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """`posenc ARGS` as a user runs it, from `cwd`, with this checkout's package."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "posenc_cli", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
     )
 
 
@@ -42,8 +48,11 @@ def posenc(*args: str) -> tuple[int, str]:
     from posenc_cli import cli
 
     stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
-            mock.patch.object(sys, "argv", ["posenc", *args]):
+    with (
+        contextlib.redirect_stderr(stderr),
+        contextlib.redirect_stdout(io.StringIO()),
+        mock.patch.object(sys, "argv", ["posenc", *args]),
+    ):
         try:
             cli.main()
             code = 0

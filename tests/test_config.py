@@ -8,32 +8,66 @@ import time
 
 import pytest
 
-from posenc_cli.config import (DATA, OPTIONS, ModelSize, PosencConfig, TrainConfig, known_keys, preflight,
-                               sweep_points, validate)
+from posenc_cli.config import (
+    DATA,
+    OPTIONS,
+    ModelSize,
+    PosencConfig,
+    TrainConfig,
+    known_keys,
+    preflight,
+    sweep_points,
+    validate,
+)
 from posenc_cli.errors import UsageError
 
 BAD_VALUES = {  # override -> what the one line must name
-    "device=cpu:abc": "device=cpu:abc", "device=cpu:-1": "device=cpu:-1", "device=cpu:1": "one CPU",
-    "data=text data.path=[a,b]": "data.path", "data=text data.path=5": "data.path=5",
-    "data.seed=-1": "data.seed", "data.seed=abc": "data.seed", "data.copy_min_distance=0": "data.copy_min_distance",
-    "data.copy_max_distance=10": "data.copy_max_distance", "data.passkey_rate=abc": "data.passkey_rate",
-    "data.copy_rate=-1": "data.copy_rate", "data.passkey_max_distance=4": "data.passkey_max_distance",
-    "data.val_fraction=1": "data.val_fraction", "data.n_chars=0": "data.n_chars",
-    "scheme=learned scheme.max_len=-5": "scheme.max_len", "scheme=learned scheme.max_len=0": "scheme.max_len",
-    "scheme=t5 scheme.n_buckets=0": "scheme.n_buckets", "scheme=t5 scheme.n_buckets=-1": "scheme.n_buckets",
-    "scheme=t5 scheme.max_distance=0": "scheme.max_distance", "scheme.base=0": "scheme.base",
-    "scheme=sinusoidal scheme.base=-1": "scheme.base", "scheme=xpos scheme.gamma=-1": "scheme.gamma",
-    "scheme=xpos scheme.scale_base=0": "scheme.scale_base", "scheme.base=nan": "scheme.base",
-    "train.lr=inf": "train.lr", "train.warmup_steps=-1": "train.warmup_steps", "train.precision=fp8": "fp8",
-    "train.threads=0": "train.threads", "train.max_steps=true": "train.max_steps", "seed=-1": "seed",
+    "device=cpu:abc": "device=cpu:abc",
+    "device=cpu:-1": "device=cpu:-1",
+    "device=cpu:1": "one CPU",
+    "data=text data.path=[a,b]": "data.path",
+    "data=text data.path=5": "data.path=5",
+    "data.seed=-1": "data.seed",
+    "data.seed=abc": "data.seed",
+    "data.copy_min_distance=0": "data.copy_min_distance",
+    "data.copy_max_distance=10": "data.copy_max_distance",
+    "data.passkey_rate=abc": "data.passkey_rate",
+    "data.copy_rate=-1": "data.copy_rate",
+    "data.passkey_max_distance=4": "data.passkey_max_distance",
+    "data.val_fraction=1": "data.val_fraction",
+    "data.n_chars=0": "data.n_chars",
+    "scheme=learned scheme.max_len=-5": "scheme.max_len",
+    "scheme=learned scheme.max_len=0": "scheme.max_len",
+    "scheme=t5 scheme.n_buckets=0": "scheme.n_buckets",
+    "scheme=t5 scheme.n_buckets=-1": "scheme.n_buckets",
+    "scheme=t5 scheme.max_distance=0": "scheme.max_distance",
+    "scheme.base=0": "scheme.base",
+    "scheme=sinusoidal scheme.base=-1": "scheme.base",
+    "scheme=xpos scheme.gamma=-1": "scheme.gamma",
+    "scheme=xpos scheme.scale_base=0": "scheme.scale_base",
+    "scheme.base=nan": "scheme.base",
+    "train.lr=inf": "train.lr",
+    "train.warmup_steps=-1": "train.warmup_steps",
+    "train.precision=fp8": "fp8",
+    "train.threads=0": "train.threads",
+    "train.max_steps=true": "train.max_steps",
+    "seed=-1": "seed",
     "model.embed_std=-0.1": "model.embed_std",
 }
 TYPOS = {  # a misspelt key -> the known one the message suggests
-    "+train.max_step=5": "max_steps", "train.lrate=1": "train.lr", "data.pth=x": "data.path",
-    "+scheme.bsae=3": "base", "scheme.bsae=3": "scheme.base", "+model.n_layers=3": "n_layer",
+    "+train.max_step=5": "max_steps",
+    "train.lrate=1": "train.lr",
+    "data.pth=x": "data.path",
+    "+scheme.bsae=3": "base",
+    "scheme.bsae=3": "scheme.base",
+    "+model.n_layers=3": "n_layer",
 }
-TOO_BIG = ["model.n_embd=65536 model.n_head=1", "train.batch_size=1000000000", "data.n_chars=10000000000",
-           "train.eval_batches=100000000"]
+TOO_BIG = [
+    "model.n_embd=65536 model.n_head=1",
+    "train.batch_size=1000000000",
+    "data.n_chars=10000000000",
+    "train.eval_batches=100000000",
+]
 
 
 def refusal(args: str) -> str:
@@ -57,7 +91,9 @@ def test_unknown_top_level_key_and_a_key_of_another_corpus_are_refused():
     assert "foo is not a posenc key" in refusal("+foo=1")
     assert "data.n_chars is not a key of TextData" in refusal("data=text data.path=x data.n_chars=5")
     assert "takes no options" in refusal("scheme=none +scheme.base=2")
-    assert "scheme.base is not an option of scheme=alibi; known: slopes" in refusal("scheme=alibi +scheme.base=2")
+    assert "scheme.base is not an option of scheme=alibi; known: slopes" in refusal(
+        "scheme=alibi +scheme.base=2"
+    )
 
 
 @pytest.mark.parametrize("args", TOO_BIG)
@@ -68,8 +104,14 @@ def test_runs_that_cannot_fit_in_memory_are_refused_before_they_start(args):
 def test_the_defaults_compose_validate_and_come_from_the_dataclasses():
     preflight([])
     preflight(["-m", "scheme=glob(*)", "seed=range(0,3)", "model.n_layer=choice(1,2)", "--cfg", "job"])
-    typed = validate({"scheme": {"name": "rope", "base": 10000.0}, "model": dataclasses.asdict(ModelSize()),
-                      "data": dataclasses.asdict(DATA["synthetic"]()), "train": dataclasses.asdict(TrainConfig())})
+    typed = validate(
+        {
+            "scheme": {"name": "rope", "base": 10000.0},
+            "model": dataclasses.asdict(ModelSize()),
+            "data": dataclasses.asdict(DATA["synthetic"]()),
+            "train": dataclasses.asdict(TrainConfig()),
+        }
+    )
     assert isinstance(typed, PosencConfig) and typed.train == TrainConfig()
     assert OPTIONS["model"]["tiny"] == ModelSize()  # the default model is the dataclass default
     assert "train.max_steps" in known_keys() and "scheme.n_buckets" in known_keys()

@@ -17,18 +17,26 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, SMOKE, assert_one_line_error, posenc, assert_refused, run_cli
+from conftest import ROOT, SMOKE, assert_one_line_error, assert_refused, posenc, run_cli
 from posenc_cli.atomic import MANIFEST, output_set
 from posenc_cli.checkpoint import FILENAME
 from posenc_cli.ownership import LOCK, claim_new
 from posenc_cli.runs import select_runs
 
-TINY = [*SMOKE, "device=cpu", "train.threads=1", "train.max_steps=4", "train.eval_interval=2",
-        "train.checkpoint_interval=2"]
+TINY = [
+    *SMOKE,
+    "device=cpu",
+    "train.threads=1",
+    "train.max_steps=4",
+    "train.eval_interval=2",
+    "train.checkpoint_interval=2",
+]
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -40,8 +48,19 @@ def run(smoke_sweep, tmp_path, monkeypatch) -> Path:
     return copy
 
 
-@pytest.mark.parametrize("change", ["model.n_embd=64", "data.seed=5", "seed=1", "data=text", "scheme=alibi",
-                                    "train.block_size=32", "hydra.run.dir=elsewhere", "+foo=1"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "model.n_embd=64",
+        "data.seed=5",
+        "seed=1",
+        "data=text",
+        "scheme=alibi",
+        "train.block_size=32",
+        "hydra.run.dir=elsewhere",
+        "+foo=1",
+    ],
+)
 def test_a_refused_resume_leaves_every_file_of_the_run_byte_identical(run, change):
     before = snapshot(run)
     assert_refused(*posenc("train", f"train.resume={run}", change), "train.resume")
@@ -51,8 +70,11 @@ def test_a_refused_resume_leaves_every_file_of_the_run_byte_identical(run, chang
 
 def test_a_directory_holding_a_run_is_never_started_over(run):
     before = snapshot(run)
-    assert_refused(*posenc("train", *SMOKE, f"hydra.run.dir={run}"), "already holds a run",
-                   f"posenc train train.resume={run}")
+    assert_refused(
+        *posenc("train", *SMOKE, f"hydra.run.dir={run}"),
+        "already holds a run",
+        f"posenc train train.resume={run}",
+    )
     assert snapshot(run) == before
 
 
@@ -64,8 +86,17 @@ def test_default_run_directories_never_collide(tmp_path):
 
 def test_two_trainings_started_together_get_two_directories(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-m", "posenc_cli", "train", *TINY], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "posenc_cli", "train", *TINY],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     for proc in procs:
         _, stderr = proc.communicate(timeout=300)
         assert proc.returncode == 0, stderr
@@ -95,8 +126,15 @@ def test_a_foreign_checkpoint_is_refused(run, smoke_sweep):
 def test_resume_never_reads_hydra_files_so_they_cannot_run_code(run):
     marker = run.parent / "ran"
     overrides = run / ".hydra" / "overrides.yaml"
-    overrides.write_text(yaml.safe_dump(["+hydra.callbacks.x._target_=pathlib.Path.touch",
-                                         f"+hydra.callbacks.x.self={marker}", "model.n_layer=3"]))
+    overrides.write_text(
+        yaml.safe_dump(
+            [
+                "+hydra.callbacks.x._target_=pathlib.Path.touch",
+                f"+hydra.callbacks.x.self={marker}",
+                "model.n_layer=3",
+            ]
+        )
+    )
     (run / ".hydra" / "config.yaml").write_text("model: {_target_: os.system, command: 'touch ran'}\n")
     result = run_cli("train", f"train.resume={run}", "train.max_steps=22", "train.threads=1", cwd=run.parent)
     assert result.returncode == 0, result.stderr
@@ -105,8 +143,13 @@ def test_resume_never_reads_hydra_files_so_they_cannot_run_code(run):
     assert summary["steps"] == 22 and summary["config"]["model"]["n_layer"] == 1  # the stored config, resumed
 
 
-BAD_SUMMARIES = {"corrupt": b"{not json", "truncated": b'{"status": "fin', "list": b"[]", "null": b"null",
-                 "latin-1": '{"status": "finished", "x": "é"}'.encode("latin-1")}
+BAD_SUMMARIES = {
+    "corrupt": b"{not json",
+    "truncated": b'{"status": "fin',
+    "list": b"[]",
+    "null": b"null",
+    "latin-1": '{"status": "finished", "x": "é"}'.encode("latin-1"),
+}
 
 
 @pytest.mark.parametrize("kind", BAD_SUMMARIES)
@@ -116,15 +159,28 @@ def test_an_unreadable_summary_is_one_line_and_skipped_among_many(run, smoke_swe
     assert_refused(*posenc("train", f"train.resume={run}"), "summary.json")
     good = next(p for p in smoke_sweep.iterdir() if p.name.endswith("none_seed0"))
     assert select_runs([str(run), str(good)])[0] == [run, good]
-    code, stderr = posenc("eval", str(run), str(good), "--lengths", "64", "--max-tokens", "128", "--device", "cpu",
-                          "--out", "ev")
+    code, stderr = posenc(
+        "eval",
+        str(run),
+        str(good),
+        "--lengths",
+        "64",
+        "--max-tokens",
+        "128",
+        "--device",
+        "cpu",
+        "--out",
+        "ev",
+    )
     assert code == 0, stderr
     assert f"skipping {run}" in " ".join(stderr.split())
     assert set(pd.read_csv("ev/ppl.csv")["run"]) == {str(good)}
 
 
-@pytest.mark.parametrize("field, value", [("tokenizer", 5), ("train_len", "abc"), ("data", None),
-                                          ("seed", "x"), ("tokenizer", [1, 2])])
+@pytest.mark.parametrize(
+    "field, value",
+    [("tokenizer", 5), ("train_len", "abc"), ("data", None), ("seed", "x"), ("tokenizer", [1, 2])],
+)
 def test_a_checkpoint_with_wrong_field_types_is_one_line_naming_the_file(run, field, value):
     payload = torch.load(run / FILENAME, weights_only=True)
     if value is None:
@@ -146,7 +202,9 @@ def test_eval_and_probe_refuse_a_corpus_file_that_changed_since_training(tmp_pat
     assert trained.returncode == 0, trained.stderr
     ok = run_cli("eval", "run", "--lengths", "64", "--max-tokens", "128", "--out", "ev", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
-    text.write_text("the quick brown fox jumps over the lazy cat. " * 300, encoding="utf-8")  # same vocabulary
+    text.write_text(
+        "the quick brown fox jumps over the lazy cat. " * 300, encoding="utf-8"
+    )  # same vocabulary
     for command in (["eval", "run", "--lengths", "64", "--out", "ev2"], ["train", "train.resume=run"]):
         result = run_cli(*command, cwd=tmp_path)
         assert_one_line_error(result, "sha256")
@@ -169,8 +227,13 @@ def test_kill_9_during_eval_leaves_a_complete_or_clearly_incomplete_set(smoke_sw
     run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
     args = ["eval", str(run), "--lengths", "64,128", "--max-tokens", "256", "--device", "cpu", "--out", "ev"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "posenc_cli", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "posenc_cli", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while not (tmp_path / "ev" / "ppl.csv").exists() and proc.poll() is None:
         pass  # kill while the set is being written
     proc.kill()

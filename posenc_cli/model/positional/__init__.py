@@ -34,7 +34,9 @@ def scheme_options(name: str | None = None) -> list[str]:
     for cls in [SCHEMES[name]] if name else SCHEMES.values():
         for klass in cls.__mro__:
             params = inspect.signature(klass.__init__).parameters
-            options |= {p for p, v in params.items() if v.kind == v.POSITIONAL_OR_KEYWORD or v.kind == v.KEYWORD_ONLY}
+            options |= {
+                p for p, v in params.items() if v.kind == v.POSITIONAL_OR_KEYWORD or v.kind == v.KEYWORD_ONLY
+            }
             if not any(v.kind == v.VAR_KEYWORD for v in params.values()):
                 break
     return sorted(options - set(MODEL_SIZES))
@@ -50,15 +52,21 @@ def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options
     if "+" in name:
         parts = options.pop("parts", None) or name.split("+")
         if options:
-            raise UsageError(f"scheme={name} takes options per part (scheme.parts.N.OPTION), not {', '.join(options)}")
+            raise UsageError(
+                f"scheme={name} takes options per part (scheme.parts.N.OPTION), not {', '.join(options)}"
+            )
         return Composite(n_embd, n_head, block_size, name=name, parts=parts, build=build_scheme)
     if name not in SCHEMES:
-        raise UsageError(f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}, or parts joined by +")
+        raise UsageError(
+            f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}, or parts joined by +"
+        )
     known = scheme_options(name)
     for option in options:
         if option not in known:
-            raise UsageError(f"scheme.{option} is not an option of scheme={name}"
-                             f"{nearest(option, known) if known else '; it takes no options'}")
+            raise UsageError(
+                f"scheme.{option} is not an option of scheme={name}"
+                f"{nearest(option, known) if known else '; it takes no options'}"
+            )
     return SCHEMES[name](n_embd, n_head, block_size, **options)
 
 
