@@ -74,8 +74,9 @@ with .hydra/, metrics.csv, checkpoint.pt, summary.json and train.log. Hydra flag
 hydra/launcher=..., hydra.run.dir=...) pass through unchanged; -sc install=bash prints the completion script."""
 
 
-def choice(default: str, choices: tuple[str, ...], help: str, *names: str, comma_list: bool = False,
-           also: str = "") -> Any:
+def choice(
+    default: str, choices: tuple[str, ...], help: str, *names: str, comma_list: bool = False, also: str = ""
+) -> Any:
     """An option whose values are fixed names: --help lists them, shells complete them, and a typo is
     refused while parsing. comma_list: a comma list of those names. also: a regex of further values."""
 
@@ -104,14 +105,23 @@ def version_callback(value: bool) -> None:
         from posenc_cli.version import code_version
 
         version = code_version()
-        ui.out.print(f"posenc {__version__}" + (f" ({version})" if version.startswith("git:") else ""), highlight=False)
+        ui.out.print(
+            f"posenc {__version__}" + (f" ({version})" if version.startswith("git:") else ""), highlight=False
+        )
         raise typer.Exit()
 
 
 @app.callback()
 def posenc(
-    version: bool = typer.Option(False, "--version", "-V", help="Print the version (and the git commit in a checkout) and exit.",
-                                 callback=version_callback, is_eager=True, metavar=""),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        "-V",
+        help="Print the version (and the git commit in a checkout) and exit.",
+        callback=version_callback,
+        is_eager=True,
+        metavar="",
+    ),
 ) -> None:
     """Train small GPTs with different positional encodings and measure how far past their training length each one holds up."""
 
@@ -199,20 +209,60 @@ def run_hydra_train() -> None:
 
 @app.command("eval")
 def eval_command(
-    runs: List[str] = typer.Argument(None, help="Run directories, sweep directories, globs, or hf:ID_OR_PATH (a Hugging Face causal LM: hub id or local directory; needs --data) (default: the latest runs)."),
-    lengths: str = typer.Option("512,1024,2048", "--lengths", "-l", help="Comma list of evaluation lengths; each run's training length is always added."),
-    mode: str = choice("nonoverlap", EVAL_MODES, "nonoverlap: consecutive windows, every token scored. sliding: windows advance by --stride, only their last stride tokens scored.", "--mode"),
+    runs: List[str] = typer.Argument(
+        None,
+        help="Run directories, sweep directories, globs, or hf:ID_OR_PATH (a Hugging Face causal LM: hub id or local directory; needs --data) (default: the latest runs).",
+    ),
+    lengths: str = typer.Option(
+        "512,1024,2048",
+        "--lengths",
+        "-l",
+        help="Comma list of evaluation lengths; each run's training length is always added.",
+    ),
+    mode: str = choice(
+        "nonoverlap",
+        EVAL_MODES,
+        "nonoverlap: consecutive windows, every token scored. sliding: windows advance by --stride, only their last stride tokens scored.",
+        "--mode",
+    ),
     stride: Optional[int] = typer.Option(None, help="Stride for --mode sliding (default: half the length)."),
-    max_tokens: int = typer.Option(32768, "--max-tokens", help="Validation tokens scored at every length (rounded down to a multiple of the longest length)."),
+    max_tokens: int = typer.Option(
+        32768,
+        "--max-tokens",
+        help="Validation tokens scored at every length (rounded down to a multiple of the longest length).",
+    ),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/eval/<time>)."),
-    data: Optional[Path] = typer.Option(None, help="Evaluate on this UTF-8 text file instead of each run's validation split (required for hf: models, tokenized by each model's own tokenizer)."),
+    data: Optional[Path] = typer.Option(
+        None,
+        help="Evaluate on this UTF-8 text file instead of each run's validation split (required for hf: models, tokenized by each model's own tokenizer).",
+    ),
     device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
     lang: str = choice("en", LANGS, "en, or zh to add the chapters' own words to comparison.md.", "--lang"),
-    rope_scaling: str = choice("none", ROPE_SCALING + HF_ROPE_SCALING, "Comma list of RoPE context-extension methods: each RoPE-based run is evaluated once per method (labelled rope+yarn etc.), no retraining; llama3 is for hf: models only, which go through transformers' own rope_parameters.", "--rope-scaling", comma_list=True),
-    rope_factor: Optional[float] = typer.Option(None, "--rope-factor", help="Scale factor s for --rope-scaling (default: eval length / training length; dynamic: 1, it scales with the length itself)."),
-    learned_overflow: str = typer.Option("dash", "--learned-overflow", help="Past a position table's max_len (learned): dash shows —; window scores with sliding windows of max_len tokens, labelled learned+window. A comma list shows both."),
-    hf_context: Optional[int] = typer.Option(None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading (default: n_positions / max_position_embeddings / the like)."),
-    dtype: str = choice("fp32", HF_DTYPES, "The weights of hf: models (posenc runs always score in fp32).", "--dtype"),
+    rope_scaling: str = choice(
+        "none",
+        ROPE_SCALING + HF_ROPE_SCALING,
+        "Comma list of RoPE context-extension methods: each RoPE-based run is evaluated once per method (labelled rope+yarn etc.), no retraining; llama3 is for hf: models only, which go through transformers' own rope_parameters.",
+        "--rope-scaling",
+        comma_list=True,
+    ),
+    rope_factor: Optional[float] = typer.Option(
+        None,
+        "--rope-factor",
+        help="Scale factor s for --rope-scaling (default: eval length / training length; dynamic: 1, it scales with the length itself).",
+    ),
+    learned_overflow: str = typer.Option(
+        "dash",
+        "--learned-overflow",
+        help="Past a position table's max_len (learned): dash shows —; window scores with sliding windows of max_len tokens, labelled learned+window. A comma list shows both.",
+    ),
+    hf_context: Optional[int] = typer.Option(
+        None,
+        "--hf-context",
+        help="Training length of hf: models, when their config is silent or misleading (default: n_positions / max_position_embeddings / the like).",
+    ),
+    dtype: str = choice(
+        "fp32", HF_DTYPES, "The weights of hf: models (posenc runs always score in fp32).", "--dtype"
+    ),
 ) -> None:
     """Perplexity at lengths past the training length, and the chapters' comparison table, measured.
 
@@ -236,12 +286,23 @@ def eval_command(
     named = list(runs or [])
     hf_named = [r for r in named if is_hf(r)]
     if hf_named and data is None:
-        raise UsageError(f"{hf_named[0]} needs --data FILE: the text to evaluate it on (its own tokenizer is used)")
+        raise UsageError(
+            f"{hf_named[0]} needs --data FILE: the text to evaluate it on (its own tokenizer is used)"
+        )
     loaded, why = load_targets(named, "evaluate", hf_options(hf_context, target, dtype))
-    df, positions, info = evaluate_runs(loaded, lengths=wanted, mode=mode, stride=stride, max_tokens=max_tokens,
-                                        data_path=str(data) if data else None, device=target,
-                                        rope_scaling=methods, rope_factor=rope_factor, why=why,
-                                        learned_overflow=overflows)
+    df, positions, info = evaluate_runs(
+        loaded,
+        lengths=wanted,
+        mode=mode,
+        stride=stride,
+        max_tokens=max_tokens,
+        data_path=str(data) if data else None,
+        device=target,
+        rope_scaling=methods,
+        rope_factor=rope_factor,
+        why=why,
+        learned_overflow=overflows,
+    )
     out = out or timestamped_dir("eval")
     written = write_eval_outputs(df, positions, info, out, lang=lang)
     header, rows = ppl_pivot(df)
@@ -251,21 +312,41 @@ def eval_command(
     for row in rows:
         table.add_row(*row)
     ui.out.print(table)
-    ui.out.print((out / "comparison.md").read_text(encoding="utf-8"), markup=False, highlight=False, soft_wrap=True)
+    ui.out.print(
+        (out / "comparison.md").read_text(encoding="utf-8"), markup=False, highlight=False, soft_wrap=True
+    )
     ui.err.print(f"wrote {', '.join(p.name for p in written if p.exists())} to {out}")
 
 
 @app.command()
 def probe(
-    runs: List[str] = typer.Argument(None, help="Run directories, sweep directories, globs, or hf:ID_OR_PATH (a Hugging Face causal LM) (default: the latest runs)."),
-    lengths: str = typer.Option("256,512,1024,2048", "--lengths", "-l", help="Comma list of trial lengths; each run's training length is always added."),
-    depths: str = typer.Option("0.1,0.5,0.9", help="Comma list of relative depths of the key sentence in the filler (0 = start, 1 = end)."),
+    runs: List[str] = typer.Argument(
+        None,
+        help="Run directories, sweep directories, globs, or hf:ID_OR_PATH (a Hugging Face causal LM) (default: the latest runs).",
+    ),
+    lengths: str = typer.Option(
+        "256,512,1024,2048",
+        "--lengths",
+        "-l",
+        help="Comma list of trial lengths; each run's training length is always added.",
+    ),
+    depths: str = typer.Option(
+        "0.1,0.5,0.9",
+        help="Comma list of relative depths of the key sentence in the filler (0 = start, 1 = end).",
+    ),
     trials: int = typer.Option(50, help="Trials per run, length and depth (a fresh key and filler each)."),
     seed: int = typer.Option(0, help="Seed for keys and filler: the same trials for every run."),
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: outputs/probe/<time>). Use eval's --out to get passkey rows in its comparison.md."),
+    out: Optional[Path] = typer.Option(
+        None,
+        help="Output directory (default: outputs/probe/<time>). Use eval's --out to get passkey rows in its comparison.md.",
+    ),
     device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
-    lang: str = choice("en", LANGS, "en, or zh: as eval's --lang, for the comparison.md it rewrites.", "--lang"),
-    hf_context: Optional[int] = typer.Option(None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading."),
+    lang: str = choice(
+        "en", LANGS, "en, or zh: as eval's --lang, for the comparison.md it rewrites.", "--lang"
+    ),
+    hf_context: Optional[int] = typer.Option(
+        None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading."
+    ),
     dtype: str = choice("fp32", HF_DTYPES, "The weights of hf: models.", "--dtype"),
 ) -> None:
     """Passkey retrieval: can a model find a 5-digit key at depth δ in a prompt of L tokens?
@@ -297,20 +378,33 @@ def probe(
     out = out or timestamped_dir("probe")
     written = write_probe_outputs(df, info, out, lang=lang)
     schemes = scheme_order(df["scheme"])
-    ui.out.print(markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False)
+    ui.out.print(
+        markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False
+    )
     ui.err.print(f"wrote {', '.join(p.name for p in written)} to {out}")
 
 
 @app.command()
 def sample(
     run: Path = typer.Argument(..., help="A trained run directory."),
-    prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue; every character must be in the run's vocabulary."),
+    prompt: str = typer.Option(
+        ..., "--prompt", "-p", help="Text to continue; every character must be in the run's vocabulary."
+    ),
     tokens: int = typer.Option(200, "--tokens", "-n", help="How many tokens to generate."),
     temperature: float = typer.Option(0.8, "--temperature", "-t", help="Softmax temperature; 0 is greedy."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", "-k", help="Sample only from the k most likely tokens (default: all)."),
+    top_k: Optional[int] = typer.Option(
+        None, "--top-k", "-k", help="Sample only from the k most likely tokens (default: all)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Sampling seed: the same seed gives the same text."),
-    window: Optional[int] = typer.Option(None, "--window", "-w", help="Slide the context: the model sees only the last W tokens (default: the whole text, so positions grow past the training length)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the prompt and the generated text to this file."),
+    window: Optional[int] = typer.Option(
+        None,
+        "--window",
+        "-w",
+        help="Slide the context: the model sees only the last W tokens (default: the whole text, so positions grow past the training length).",
+    ),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Also write the prompt and the generated text to this file."
+    ),
     device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
 ) -> None:
     """Generate text from a trained run, streamed to the terminal, past its training length if asked.
@@ -339,7 +433,9 @@ def sample(
     target = resolve_device(device)
     ui.out.file.write(prompt)
     pieces = [prompt]
-    for piece in stream_text(loaded, generate(loaded, prompt_ids, steps.tokens, temperature, top_k, seed, window, target)):
+    for piece in stream_text(
+        loaded, generate(loaded, prompt_ids, steps.tokens, temperature, top_k, seed, window, target)
+    ):
         ui.out.file.write(piece)
         ui.out.file.flush()
         pieces.append(piece)
@@ -355,7 +451,9 @@ def sample(
 @app.command("export")
 def export_command(
     run: Path = typer.Argument(..., help="A trained run directory."),
-    out: Optional[Path] = typer.Option(None, help="Directory for model.safetensors and config.json (default: the run directory)."),
+    out: Optional[Path] = typer.Option(
+        None, help="Directory for model.safetensors and config.json (default: the run directory)."
+    ),
 ) -> None:
     """Write a run's model as model.safetensors + config.json: shareable, and loaded without pickle
     (posenc_cli.export.load_export gives the same logits). Needs safetensors: pip install 'posenc[hf]'."""
@@ -380,31 +478,57 @@ def schemes() -> None:
     from posenc_cli.model.positional import SCHEMES
 
     table = Table(title="Positional schemes", box=box.SIMPLE_HEAD)
-    for column in ("scheme", "kind", "positional\nparameters", "relative\nposition", "×√d",
-                   "extrapolation\n(claimed)", "used by"):
+    for column in (
+        "scheme",
+        "kind",
+        "positional\nparameters",
+        "relative\nposition",
+        "×√d",
+        "extrapolation\n(claimed)",
+        "used by",
+    ):
         table.add_column(column, overflow="fold", no_wrap=column in ("scheme", "kind", "×√d"))
     scaling = {None: "—", True: "yes", False: "no"}
     for name, cls in SCHEMES.items():
-        table.add_row(name, cls.kind, cls.param_formula, cls.relative, scaling[cls.scales_embeddings],
-                      cls.claim.extrapolation, cls.claim.used_by)
+        table.add_row(
+            name,
+            cls.kind,
+            cls.param_formula,
+            cls.relative,
+            scaling[cls.scales_embeddings],
+            cls.claim.extrapolation,
+            cls.claim.used_by,
+        )
     ui.out.print(table)
-    ui.out.print("×√d: the default of scheme.scale_embeddings=true|false, an option of every additive "
-                 "scheme (token embeddings × √d before the position vectors are added, Vaswani et al. 2017 §3.4).",
-                 highlight=False)
+    ui.out.print(
+        "×√d: the default of scheme.scale_embeddings=true|false, an option of every additive "
+        "scheme (token embeddings × √d before the position vectors are added, Vaswani et al. 2017 §3.4).",
+        highlight=False,
+    )
     ui.out.print("Check a scheme's claims and draw it: posenc inspect SCHEME", highlight=False)
 
 
 @app.command("inspect")
 def inspect_command(
-    scheme: Optional[str] = typer.Argument(None, help="Scheme to inspect (see `posenc schemes`); optional with --run."),
+    scheme: Optional[str] = typer.Argument(
+        None, help="Scheme to inspect (see `posenc schemes`); optional with --run."
+    ),
     dim: Optional[int] = typer.Option(None, help="Model width d (default 128; with --run, the run's)."),
-    length: Optional[int] = typer.Option(None, help="Positions to check and draw (default 128; with --run, its training length)."),
+    length: Optional[int] = typer.Option(
+        None, help="Positions to check and draw (default 128; with --run, its training length)."
+    ),
     heads: Optional[int] = typer.Option(None, help="Attention heads (default 4; with --run, the run's)."),
-    run: Optional[Path] = typer.Option(None, "--run", help="A trained run directory: inspect its trained scheme and draw its attention."),
+    run: Optional[Path] = typer.Option(
+        None, "--run", help="A trained run directory: inspect its trained scheme and draw its attention."
+    ),
     layer: int = typer.Option(0, help="With --run: the layer whose attention is drawn."),
     head: int = typer.Option(0, help="With --run: the head whose attention is drawn."),
-    out: Optional[Path] = typer.Option(None, help="Figure directory (default outputs/inspect/<scheme or run>)."),
-    layout: Optional[str] = typer.Option(None, help="rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1)."),
+    out: Optional[Path] = typer.Option(
+        None, help="Figure directory (default outputs/inspect/<scheme or run>)."
+    ),
+    layout: Optional[str] = typer.Option(
+        None, help="rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1)."
+    ),
     slopes: Optional[str] = typer.Option(None, help="alibi: paper (default, 2^(-8h/H)) or chapter (1/2^h)."),
 ) -> None:
     """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
@@ -422,21 +546,45 @@ def inspect_command(
     from posenc_cli.inspection.command import inspect_scheme, print_report
 
     options = {key: value for key, value in (("layout", layout), ("slopes", slopes)) if value is not None}
-    print_report(inspect_scheme(name=scheme, dim=dim, length=length, heads=heads, out=out, run_dir=run,
-                                layer=layer, head=head, options=options))
+    print_report(
+        inspect_scheme(
+            name=scheme,
+            dim=dim,
+            length=length,
+            heads=heads,
+            out=out,
+            run_dir=run,
+            layer=layer,
+            head=head,
+            options=options,
+        )
+    )
 
 
 @app.command()
 def bench(
-    quick: bool = flag("A smoke version on a tiny model that runs in seconds; its numbers mean nothing.", "--quick"),
-    main_job: bool = flag("Also time the README's main job (train all five schemes, then eval): minutes.", "--main-job"),
-    levers: bool = flag("Also measure settings that are off by default through the same training path: 1 thread, fp32.",
-                        "--levers"),
-    nanogpt: str = typer.Option("../shared/peers/nanogpt", "--nanogpt",
-                                help="nanoGPT's peer directory (with run.sh) for the side-by-side; 'none' skips it. "
-                                "Absent: the report says so."),
-    out: Optional[Path] = typer.Option(None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."),
-    scheme: Optional[List[str]] = typer.Option(None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."),
+    quick: bool = flag(
+        "A smoke version on a tiny model that runs in seconds; its numbers mean nothing.", "--quick"
+    ),
+    main_job: bool = flag(
+        "Also time the README's main job (train all five schemes, then eval): minutes.", "--main-job"
+    ),
+    levers: bool = flag(
+        "Also measure settings that are off by default through the same training path: 1 thread, fp32.",
+        "--levers",
+    ),
+    nanogpt: str = typer.Option(
+        "../shared/peers/nanogpt",
+        "--nanogpt",
+        help="nanoGPT's peer directory (with run.sh) for the side-by-side; 'none' skips it. "
+        "Absent: the report says so.",
+    ),
+    out: Optional[Path] = typer.Option(
+        None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."
+    ),
+    scheme: Optional[List[str]] = typer.Option(
+        None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."
+    ),
 ) -> None:
     """Speed on the paths users run, against this machine's limits: training, nanoGPT side by side, evaluation.
 
@@ -466,7 +614,10 @@ def command():
     group = typer.main.get_command(app)
     for cmd in [group, *group.commands.values()]:
         cmd.help = reflow(cmd.help or "")
-        for param in [*cmd.params, cmd.get_help_option(click_core.Context(cmd, help_option_names=HELP_OPTION_NAMES))]:
+        for param in [
+            *cmd.params,
+            cmd.get_help_option(click_core.Context(cmd, help_option_names=HELP_OPTION_NAMES)),
+        ]:
             if getattr(param, "is_flag", False):
                 param.metavar = ""
     return group

@@ -23,8 +23,19 @@ SHELLS = ("bash", "zsh", "fish")
 PROG_NAME, COMPLETE_VAR = "posenc", "_POSENC_COMPLETE"
 
 
-HYDRA_VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-path", "-cp",
-                     "--config-dir", "-cd", "--experimental-rerun")
+HYDRA_VALUE_FLAGS = (
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--config-name",
+    "-cn",
+    "--config-path",
+    "-cp",
+    "--config-dir",
+    "-cd",
+    "--experimental-rerun",
+)
 
 
 def hydra_completions(words: list[str], incomplete: str) -> list[str]:
@@ -38,14 +49,23 @@ def hydra_completions(words: list[str], incomplete: str) -> list[str]:
     from posenc_cli.config import config_dir
 
     if words and words[-1] in HYDRA_VALUE_FLAGS:
-        return [c for c in ("job", "hydra", "all") if c.startswith(incomplete)] if words[-1] in ("--cfg", "-c") else []
+        return (
+            [c for c in ("job", "hydra", "all") if c.startswith(incomplete)]
+            if words[-1] in ("--cfg", "-c")
+            else []
+        )
     words = rejoin(words)
     shown = ""
     if words and words[-1].endswith("="):  # bash: `scheme`, `=`, `al`
         shown = words.pop()
         incomplete = shown + incomplete
-    elif incomplete in ("", "=") and words and "=" not in words[-1] and not words[-1].startswith("-") and (
-            len(words) < 2 or words[-2] not in HYDRA_VALUE_FLAGS):  # `scheme` then a lone '=' click dropped
+    elif (
+        incomplete in ("", "=")
+        and words
+        and "=" not in words[-1]
+        and not words[-1].startswith("-")
+        and (len(words) < 2 or words[-2] not in HYDRA_VALUE_FLAGS)
+    ):  # `scheme` then a lone '=' click dropped
         shown = words.pop()
         incomplete = shown + "="
     typed = " ".join(words)
@@ -54,7 +74,7 @@ def hydra_completions(words: list[str], incomplete: str) -> list[str]:
         matches = BashCompletion(loader)._query(config_name="config", line=f"{typed} {incomplete}".lstrip())
     except (Exception, SystemExit):  # a half-typed line Hydra cannot parse: offer nothing, no traceback
         return []
-    return [m[len(shown):] for m in matches if m.startswith(shown)]
+    return [m[len(shown) :] for m in matches if m.startswith(shown)]
 
 
 def rejoin(words: list[str]) -> list[str]:
@@ -72,15 +92,23 @@ def hydra_shell_completion(args: list[str]) -> bool:
     """Hydra's `-sc install=SHELL` / `-sc uninstall=SHELL` for `posenc train`: print the script that
     completes commands, options and overrides alike (Hydra's own script would ask `posenc -sc`, which
     is not a Hydra app). False when the arguments ask for no completion."""
-    flags = [i for i, a in enumerate(args) if a in ("-sc", "--shell-completion") or a.startswith("--shell-completion=")]
+    flags = [
+        i
+        for i, a in enumerate(args)
+        if a in ("-sc", "--shell-completion") or a.startswith("--shell-completion=")
+    ]
     if not flags:
         return False
     i = flags[0]
-    value = args[i].split("=", 1)[1] if args[i].startswith("--shell-completion=") else (args[i + 1:] or [""])[0]
+    value = (
+        args[i].split("=", 1)[1] if args[i].startswith("--shell-completion=") else (args[i + 1 :] or [""])[0]
+    )
     action, _, shell = value.partition("=")
     if action not in ("install", "uninstall") or shell not in SHELLS:
-        raise UsageError(f"-sc {value or '(nothing)'} is not known; use -sc install=SHELL or -sc uninstall=SHELL "
-                         f"with SHELL one of: {', '.join(SHELLS)}")
+        raise UsageError(
+            f"-sc {value or '(nothing)'} is not known; use -sc install=SHELL or -sc uninstall=SHELL "
+            f"with SHELL one of: {', '.join(SHELLS)}"
+        )
     if action == "uninstall":
         print(f"complete -e -c {PROG_NAME}" if shell == "fish" else f"complete -r {PROG_NAME}")
         return True

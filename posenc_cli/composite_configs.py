@@ -40,8 +40,12 @@ class CompositeSchemes(ConfigSource):
             raise ConfigLoadError(f"not a composite of known schemes: {config_path}")
         name = "+".join(f.stem for f in files)
         config = OmegaConf.create({"name": name, "parts": [OmegaConf.load(f) for f in files]})
-        return ConfigResult(config=config, path=f"{self.scheme()}://{self.path}", provider=self.provider,
-                            header=self._get_header_dict(""))
+        return ConfigResult(
+            config=config,
+            path=f"{self.scheme()}://{self.path}",
+            provider=self.provider,
+            header=self._get_header_dict(""),
+        )
 
     def available(self) -> bool:
         return True

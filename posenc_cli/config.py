@@ -23,8 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from posenc_cli import composite_configs  # noqa: F401 - registers scheme=A+B with Hydra
-from posenc_cli.data import CORPORA, check_tokenizer_options, corpus_kind
-from posenc_cli.data import stream
+from posenc_cli.data import CORPORA, check_tokenizer_options, corpus_kind, stream
 from posenc_cli.device import PRECISIONS, resolve_device
 from posenc_cli.errors import UsageError, require_positive_int
 from posenc_cli.model import ModelConfig
@@ -44,8 +43,11 @@ def config_dir() -> Path:
 def one_line(err: Exception) -> str:
     """Hydra's message on one line, without the config search path it appends for debugging."""
     text = str(err).split("Config search path")[0]
-    text = re.sub(r"Available options in '([^']+)':((?:\s+\S+)+)",
-                  lambda m: f"Available options in '{m[1]}': {', '.join(m[2].split())}", text)
+    text = re.sub(
+        r"Available options in '([^']+)':((?:\s+\S+)+)",
+        lambda m: f"Available options in '{m[1]}': {', '.join(m[2].split())}",
+        text,
+    )
     return " ".join(text.split())
 
 
@@ -72,7 +74,9 @@ def parse_hydra_args(args: list[str]):
     parser = get_args_parser()
 
     def error(message: str):
-        raise UsageError(f"{message}; Hydra flags are -m, --cfg job, --info, -cn/-cp/-cd and the like (see posenc train --help)")
+        raise UsageError(
+            f"{message}; Hydra flags are -m, --cfg job, --info, -cn/-cp/-cd and the like (see posenc train --help)"
+        )
 
     parser.error = error
     return parser.parse_args(args)
@@ -121,13 +125,25 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
     """Everything checkable without training: sizes, divisibility, scheme options, corpus, lengths."""
     cfg = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
     tc, mc, data, scheme = cfg["train"], cfg["model"], cfg["data"], dict(cfg["scheme"])
-    for key in ("max_steps", "batch_size", "block_size", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
+    for key in (
+        "max_steps",
+        "batch_size",
+        "block_size",
+        "eval_interval",
+        "eval_batches",
+        "log_interval",
+        "checkpoint_interval",
+    ):
         require_positive_int(f"train.{key}", tc[key])
     for key in ("lr", "grad_clip"):
         _number(f"train.{key}", tc[key], positive=True)
     for key in ("min_lr", "weight_decay"):
         _number(f"train.{key}", tc[key], positive=False)
-    if not isinstance(tc["warmup_steps"], int) or isinstance(tc["warmup_steps"], bool) or tc["warmup_steps"] < 0:
+    if (
+        not isinstance(tc["warmup_steps"], int)
+        or isinstance(tc["warmup_steps"], bool)
+        or tc["warmup_steps"] < 0
+    ):
         raise UsageError(f"train.warmup_steps must be an integer >= 0, got {tc['warmup_steps']!r}")
     if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or cfg["seed"] < 0:
         raise UsageError(f"seed must be an integer >= 0, got {cfg['seed']!r}")
@@ -136,7 +152,13 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
     _number("model.embed_std", mc["embed_std"], positive=True)
     if tc.get("threads") is not None:
         require_positive_int("train.threads", tc["threads"])
-    ModelConfig(vocab_size=1, block_size=tc["block_size"], n_layer=mc["n_layer"], n_head=mc["n_head"], n_embd=mc["n_embd"])
+    ModelConfig(
+        vocab_size=1,
+        block_size=tc["block_size"],
+        n_layer=mc["n_layer"],
+        n_head=mc["n_head"],
+        n_embd=mc["n_embd"],
+    )
     name = scheme.pop("name")
     with torch.device("meta"):
         try:
@@ -147,7 +169,9 @@ def validate(cfg: DictConfig | dict[str, Any]) -> None:
     resolve_device(cfg["device"])
     check_loggers(cfg.get("logger"))
     if tc.get("precision", "auto") not in PRECISIONS:
-        raise UsageError(f"train.precision={tc['precision']} is not known; choose one of: {', '.join(PRECISIONS)}")
+        raise UsageError(
+            f"train.precision={tc['precision']} is not known; choose one of: {', '.join(PRECISIONS)}"
+        )
     split_len = corpus_split_length(data)
     if split_len is not None and tc["block_size"] + 1 > split_len:
         raise UsageError(
@@ -168,15 +192,21 @@ def validate_positions(tc: dict[str, Any], scheme) -> None:
         raise UsageError(f"train.positions={positions} is not known; choose one of: {', '.join(POSITIONS)}")
     if positions == "ordinary":
         if max_position is not None:
-            raise UsageError(f"train.max_position={max_position} applies only to train.positions=randomized; "
-                             "add train.positions=randomized or drop train.max_position")
+            raise UsageError(
+                f"train.max_position={max_position} applies only to train.positions=randomized; "
+                "add train.positions=randomized or drop train.max_position"
+            )
         return
     if not isinstance(max_position, int) or isinstance(max_position, bool) or max_position < tc["block_size"]:
-        raise UsageError(f"train.positions=randomized needs train.max_position, an integer >= "
-                         f"train.block_size={tc['block_size']}, got {max_position!r}")
+        raise UsageError(
+            f"train.positions=randomized needs train.max_position, an integer >= "
+            f"train.block_size={tc['block_size']}, got {max_position!r}"
+        )
     if scheme.max_len is not None and scheme.max_len < max_position:
-        raise UsageError(f"scheme.max_len={scheme.max_len} is below train.max_position={max_position}: "
-                         f"positions up to {max_position - 1} are drawn; use a larger scheme.max_len")
+        raise UsageError(
+            f"scheme.max_len={scheme.max_len} is below train.max_position={max_position}: "
+            f"positions up to {max_position - 1} are drawn; use a larger scheme.max_len"
+        )
 
 
 def validate_init_from(cfg: dict[str, Any]) -> None:
@@ -226,4 +256,6 @@ def corpus_split_length(data: dict[str, Any]) -> int | None:
 def _number(key: str, value: Any, positive: bool) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < 0 or (positive and value == 0):
-        raise UsageError(f"{key} must be a finite {'positive' if positive else 'non-negative'} number, got {value!r}")
+        raise UsageError(
+            f"{key} must be a finite {'positive' if positive else 'non-negative'} number, got {value!r}"
+        )

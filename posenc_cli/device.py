@@ -17,7 +17,9 @@ PRECISIONS = ("auto", "fp32", "bf16")
 def resolve_device(name: str) -> torch.device:
     kind = str(name).split(":")[0]
     if kind not in DEVICES:
-        raise UsageError(f"device={name} is not known; choose one of: {', '.join(DEVICES)} (cuda:N also works)")
+        raise UsageError(
+            f"device={name} is not known; choose one of: {', '.join(DEVICES)} (cuda:N also works)"
+        )
     if kind == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -25,9 +27,13 @@ def resolve_device(name: str) -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     if kind == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"device={name} was asked for, but this torch sees no CUDA GPU; use device=auto or cpu")
+        raise UsageError(
+            f"device={name} was asked for, but this torch sees no CUDA GPU; use device=auto or cpu"
+        )
     if kind == "mps" and not torch.backends.mps.is_available():
-        raise UsageError(f"device={name} was asked for, but MPS is not available here; use device=auto or cpu")
+        raise UsageError(
+            f"device={name} was asked for, but MPS is not available here; use device=auto or cpu"
+        )
     return torch.device(name)
 
 

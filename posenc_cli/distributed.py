@@ -78,8 +78,12 @@ def rank_args(args: list[str]) -> list[str]:
         dist.broadcast_object_list(box, src=0)
         extra.append(f"hydra.run.dir={box[0]}")
     if dist.get_rank() > 0:  # no .hydra/, no train.log, warnings and errors only
-        extra += ["hydra.output_subdir=null", f"hydra.job_logging.handlers.file.filename={os.devnull}",
-                  "hydra.job_logging.root.level=WARNING", "hydra/hydra_logging=disabled"]
+        extra += [
+            "hydra.output_subdir=null",
+            f"hydra.job_logging.handlers.file.filename={os.devnull}",
+            "hydra.job_logging.root.level=WARNING",
+            "hydra/hydra_logging=disabled",
+        ]
     return [*args, *extra]
 
 
@@ -90,8 +94,10 @@ def device_for(device: torch.device, ctx: Context) -> torch.device:
 
 def check_batch(batch_size: int, ctx: Context) -> None:
     if batch_size % ctx.world_size:
-        raise UsageError(f"train.batch_size={batch_size} is the global batch and must divide evenly over "
-                         f"{ctx.world_size} processes; use a multiple of {ctx.world_size}")
+        raise UsageError(
+            f"train.batch_size={batch_size} is the global batch and must divide evenly over "
+            f"{ctx.world_size} processes; use a multiple of {ctx.world_size}"
+        )
 
 
 def wrap(model: nn.Module, device: torch.device, ctx: Context) -> nn.Module:
@@ -132,5 +138,9 @@ def threads_per_job(launcher: Mapping[str, Any]) -> int | None:
         return int(launcher["cpus_per_task"])
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     n_jobs = launcher.get("n_jobs")  # joblib: -1 means one job per core, -2 all cores but one, ...
-    side_by_side = (cores + 1 + n_jobs if n_jobs < 0 else n_jobs) if n_jobs else int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    side_by_side = (
+        (cores + 1 + n_jobs if n_jobs < 0 else n_jobs)
+        if n_jobs
+        else int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    )
     return max(1, cores // max(1, side_by_side)) if side_by_side > 1 else None

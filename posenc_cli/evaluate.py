@@ -143,8 +143,17 @@ class LogitsScorer:
             return self.model(inputs.to(self.device))[:, -n:].float()
 
 
-def evaluate_length(scorer, tokens, *, span: int, length: int, mode: str = "nonoverlap",
-                    stride: int | None = None, context: int | None = None, weights=None) -> LengthResult:
+def evaluate_length(
+    scorer,
+    tokens,
+    *,
+    span: int,
+    length: int,
+    mode: str = "nonoverlap",
+    stride: int | None = None,
+    context: int | None = None,
+    weights=None,
+) -> LengthResult:
     """Mean NLL over the span's windows of `length`; `scorer` is a LogitsScorer or an HFModel; `context`
     caps the tokens the model sees at once; weights(start, n), a (2, n) tensor of the UTF-8 bytes and
     characters of tokens start..start+n-1, adds what the scored targets stand for."""
@@ -167,8 +176,9 @@ def evaluate_length(scorer, tokens, *, span: int, length: int, mode: str = "nono
             covered += torch.stack([weights(p.start + 1, width) for p in group], dim=1)[:, scored].sum(1)
     total = int(counts.sum())
     bytes_, chars = (float(c) for c in covered) if weights is not None else (math.nan, math.nan)
-    return LengthResult(total, float(nll_sum.sum() / total), nll_sum / counts.clamp(min=1), counts,
-                        bytes_, chars)
+    return LengthResult(
+        total, float(nll_sum.sum() / total), nll_sum / counts.clamp(min=1), counts, bytes_, chars
+    )
 
 
 def unigram_perplexity(tokens) -> float:
@@ -185,7 +195,9 @@ def parse_lengths(text: str) -> list[int]:
     lengths = []
     for part in parts:
         if not part.isdigit() or int(part) <= 0:
-            raise UsageError(f"--lengths {text!r}: {part!r} is not a positive integer; give a comma list such as 512,1024,2048")
+            raise UsageError(
+                f"--lengths {text!r}: {part!r} is not a positive integer; give a comma list such as 512,1024,2048"
+            )
         lengths.append(int(part))
     return sorted(set(lengths))
 
@@ -224,10 +236,20 @@ def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]
     return [("+window", limit) if choice == "window" else ("", None) for choice in overflows]
 
 
-def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, max_tokens: int,
-                  data_path: str | None, device, rope_scaling: tuple[str, ...] | list[str] = ("none",),
-                  rope_factor: float | None = None, why: str = "",
-                  learned_overflow: tuple[str, ...] | list[str] = ("dash",)) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
+def evaluate_runs(
+    runs,
+    *,
+    lengths: list[int],
+    mode: str,
+    stride: int | None,
+    max_tokens: int,
+    data_path: str | None,
+    device,
+    rope_scaling: tuple[str, ...] | list[str] = ("none",),
+    rope_factor: float | None = None,
+    why: str = "",
+    learned_overflow: tuple[str, ...] | list[str] = ("dash",),
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
     """Every run at every length (its training length included), rotary runs once per RoPE scaling
     method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
     and per-scheme facts (positional parameters, relative-position kind, used by) for the report. Each
@@ -257,8 +279,12 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
         plans[id(run)] = (tokens, weights, unigram_ppl, run_lengths, span, variants)
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
-    jobs = [(run, variant, suffix, context) for run in runs for variant in plans[id(run)][5]
-            for suffix, context in overflow_variants(run, learned_overflow)]
+    jobs = [
+        (run, variant, suffix, context)
+        for run in runs
+        for variant in plans[id(run)][5]
+        for suffix, context in overflow_variants(run, learned_overflow)
+    ]
     with ui.progress() as bar:
         task = bar.add_task("eval", total=sum(len(plans[id(job[0])][3]) for job in jobs), status="")
         for run, variant, suffix, context in jobs:
@@ -269,24 +295,61 @@ def evaluate_runs(runs, *, lengths: list[int], mode: str, stride: int | None, ma
             info[scheme] = run.facts()
             for length in run_lengths:
                 bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
-                row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
-                       "eval_len": length, "mode": mode, "tokens": 0, "nll": math.nan, "ppl": math.nan,
-                       "note": "", "tokenizer": run.tokenizer_name, "bytes": math.nan, "chars": math.nan,
-                       "bpb": math.nan, "unigram_ppl": unigram_ppl}
+                row = {
+                    "run": str(run.path),
+                    "scheme": scheme,
+                    "seed": run.seed,
+                    "train_len": run.train_len,
+                    "eval_len": length,
+                    "mode": mode,
+                    "tokens": 0,
+                    "nll": math.nan,
+                    "ppl": math.nan,
+                    "note": "",
+                    "tokenizer": run.tokenizer_name,
+                    "bytes": math.nan,
+                    "chars": math.nan,
+                    "bpb": math.nan,
+                    "unigram_ppl": unigram_ppl,
+                }
                 limit = run.max_len
                 if limit is not None and length > limit and context is None:
                     row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
                 else:
-                    result = evaluate_length(scorer, tokens, span=span, length=length, mode=mode, stride=stride,
-                                             context=context, weights=weights)
+                    result = evaluate_length(
+                        scorer,
+                        tokens,
+                        span=span,
+                        length=length,
+                        mode=mode,
+                        stride=stride,
+                        context=context,
+                        weights=weights,
+                    )
                     if context is not None and length > context:
-                        row["note"] = (f"{scheme} past max_len={context}: sliding windows of {context} tokens "
-                                       f"(stride {context // 2}), so a token sees at most {context} tokens.")
-                    row.update(tokens=result.tokens, nll=result.nll, ppl=result.ppl, bytes=result.bytes,
-                               chars=result.chars, bpb=result.bpb)
+                        row["note"] = (
+                            f"{scheme} past max_len={context}: sliding windows of {context} tokens "
+                            f"(stride {context // 2}), so a token sees at most {context} tokens."
+                        )
+                    row.update(
+                        tokens=result.tokens,
+                        nll=result.nll,
+                        ppl=result.ppl,
+                        bytes=result.bytes,
+                        chars=result.chars,
+                        bpb=result.bpb,
+                    )
                     position_rows += [
-                        {"run": str(run.path), "scheme": scheme, "seed": run.seed, "eval_len": length,
-                         "position": p, "nll": nll, "tokens": n} for p, nll, n in position_buckets(result)
+                        {
+                            "run": str(run.path),
+                            "scheme": scheme,
+                            "seed": run.seed,
+                            "eval_len": length,
+                            "position": p,
+                            "nll": nll,
+                            "tokens": n,
+                        }
+                        for p, nll, n in position_buckets(result)
                     ]
                 rows.append(row)
                 bar.advance(task)

@@ -107,7 +107,7 @@ def load_pretrained(loader, source: str, name: str, **kwargs):
 
 def load_hf_model(
     name: str, context: int | None = None, device: torch.device | str = "cpu", dtype: str = "fp32"
-) -> "HFModel":
+) -> HFModel:
     """`hf:ID_OR_PATH` -> HFModel; every way it can fail is one line."""
     tf = transformers_module()
     source = name[len(PREFIX) :]
@@ -243,9 +243,12 @@ class HFModel:
         encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ends = [end for _, end in encoded["offset_mapping"]]
         pieces = [text[prev:end] for prev, end in zip([0] + ends[:-1], ends)]
-        counts = torch.tensor([[len(p.encode("utf-8")) for p in pieces], [len(p) for p in pieces]],
-                              dtype=torch.float64)
-        return torch.tensor(encoded["input_ids"], dtype=torch.long), lambda start, n: counts[:, start : start + n]
+        counts = torch.tensor(
+            [[len(p.encode("utf-8")) for p in pieces], [len(p) for p in pieces]], dtype=torch.float64
+        )
+        return torch.tensor(encoded["input_ids"], dtype=torch.long), lambda start, n: counts[
+            :, start : start + n
+        ]
 
     # -- memory -----------------------------------------------------------------------------------
     def memory_needed(self, length: int) -> int:
@@ -275,7 +278,7 @@ class HFModel:
             )
 
     # -- scoring ----------------------------------------------------------------------------------
-    def scorer(self, device) -> "HFModel":
+    def scorer(self, device) -> HFModel:
         return self  # placed on its device when loaded: --device
 
     def batch_size(self, length: int) -> int:

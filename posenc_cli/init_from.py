@@ -27,8 +27,10 @@ def source_checkpoint(value: Any) -> tuple[Path, dict[str, Any]]:
     """RUN's directory and its checkpoint; one line if it is not a run with a checkpoint."""
     path = Path(str(value))
     if not (path / FILENAME).is_file():
-        raise UsageError(f"train.init_from={value} is not a run directory with a {FILENAME}; "
-                         "give the directory of a run that has saved a checkpoint")
+        raise UsageError(
+            f"train.init_from={value} is not a run directory with a {FILENAME}; "
+            "give the directory of a run that has saved a checkpoint"
+        )
     return path, load_checkpoint(path / FILENAME)
 
 
@@ -61,7 +63,7 @@ def initial_state(source: Path, saved: dict[str, Any], model: GPT) -> dict[str, 
     """RUN's weights shaped for `model` (a meta-device model is enough to check that they fit)."""
     state = dict(saved["model"])
     rename_legacy_scheme_keys(model, state, "")
-    scheme_state = {key[len("scheme."):]: value for key, value in state.items() if key.startswith("scheme.")}
+    scheme_state = {key[len("scheme.") :]: value for key, value in state.items() if key.startswith("scheme.")}
     state.update({"scheme." + key: value for key, value in model.scheme.extend_state(scheme_state).items()})
     expected = model.state_dict()
     for key in sorted(set(expected) | set(state)):

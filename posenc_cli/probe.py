@@ -29,8 +29,10 @@ MARGIN = 64  # extra filler tokens before a trial, for tokenizers whose re-encod
 def check_vocab(tokenizer, where: str) -> None:
     """The run's tokenizer must be able to write every character of the passkey prompt."""
     if tokenizer.kind == "ids":
-        raise UsageError(f"{where} cannot be probed: it was trained on ids without a tokenizer, so no prompt "
-                         "can be written")
+        raise UsageError(
+            f"{where} cannot be probed: it was trained on ids without a tokenizer, so no prompt "
+            "can be written"
+        )
     missing = tokenizer.missing("".join(sorted(passkey.needed_chars())))
     if missing:
         raise UsageError(
@@ -52,8 +54,10 @@ def filler_length(length: int, tokenizer) -> int:
     sentence, question = passkey.key_sentence(zeros), passkey.QUESTION + zeros
     overhead = len(tokenizer.encode(sentence)) + len(tokenizer.encode(question))
     if length <= overhead:
-        raise UsageError(f"a passkey trial needs more than {overhead} tokens; length {length} (asked for, or a "
-                         "run's training length) is too short")
+        raise UsageError(
+            f"a passkey trial needs more than {overhead} tokens; length {length} (asked for, or a "
+            "run's training length) is too short"
+        )
     return length - overhead
 
 
@@ -64,8 +68,9 @@ def word_start(text: str, at: int, low: int = 0) -> int:
     return at
 
 
-def build_trial(filler: torch.Tensor, key: str, depth: float, length: int, tokenizer,
-                margin: int = 0) -> tuple[torch.Tensor, int]:
+def build_trial(
+    filler: torch.Tensor, key: str, depth: float, length: int, tokenizer, margin: int = 0
+) -> tuple[torch.Tensor, int]:
     """(`length` tokens, how many of them are the key's). The text is filler (ending in a space) with the
     key sentence at relative depth `depth`, then the question and the key, encoded whole; the key is
     scored through the tokens that cover its characters (for BPE, " 40913" may be "Ġ409" "13"), and the
@@ -90,13 +95,16 @@ def make_trials(val: torch.Tensor, tokenizer, length: int, depth: float, trials:
     n_filler = filler_length(length, tokenizer)
     margin = 0 if tokenizer.context_free else MARGIN
     if margin + n_filler >= len(val):
-        raise UsageError(f"--lengths {length} needs {n_filler} filler tokens; the validation text has "
-                         f"{len(val)}")
+        raise UsageError(
+            f"--lengths {length} needs {n_filler} filler tokens; the validation text has {len(val)}"
+        )
     rng = np.random.default_rng([seed, length, round(depth * 1_000_000)])
     keys = [passkey.random_key(rng) for _ in range(trials)]
     starts = rng.integers(margin, len(val) - n_filler, size=trials)
-    built = [build_trial(val[s - margin : s + n_filler], k, depth, length, tokenizer, margin)
-             for s, k in zip(starts, keys)]
+    built = [
+        build_trial(val[s - margin : s + n_filler], k, depth, length, tokenizer, margin)
+        for s, k in zip(starts, keys)
+    ]
     return torch.stack([t for t, _ in built]), torch.tensor([n for _, n in built]), keys
 
 
@@ -132,20 +140,37 @@ def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, se
     mixed = mixes_own_tokenizers(runs)  # label columns as eval does: "rope [bpe]"
     rows = []
     with ui.progress() as bar:
-        task = bar.add_task("probe", total=sum(len(set(lengths) | {r.train_len}) for r in runs) * len(depths), status="")
+        task = bar.add_task(
+            "probe", total=sum(len(set(lengths) | {r.train_len}) for r in runs) * len(depths), status=""
+        )
         for run in runs:
             scorer = run.scorer(device)
             scheme = tokenizer_label(run.label, run.tokenizer_name) if mixed else run.label
             for length in sorted(set(lengths) | {run.train_len}):
                 for depth in depths:
                     bar.update(task, status=f"{scheme} seed {run.seed} @ {length}, depth {depth:g}")
-                    row = {"run": str(run.path), "scheme": scheme, "seed": run.seed, "train_len": run.train_len,
-                           "length": length, "depth": depth, "trials": 0, "accuracy": math.nan, "key_nll": math.nan}
+                    row = {
+                        "run": str(run.path),
+                        "scheme": scheme,
+                        "seed": run.seed,
+                        "train_len": run.train_len,
+                        "length": length,
+                        "depth": depth,
+                        "trials": 0,
+                        "accuracy": math.nan,
+                        "key_nll": math.nan,
+                    }
                     if run.max_len is None or length <= run.max_len:
-                        scored = [score(scorer, sequences, key_tokens)
-                                  for sequences, key_tokens in run.probe_trials(length, depth, trials, seed, fillers)]
+                        scored = [
+                            score(scorer, sequences, key_tokens)
+                            for sequences, key_tokens in run.probe_trials(
+                                length, depth, trials, seed, fillers
+                            )
+                        ]
                         hit, nll = (torch.cat(parts) for parts in zip(*scored))
-                        row.update(trials=trials, accuracy=float(hit.float().mean()), key_nll=float(nll.mean()))
+                        row.update(
+                            trials=trials, accuracy=float(hit.float().mean()), key_nll=float(nll.mean())
+                        )
                     rows.append(row)
                     bar.advance(task)
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -160,6 +185,8 @@ def parse_depths(text: str) -> list[float]:
         except ValueError:
             value = math.nan
         if not 0 <= value <= 1:
-            raise UsageError(f"--depths {text!r}: {part.strip()!r} is not a number between 0 and 1; give e.g. 0.1,0.5,0.9")
+            raise UsageError(
+                f"--depths {text!r}: {part.strip()!r} is not a number between 0 and 1; give e.g. 0.1,0.5,0.9"
+            )
         depths.append(value)
     return sorted(set(depths))

@@ -16,14 +16,26 @@ import pandas as pd
 
 from posenc_cli.atomic import write_text, write_with
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
-from posenc_cli.figures import pyplot, save_figure
 from posenc_cli.data.tokenizers import TOKENIZERS
+from posenc_cli.figures import pyplot, save_figure
 from posenc_cli.model.positional import SCHEMES, claim_for
 
-GRADES = ("very strong", "strong", "medium", "weak", "fails")  # best first; "fails", never the scheme name "none"
+GRADES = (
+    "very strong",
+    "strong",
+    "medium",
+    "weak",
+    "fails",
+)  # best first; "fails", never the scheme name "none"
 # The upper bound of each grade's band. Stability: ppl(longest) / the scheme's own ppl at the training
 # length. Quality: ppl(longest) / the best scheme's ppl(longest), so above 1.25x is never "strong".
-STABILITY_BANDS = [(1.10, "very strong"), (1.50, "strong"), (3.0, "medium"), (10.0, "weak"), (math.inf, "fails")]
+STABILITY_BANDS = [
+    (1.10, "very strong"),
+    (1.50, "strong"),
+    (3.0, "medium"),
+    (10.0, "weak"),
+    (math.inf, "fails"),
+]
 QUALITY_BANDS = [(1.10, "very strong"), (1.25, "strong"), (2.0, "medium"), (5.0, "weak"), (math.inf, "fails")]
 # A run has learned when its ppl at the training length is at most this fraction of the unigram
 # perplexity of the text it scores (0.8: at least ln 1.25 = 0.22 nats a token below the unigram entropy).
@@ -31,9 +43,16 @@ LEARNED_BELOW_UNIGRAM = 0.8
 BEYOND_TABLE = "—"
 NO_VERDICT = "no verdict"
 # Okabe & Ito's colour-blind-safe palette, one colour (and marker, for print) per scheme in every figure.
-SCHEME_STYLES = {"none": ("#000000", "o"), "sinusoidal": ("#E69F00", "s"), "learned": ("#56B4E9", "D"),
-                 "rope": ("#009E73", "^"), "alibi": ("#0072B2", "v"), "t5": ("#D55E00", "P"),
-                 "xpos": ("#CC79A7", "X"), "kerple": ("#999999", "*")}
+SCHEME_STYLES = {
+    "none": ("#000000", "o"),
+    "sinusoidal": ("#E69F00", "s"),
+    "learned": ("#56B4E9", "D"),
+    "rope": ("#009E73", "^"),
+    "alibi": ("#0072B2", "v"),
+    "t5": ("#D55E00", "P"),
+    "xpos": ("#CC79A7", "X"),
+    "kerple": ("#999999", "*"),
+}
 UNKNOWN_STYLE = ("#666666", "h")
 VARIANT_LINES = {"": "-", "linear": "--", "ntk": "-.", "dynamic": ":", "yarn": (0, (5, 1, 1, 1, 1, 1))}
 HEATMAP_CMAP = "viridis"  # sequential, perceptually uniform, not red-green
@@ -91,8 +110,10 @@ def extrapolation(df: pd.DataFrame, longest: int) -> tuple[dict[str, Extrapolati
     means = df.groupby(["scheme", "eval_len"])["ppl"].mean()
     own = df.groupby("scheme")["train_len"].min()
     unigram = df.groupby("scheme")["unigram_ppl"].mean() if "unigram_ppl" in df else {}
-    facts = {s: (means.get((s, own[s]), math.nan), means.get((s, longest), math.nan), unigram.get(s, math.nan))
-             for s in scheme_order(df["scheme"])}
+    facts = {
+        s: (means.get((s, own[s]), math.nan), means.get((s, longest), math.nan), unigram.get(s, math.nan))
+        for s in scheme_order(df["scheme"])
+    }
     learned = {s: f[1] for s, f in facts.items() if has_learned(f[0], f[2]) and math.isfinite(f[1])}
     best = min(learned, key=learned.get) if learned else None
     best_ppl = learned[best] if best else math.nan
@@ -112,7 +133,7 @@ def mixes_own_tokenizers(runs) -> bool:
 
 
 def without_tokenizer(label: str) -> str:
-    """"rope [bpe]" -> "rope": the scheme a column's claims and facts are about."""
+    """ "rope [bpe]" -> "rope": the scheme a column's claims and facts are about."""
     return label.partition(" [")[0]
 
 
@@ -181,7 +202,7 @@ def ppl_pivot(df: pd.DataFrame, value: str = "ppl", digits: int = 2) -> tuple[li
 
 
 def characters_covered(df: pd.DataFrame, schemes: list[str], length: int) -> str:
-    """"≈ a–b characters": what a window of `length` tokens covers on average, across the columns."""
+    """ "≈ a–b characters": what a window of `length` tokens covers on average, across the columns."""
     covered = [length * chars_per_token(df[df.scheme == s]) for s in schemes]
     covered = [c for c in covered if math.isfinite(c)]
     if not covered:
@@ -193,8 +214,10 @@ def characters_covered(df: pd.DataFrame, schemes: list[str], length: int) -> str
 def tokenizer_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> list[list[str]]:
     """Tokenizer and characters per token of each column, and bits per byte when tokenizers mix
     (token perplexities of different tokenizers do not compare; bits per byte do)."""
-    rows = [["tokenizer"] + [", ".join(sorted(df[df.scheme == s]["tokenizer"].unique())) for s in schemes],
-            ["characters per token"] + [f"{chars_per_token(df[df.scheme == s]):.2f}" for s in schemes]]
+    rows = [
+        ["tokenizer"] + [", ".join(sorted(df[df.scheme == s]["tokenizer"].unique())) for s in schemes],
+        ["characters per token"] + [f"{chars_per_token(df[df.scheme == s]):.2f}" for s in schemes],
+    ]
     if df["tokenizer"].nunique() > 1:
         for L in lengths:
             at_length = df[df.eval_len == L]
@@ -213,7 +236,9 @@ def scheme_facts(model) -> dict:
     return {"positional_params": model.n_positional_params, "relative": model.scheme.relative}
 
 
-def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", passkey: pd.DataFrame | None = None) -> str:
+def comparison(
+    df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", passkey: pd.DataFrame | None = None
+) -> str:
     """The chapters' table, with measured numbers beside the claims (and passkey rows from a probe)."""
     schemes = scheme_order(df["scheme"])
     lengths = sorted(df["eval_len"].unique())
@@ -227,10 +252,14 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", pas
         rows.append([label] + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["ppl"]) for s in schemes])
     evidence, best = extrapolation(df, longest)
     one_length = df["train_len"].nunique() == 1
-    rows.append([f"stability: ppl({longest}) / own ppl({train_len if one_length else 'training length'})"]
-                + [times(evidence[s].stability) for s in schemes])
-    rows.append([f"quality: ppl({longest}) / best's" + (f" ({best})" if best else "")]
-                + [times(evidence[s].quality) for s in schemes])
+    rows.append(
+        [f"stability: ppl({longest}) / own ppl({train_len if one_length else 'training length'})"]
+        + [times(evidence[s].stability) for s in schemes]
+    )
+    rows.append(
+        [f"quality: ppl({longest}) / best's" + (f" ({best})" if best else "")]
+        + [times(evidence[s].quality) for s in schemes]
+    )
     if subword(df):
         rows += tokenizer_rows(df, schemes, lengths)
     if passkey is not None:
@@ -240,35 +269,55 @@ def comparison(df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", pas
     rows.append(["extrapolation, chapters' claim"] + [claim.extrapolation for claim in claims])
     if lang == "zh":
         rows.append(["外推能力（章节原话）"] + [claim.extrapolation_zh for claim in claims])
-    rows.append(["positional parameters"] + [f"{info.get(s, {}).get('positional_params', 0):,}" for s in schemes])
+    rows.append(
+        ["positional parameters"] + [f"{info.get(s, {}).get('positional_params', 0):,}" for s in schemes]
+    )
     relative = [info.get(s, {}).get("relative", relative_kind(scheme_of(s))) for s in schemes]
     rows.append(["relative position", *relative])
-    rows.append(["used by"] + [info.get(s, {}).get("used_by", claim.used_by) for s, claim in zip(schemes, claims)])
+    rows.append(
+        ["used by"] + [info.get(s, {}).get("used_by", claim.used_by) for s, claim in zip(schemes, claims)]
+    )
     seeds = {s: df[df.scheme == s]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
     notes = [
         f"Perplexity on {scored_tokens(df)} ({mode} windows), the same tokens at every length; "
-        + ("mean ± std over seeds: " + ", ".join(f"{s} n={n}" for s, n in seeds.items()) if max(seeds.values()) > 1 else "one seed each") + ".",
+        + (
+            "mean ± std over seeds: " + ", ".join(f"{s} n={n}" for s, n in seeds.items())
+            if max(seeds.values()) > 1
+            else "one seed each"
+        )
+        + ".",
         f"stability compares a model with itself: near 1× means the tokens past {train_len} do the model no harm, "
         "not that it uses them (a model that ignores far context is flat too; passkey retrieval, `posenc probe`, "
         "asks whether they are used), and it says nothing about how good the model is. quality compares it with "
         f"the best scheme at {longest}.",
-        "extrapolation, measured: the lower of two grades, stability " + bands_text(STABILITY_BANDS)
-        + " and quality " + bands_text(QUALITY_BANDS) + f"; so a scheme more than 1.25× the best at {longest} "
+        "extrapolation, measured: the lower of two grades, stability "
+        + bands_text(STABILITY_BANDS)
+        + " and quality "
+        + bands_text(QUALITY_BANDS)
+        + f"; so a scheme more than 1.25× the best at {longest} "
         "is never strong.",
     ]
-    notes += [f"{NO_VERDICT} for {s}: its ppl at {train_len} ({e.train_ppl:.2f}) is not clearly below the unigram "
-              f"perplexity of the text ({e.unigram_ppl:.2f}; clearly: at most {LEARNED_BELOW_UNIGRAM:g}×), so it "
-              "has not learned enough to grade; its numbers stand as measured."
-              for s, e in evidence.items() if not e.learned]
+    notes += [
+        f"{NO_VERDICT} for {s}: its ppl at {train_len} ({e.train_ppl:.2f}) is not clearly below the unigram "
+        f"perplexity of the text ({e.unigram_ppl:.2f}; clearly: at most {LEARNED_BELOW_UNIGRAM:g}×), so it "
+        "has not learned enough to grade; its numbers stand as measured."
+        for s, e in evidence.items()
+        if not e.learned
+    ]
     if passkey is not None:
         notes.append(passkey_note(passkey))
     notes += sorted(set(df[df["ppl"].notna()]["note"].dropna()) - {""})  # how a number was measured
     beyond = set(df[df["ppl"].isna()]["note"].dropna()) - {""}  # why there is no number
     if beyond:
         notes.append(f"{BEYOND_TABLE}: " + "; ".join(sorted(beyond)) + ".")
-    return ("# Positional schemes: the chapters' table, measured\n\n"
-            + markdown_table([""] + schemes, rows) + "\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+    return (
+        "# Positional schemes: the chapters' table, measured\n\n"
+        + markdown_table([""] + schemes, rows)
+        + "\n"
+        + "\n".join(f"- {n}" for n in notes)
+        + "\n"
+    )
 
 
 def times(ratio: float) -> str:
@@ -286,7 +335,8 @@ def scored_tokens(df: pd.DataFrame) -> str:
     if len({t for values in counts.values() for t in values}) == 1:
         return f"{next(iter(counts.values()))[0]:,} validation tokens"
     return "validation tokens per length: " + ", ".join(
-        f"{s} {' / '.join(f'{t:,}' for t in values)}" for s, values in counts.items())
+        f"{s} {' / '.join(f'{t:,}' for t in values)}" for s, values in counts.items()
+    )
 
 
 def relative_kind(label: str) -> str:
@@ -313,23 +363,36 @@ def passkey_rows(passkey: pd.DataFrame, schemes: list[str]) -> list[list[str]]:
 
 def passkey_note(passkey: pd.DataFrame) -> str:
     depths = ", ".join(f"{d:g}" for d in sorted(passkey["depth"].unique()))
-    return (f"passkey: % of {int(passkey['trials'].max())} trials per depth (depths {depths}) whose "
-            f"{PASSKEY_DIGITS}-digit key greedy decoding reproduced exactly (`posenc probe`).")
+    return (
+        f"passkey: % of {int(passkey['trials'].max())} trials per depth (depths {depths}) whose "
+        f"{PASSKEY_DIGITS}-digit key greedy decoding reproduced exactly (`posenc probe`)."
+    )
 
 
 def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
     """Length x depth accuracy for one scheme, like the needle-in-a-haystack figures: a sequential
     colour map readable in grey and by red-green colour-blind readers, a colour bar, the number in each cell."""
     plt = pyplot()
-    grid = passkey[passkey.scheme == scheme].pivot_table(index="depth", columns="length", values="accuracy",
-                                                         aggfunc="mean", dropna=False) * 100
+    grid = (
+        passkey[passkey.scheme == scheme].pivot_table(
+            index="depth", columns="length", values="accuracy", aggfunc="mean", dropna=False
+        )
+        * 100
+    )
     values = grid.to_numpy(dtype=float)
     fig, ax = plt.subplots(figsize=(1.1 * len(grid.columns) + 2.8, 0.55 * len(grid.index) + 1.6))
     image = ax.imshow(values, cmap=HEATMAP_CMAP, vmin=0, vmax=100, aspect="auto")
     ax.set_facecolor("lightgrey")
     for (i, j), value in np.ndenumerate(values):
-        ax.text(j, i, BEYOND_TABLE if math.isnan(value) else f"{value:.0f}", ha="center", va="center", fontsize=9,
-                color="black" if math.isnan(value) or value > 55 else "white")  # viridis: dark below ~55
+        ax.text(
+            j,
+            i,
+            BEYOND_TABLE if math.isnan(value) else f"{value:.0f}",
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="black" if math.isnan(value) or value > 55 else "white",
+        )  # viridis: dark below ~55
     ax.set_xticks(range(len(grid.columns)), [str(c) for c in grid.columns])
     ax.set_yticks(range(len(grid.index)), [f"{d:g}" for d in grid.index])
     ax.set_xlabel("prompt length (tokens)")
@@ -341,12 +404,21 @@ def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
 
 def plot_probe_summary(passkey: pd.DataFrame, path: Path) -> None:
     """Accuracy vs length, one line per scheme, mean ± std over seeds (depths averaged)."""
-    plot_by_length(retrieval_by_length(passkey), x="length", y="accuracy", train_len=int(passkey["train_len"].min()),
-                   path=path, xlabel="prompt length (tokens)", ylabel="passkey retrieved (%)",
-                   title="Passkey retrieval past the training length")
+    plot_by_length(
+        retrieval_by_length(passkey),
+        x="length",
+        y="accuracy",
+        train_len=int(passkey["train_len"].min()),
+        path=path,
+        xlabel="prompt length (tokens)",
+        ylabel="passkey retrieved (%)",
+        title="Passkey retrieval past the training length",
+    )
 
 
-def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en") -> list[Path]:
+def write_probe_outputs(
+    passkey: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en"
+) -> list[Path]:
     """probe.csv, one heatmap per scheme, the summary plot; comparison.md again if eval's ppl.csv is here."""
     out.mkdir(parents=True, exist_ok=True)
     write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
@@ -357,7 +429,9 @@ def write_probe_outputs(passkey: pd.DataFrame, info: dict[str, dict], out: Path,
     plot_probe_summary(passkey, out / "probe_summary.png")
     written += [out / "probe_summary.png", out / "probe_summary.svg"]
     if (out / "ppl.csv").is_file():
-        write_text(out / "comparison.md", comparison(pd.read_csv(out / "ppl.csv"), info, lang=lang, passkey=passkey))
+        write_text(
+            out / "comparison.md", comparison(pd.read_csv(out / "ppl.csv"), info, lang=lang, passkey=passkey)
+        )
         written.append(out / "comparison.md")
     return written
 
@@ -369,9 +443,17 @@ def file_safe(label: str) -> str:
 
 
 def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
-    plot_by_length(df, x="eval_len", y="ppl", train_len=int(df["train_len"].min()), path=path,
-                   xlabel="evaluation length (tokens)", ylabel="perplexity",
-                   title="Perplexity past the training length", log_y=True)
+    plot_by_length(
+        df,
+        x="eval_len",
+        y="ppl",
+        train_len=int(df["train_len"].min()),
+        path=path,
+        xlabel="evaluation length (tokens)",
+        ylabel="perplexity",
+        title="Perplexity past the training length",
+        log_y=True,
+    )
 
 
 def scheme_style(label: str) -> dict:
@@ -414,16 +496,32 @@ def finish_figure(fig, ax, *, train_len: int, xlabel: str, ylabel: str, title: s
     save_figure(fig, path)
 
 
-def plot_by_length(df: pd.DataFrame, *, x: str, y: str, train_len: int, path: Path, xlabel: str, ylabel: str,
-                   title: str, log_y: bool = False) -> None:
+def plot_by_length(
+    df: pd.DataFrame,
+    *,
+    x: str,
+    y: str,
+    train_len: int,
+    path: Path,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    log_y: bool = False,
+) -> None:
     """One line per scheme of y against length x (log 2 axis), mean ± std over seeds."""
     from matplotlib.ticker import NullLocator
 
     fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
     for scheme in scheme_order(df["scheme"]):
         stats = df[df.scheme == scheme].groupby(x)[y].agg(["mean", "std"]).dropna(subset=["mean"])
-        ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), capsize=3, label=scheme,
-                    **scheme_style(scheme))
+        ax.errorbar(
+            stats.index,
+            stats["mean"],
+            yerr=stats["std"].fillna(0),
+            capsize=3,
+            label=scheme,
+            **scheme_style(scheme),
+        )
     ax.set_xscale("log", base=2)
     lengths = sorted(df[x].unique())
     ax.set_xticks(lengths, [str(L) for L in lengths])
@@ -446,13 +544,23 @@ def plot_loss_by_position(positions: pd.DataFrame, train_len: int, path: Path) -
     for scheme in scheme_order(sub["scheme"]):
         sums = sub[sub.scheme == scheme].groupby("bucket")[["nll_sum", "tokens"]].sum()
         style = scheme_style(scheme) | {"marker": None}
-        ax.plot(sums.index + width / 2, sums["nll_sum"] / sums["tokens"], label=scheme, linewidth=1.6, **style)
-    finish_figure(fig, ax, train_len=train_len,
-                  xlabel=f"position inside a window of {longest} tokens ({width}-token buckets)",
-                  ylabel="mean NLL (nats)", title="Loss by position: where a scheme breaks", path=path)
+        ax.plot(
+            sums.index + width / 2, sums["nll_sum"] / sums["tokens"], label=scheme, linewidth=1.6, **style
+        )
+    finish_figure(
+        fig,
+        ax,
+        train_len=train_len,
+        xlabel=f"position inside a window of {longest} tokens ({width}-token buckets)",
+        ylabel="mean NLL (nats)",
+        title="Loss by position: where a scheme breaks",
+        path=path,
+    )
 
 
-def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en") -> list[Path]:
+def write_eval_outputs(
+    df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en"
+) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     write_with(out / "ppl.csv", lambda p: df.to_csv(p, index=False))
     write_with(out / "loss_by_position.csv", lambda p: positions.to_csv(p, index=False))
@@ -469,4 +577,5 @@ def write_eval_outputs(df: pd.DataFrame, positions: pd.DataFrame, info: dict[str
         plot_loss_by_position(positions, int(df["train_len"].min()), out / "loss_by_position.png")
     figures = ("ppl_vs_length", "loss_by_position") if not positions.empty else ("ppl_vs_length",)
     return [out / n for n in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv")] + [
-        out / f"{name}.{ext}" for name in figures for ext in ("png", "svg")]
+        out / f"{name}.{ext}" for name in figures for ext in ("png", "svg")
+    ]

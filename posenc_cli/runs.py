@@ -45,7 +45,9 @@ def resume_overrides(args: list[str], outputs: Path = Path("outputs")) -> list[s
     if value in ("true", "True"):
         newest = sorted(p for p in (outputs / "runs").glob("*") if (p / ".hydra").is_dir())
         if not newest:
-            raise UsageError(f"train.resume=true found no run under {outputs / 'runs'}; give train.resume=RUN_DIR")
+            raise UsageError(
+                f"train.resume=true found no run under {outputs / 'runs'}; give train.resume=RUN_DIR"
+            )
         value = str(newest[-1])
     run = Path(value)
     saved = run / ".hydra" / "overrides.yaml"
@@ -121,7 +123,9 @@ class LoadedRun:
             if self.data_key() not in cache:
                 cache[self.data_key()] = load_corpus(self.checkpoint["data"], self.tokenizer).val
             tokens = cache[self.data_key()]
-        per_id = torch.from_numpy(np.stack([self.tokenizer.byte_counts, self.tokenizer.char_counts]).astype(np.float64))
+        per_id = torch.from_numpy(
+            np.stack([self.tokenizer.byte_counts, self.tokenizer.char_counts]).astype(np.float64)
+        )
         return tokens, lambda start, n: per_id[:, token_window(tokens, start, n)]
 
     def check_fits(self, lengths: list[int]) -> None:
@@ -146,8 +150,10 @@ class LoadedRun:
             )
         for method in methods:
             if method not in METHODS:
-                raise UsageError(f"--rope-scaling {method} exists for hf: models only; posenc's own rotary runs "
-                                 f"take {', '.join(METHODS)}")
+                raise UsageError(
+                    f"--rope-scaling {method} exists for hf: models only; posenc's own rotary runs "
+                    f"take {', '.join(METHODS)}"
+                )
         return [{"scaling": m, "scaling_factor": factor, "scaling_len": self.train_len} for m in methods]
 
     def use_variant(self, options: dict) -> str:
@@ -168,7 +174,9 @@ class LoadedRun:
         if self.data_key() not in cache:
             val = load_corpus(self.checkpoint["data"], self.tokenizer).val
             cache[self.data_key()] = without_episodes(val, self.tokenizer)
-        sequences, key_tokens, _ = make_trials(cache[self.data_key()], self.tokenizer, length, depth, trials, seed)
+        sequences, key_tokens, _ = make_trials(
+            cache[self.data_key()], self.tokenizer, length, depth, trials, seed
+        )
         return [(sequences, key_tokens)]
 
 
@@ -176,7 +184,9 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     """Rebuild a run's model from its directory alone."""
     path = Path(run_dir)
     if not path.is_dir():
-        raise UsageError(f"{path} is not a directory; give a run directory (one with {FILENAME} and summary.json)")
+        raise UsageError(
+            f"{path} is not a directory; give a run directory (one with {FILENAME} and summary.json)"
+        )
     if not is_run_dir(path):
         raise UsageError(f"{path} is not a run: it has no {FILENAME} or summary.json")
     payload = load_checkpoint(path / FILENAME)
@@ -185,7 +195,9 @@ def load_run(run_dir: str | Path) -> LoadedRun:
         model.load_state_dict(payload["model"])
     except (TypeError, KeyError, RuntimeError) as err:
         reason = " ".join(str(err).split())[:160]
-        raise UsageError(f"{path / FILENAME} no longer matches this version's model code ({reason})") from None
+        raise UsageError(
+            f"{path / FILENAME} no longer matches this version's model code ({reason})"
+        ) from None
     model.eval()
     stored = payload.get("tokenizer") or {"kind": "char", "chars": payload["vocab"]}  # older runs: chars only
     tokenizer = run_tokenizer(stored, path)
@@ -205,7 +217,9 @@ def latest_runs(outputs: Path) -> tuple[list[Path], str]:
     sweeps = sorted(p for p in (outputs / "sweeps").glob("*") if p.is_dir() and find_runs(p))
     singles = sorted(p for p in (outputs / "runs").glob("*") if is_run_dir(p))
     if not sweeps and not singles:
-        raise UsageError(f"no runs found under {outputs}/; train some first (posenc train ...) or name run directories")
+        raise UsageError(
+            f"no runs found under {outputs}/; train some first (posenc train ...) or name run directories"
+        )
     if sweeps and (not singles or sweeps[-1].name >= singles[-1].name[: len(sweeps[-1].name)]):
         return find_runs(sweeps[-1]), f"the latest sweep, {sweeps[-1]}"
     newest: dict[str, Path] = {}
@@ -226,10 +240,11 @@ def select_runs(paths: list[str], outputs: Path = Path("outputs")) -> tuple[list
                 raise UsageError(f"{given} does not exist; give run directories, sweep directories or a glob")
             found = find_runs(match) if match.is_dir() else []
             if not found:
-                raise UsageError(f"{match} is not a run or a sweep: no summary.json or {FILENAME} in or below it")
+                raise UsageError(
+                    f"{match} is not a run or a sweep: no summary.json or {FILENAME} in or below it"
+                )
             selected += [r for r in found if r not in selected]
     return selected, "the runs you named"
-
 
 
 def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str]:
@@ -278,4 +293,6 @@ def announce(paths: list[Path], why: str, doing: str) -> None:
     """Say on stderr which runs a command works on and why those (after its checks passed)."""
     from posenc_cli import ui
 
-    ui.err.print(f"{doing} {len(paths)} run(s), {why}:\n" + "\n".join(f"  {path}" for path in paths), highlight=False)
+    ui.err.print(
+        f"{doing} {len(paths)} run(s), {why}:\n" + "\n".join(f"  {path}" for path in paths), highlight=False
+    )

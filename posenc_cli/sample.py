@@ -20,6 +20,7 @@ from posenc_cli.runs import LoadedRun
 @dataclass(frozen=True)
 class SamplePlan:
     """How many tokens will be generated, and why fewer than asked (None when all of them)."""
+
     tokens: int
     stopped_early: str | None
 
@@ -31,24 +32,39 @@ def plan(run: LoadedRun, prompt_len: int, tokens: int, window: int | None) -> Sa
     if window is not None:
         require_positive_int("--window", window)
         if limit is not None and window > limit:
-            raise UsageError(f"--window {window} is past {run.scheme}'s table of {limit} positions; "
-                             f"use --window <= {limit}")
+            raise UsageError(
+                f"--window {window} is past {run.scheme}'s table of {limit} positions; "
+                f"use --window <= {limit}"
+            )
         return SamplePlan(tokens, None)
     if limit is None:
         return SamplePlan(tokens, None)
     if prompt_len > limit:
-        raise UsageError(f"--prompt is {prompt_len} tokens but {run.scheme} positions stop at {limit - 1}; "
-                         f"shorten it or slide the context with --window <= {limit}")
+        raise UsageError(
+            f"--prompt is {prompt_len} tokens but {run.scheme} positions stop at {limit - 1}; "
+            f"shorten it or slide the context with --window <= {limit}"
+        )
     room = limit + 1 - prompt_len  # the token after the table's last position is still predicted
     if tokens <= room:
         return SamplePlan(tokens, None)
-    return SamplePlan(room, f"{run.scheme} stopped after {room} tokens: its table has {limit} positions and the "
-                            f"context reached them all; add --window {limit} to slide the context and go on")
+    return SamplePlan(
+        room,
+        f"{run.scheme} stopped after {room} tokens: its table has {limit} positions and the "
+        f"context reached them all; add --window {limit} to slide the context and go on",
+    )
 
 
 @torch.inference_mode()
-def generate(run: LoadedRun, prompt_ids: torch.Tensor, tokens: int, temperature: float, top_k: int | None,
-             seed: int, window: int | None, device: torch.device) -> Iterator[int]:
+def generate(
+    run: LoadedRun,
+    prompt_ids: torch.Tensor,
+    tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+    window: int | None,
+    device: torch.device,
+) -> Iterator[int]:
     """Token ids one at a time; the same ids for the same seed. temperature 0 is greedy."""
     model = run.model.to(device)
     generator = torch.Generator().manual_seed(seed)

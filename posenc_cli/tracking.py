@@ -84,9 +84,17 @@ class WandbLogger(RunLogger):
     """A Weights & Biases run. mode=offline writes the run under `dir` and never touches the network
     (`wandb sync DIR` uploads it later); wandb's console capture is off so the progress bar stays."""
 
-    def __init__(self, run_dir: Path, name: str, project: str = "posenc", entity: str | None = None,
-                 mode: str = "online", group: str | None = None, tags: list[str] | None = None,
-                 dir: str | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        name: str,
+        project: str = "posenc",
+        entity: str | None = None,
+        mode: str = "online",
+        group: str | None = None,
+        tags: list[str] | None = None,
+        dir: str | None = None,
+    ):
         os.environ.setdefault("WANDB_SILENT", "true")
         if mode != "online":  # no version check, no login prompt, no network
             os.environ["WANDB_MODE"] = mode
@@ -94,13 +102,21 @@ class WandbLogger(RunLogger):
 
         try:
             self.run = wandb.init(
-                project=project, entity=entity, mode=mode, group=group, tags=list(tags or []), name=name,
-                dir=str(dir or run_dir), reinit="finish_previous",
+                project=project,
+                entity=entity,
+                mode=mode,
+                group=group,
+                tags=list(tags or []),
+                name=name,
+                dir=str(dir or run_dir),
+                reinit="finish_previous",
                 settings=wandb.Settings(console="off", init_timeout=60, x_disable_stats=True),
             )
         except Exception as err:  # no network, no login, a bad entity: wandb's own error types vary
-            raise UsageError(f"logger=wandb could not start a run ({' '.join(str(err).split())[:160]}); "
-                             "logger.wandb.mode=offline logs without network or login") from None
+            raise UsageError(
+                f"logger=wandb could not start a run ({' '.join(str(err).split())[:160]}); "
+                "logger.wandb.mode=offline logs without network or login"
+            ) from None
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         self.run.config.update(dict(config), allow_val_change=True)
@@ -144,16 +160,23 @@ def check_loggers(chosen: Mapping[str, Any] | None) -> None:
 
     for name, options in (chosen or {}).items():
         if name not in ("csv", *TRACKER_PACKAGES):
-            raise UsageError(f"logger={name} is not known; choose csv, tensorboard, wandb or a list like "
-                             "logger=[csv,tensorboard]")
+            raise UsageError(
+                f"logger={name} is not known; choose csv, tensorboard, wandb or a list like "
+                "logger=[csv,tensorboard]"
+            )
         if name in TRACKER_PACKAGES and importlib.util.find_spec(TRACKER_PACKAGES[name]) is None:
-            raise UsageError(f"logger={name} needs the {TRACKER_PACKAGES[name]} package: pip install 'posenc[track]'")
+            raise UsageError(
+                f"logger={name} needs the {TRACKER_PACKAGES[name]} package: pip install 'posenc[track]'"
+            )
         if name == "wandb" and (options or {}).get("mode", "online") not in WANDB_MODES:
-            raise UsageError(f"logger.wandb.mode={options['mode']} is not known; choose one of: {', '.join(WANDB_MODES)}")
+            raise UsageError(
+                f"logger.wandb.mode={options['mode']} is not known; choose one of: {', '.join(WANDB_MODES)}"
+            )
 
 
-def open_loggers(chosen: Mapping[str, Any] | None, run_dir: Path, rows: list[dict[str, Any]],
-                 name: str, start_step: int) -> RunLogger:
+def open_loggers(
+    chosen: Mapping[str, Any] | None, run_dir: Path, rows: list[dict[str, Any]], name: str, start_step: int
+) -> RunLogger:
     """metrics.csv plus every tracker in the `logger` config (csv alone adds nothing)."""
     check_loggers(chosen)
     loggers: list[RunLogger] = [CSVLogger(run_dir, rows)]

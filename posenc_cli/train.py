@@ -31,6 +31,7 @@ log = logging.getLogger("posenc.train")
 @dataclass
 class TrainState:
     """What changes step by step; saved in every checkpoint so a resume continues exactly."""
+
     step: int = 0
     elapsed: float = 0.0
     metrics: list[dict[str, Any]] = field(default_factory=list)
@@ -76,12 +77,17 @@ def lr_at(step: int, tc: Mapping[str, Any]) -> float:
 def make_optimizer(model: GPT, tc: Mapping[str, Any]) -> torch.optim.AdamW:
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": tc["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": tc["weight_decay"]},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=tc["lr"], betas=(0.9, 0.95))
 
 
 @torch.no_grad()
-def validation_loss(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device, precision: str) -> float:
+def validation_loss(
+    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device, precision: str
+) -> float:
     model.eval()
     total = torch.zeros((), device=device)
     for x, y in batches:
@@ -94,6 +100,7 @@ def validation_loss(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]]
 @dataclass(kw_only=True)
 class Session:
     """One run being trained: what the loop works on and what a checkpoint saves."""
+
     cfg: Mapping[str, Any]
     run_dir: Path
     mc: ModelConfig
@@ -127,10 +134,21 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = No
         init_weights(model, tc["init_from"], corpus)
     model = model.to(device)
     val_rng = torch.Generator().manual_seed(12345)  # the same validation windows for every run
-    s = Session(cfg=cfg, run_dir=Path(run_dir), mc=mc, corpus=corpus, device=device, ctx=ctx, model=model,
-                optimizer=make_optimizer(model, tc), data_rng=torch.Generator().manual_seed(cfg["seed"]),
-                val_batches=[random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng)
-                             for _ in range(tc["eval_batches"])])
+    s = Session(
+        cfg=cfg,
+        run_dir=Path(run_dir),
+        mc=mc,
+        corpus=corpus,
+        device=device,
+        ctx=ctx,
+        model=model,
+        optimizer=make_optimizer(model, tc),
+        data_rng=torch.Generator().manual_seed(cfg["seed"]),
+        val_batches=[
+            random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng)
+            for _ in range(tc["eval_batches"])
+        ],
+    )
     if tc.get("resume"):
         restore(s, Path(tc["resume"]) / FILENAME)
         if ctx.is_main:
@@ -144,23 +162,43 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = No
         if corpus.tokenizer.kind == "bpe":
             write_text(s.run_dir / TOKENIZER_FILE, corpus.tokenizer.to_json())
         write_summary(s.run_dir, {**summary, "status": "running"})
-        s.logger = open_loggers(cfg.get("logger"), s.run_dir, s.state.metrics, run_name or s.run_dir.name, s.state.step)
+        s.logger = open_loggers(
+            cfg.get("logger"), s.run_dir, s.state.metrics, run_name or s.run_dir.name, s.state.step
+        )
         s.logger.log_config(cfg)
     status, message = "finished", None
     started, elapsed_before = time.perf_counter(), s.state.elapsed
     try:
         with StopSignals() as stop:
-            run_loop(s, distributed.wrap(model, device, ctx), stop, lambda: elapsed_before + time.perf_counter() - started)
+            run_loop(
+                s,
+                distributed.wrap(model, device, ctx),
+                stop,
+                lambda: elapsed_before + time.perf_counter() - started,
+            )
     except NonFiniteLoss as err:
-        kept = f"the checkpoint of step {s.saved_step} is kept" if s.saved_step else "no checkpoint had been saved yet"
+        kept = (
+            f"the checkpoint of step {s.saved_step} is kept"
+            if s.saved_step
+            else "no checkpoint had been saved yet"
+        )
         status, message = "failed", f"training stopped: {err}; {kept} (try a lower train.lr)"
     except Stopped as stop:
-        status, message = "interrupted", f"{stop} at step {s.state.step}; checkpoint saved. Resume with: posenc train train.resume={s.run_dir}"
+        status, message = (
+            "interrupted",
+            f"{stop} at step {s.state.step}; checkpoint saved. Resume with: posenc train train.resume={s.run_dir}",
+        )
     except KeyboardInterrupt:
-        status, message = "interrupted", f"stopped at once at step {s.state.step}; the last checkpoint is kept. Resume with: posenc train train.resume={s.run_dir}"
+        status, message = (
+            "interrupted",
+            f"stopped at once at step {s.state.step}; the last checkpoint is kept. Resume with: posenc train train.resume={s.run_dir}",
+        )
     s.state.elapsed = elapsed_before + time.perf_counter() - started
     summary.update(
-        status=status, message=message, steps=s.state.step, wall_time_s=round(s.state.elapsed, 2),
+        status=status,
+        message=message,
+        steps=s.state.step,
+        wall_time_s=round(s.state.elapsed, 2),
         final_train_loss=last_measured(s.state.metrics, "train_loss"),
         final_val_loss=last_measured(s.state.metrics, "val_loss"),
         tokens_per_s=round(s.state.step * tc["batch_size"] * tc["block_size"] / max(s.state.elapsed, 1e-9)),
@@ -170,8 +208,10 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = No
         s.logger.log_summary(summary)
         s.logger.close()
         if status == "finished":
-            log.info(f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {s.state.step} steps "
-                     f"({summary['wall_time_s']:.0f} s) -> {s.run_dir}")
+            log.info(
+                f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {s.state.step} steps "
+                f"({summary['wall_time_s']:.0f} s) -> {s.run_dir}"
+            )
         else:
             (log.error if status == "failed" else log.warning)(message)
     if status == "interrupted":
@@ -193,11 +233,15 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> No
             for group in s.optimizer.param_groups:
                 group["lr"] = lr
             x, y = random_batch(s.corpus.train, tc["batch_size"], tc["block_size"], s.data_rng)
-            x, y = distributed.shard(x, ctx), distributed.shard(y, ctx)  # this rank's rows of the global batch
+            x, y = (
+                distributed.shard(x, ctx),
+                distributed.shard(y, ctx),
+            )  # this rank's rows of the global batch
             positions = None  # 0..T-1
             if tc.get("positions") == "randomized":
-                positions = random_positions(tc["batch_size"], tc["block_size"], tc["max_position"],
-                                             s.data_rng)
+                positions = random_positions(
+                    tc["batch_size"], tc["block_size"], tc["max_position"], s.data_rng
+                )
                 positions = distributed.shard(positions, ctx).to(s.device)
             with autocast(s.device, tc["precision"]):
                 loss = token_nll(net(x.to(s.device), positions), y.to(s.device)).mean()
@@ -240,8 +284,12 @@ def training_metrics(s: Session, lr: float, grad_norm: torch.Tensor, rate: Throu
     """The log-interval numbers: mean loss since the last log, lr, tokens/s, this step's grad norm."""
     s.state.train_loss = float(checked_losses(s).mean())  # one host sync per log interval
     s.state.recent.clear()
-    return {"train_loss": round(s.state.train_loss, 6), "lr": lr, "tokens_per_s": round(rate.tokens_per_s()),
-            "grad_norm": round(float(grad_norm), 6)}
+    return {
+        "train_loss": round(s.state.train_loss, 6),
+        "lr": lr,
+        "tokens_per_s": round(rate.tokens_per_s()),
+        "grad_norm": round(float(grad_norm), 6),
+    }
 
 
 def record(s: Session, row: dict[str, Any], bar, task) -> None:
@@ -249,9 +297,11 @@ def record(s: Session, row: dict[str, Any], bar, task) -> None:
     row = {"step": s.state.step, **row}
     s.state.metrics.append(row)
     s.logger.log_metrics(row)
-    shown = [f"loss {row['train_loss']:.3f}" if "train_loss" in row else "",
-             f"val {row['val_loss']:.3f}" if "val_loss" in row else "",
-             f"{row['tokens_per_s']:,.0f} tok/s" if "tokens_per_s" in row else ""]
+    shown = [
+        f"loss {row['train_loss']:.3f}" if "train_loss" in row else "",
+        f"val {row['val_loss']:.3f}" if "val_loss" in row else "",
+        f"{row['tokens_per_s']:,.0f} tok/s" if "tokens_per_s" in row else "",
+    ]
     bar.update(task, completed=s.state.step, status="  ".join(part for part in shown if part))
 
 
@@ -280,14 +330,25 @@ def save(s: Session, elapsed: float) -> None:
     s.state.elapsed, s.saved_step = elapsed, s.state.step
     if not s.ctx.is_main:
         return
-    save_checkpoint(s.run_dir / FILENAME, {
-        "model_config": s.mc.to_dict(), "tokenizer": run_payload(s.corpus.tokenizer),
-        "train_len": s.cfg["train"]["block_size"],
-        "data": dict(s.cfg["data"]), "seed": s.cfg["seed"], "step": s.state.step, "elapsed": s.state.elapsed,
-        "metrics": s.state.metrics, "recent_losses": recent, "train_loss": s.state.train_loss,
-        "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(),
-        "data_rng": s.data_rng.get_state(), "torch_rng": torch.get_rng_state(),
-    })
+    save_checkpoint(
+        s.run_dir / FILENAME,
+        {
+            "model_config": s.mc.to_dict(),
+            "tokenizer": run_payload(s.corpus.tokenizer),
+            "train_len": s.cfg["train"]["block_size"],
+            "data": dict(s.cfg["data"]),
+            "seed": s.cfg["seed"],
+            "step": s.state.step,
+            "elapsed": s.state.elapsed,
+            "metrics": s.state.metrics,
+            "recent_losses": recent,
+            "train_loss": s.state.train_loss,
+            "model": s.model.state_dict(),
+            "optimizer": s.optimizer.state_dict(),
+            "data_rng": s.data_rng.get_state(),
+            "torch_rng": torch.get_rng_state(),
+        },
+    )
 
 
 def restore(s: Session, path: Path) -> None:
@@ -298,19 +359,29 @@ def restore(s: Session, path: Path) -> None:
         return
     payload = load_checkpoint(path)
     saved = payload.get("model_config")
-    if saved is None or ModelConfig(**saved).to_dict() != s.mc.to_dict():  # older checkpoints lack newer fields
-        raise UsageError(f"{path} was trained with a different model, scheme or corpus; resume with the run's own overrides")
+    if (
+        saved is None or ModelConfig(**saved).to_dict() != s.mc.to_dict()
+    ):  # older checkpoints lack newer fields
+        raise UsageError(
+            f"{path} was trained with a different model, scheme or corpus; resume with the run's own overrides"
+        )
     try:
         s.model.load_state_dict(payload["model"])
         s.optimizer.load_state_dict(payload["optimizer"])
         s.data_rng.set_state(payload["data_rng"])
         torch.set_rng_state(payload["torch_rng"])
-        s.state = TrainState(step=payload["step"], elapsed=payload["elapsed"], metrics=list(payload["metrics"]),
-                             recent=[loss.to(s.device) for loss in payload["recent_losses"]],
-                             train_loss=payload["train_loss"])
+        s.state = TrainState(
+            step=payload["step"],
+            elapsed=payload["elapsed"],
+            metrics=list(payload["metrics"]),
+            recent=[loss.to(s.device) for loss in payload["recent_losses"]],
+            train_loss=payload["train_loss"],
+        )
         s.saved_step = s.state.step
     except (KeyError, RuntimeError, ValueError, TypeError) as err:
-        raise UsageError(f"{path} cannot be resumed by this version of posenc ({' '.join(str(err).split())[:120]})") from None
+        raise UsageError(
+            f"{path} cannot be resumed by this version of posenc ({' '.join(str(err).split())[:120]})"
+        ) from None
     log.info(f"resumed from {path} at step {s.state.step}")
 
 
@@ -325,14 +396,23 @@ def init_weights(model: GPT, run: str, corpus: Corpus) -> None:
 def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
     scheme = model.scheme
     return {
-        "scheme": model.scheme.label, "seed": cfg["seed"], "train_len": cfg["train"]["block_size"],
+        "scheme": model.scheme.label,
+        "seed": cfg["seed"],
+        "train_len": cfg["train"]["block_size"],
         "positions": cfg["train"].get("positions", "ordinary"),
         "max_position": cfg["train"].get("max_position"),
-        "kind": scheme.kind, "relative": scheme.relative, "max_len": scheme.max_len,
-        "positional_params": model.n_positional_params, "total_params": model.n_params,
-        "corpus": corpus.name, "tokenizer": corpus.tokenizer.kind, "vocab_size": len(corpus.tokenizer),
-        "device": str(device), "code_version": code_version(),
-        "threads": torch.get_num_threads(), "processes": distributed.current().world_size,
+        "kind": scheme.kind,
+        "relative": scheme.relative,
+        "max_len": scheme.max_len,
+        "positional_params": model.n_positional_params,
+        "total_params": model.n_params,
+        "corpus": corpus.name,
+        "tokenizer": corpus.tokenizer.kind,
+        "vocab_size": len(corpus.tokenizer),
+        "device": str(device),
+        "code_version": code_version(),
+        "threads": torch.get_num_threads(),
+        "processes": distributed.current().world_size,
         **{f"corpus_{k}": v for k, v in corpus.stats.items()},
     }
 

@@ -15,8 +15,9 @@ def code_version() -> str:
     checkout = Path(__file__).resolve().parent.parent
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
 
     try:
         if Path(git("rev-parse", "--show-toplevel")).resolve() != checkout:

@@ -15,12 +15,18 @@ SMOKE = ["experiment=smoke"]
 ALL_SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi"]
 
 
-def run_cli(*args: str, cwd: Path, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path, timeout: int = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """`posenc ARGS` as a user runs it, from `cwd`, with this checkout's package."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "posenc_cli", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
     )
 
 

@@ -18,7 +18,9 @@ BIAS_SCHEMES = [name for name, cls in SCHEMES.items() if cls.adds_bias]
 
 def reference_attention(q, k, v, positions, pos) -> torch.Tensor:
     """softmax(q·kᵀ/√d + bias + causal mask)·v, written out with the whole (H, T, T) score matrix."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)) + pos.bias(positions[:, None] - positions[None, :])
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)) + pos.bias(
+        positions[:, None] - positions[None, :]
+    )
     future = positions[None, :] > positions[:, None]
     return scores.masked_fill(future, float("-inf")).softmax(-1) @ v
 
@@ -40,8 +42,15 @@ def test_query_blocks_equal_the_plain_reference(scheme, block, monkeypatch):
 def test_eval_past_training_length_does_not_depend_on_the_block_size(scheme, monkeypatch):
     """4x the training length, one query block vs blocks of 5 queries: the same logits."""
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, scheme=scheme,
-                      scheme_options={"max_len": 64} if scheme == "learned" else {})
+    cfg = ModelConfig(
+        vocab_size=11,
+        block_size=16,
+        n_layer=2,
+        n_head=2,
+        n_embd=16,
+        scheme=scheme,
+        scheme_options={"max_len": 64} if scheme == "learned" else {},
+    )
     model = GPT(cfg).eval()
     idx = torch.randint(11, (2, 64))
     with torch.no_grad():
@@ -56,7 +65,9 @@ def test_blocked_attention_is_causal(scheme, monkeypatch):
     """Changing the last tokens changes no logit before them, with several query blocks in play."""
     torch.manual_seed(0)
     monkeypatch.setattr(attention_module, "MASK_BUDGET", 2 * 32 * 4)
-    model = GPT(ModelConfig(vocab_size=11, block_size=32, n_layer=2, n_head=2, n_embd=16, scheme=scheme)).eval()
+    model = GPT(
+        ModelConfig(vocab_size=11, block_size=32, n_layer=2, n_head=2, n_embd=16, scheme=scheme)
+    ).eval()
     idx = torch.randint(11, (1, 32))
     changed = idx.clone()
     changed[0, 20:] = (changed[0, 20:] + 1) % 11
@@ -64,7 +75,9 @@ def test_blocked_attention_is_causal(scheme, monkeypatch):
         torch.testing.assert_close(model(changed)[:, :20], model(idx)[:, :20], rtol=1e-5, atol=1e-5)
 
 
-LEARNED_BIAS_SCHEMES = [name for name in BIAS_SCHEMES if any(p.requires_grad for p in build_scheme(name, 8, 2, 8).parameters())]
+LEARNED_BIAS_SCHEMES = [
+    name for name in BIAS_SCHEMES if any(p.requires_grad for p in build_scheme(name, 8, 2, 8).parameters())
+]
 
 
 def gradients(attention, pos, q, k, v):
@@ -102,8 +115,13 @@ def test_learned_bias_gradients_under_bf16_autocast_stay_close(scheme):
     pos = build_scheme(scheme, H * D, H, T)
     q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        got = gradients(lambda q, k, v: biased_causal_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), pos),
-                        pos, q, k, v)
+        got = gradients(
+            lambda q, k, v: biased_causal_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), pos),
+            pos,
+            q,
+            k,
+            v,
+        )
     expected = gradients(lambda q, k, v: reference_attention(q, k, v, torch.arange(T), pos), pos, q, k, v)
     for g, e in zip(got, expected):
         assert ((g - e).norm() / e.norm()).item() < 0.05

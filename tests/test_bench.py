@@ -18,7 +18,16 @@ from posenc_cli.model import GPT, ModelConfig
 
 def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     result = run_cli(
-        "bench", "--quick", "--scheme", "rope", "--scheme", "alibi", "--out", "bench", cwd=tmp_path, timeout=900
+        "bench",
+        "--quick",
+        "--scheme",
+        "rope",
+        "--scheme",
+        "alibi",
+        "--out",
+        "bench",
+        cwd=tmp_path,
+        timeout=900,
     )  # seconds on a quiet machine; the timeout allows for a loaded one
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "bench" / "bench.csv")

@@ -32,7 +32,10 @@ def composite(*parts):
 
 def hooks(scheme):
     g = torch.Generator().manual_seed(1)
-    x, q, k = torch.randn(2, LENGTH, DIM, generator=g), *torch.randn(2, 2, HEADS, LENGTH, DIM // HEADS, generator=g)
+    x, q, k = (
+        torch.randn(2, LENGTH, DIM, generator=g),
+        *torch.randn(2, 2, HEADS, LENGTH, DIM // HEADS, generator=g),
+    )
     bias = scheme.bias(torch.arange(LENGTH)) if scheme.adds_bias else None
     return scheme.embed(x, POSITIONS), scheme.rotate(q, k, POSITIONS), bias
 
@@ -43,7 +46,15 @@ def test_a_composite_of_one_part_is_that_part(name):
     (x1, (q1, k1), b1), (x2, (q2, k2), b2) = hooks(alone), hooks(wrapped)
     assert torch.equal(x1, x2) and torch.equal(q1, q2) and torch.equal(k1, k2)
     assert (b1 is None and b2 is None) or torch.equal(b1, b2)
-    for fact in ("kind", "relative", "max_len", "positional_params", "adds_bias", "preserves_norms", "param_formula"):
+    for fact in (
+        "kind",
+        "relative",
+        "max_len",
+        "positional_params",
+        "adds_bias",
+        "preserves_norms",
+        "param_formula",
+    ):
         assert getattr(wrapped, fact) == getattr(alone, fact), fact
 
 
@@ -72,7 +83,11 @@ def test_rotations_apply_in_order_and_biases_sum():
 
 def test_facts_follow_the_parts():
     table = composite("sinusoidal", "learned", {"name": "learned", "max_len": 16}, "t5")
-    assert table.positional_params == sum(p.positional_params for p in table.parts) == (24 + 16) * DIM + 32 * HEADS
+    assert (
+        table.positional_params
+        == sum(p.positional_params for p in table.parts)
+        == (24 + 16) * DIM + 32 * HEADS
+    )
     assert table.max_len == 16  # the tightest table
     assert table.param_formula == "max_len·d + max_len·d + buckets·h"
     assert composite("sinusoidal", "rope").max_len is None
@@ -89,11 +104,14 @@ def test_scheme_a_plus_b_composes_from_the_command_line():
     preflight(["scheme=sinusoidal+learned", "scheme.parts=[sinusoidal,{name:learned,max_len:300}]"])
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["scheme=rope+bogus"], "Could not find 'scheme/rope+bogus'"),
-    (["scheme=sinusoidal+learned", "scheme.parts=[rope,alibi]"], "use scheme=rope+alibi"),
-    (["scheme=sinusoidal+learned", "scheme.parts=[sinusoidal,{max_len:3}]"], "has no name"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["scheme=rope+bogus"], "Could not find 'scheme/rope+bogus'"),
+        (["scheme=sinusoidal+learned", "scheme.parts=[rope,alibi]"], "use scheme=rope+alibi"),
+        (["scheme=sinusoidal+learned", "scheme.parts=[sinusoidal,{max_len:3}]"], "has no name"),
+    ],
+)
 def test_bad_composites_are_one_clear_error(args, needle):
     with pytest.raises(UsageError, match=needle.replace("+", r"\+").replace("[", r"\[")):
         preflight(args)
@@ -107,11 +125,30 @@ def test_trained_composite_and_interleaved_runs_evaluate_like_any_other(tmp_path
     from conftest import SMOKE, run_cli
 
     for name, *options in (("sinusoidal+learned",), ("rope", "scheme.layout=interleaved")):
-        result = run_cli("train", *SMOKE, f"scheme={name}", *options, "train.threads=1", f"hydra.run.dir=runs/{name}",
-                         cwd=tmp_path)
+        result = run_cli(
+            "train",
+            *SMOKE,
+            f"scheme={name}",
+            *options,
+            "train.threads=1",
+            f"hydra.run.dir=runs/{name}",
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stderr
-    result = run_cli("eval", "runs/sinusoidal+learned", "runs/rope", "--lengths", "128", "--learned-overflow",
-                     "dash,window", "--max-tokens", "1024", "--out", "ev", cwd=tmp_path)
+    result = run_cli(
+        "eval",
+        "runs/sinusoidal+learned",
+        "runs/rope",
+        "--lengths",
+        "128",
+        "--learned-overflow",
+        "dash,window",
+        "--max-tokens",
+        "1024",
+        "--out",
+        "ev",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     ppl = pd.read_csv(tmp_path / "ev" / "ppl.csv").set_index(["scheme", "eval_len"])["ppl"]
     assert ppl[("sinusoidal+learned", 128)] != ppl[("sinusoidal+learned", 128)]  # NaN: past its table of 64

@@ -11,8 +11,10 @@ from posenc_cli.data.synthetic import SyntheticSpec, copy_length_nats, generate,
 
 def test_copy_distance_probabilities_sum_to_one():
     spec = SyntheticSpec()
-    total = sum(math.exp(-log_uniform_int_nats(d, spec.copy_min_distance, spec.copy_max_distance))
-                for d in range(spec.copy_min_distance, spec.copy_max_distance))
+    total = sum(
+        math.exp(-log_uniform_int_nats(d, spec.copy_min_distance, spec.copy_max_distance))
+        for d in range(spec.copy_min_distance, spec.copy_max_distance)
+    )
     assert total == pytest.approx(1.0)
 
 
@@ -27,4 +29,6 @@ def test_copy_length_probabilities_sum_to_one_for_every_distance(distance):
 def test_the_floor_adds_the_copy_events_to_the_fresh_text():
     made = generate(SyntheticSpec(n_chars=60_000))
     fresh_part = made.fresh_entropy * (1 - made.copied_fraction)
-    assert 0 < made.event_entropy < 0.2 and made.entropy_floor == pytest.approx(fresh_part + made.event_entropy)
+    assert 0 < made.event_entropy < 0.2 and made.entropy_floor == pytest.approx(
+        fresh_part + made.event_entropy
+    )

@@ -14,8 +14,16 @@ from conftest import ROOT, SMOKE, run_cli
 from posenc_cli.checkpoint import FILENAME, load_checkpoint
 
 STEPS = 6
-ARGS = [*SMOKE, "device=cpu", "train.threads=1", f"train.max_steps={STEPS}", "train.batch_size=8",
-        "train.log_interval=2", "train.eval_interval=3", "train.checkpoint_interval=3"]
+ARGS = [
+    *SMOKE,
+    "device=cpu",
+    "train.threads=1",
+    f"train.max_steps={STEPS}",
+    "train.batch_size=8",
+    "train.log_interval=2",
+    "train.eval_interval=3",
+    "train.checkpoint_interval=3",
+]
 TOLERANCE = 1e-4  # float sums in another order (DDP averages two half-batch gradients); measured ~1e-6
 
 # Every rank also dumps its own weights at each checkpoint, so the test can compare ranks; the
@@ -38,12 +46,33 @@ def test_two_gloo_ranks_match_each_other_and_the_single_process_run(tmp_path):
     script = tmp_path / "ranks.py"
     script.write_text(RANK_DUMP.replace("DUMPS", str(dumps)))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
-    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          str(script), "train", *ARGS], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    ddp = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(script),
+            "train",
+            *ARGS,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
 
     (run,) = (tmp_path / "outputs" / "runs").iterdir()  # both ranks agreed on one run directory
-    assert sorted(p.name for p in run.iterdir()) == [".hydra", FILENAME, "metrics.csv", "summary.json", "train.log"]
+    assert sorted(p.name for p in run.iterdir()) == [
+        ".hydra",
+        FILENAME,
+        "metrics.csv",
+        "summary.json",
+        "train.log",
+    ]
     assert ddp.stderr.count("val loss") == 1, ddp.stderr  # only rank 0 reports
     for step in (3, STEPS):
         rank0, rank1 = (torch.load(dumps / f"rank{r}_step{step}.pt") for r in (0, 1))
@@ -56,5 +85,8 @@ def test_two_gloo_ranks_match_each_other_and_the_single_process_run(tmp_path):
     for column in ("train_loss", "val_loss", "grad_norm"):
         assert (ours[column] - theirs[column]).abs().max() < TOLERANCE, (column, ours[column], theirs[column])
         assert ours[column].isna().equals(theirs[column].isna()), column
-    weights, reference = load_checkpoint(run / FILENAME)["model"], load_checkpoint(tmp_path / "single" / FILENAME)["model"]
+    weights, reference = (
+        load_checkpoint(run / FILENAME)["model"],
+        load_checkpoint(tmp_path / "single" / FILENAME)["model"],
+    )
     assert max(float((weights[k] - reference[k]).abs().max()) for k in weights) < TOLERANCE

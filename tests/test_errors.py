@@ -27,8 +27,11 @@ from posenc_cli.checkpoint import FILENAME
 def posenc(*args: str) -> tuple[int, str]:
     """`posenc ARGS` in this process: (exit code, stderr)."""
     stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
-            mock.patch.object(sys, "argv", ["posenc", *args]):
+    with (
+        contextlib.redirect_stderr(stderr),
+        contextlib.redirect_stdout(io.StringIO()),
+        mock.patch.object(sys, "argv", ["posenc", *args]),
+    ):
         try:
             cli.main()
             code = 0
@@ -60,15 +63,27 @@ def workdir(tmp_path, monkeypatch) -> Path:
 
 
 TRAIN_CASES = {
-    "unknown scheme lists the options": (["scheme=fourier"], ["scheme/fourier", "alibi, kerple, learned, none, rope, sinusoidal, t5, xpos"]),
+    "unknown scheme lists the options": (
+        ["scheme=fourier"],
+        ["scheme/fourier", "alibi, kerple, learned, none, rope, sinusoidal, t5, xpos"],
+    ),
     "unknown group option": (["model=huge"], ["model/huge", "medium, small, tiny"]),
     "unknown override key": (["train.lrate=1e-3"], ["train.lrate"]),
     "zero size": (["model.n_layer=0"], ["model.n_layer", "positive integer", "got 0"]),
     "negative size": (["train.batch_size=-4"], ["train.batch_size", "got -4"]),
     "n_embd not divisible by n_head": (["model.n_head=3"], ["n_embd=128", "n_head=3"]),
-    "odd head_dim with rope": (["scheme=rope", "model.n_embd=6", "model.n_head=2"], ["rope", "even head_dim"]),
-    "block size past the corpus split": (["train.block_size=300000"], ["train.block_size=300000", "<= 199999"]),
-    "missing text file": (["data=text", "data.path=nowhere.txt"], ["data.path=nowhere.txt", "does not exist"]),
+    "odd head_dim with rope": (
+        ["scheme=rope", "model.n_embd=6", "model.n_head=2"],
+        ["rope", "even head_dim"],
+    ),
+    "block size past the corpus split": (
+        ["train.block_size=300000"],
+        ["train.block_size=300000", "<= 199999"],
+    ),
+    "missing text file": (
+        ["data=text", "data.path=nowhere.txt"],
+        ["data.path=nowhere.txt", "does not exist"],
+    ),
     "empty text file": (["data=text", "data.path=empty.txt"], ["empty.txt", "empty"]),
     "binary text file": (["data=text", "data.path=binary.txt"], ["binary.txt", "binary"]),
     "non-UTF-8 text file": (["data=text", "data.path=latin1.txt"], ["latin1.txt", "UTF-8"]),
@@ -79,7 +94,10 @@ TRAIN_CASES = {
     "unknown device": (["device=tpu"], ["device=tpu", "auto, cpu, cuda, mps"]),
     "unknown launcher": (["-m", "hydra/launcher=slurmish"], ["hydra/launcher/slurmish", "joblib"]),
     "bad point inside a sweep": (["-m", "model.n_layer=1,0"], ["model.n_layer", "got 0"]),
-    "resume from a directory that is not a run": (["train.resume=notarun"], ["train.resume=notarun", "not a run"]),
+    "resume from a directory that is not a run": (
+        ["train.resume=notarun"],
+        ["train.resume=notarun", "not a run"],
+    ),
     "unknown flag": (["--epochs", "3"], ["--epochs"]),
 }
 
@@ -126,12 +144,18 @@ def test_eval_refuses_bad_runs_and_lengths_in_one_line_and_writes_nothing(broken
 
 
 def test_resuming_with_another_model_is_refused(broken_runs, workdir):
-    assert_refused(*posenc("train", f"train.resume={broken_runs['good']}", "model.n_layer=2"), "different model")
+    assert_refused(
+        *posenc("train", f"train.resume={broken_runs['good']}", "model.n_layer=2"), "different model"
+    )
 
 
 def test_real_subprocess_errors(workdir):
     """The installed entry point: exit code 2, one stderr line, nothing on stdout, no outputs/."""
-    for args in (["train", "scheme=fourier"], ["train", *SMOKE, "model.n_head=5"], ["eval", "--lengths", "0,x"]):
+    for args in (
+        ["train", "scheme=fourier"],
+        ["train", *SMOKE, "model.n_head=5"],
+        ["eval", "--lengths", "0,x"],
+    ):
         result = run_cli(*args, cwd=workdir)
         assert_one_line_error(result)
         assert result.stdout == ""
@@ -139,7 +163,10 @@ def test_real_subprocess_errors(workdir):
 
 
 LENGTH_ALPHABET = st.sampled_from(list("0123456789,-+. xe_") + ["", "١", "½", "\t"])
-OVERRIDE_ALPHABET = st.sampled_from(list("abcdefghijklmnopqrstuvwxyz_.=,/+~$[]{}():'\"0123456789- ") + ["train.", "model.", "scheme=", "n_head="])
+OVERRIDE_ALPHABET = st.sampled_from(
+    list("abcdefghijklmnopqrstuvwxyz_.=,/+~$[]{}():'\"0123456789- ")
+    + ["train.", "model.", "scheme=", "n_head="]
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -154,7 +181,11 @@ def test_any_lengths_string_is_refused_in_one_line_or_reaches_run_selection(work
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(OVERRIDE_ALPHABET, min_size=1, max_size=10).map("".join).filter(lambda s: not s.lstrip().startswith("-")))
+@given(
+    st.lists(OVERRIDE_ALPHABET, min_size=1, max_size=10)
+    .map("".join)
+    .filter(lambda s: not s.lstrip().startswith("-"))
+)
 def test_any_malformed_override_is_refused_in_one_line(workdir, override):
     """`--cfg job` makes a valid override print its config instead of training; anything else is one line."""
     code, stderr = posenc("train", "--cfg", "job", *SMOKE, override)

@@ -13,11 +13,17 @@ from torch import nn
 
 from conftest import assert_one_line_error, run_cli
 from posenc_cli.data.vocab import Vocab
+from posenc_cli.errors import UsageError
 from posenc_cli.evaluate import (
-    LogitsScorer, bits_per_byte, evaluate_length, parse_lengths, parse_overflow, plan_pieces, plan_windows,
+    LogitsScorer,
+    bits_per_byte,
+    evaluate_length,
+    parse_lengths,
+    parse_overflow,
+    plan_pieces,
+    plan_windows,
     scored_span,
 )
-from posenc_cli.errors import UsageError
 from posenc_cli.report import NO_VERDICT, comparison, has_learned, verdict
 
 
@@ -102,8 +108,13 @@ def test_bits_per_byte_by_hand():
     vocab = Vocab.from_text("aé€")
     tokens = vocab.encode("aé€aé€a")
     per_id = torch.tensor([vocab.byte_counts, vocab.char_counts], dtype=torch.float64)
-    result = evaluate_length(LogitsScorer(FixedDistribution([1 / 3] * 3)), tokens, span=6, length=3,
-                             weights=lambda start, n: per_id[:, tokens[start : start + n]])
+    result = evaluate_length(
+        LogitsScorer(FixedDistribution([1 / 3] * 3)),
+        tokens,
+        span=6,
+        length=3,
+        weights=lambda start, n: per_id[:, tokens[start : start + n]],
+    )
     assert (result.tokens, result.bytes, result.chars) == (6, 12, 6)
     assert result.bpb == pytest.approx(math.log2(3) / 2)
     assert bits_per_byte(8 * math.log(2), 4) == pytest.approx(2.0)  # 8 bits over 4 bytes
@@ -116,8 +127,15 @@ def test_parse_lengths_rejects_malformed_lists(text):
         parse_lengths(text)
 
 
-@pytest.mark.parametrize("span, length, context, mode", [
-    (96, 32, 8, "nonoverlap"), (96, 32, 12, "nonoverlap"), (100, 32, 8, "sliding"), (64, 16, 16, "nonoverlap")])
+@pytest.mark.parametrize(
+    "span, length, context, mode",
+    [
+        (96, 32, 8, "nonoverlap"),
+        (96, 32, 12, "nonoverlap"),
+        (100, 32, 8, "sliding"),
+        (64, 16, 16, "nonoverlap"),
+    ],
+)
 def test_window_overflow_scores_every_target_once_with_at_most_context_tokens(span, length, context, mode):
     """--learned-overflow window: a window of `length` past a table of `context` rows is scored through
     sub-windows of `context` tokens inside it; every target once, seeing at most `context` tokens and,
@@ -147,10 +165,14 @@ def test_window_overflow_never_shows_the_model_more_than_its_table():
     tokens = torch.randint(0, 3, (97,), generator=torch.Generator().manual_seed(0))
     capped = evaluate_length(LogitsScorer(model), tokens, span=96, length=32, context=8)
     assert model.widths == {8} and capped.tokens == 96
-    assert capped.nll == pytest.approx(evaluate_length(LogitsScorer(model), tokens, span=96, length=32).nll)  # same targets
+    assert capped.nll == pytest.approx(
+        evaluate_length(LogitsScorer(model), tokens, span=96, length=32).nll
+    )  # same targets
     assert capped.position_count.tolist() == [3.0] * 32  # per position inside the 32-token windows
     assert parse_overflow("window, dash") == ["window", "dash"]
-    with pytest.raises(UsageError, match="--learned-overflow truncate is not known; choose from: dash, window"):
+    with pytest.raises(
+        UsageError, match="--learned-overflow truncate is not known; choose from: dash, window"
+    ):
         parse_overflow("truncate")
 
 
@@ -158,11 +180,22 @@ def test_parse_lengths():
     assert parse_lengths(" 1024, 512,512") == [512, 1024]
 
 
-@pytest.mark.parametrize("stability, quality, word", [
-    (1.0, 1.0, "very strong"), (1.3, 1.0, "strong"), (2.0, 1.0, "medium"), (5.0, 1.0, "weak"), (50, 1.0, "fails"),
-    (math.nan, math.nan, "fails"),  # past a learned table
-    (1.0, 1.2, "strong"), (1.0, 1.5, "medium"), (1.0, 3.0, "weak"), (1.0, 8.0, "fails"), (2.0, 1.2, "medium"),
-])
+@pytest.mark.parametrize(
+    "stability, quality, word",
+    [
+        (1.0, 1.0, "very strong"),
+        (1.3, 1.0, "strong"),
+        (2.0, 1.0, "medium"),
+        (5.0, 1.0, "weak"),
+        (50, 1.0, "fails"),
+        (math.nan, math.nan, "fails"),  # past a learned table
+        (1.0, 1.2, "strong"),
+        (1.0, 1.5, "medium"),
+        (1.0, 3.0, "weak"),
+        (1.0, 8.0, "fails"),
+        (2.0, 1.2, "medium"),
+    ],
+)
 def test_the_verdict_is_the_lower_of_the_stability_and_the_quality_grade(stability, quality, word):
     assert verdict(stability, quality) == word
 
@@ -183,20 +216,39 @@ def test_a_run_that_has_not_learned_gets_no_verdict_however_flat():
 
 def ppl_rows(scheme, ppls, seed=0, unigram_ppl=16.0, train_len=256):
     """ppl.csv rows for one run: {eval_len: ppl}."""
-    return [dict(run=f"{scheme}{seed}", scheme=scheme, seed=seed, train_len=train_len, eval_len=L,
-                 mode="nonoverlap", tokens=4096, nll=math.log(p), ppl=p, unigram_ppl=unigram_ppl, note="")
-            for L, p in ppls.items()]
+    return [
+        dict(
+            run=f"{scheme}{seed}",
+            scheme=scheme,
+            seed=seed,
+            train_len=train_len,
+            eval_len=L,
+            mode="nonoverlap",
+            tokens=4096,
+            nll=math.log(p),
+            ppl=p,
+            unigram_ppl=unigram_ppl,
+            note="",
+        )
+        for L, p in ppls.items()
+    ]
 
 
 def table_rows(text):
-    return {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-            for line in text.splitlines() if line.startswith("| ")}
+    return {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in text.splitlines()
+        if line.startswith("| ")
+    }
 
 
 def test_comparison_grades_a_flat_but_poor_scheme_below_strong_and_an_unlearned_one_not_at_all():
     # the demo's shape: NoPE flat (1.11x) but 2.5x the best at 2048; a 20-step model flat at ppl 17.7
-    df = pd.DataFrame(ppl_rows("none", {256: 6.0, 2048: 6.67}) + ppl_rows("alibi", {256: 2.66, 2048: 2.63})
-                      + ppl_rows("rope", {256: 17.7, 2048: 17.8}))
+    df = pd.DataFrame(
+        ppl_rows("none", {256: 6.0, 2048: 6.67})
+        + ppl_rows("alibi", {256: 2.66, 2048: 2.63})
+        + ppl_rows("rope", {256: 17.7, 2048: 17.8})
+    )
     text = comparison(df, {})
     lines = table_rows(text)
     assert lines[""] == ["none", "rope", "alibi"]
@@ -210,13 +262,71 @@ def test_comparison_grades_a_flat_but_poor_scheme_below_strong_and_an_unlearned_
 def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
     rows = []
     for seed, ppl in ((0, 4.0), (1, 6.0)):
-        rows += [dict(run=f"r{seed}", scheme="alibi", seed=seed, train_len=256, eval_len=256, mode="nonoverlap", tokens=100, nll=math.log(ppl), ppl=ppl, note=""),
-                 dict(run=f"r{seed}", scheme="alibi", seed=seed, train_len=256, eval_len=1024, mode="nonoverlap", tokens=100, nll=math.log(ppl), ppl=ppl, note="")]
-    rows += [dict(run="l", scheme="learned", seed=0, train_len=256, eval_len=256, mode="nonoverlap", tokens=100, nll=1.0, ppl=math.e, note=""),
-             dict(run="l", scheme="learned", seed=0, train_len=256, eval_len=1024, mode="nonoverlap", tokens=0, nll=math.nan, ppl=math.nan, note="learned cannot represent positions ≥ max_len=256")]
-    text = comparison(pd.DataFrame(rows), {"alibi": {"positional_params": 0, "relative": "explicit"},
-                                           "learned": {"positional_params": 32768, "relative": "none"}}, lang="zh")
-    lines = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in text.splitlines() if line.startswith("| ")}
+        rows += [
+            dict(
+                run=f"r{seed}",
+                scheme="alibi",
+                seed=seed,
+                train_len=256,
+                eval_len=256,
+                mode="nonoverlap",
+                tokens=100,
+                nll=math.log(ppl),
+                ppl=ppl,
+                note="",
+            ),
+            dict(
+                run=f"r{seed}",
+                scheme="alibi",
+                seed=seed,
+                train_len=256,
+                eval_len=1024,
+                mode="nonoverlap",
+                tokens=100,
+                nll=math.log(ppl),
+                ppl=ppl,
+                note="",
+            ),
+        ]
+    rows += [
+        dict(
+            run="l",
+            scheme="learned",
+            seed=0,
+            train_len=256,
+            eval_len=256,
+            mode="nonoverlap",
+            tokens=100,
+            nll=1.0,
+            ppl=math.e,
+            note="",
+        ),
+        dict(
+            run="l",
+            scheme="learned",
+            seed=0,
+            train_len=256,
+            eval_len=1024,
+            mode="nonoverlap",
+            tokens=0,
+            nll=math.nan,
+            ppl=math.nan,
+            note="learned cannot represent positions ≥ max_len=256",
+        ),
+    ]
+    text = comparison(
+        pd.DataFrame(rows),
+        {
+            "alibi": {"positional_params": 0, "relative": "explicit"},
+            "learned": {"positional_params": 32768, "relative": "none"},
+        },
+        lang="zh",
+    )
+    lines = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in text.splitlines()
+        if line.startswith("| ")
+    }
     assert lines[""] == ["learned", "alibi"]
     assert lines["ppl @ 256 (training length)"] == ["2.72", "5.00 ± 1.41"]
     assert lines["ppl @ 1024 (4×)"] == ["—", "5.00 ± 1.41"]
@@ -230,39 +340,99 @@ def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
 
 def test_eval_end_to_end(smoke_sweep, tmp_path):
     out = tmp_path / "ev"
-    result = run_cli("eval", str(smoke_sweep), "--lengths", "128,256", "--max-tokens", "1024", "--out", str(out), cwd=tmp_path)
+    result = run_cli(
+        "eval",
+        str(smoke_sweep),
+        "--lengths",
+        "128,256",
+        "--max-tokens",
+        "1024",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
-    for name in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv", "ppl_vs_length.png", "loss_by_position.png"):
+    for name in (
+        "ppl.csv",
+        "ppl.md",
+        "comparison.md",
+        "loss_by_position.csv",
+        "ppl_vs_length.png",
+        "loss_by_position.png",
+    ):
         assert (out / name).is_file(), name
     df = pd.read_csv(out / "ppl.csv")
-    assert list(df.columns[:9]) == ["run", "scheme", "seed", "train_len", "eval_len", "mode", "tokens", "nll", "ppl"]
+    assert list(df.columns[:9]) == [
+        "run",
+        "scheme",
+        "seed",
+        "train_len",
+        "eval_len",
+        "mode",
+        "tokens",
+        "nll",
+        "ppl",
+    ]
     assert sorted(df["eval_len"].unique()) == [64, 128, 256]  # the training length is always included
     learned = df[df.scheme == "learned"].set_index("eval_len")
-    assert learned.loc[64, "ppl"] > 1 and math.isnan(learned.loc[128, "ppl"]) and math.isnan(learned.loc[256, "ppl"])
+    assert (
+        learned.loc[64, "ppl"] > 1
+        and math.isnan(learned.loc[128, "ppl"])
+        and math.isnan(learned.loc[256, "ppl"])
+    )
     assert (df[df.scheme != "learned"]["tokens"] == 1024).all()
     assert "—" in (out / "comparison.md").read_text() and "max_len=64" in (out / "comparison.md").read_text()
     # with no run named it picks the latest sweep under ./outputs
-    again = run_cli("eval", "--lengths", "128", "--max-tokens", "512", "--out", str(tmp_path / "ev2"), cwd=smoke_sweep.parents[2])
+    again = run_cli(
+        "eval",
+        "--lengths",
+        "128",
+        "--max-tokens",
+        "512",
+        "--out",
+        str(tmp_path / "ev2"),
+        cwd=smoke_sweep.parents[2],
+    )
     assert again.returncode == 0, again.stderr
     assert "latest sweep" in again.stderr
 
 
 def test_sliding_mode_end_to_end(smoke_sweep, tmp_path):
     run = smoke_sweep / "3_rope_seed0"
-    result = run_cli("eval", str(run), "--lengths", "128", "--mode", "sliding", "--stride", "32", "--max-tokens", "512", "--out", str(tmp_path), cwd=tmp_path)
+    result = run_cli(
+        "eval",
+        str(run),
+        "--lengths",
+        "128",
+        "--mode",
+        "sliding",
+        "--stride",
+        "32",
+        "--max-tokens",
+        "512",
+        "--out",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "ppl.csv")
     assert set(df["mode"]) == {"sliding"} and (df["tokens"] == 512).all()
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--lengths", "512,abc"], "'abc' is not a positive integer"),
-    (["--lengths", "0"], "'0' is not a positive integer"),
-    (["--lengths", "100000000"], "lengths up to"),
-    (["--mode", "diagonal"], "'diagonal' is not one of nonoverlap, sliding"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--lengths", "512,abc"], "'abc' is not a positive integer"),
+        (["--lengths", "0"], "'0' is not a positive integer"),
+        (["--lengths", "100000000"], "lengths up to"),
+        (["--mode", "diagonal"], "'diagonal' is not one of nonoverlap, sliding"),
+    ],
+)
 def test_eval_bad_input(smoke_sweep, tmp_path, args, needle):
-    assert_one_line_error(run_cli("eval", str(smoke_sweep / "3_rope_seed0"), *args, "--out", str(tmp_path / "x"), cwd=tmp_path), needle)
+    assert_one_line_error(
+        run_cli("eval", str(smoke_sweep / "3_rope_seed0"), *args, "--out", str(tmp_path / "x"), cwd=tmp_path),
+        needle,
+    )
     assert not (tmp_path / "x").exists()
 
 
@@ -274,8 +444,12 @@ def test_eval_rejects_a_directory_that_is_not_a_run(tmp_path):
 def test_eval_on_other_text_needs_the_run_vocabulary(smoke_sweep, tmp_path):
     other = tmp_path / "other.txt"
     other.write_text("ABC " * 600, encoding="utf-8")
-    assert_one_line_error(run_cli("eval", str(smoke_sweep / "3_rope_seed0"), "--data", str(other), "--lengths", "128", cwd=tmp_path),
-                          "outside the run's vocabulary")
+    assert_one_line_error(
+        run_cli(
+            "eval", str(smoke_sweep / "3_rope_seed0"), "--data", str(other), "--lengths", "128", cwd=tmp_path
+        ),
+        "outside the run's vocabulary",
+    )
 
 
 def test_two_evals_into_different_directories_do_not_interfere(smoke_sweep, tmp_path):
@@ -285,14 +459,35 @@ def test_two_evals_into_different_directories_do_not_interfere(smoke_sweep, tmp_
 
     from conftest import ROOT
 
-    args = [sys.executable, "-m", "posenc_cli", "eval", str(smoke_sweep), "--lengths", "128", "--max-tokens", "512"]
+    args = [
+        sys.executable,
+        "-m",
+        "posenc_cli",
+        "eval",
+        str(smoke_sweep),
+        "--lengths",
+        "128",
+        "--max-tokens",
+        "512",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    jobs = [subprocess.Popen([*args, "--out", str(tmp_path / name)], cwd=tmp_path, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
+    jobs = [
+        subprocess.Popen(
+            [*args, "--out", str(tmp_path / name)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
     assert all(job.wait(timeout=300) == 0 for job in jobs), [job.stderr.read() for job in jobs]
     a, b = (pd.read_csv(tmp_path / name / "ppl.csv").drop(columns="run") for name in ("a", "b"))
     pd.testing.assert_frame_equal(a, b)
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(
+        p.name for p in (tmp_path / "b").iterdir()
+    )
     assert not list(tmp_path.glob("*/.*.tmp"))  # no temporary file left behind by the atomic writes
 
 
@@ -316,7 +511,10 @@ def test_each_scheme_keeps_one_colour_blind_safe_colour_in_every_figure(monkeypa
     assert len({colour for colour, _ in SCHEME_STYLES.values()}) == len(SCHEME_STYLES)  # distinct per scheme
     everything = pd.DataFrame(sum((ppl_rows(s, {256: 3.0, 1024: 4.0}) for s in SCHEME_STYLES), []))
     some = everything[everything.scheme.isin(["none", "rope", "alibi"])]  # learned etc. dropped out
-    assert drawn_colours(some, monkeypatch) == {s: c for s, c in drawn_colours(everything, monkeypatch).items()
-                                                if s in ("none", "rope", "alibi")}
-    assert scheme_style("rope+yarn")["color"] == scheme_style("rope")["color"]  # a variant: its base's colour,
+    assert drawn_colours(some, monkeypatch) == {
+        s: c for s, c in drawn_colours(everything, monkeypatch).items() if s in ("none", "rope", "alibi")
+    }
+    assert (
+        scheme_style("rope+yarn")["color"] == scheme_style("rope")["color"]
+    )  # a variant: its base's colour,
     assert scheme_style("rope+yarn")["linestyle"] != scheme_style("rope")["linestyle"]  # another line style

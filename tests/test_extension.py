@@ -16,23 +16,40 @@ from posenc_cli.checkpoint import FILENAME, save_checkpoint
 from posenc_cli.config import preflight
 from posenc_cli.data import load_corpus, random_positions
 from posenc_cli.errors import UsageError
-from posenc_cli.runs import LoadedRun
 from posenc_cli.init_from import initial_state, lineage, source_checkpoint
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.positional.rope_scaling import RopeScaling
+from posenc_cli.runs import LoadedRun
+
 
 def saved_run(tmp_path: Path, scheme: str, block_size: int = 32, **options) -> tuple[Path, GPT]:
     """A run directory holding only what init_from reads: a checkpoint of a random tiny model."""
     torch.manual_seed(0)
     corpus_cfg = dict(load_corpus_cfg())
     vocab = load_corpus(corpus_cfg).tokenizer.chars
-    model = GPT(ModelConfig(vocab_size=len(vocab), block_size=block_size, n_layer=1, n_head=2, n_embd=32,
-                            scheme=scheme, scheme_options=options)).eval()
+    model = GPT(
+        ModelConfig(
+            vocab_size=len(vocab),
+            block_size=block_size,
+            n_layer=1,
+            n_head=2,
+            n_embd=32,
+            scheme=scheme,
+            scheme_options=options,
+        )
+    ).eval()
     run = tmp_path / f"run_{scheme}"
-    save_checkpoint(run / FILENAME, {"model_config": model.cfg.to_dict(), "vocab": list(vocab),
-                                     "model": model.state_dict(), "data": corpus_cfg,
-                                     "train_len": block_size})
+    save_checkpoint(
+        run / FILENAME,
+        {
+            "model_config": model.cfg.to_dict(),
+            "vocab": list(vocab),
+            "model": model.state_dict(),
+            "data": corpus_cfg,
+            "train_len": block_size,
+        },
+    )
     return run, model
 
 
@@ -72,8 +89,9 @@ def test_scaling_while_training_is_the_eval_formula():
     """One implementation: the options a fine-tune gives (block 1,024, factor 4) and the options eval's
     --rope-scaling gives a 256-token run build the same RopeScaling, hence the same rotations."""
     trained = build_scheme("rope", 32, 2, 1024, scaling="yarn", scaling_factor=4)
-    run = SimpleNamespace(model=SimpleNamespace(scheme=build_scheme("rope", 32, 2, 256)), train_len=256,
-                          path="run")
+    run = SimpleNamespace(
+        model=SimpleNamespace(scheme=build_scheme("rope", 32, 2, 256)), train_len=256, path="run"
+    )
     (options,) = LoadedRun.variants(run, ["yarn"], 4.0)
     at_eval = build_scheme("rope", 32, 2, 256, **options)
     assert trained.scaling == at_eval.scaling == RopeScaling("yarn", 256, 4.0)
@@ -103,35 +121,51 @@ def test_randomized_positions_are_sorted_distinct_in_range_and_seeded():
     assert many.max() > 2000 and many[:, 0].float().mean() < 30  # the whole range is visited
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (["train.positions=shuffled"], "train.positions=shuffled"),
-    (["train.positions=randomized"], "train.max_position"),
-    (["train.positions=randomized", "train.max_position=32"], "train.max_position"),
-    (["train.max_position=512"], "train.positions=randomized"),
-    (["scheme=learned", "scheme.max_len=256", "train.positions=randomized", "train.max_position=512"],
-     "scheme.max_len=256"),
-    (["scheme=rope", "scheme.scaling=longrope"], "longrope"),
-    (["scheme=xpos", "scheme.scaling=linear", "scheme.scaling_factor=0"], "scheme.scaling_factor"),
-    (["train.init_from=nowhere"], "train.init_from=nowhere"),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["train.positions=shuffled"], "train.positions=shuffled"),
+        (["train.positions=randomized"], "train.max_position"),
+        (["train.positions=randomized", "train.max_position=32"], "train.max_position"),
+        (["train.max_position=512"], "train.positions=randomized"),
+        (
+            ["scheme=learned", "scheme.max_len=256", "train.positions=randomized", "train.max_position=512"],
+            "scheme.max_len=256",
+        ),
+        (["scheme=rope", "scheme.scaling=longrope"], "longrope"),
+        (["scheme=xpos", "scheme.scaling=linear", "scheme.scaling_factor=0"], "scheme.scaling_factor"),
+        (["train.init_from=nowhere"], "train.init_from=nowhere"),
+    ],
+)
 def test_bad_extension_overrides_are_refused_before_training(overrides, needle):
     with pytest.raises(UsageError, match=needle.replace(".", r"\.")):
         preflight([*SMOKE, *overrides])
 
 
-@pytest.mark.parametrize("scheme, overrides, needle", [
-    ("rope", ["scheme=alibi"], "scheme=rope"),
-    ("rope", ["scheme=rope", "model.n_embd=64"], "model.n_embd=32"),
-    ("t5", ["scheme=t5", "scheme.n_buckets=8"], "scheme.table.weight"),
-    ("rope", ["scheme=rope", "data=text", "data.path=other.txt"], "vocabulary"),
-])
+@pytest.mark.parametrize(
+    "scheme, overrides, needle",
+    [
+        ("rope", ["scheme=alibi"], "scheme=rope"),
+        ("rope", ["scheme=rope", "model.n_embd=64"], "model.n_embd=32"),
+        ("t5", ["scheme=t5", "scheme.n_buckets=8"], "scheme.table.weight"),
+        ("rope", ["scheme=rope", "data=text", "data.path=other.txt"], "vocabulary"),
+    ],
+)
 def test_init_from_refuses_another_model_or_vocabulary(scheme, overrides, needle, tmp_path, monkeypatch):
     run, _ = saved_run(tmp_path, scheme)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "other.txt").write_text("abcd efgh " * 300, encoding="utf-8")
     with pytest.raises(UsageError, match=needle):
-        preflight([*SMOKE, "model.n_layer=1", "model.n_head=2", "model.n_embd=32", f"train.init_from={run}",
-                   *overrides])
+        preflight(
+            [
+                *SMOKE,
+                "model.n_layer=1",
+                "model.n_head=2",
+                "model.n_embd=32",
+                f"train.init_from={run}",
+                *overrides,
+            ]
+        )
 
 
 def test_the_chain_goes_back_to_a_run_trained_from_scratch(tmp_path):
@@ -149,18 +183,35 @@ def test_fine_tune_with_scaling_end_to_end(tmp_path):
     tiny = [*SMOKE, "train.max_steps=2"]
     base = run_cli("train", *tiny, "scheme=rope", "hydra.run.dir=base", cwd=tmp_path)
     assert base.returncode == 0, base.stderr
-    fine_tune = run_cli("train", *tiny, "scheme=rope", "train.init_from=base", "train.block_size=128",
-                        "scheme.scaling=linear", "scheme.scaling_factor=2", "hydra.run.dir=ft", cwd=tmp_path)
+    fine_tune = run_cli(
+        "train",
+        *tiny,
+        "scheme=rope",
+        "train.init_from=base",
+        "train.block_size=128",
+        "scheme.scaling=linear",
+        "scheme.scaling_factor=2",
+        "hydra.run.dir=ft",
+        cwd=tmp_path,
+    )
     assert fine_tune.returncode == 0, fine_tune.stderr
     summary = json.loads((tmp_path / "ft" / "summary.json").read_text())
     assert summary["scheme"] == "rope+linear"
     assert summary["init_from"] == str(tmp_path / "base")
     assert summary["init_chain"] == [str(tmp_path / "base")]
-    randomized = run_cli("train", *tiny, "scheme=learned", "train.positions=randomized",
-                         "train.max_position=256", "hydra.run.dir=rnd", cwd=tmp_path)
+    randomized = run_cli(
+        "train",
+        *tiny,
+        "scheme=learned",
+        "train.positions=randomized",
+        "train.max_position=256",
+        "hydra.run.dir=rnd",
+        cwd=tmp_path,
+    )
     assert randomized.returncode == 0, randomized.stderr
-    result = run_cli("eval", "ft", "rnd", "--lengths", "256", "--max-tokens", "1024", "--out", "ev",
-                     cwd=tmp_path)
+    result = run_cli(
+        "eval", "ft", "rnd", "--lengths", "256", "--max-tokens", "1024", "--out", "ev", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "ev" / "ppl.csv").set_index(["scheme", "eval_len"])
     assert sorted(df.index) == [("learned", 64), ("learned", 256), ("rope+linear", 128), ("rope+linear", 256)]

@@ -295,7 +295,9 @@ def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path):
     transformers.T5Config(d_model=32, num_layers=1, num_heads=2, d_ff=64).save_pretrained(tmp_path / "t5")
     with pytest.raises(UsageError, match="is a t5 model, not a causal LM"):
         load_hf_model(f"hf:{tmp_path / 't5'}")
-    transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path / "b")
+    transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(
+        tmp_path / "b"
+    )
     with pytest.raises(UsageError, match="bert model, whose positional scheme posenc does not know"):
         load_hf_model(f"hf:{tmp_path / 'b'}")  # transformers has a causal head for it; posenc has no label
 

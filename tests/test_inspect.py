@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from conftest import assert_one_line_error, run_cli
+from posenc_cli.errors import UsageError
 from posenc_cli.inspection import checks as ins
 from posenc_cli.inspection.command import inspect_scheme
 from posenc_cli.inspection.figures import rotation_angles
-from posenc_cli.errors import UsageError
 from posenc_cli.model.positional import SCHEMES, build_scheme
 from posenc_cli.model.positional.alibi import ALiBi
 from posenc_cli.model.positional.base import NoPE, PositionalScheme, per_head
@@ -171,14 +171,18 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("check, good, broken", CASES, ids=[f"{c.__name__}-{b.__name__}" for c, _, b in CASES])
+@pytest.mark.parametrize(
+    "check, good, broken", CASES, ids=[f"{c.__name__}-{b.__name__}" for c, _, b in CASES]
+)
 def test_check_passes_for_the_scheme_and_fails_for_a_broken_variant(check, good, broken):
     assert check(make(good), LENGTH).passed
     result = check(make(broken), LENGTH)
     assert not result.passed, result
 
 
-@pytest.mark.parametrize("broken, measured", [(UncheckedLearned, "crashed: IndexError"), (ClampingLearned, "silently")])
+@pytest.mark.parametrize(
+    "broken, measured", [(UncheckedLearned, "crashed: IndexError"), (ClampingLearned, "silently")]
+)
 def test_past_max_len_is_a_clear_error_not_a_crash_or_silence(broken, measured):
     good = ins.check_past_max_len(make(Learned))
     assert good.passed and "max_len=32" in good.note
@@ -199,7 +203,9 @@ def test_measured_numbers_are_the_maths():
 def test_checks_dispatch_on_kind_and_hooks_not_names():
     newcomer = ins.run_checks(make(LearnedDistanceBias), LENGTH)
     assert [c.claim.split(":")[0] for c in newcomer] == [
-        "positions break permutation equivariance", "attention with the bias built per distance = the pair-by-pair formula"]
+        "positions break permutation equivariance",
+        "attention with the bias built per distance = the pair-by-pair formula",
+    ]
     assert all(c.passed for c in newcomer)
     assert ins.check_linear_slopes(make(TrainedSlopes), LENGTH) is None  # trained slopes claim no rule
 
@@ -245,11 +251,19 @@ def test_rotation_angles_are_read_from_the_hook():
 
 
 def test_figures_are_written(tmp_path: Path):
-    expected = {"none": set(), "sinusoidal": {"pe_heatmap.png", "pe_waveforms.png", "pe_cosine.png",
-                                              "pe_past_length.png", "pe_dot_by_offset.png"},
-                "learned": {"pe_heatmap.png", "pe_waveforms.png", "pe_cosine.png"},
-                "rope": {"rotary_angles.png", "rotary_logit_vs_distance.png", "rotary_difference_vs_distance.png"},
-                "alibi": {"bias_matrices.png", "bias_vs_distance.png"}}
+    expected = {
+        "none": set(),
+        "sinusoidal": {
+            "pe_heatmap.png",
+            "pe_waveforms.png",
+            "pe_cosine.png",
+            "pe_past_length.png",
+            "pe_dot_by_offset.png",
+        },
+        "learned": {"pe_heatmap.png", "pe_waveforms.png", "pe_cosine.png"},
+        "rope": {"rotary_angles.png", "rotary_logit_vs_distance.png", "rotary_difference_vs_distance.png"},
+        "alibi": {"bias_matrices.png", "bias_vs_distance.png"},
+    }
     for name, files in expected.items():
         result = inspect_scheme(name=name, dim=DIM, length=LENGTH, heads=HEADS, out=tmp_path / name)
         assert {p.name for p in result.figures} == files
@@ -264,7 +278,9 @@ def test_recomputed_attention_is_the_models(smoke_sweep: Path):
         model = load_run(run_dir).model
         idx = torch.randint(model.cfg.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
         seen = {}
-        handle = model.blocks[0].attn.register_forward_hook(lambda module, args, output: seen.update(y=output))
+        handle = model.blocks[0].attn.register_forward_hook(
+            lambda module, args, output: seen.update(y=output)
+        )
         with torch.no_grad():
             model(idx)
         handle.remove()
@@ -280,18 +296,43 @@ def test_recomputed_attention_is_the_models(smoke_sweep: Path):
 
 def test_cli_inspect_fresh_schemes(tmp_path: Path):
     for name, *options in (("sinusoidal",), ("alibi", "--slopes", "chapter")):
-        result = run_cli("inspect", name, *options, "--dim", "32", "--heads", "4", "--length", "32", "--out", name,
-                         cwd=tmp_path)
+        result = run_cli(
+            "inspect",
+            name,
+            *options,
+            "--dim",
+            "32",
+            "--heads",
+            "4",
+            "--length",
+            "32",
+            "--out",
+            name,
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stderr
         assert "PASS" in result.stdout and "0 FAIL" in result.stdout and result.stdout.count("FAIL") == 1
         assert sorted((tmp_path / name).glob("*.png"))
-    assert "nearest chapter" in result.stdout  # alibi --slopes chapter: its slopes, and both rules side by side
+    assert (
+        "nearest chapter" in result.stdout
+    )  # alibi --slopes chapter: its slopes, and both rules side by side
     assert re.search(r"4\s+0\.00390625\s+0\.0625", result.stdout)  # head 4: paper 2^-8, chapter 2^-4
 
 
 def test_cli_inspect_rope_in_the_chapters_layout(tmp_path: Path):
-    result = run_cli("inspect", "rope", "--layout", "interleaved", "--dim", "32", "--heads", "4", "--length", "32",
-                     cwd=tmp_path)
+    result = run_cli(
+        "inspect",
+        "rope",
+        "--layout",
+        "interleaved",
+        "--dim",
+        "32",
+        "--heads",
+        "4",
+        "--length",
+        "32",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert "rope (layout=interleaved)" in result.stdout and "holds up to k = 3" in result.stdout
     assert "The chapter's demo" in result.stdout and "|rope(x, 3) − rope(x, 0)|" in result.stdout
@@ -305,32 +346,59 @@ def test_default_out_is_outputs_inspect_scheme(tmp_path: Path, monkeypatch):
 
 def test_cli_inspect_a_trained_run(smoke_sweep: Path, tmp_path: Path):
     (learned,) = [r for r in find_runs(smoke_sweep) if r.name.endswith("learned_seed0")]
-    result = run_cli("inspect", "--run", str(learned), "--length", "200", "--head", "1", "--out", "figs", cwd=tmp_path)
+    result = run_cli(
+        "inspect", "--run", str(learned), "--length", "200", "--head", "1", "--out", "figs", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
-    assert "past max_len" in result.stdout and "length=64" in result.stdout  # capped at the table, then refused
+    assert (
+        "past max_len" in result.stdout and "length=64" in result.stdout
+    )  # capped at the table, then refused
     names = {p.name for p in (tmp_path / "figs").glob("*.png")}
     assert {"pe_cosine.png", "attention_layer0_head1.png"} <= names
 
 
 def test_cli_inspect_usage_errors(smoke_sweep: Path, tmp_path: Path):
-    assert_one_line_error(run_cli("inspect", "bogus", cwd=tmp_path), "choose one of: none, sinusoidal, learned, rope, alibi")
+    assert_one_line_error(
+        run_cli("inspect", "bogus", cwd=tmp_path), "choose one of: none, sinusoidal, learned, rope, alibi"
+    )
     (rope,) = [r for r in find_runs(smoke_sweep) if r.name.endswith("rope_seed0")]
-    assert_one_line_error(run_cli("inspect", "alibi", "--run", str(rope), cwd=tmp_path), "trained with scheme rope")
+    assert_one_line_error(
+        run_cli("inspect", "alibi", "--run", str(rope), cwd=tmp_path), "trained with scheme rope"
+    )
 
 
-@pytest.mark.parametrize("kwargs, needle", [
-    (dict(name="rope", dim=30, heads=4), "--dim 30"),
-    (dict(name="rope", length=2), "--length"),
-    (dict(name=None), "name a scheme"),
-    (dict(name=None, run=True, layer=5), "--layer 5"),
-    (dict(name=None, run=True, dim=64), "--dim 64"),
-    (dict(name="sinusoidal", options={"layout": "half"}), "--layout half: scheme sinusoidal has no such option"),
-    (dict(name="rope", options={"layout": "diagonal"}), "scheme.layout=diagonal"),
-    (dict(name=None, run=True, options={"slopes": "chapter"}), "--slopes applies to a fresh scheme"),
-])
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(name="rope", dim=30, heads=4), "--dim 30"),
+        (dict(name="rope", length=2), "--length"),
+        (dict(name=None), "name a scheme"),
+        (dict(name=None, run=True, layer=5), "--layer 5"),
+        (dict(name=None, run=True, dim=64), "--dim 64"),
+        (
+            dict(name="sinusoidal", options={"layout": "half"}),
+            "--layout half: scheme sinusoidal has no such option",
+        ),
+        (dict(name="rope", options={"layout": "diagonal"}), "scheme.layout=diagonal"),
+        (dict(name=None, run=True, options={"slopes": "chapter"}), "--slopes applies to a fresh scheme"),
+    ],
+)
 def test_inspect_usage_errors_name_the_bad_value(smoke_sweep: Path, tmp_path: Path, kwargs, needle):
     (rope,) = [r for r in find_runs(smoke_sweep) if r.name.endswith("rope_seed0")]
-    args = dict(name=None, dim=None, length=None, heads=None, out=tmp_path, run=None, layer=0, head=0, options=None) | kwargs
+    args = (
+        dict(
+            name=None,
+            dim=None,
+            length=None,
+            heads=None,
+            out=tmp_path,
+            run=None,
+            layer=0,
+            head=0,
+            options=None,
+        )
+        | kwargs
+    )
     args["run_dir"] = rope if args.pop("run") else None
     with pytest.raises(UsageError, match=re.escape(needle)):
         inspect_scheme(**args)

@@ -123,11 +123,27 @@ def test_new_schemes_train_end_to_end(new_sweep):
 
 def test_new_schemes_evaluate_past_training_length(new_sweep, tmp_path):
     out = tmp_path / "eval"
-    result = run_cli("eval", str(new_sweep), "--lengths", "256", "--max-tokens", "1024",
-                     "--rope-scaling", "none,ntk", "--out", str(out), cwd=tmp_path)
+    result = run_cli(
+        "eval",
+        str(new_sweep),
+        "--lengths",
+        "256",
+        "--max-tokens",
+        "1024",
+        "--rope-scaling",
+        "none,ntk",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(out / "ppl.csv")
-    assert set(df["scheme"]) == {"t5", "kerple", "xpos", "xpos+ntk"}  # xpos reuses RoPE's rotation and scaling
+    assert set(df["scheme"]) == {
+        "t5",
+        "kerple",
+        "xpos",
+        "xpos+ntk",
+    }  # xpos reuses RoPE's rotation and scaling
     assert df["ppl"].notna().all() and (df["ppl"] > 1).all()
     comparison = (out / "comparison.md").read_text(encoding="utf-8")
     assert "| extrapolation, chapters' claim | not in the chapters | not in the chapters |" in comparison

@@ -46,7 +46,7 @@ def test_trials_are_reproducible_and_keys_vary():
     b_trials, b_lengths, b_keys = make_trials(FILLER, VOCAB, 200, 0.5, 8, seed=3)
     assert torch.equal(a_trials, b_trials) and torch.equal(a_lengths, b_lengths) and a_keys == b_keys
     assert a_trials.shape == (8, 200) and (a_lengths == passkey.KEY_DIGITS).all()
-    assert [VOCAB.decode(t[-passkey.KEY_DIGITS:]) for t in a_trials] == a_keys and len(set(a_keys)) > 1
+    assert [VOCAB.decode(t[-passkey.KEY_DIGITS :]) for t in a_trials] == a_keys and len(set(a_keys)) > 1
 
 
 class SpellsKey(torch.nn.Module):
@@ -100,7 +100,10 @@ def test_vocab_without_digits_is_refused_naming_what_is_missing():
 
 def test_default_corpus_is_unchanged_when_passkey_rate_is_zero():
     text = generate(SyntheticSpec(n_chars=20_000)).text
-    assert hashlib.sha256(text.encode()).hexdigest() == "f9ff8441b3485ec356dc94ea5d68d5be3111b583debc94afdbef3cac09cfe1d3"
+    assert (
+        hashlib.sha256(text.encode()).hexdigest()
+        == "f9ff8441b3485ec356dc94ea5d68d5be3111b583debc94afdbef3cac09cfe1d3"
+    )
 
 
 def test_corpus_episodes_answer_their_own_key_at_distances_in_range():
@@ -122,16 +125,36 @@ def test_probe_on_a_sweep_without_passkey_data_is_one_line_exit_2(smoke_sweep, t
 
 
 def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path):
-    train = run_cli("train", "-m", "scheme=rope,learned", *SMOKE, "train.block_size=96",
-                    "data.passkey_rate=0.3", "data.passkey_max_distance=20", cwd=tmp_path)
+    train = run_cli(
+        "train",
+        "-m",
+        "scheme=rope,learned",
+        *SMOKE,
+        "train.block_size=96",
+        "data.passkey_rate=0.3",
+        "data.passkey_max_distance=20",
+        cwd=tmp_path,
+    )
     assert train.returncode == 0, train.stderr
     out = tmp_path / "report"
     evaluated = run_cli("eval", "--lengths", "96", "--max-tokens", "384", "--out", str(out), cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr
-    probed = run_cli("probe", "--lengths", "128", "--depths", "0.2,0.8", "--trials", "3", "--out", str(out), cwd=tmp_path)
+    probed = run_cli(
+        "probe", "--lengths", "128", "--depths", "0.2,0.8", "--trials", "3", "--out", str(out), cwd=tmp_path
+    )
     assert probed.returncode == 0, probed.stderr
     df = pd.read_csv(out / "probe.csv")
-    assert list(df.columns) == ["run", "scheme", "seed", "train_len", "length", "depth", "trials", "accuracy", "key_nll"]
+    assert list(df.columns) == [
+        "run",
+        "scheme",
+        "seed",
+        "train_len",
+        "length",
+        "depth",
+        "trials",
+        "accuracy",
+        "key_nll",
+    ]
     assert len(df) == 2 * 2 * 2  # runs x lengths (96 added) x depths
     beyond = df[(df.scheme == "learned") & (df.length == 128)]
     assert beyond["accuracy"].isna().all() and (beyond["trials"] == 0).all()
@@ -148,7 +171,14 @@ def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path):
 
 def test_filler_loses_the_corpus_own_episodes_and_keeps_unk_tokens():
     vocab = Vocab(VOCAB.chars + ("<unk>",))
-    text = "ba so. " + passkey.key_sentence("11111") + "ri pe. " + passkey.QUESTION + passkey.answer("11111") + "gu 42 na"
+    text = (
+        "ba so. "
+        + passkey.key_sentence("11111")
+        + "ri pe. "
+        + passkey.QUESTION
+        + passkey.answer("11111")
+        + "gu 42 na"
+    )
     tokens = torch.cat([vocab.encode(text), torch.tensor([len(vocab) - 1])])
     kept = without_episodes(tokens, vocab)
     assert vocab.decode(kept[:-1]) == "ba so. ri pe. gu  na"
@@ -164,6 +194,10 @@ def test_probe_preset_episodes_fit_its_training_window():
 
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose("config", overrides=["experiment=probe"])
-    episode = len(passkey.key_sentence("0" * passkey.KEY_DIGITS) + passkey.QUESTION + passkey.answer("0" * passkey.KEY_DIGITS))
+    episode = len(
+        passkey.key_sentence("0" * passkey.KEY_DIGITS)
+        + passkey.QUESTION
+        + passkey.answer("0" * passkey.KEY_DIGITS)
+    )
     assert episode + cfg.data.passkey_max_distance <= cfg.train.block_size
     assert cfg.data.passkey_rate > 0 and cfg.model.embed_std > 0.02

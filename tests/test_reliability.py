@@ -21,15 +21,28 @@ from posenc_cli.checkpoint import FILENAME, load_checkpoint
 from posenc_cli.errors import UsageError
 
 # Misaligned intervals on purpose: checkpoints land between log lines and between evals.
-FAULT = [*SMOKE, "device=cpu", "train.threads=1", "train.max_steps=60", "train.log_interval=2",
-         "train.eval_interval=5", "train.checkpoint_interval=3"]
+FAULT = [
+    *SMOKE,
+    "device=cpu",
+    "train.threads=1",
+    "train.max_steps=60",
+    "train.log_interval=2",
+    "train.eval_interval=5",
+    "train.checkpoint_interval=3",
+]
 DETERMINISTIC = ["step", "train_loss", "val_loss", "lr", "grad_norm"]  # tokens_per_s is wall-clock
 
 
 def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.Popen([sys.executable, "-m", "posenc_cli", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "posenc_cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def checkpoint_mtime(run: Path) -> int | None:
@@ -39,7 +52,9 @@ def checkpoint_mtime(run: Path) -> int | None:
         return None
 
 
-def wait_for_new_checkpoint(run: Path, before: int | None, proc: subprocess.Popen, timeout: float = 120) -> None:
+def wait_for_new_checkpoint(
+    run: Path, before: int | None, proc: subprocess.Popen, timeout: float = 120
+) -> None:
     deadline = time.monotonic() + timeout
     while checkpoint_mtime(run) == before and proc.poll() is None:
         assert time.monotonic() < deadline, "no checkpoint appeared"
@@ -50,7 +65,9 @@ def tensors(tree, prefix: str = "") -> dict[str, torch.Tensor]:
     """Every tensor in a nested state dict, by its path."""
     if isinstance(tree, torch.Tensor):
         return {prefix: tree}
-    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, (list, tuple)) else []
+    items = (
+        tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, (list, tuple)) else []
+    )
     return {k: v for key, value in items for k, v in tensors(value, f"{prefix}/{key}").items()}
 
 
@@ -63,8 +80,11 @@ def assert_same_training(reference: Path, run: Path) -> None:
         assert ref_t.keys() == got_t.keys()
         different = [k for k in ref_t if not torch.equal(ref_t[k], got_t[k])]
         assert not different, f"{part} differs at {different[:5]}"
-    pd.testing.assert_frame_equal(pd.read_csv(reference / "metrics.csv")[DETERMINISTIC],
-                                  pd.read_csv(run / "metrics.csv")[DETERMINISTIC], check_exact=True)
+    pd.testing.assert_frame_equal(
+        pd.read_csv(reference / "metrics.csv")[DETERMINISTIC],
+        pd.read_csv(run / "metrics.csv")[DETERMINISTIC],
+        check_exact=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +136,9 @@ def test_ctrl_c_saves_says_how_to_resume_and_resume_matches(reference, tmp_path)
 
 def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_skips_it(reference, tmp_path):
     run = tmp_path / "diverged"
-    result = run_cli("train", *FAULT, "train.lr=1e6", "train.checkpoint_interval=1", f"hydra.run.dir={run}", cwd=tmp_path)
+    result = run_cli(
+        "train", *FAULT, "train.lr=1e6", "train.checkpoint_interval=1", f"hydra.run.dir={run}", cwd=tmp_path
+    )
     assert result.returncode == 1, result.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "failed"
@@ -126,12 +148,27 @@ def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_s
     assert kept["step"] == bad_step - 1
     assert all(torch.isfinite(t).all() for t in tensors(kept["model"]).values())
 
-    evaluated = run_cli("eval", str(run), str(reference), "--lengths", "64,128", "--max-tokens", "256",
-                        "--out", str(tmp_path / "eval"), "--device", "cpu", cwd=tmp_path)
+    evaluated = run_cli(
+        "eval",
+        str(run),
+        str(reference),
+        "--lengths",
+        "64,128",
+        "--max-tokens",
+        "256",
+        "--out",
+        str(tmp_path / "eval"),
+        "--device",
+        "cpu",
+        cwd=tmp_path,
+    )
     assert evaluated.returncode == 0, evaluated.stderr
     assert f"skipping {run}: its status is failed" in " ".join(evaluated.stderr.split())
     assert set(pd.read_csv(tmp_path / "eval" / "ppl.csv")["run"]) == {str(reference)}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["diverged", "eval"]  # nothing outside --out and the run
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "diverged",
+        "eval",
+    ]  # nothing outside --out and the run
 
 
 class RunsCode:

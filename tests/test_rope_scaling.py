@@ -14,7 +14,13 @@ import torch
 
 from conftest import assert_one_line_error, run_cli
 from posenc_cli.model.positional import build_scheme
-from posenc_cli.model.positional.rope_scaling import METHODS, RopeScaling, rope_inv_freq, yarn_ramp, yarn_temperature
+from posenc_cli.model.positional.rope_scaling import (
+    METHODS,
+    RopeScaling,
+    rope_inv_freq,
+    yarn_ramp,
+    yarn_temperature,
+)
 
 D, BASE, L, S = 8, 10000.0, 128, 4.0
 
@@ -83,8 +89,19 @@ def test_yarn_temperature_multiplies_logits_by_its_square():
 
 def test_eval_adds_one_labelled_column_per_method(smoke_sweep, tmp_path):
     out = tmp_path / "eval"
-    result = run_cli("eval", str(smoke_sweep), "--lengths", "128", "--max-tokens", "1024",
-                     "--rope-scaling", "none,linear,yarn", "--out", str(out), cwd=tmp_path)
+    result = run_cli(
+        "eval",
+        str(smoke_sweep),
+        "--lengths",
+        "128",
+        "--max-tokens",
+        "1024",
+        "--rope-scaling",
+        "none,linear,yarn",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(out / "ppl.csv")
     assert {"rope", "rope+linear", "rope+yarn", "alibi"} <= set(df["scheme"])
@@ -99,9 +116,12 @@ def test_eval_adds_one_labelled_column_per_method(smoke_sweep, tmp_path):
     assert set(pd.read_csv(out / "loss_by_position.csv")["scheme"]) >= {"rope+linear", "rope+yarn"}
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--rope-scaling", "none,longrope"], "longrope"),
-    (["--rope-scaling", "yarn", "--rope-factor", "0"], "--rope-factor"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--rope-scaling", "none,longrope"], "longrope"),
+        (["--rope-scaling", "yarn", "--rope-factor", "0"], "--rope-factor"),
+    ],
+)
 def test_bad_rope_scaling_is_one_line(args, needle, tmp_path):
     assert_one_line_error(run_cli("eval", *args, cwd=tmp_path), needle)

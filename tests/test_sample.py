@@ -27,8 +27,11 @@ def one_thread():
 
 
 def run_of(sweep: Path, scheme: str) -> Path:
-    return next(r for r in sorted(sweep.iterdir()) if (r / "summary.json").is_file()
-                and json.loads((r / "summary.json").read_text())["scheme"] == scheme)
+    return next(
+        r
+        for r in sorted(sweep.iterdir())
+        if (r / "summary.json").is_file() and json.loads((r / "summary.json").read_text())["scheme"] == scheme
+    )
 
 
 def sampled(run, seed: int, tokens: int = 80, window: int | None = None) -> list[int]:
@@ -60,13 +63,31 @@ def test_learned_stops_at_its_table_unless_the_window_slides(smoke_sweep):
     assert len(sampled(run, 0, 3 * limit, window=limit)) == 3 * limit
     with pytest.raises(UsageError, match=f"--window {limit + 1} is past learned's table"):
         plan(run, len(PROMPT), 10, window=limit + 1)
-    assert plan(load_run(run_of(smoke_sweep, "rope")), len(PROMPT), 1000, window=None) == SamplePlan(1000, None)
+    assert plan(load_run(run_of(smoke_sweep, "rope")), len(PROMPT), 1000, window=None) == SamplePlan(
+        1000, None
+    )
 
 
 def test_sample_streams_the_text_and_writes_it_with_out(smoke_sweep, tmp_path):
     learned = run_of(smoke_sweep, "learned")
-    result = run_cli("sample", str(learned), "--prompt", PROMPT, "--tokens", "500", "--seed", "3", "--top-k", "5",
-                     "--out", "sample.txt", "--device", "cpu", cwd=tmp_path, env=ONE_THREAD)
+    result = run_cli(
+        "sample",
+        str(learned),
+        "--prompt",
+        PROMPT,
+        "--tokens",
+        "500",
+        "--seed",
+        "3",
+        "--top-k",
+        "5",
+        "--out",
+        "sample.txt",
+        "--device",
+        "cpu",
+        cwd=tmp_path,
+        env=ONE_THREAD,
+    )
     assert result.returncode == 0, result.stderr
     table = load_run(learned).model.scheme.max_len
     written = (tmp_path / "sample.txt").read_text(encoding="utf-8")
@@ -74,10 +95,13 @@ def test_sample_streams_the_text_and_writes_it_with_out(smoke_sweep, tmp_path):
     assert "learned stopped after" in result.stderr and f"--window {table}" in result.stderr
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["no/such/run", "--prompt", "the"], ["no/such/run", "not a directory"]),
-    (["RUN", "--prompt", "the Q"], ["--prompt", "outside the run's vocabulary", "'Q'"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["no/such/run", "--prompt", "the"], ["no/such/run", "not a directory"]),
+        (["RUN", "--prompt", "the Q"], ["--prompt", "outside the run's vocabulary", "'Q'"]),
+    ],
+)
 def test_a_bad_run_or_prompt_character_is_one_line(smoke_sweep, tmp_path, args, needles):
     args = [str(run_of(smoke_sweep, "rope")) if a == "RUN" else a for a in args]
     result = run_cli("sample", *args, cwd=tmp_path)

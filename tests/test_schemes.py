@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -28,8 +27,11 @@ def test_attention_without_positions_is_permutation_equivariant():
     pe = sinusoidal_table(torch.arange(10), 8)[None, None]
     y = x + pe
     y_perm = x[:, :, perm] + pe
-    assert not torch.allclose(F.scaled_dot_product_attention(y_perm, y_perm, y_perm),
-                              F.scaled_dot_product_attention(y, y, y)[:, :, perm], atol=1e-3)
+    assert not torch.allclose(
+        F.scaled_dot_product_attention(y_perm, y_perm, y_perm),
+        F.scaled_dot_product_attention(y, y, y)[:, :, perm],
+        atol=1e-3,
+    )
 
 
 def test_sinusoidal_values_from_the_chapter():
@@ -68,7 +70,11 @@ def test_learned_is_the_same_vector_across_the_batch_and_stops_at_its_table():
 
 def _rope_qk(head_dim=8, T=12):
     scheme = build_scheme("rope", head_dim * 2, 2, block_size=T)
-    return scheme, torch.randn(1, 2, T, head_dim, dtype=torch.float64), torch.randn(1, 2, T, head_dim, dtype=torch.float64)
+    return (
+        scheme,
+        torch.randn(1, 2, T, head_dim, dtype=torch.float64),
+        torch.randn(1, 2, T, head_dim, dtype=torch.float64),
+    )
 
 
 def test_rope_preserves_norms():
@@ -167,7 +173,9 @@ def test_biased_attention_in_query_blocks_equals_one_block(monkeypatch):
     import posenc_cli.model.attention as attention
 
     torch.manual_seed(2)
-    model = GPT(ModelConfig(vocab_size=11, block_size=32, n_layer=1, n_head=2, n_embd=8, scheme="alibi")).eval()
+    model = GPT(
+        ModelConfig(vocab_size=11, block_size=32, n_layer=1, n_head=2, n_embd=8, scheme="alibi")
+    ).eval()
     idx = torch.randint(0, 11, (1, 32))
     whole = model(idx)
     monkeypatch.setattr(attention, "MASK_BUDGET", 2 * 32 * 5)  # 5 queries per block
@@ -184,7 +192,9 @@ def test_model_config_rejects_bad_sizes():
 def test_embed_std_sets_the_tied_embedding_init_only():
     """model.embed_std scales the token embedding (shared with the output head) and nothing else."""
     torch.manual_seed(0)
-    small, large = (GPT(ModelConfig(vocab_size=500, block_size=8, n_embd=64, embed_std=s)) for s in (0.02, 0.1))
+    small, large = (
+        GPT(ModelConfig(vocab_size=500, block_size=8, n_embd=64, embed_std=s)) for s in (0.02, 0.1)
+    )
     assert small.tok.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert large.tok.weight.std().item() == pytest.approx(0.1, rel=0.05)
     assert large.head.weight is large.tok.weight
@@ -213,7 +223,9 @@ def test_interleaved_layout_is_half_layout_with_q_k_rows_permuted(name):
 
     def attention_logits(model):
         q, k, _ = model.blocks[0].attn.qkv(x).split(C, dim=2)
-        q, k = model.scheme.rotate(*(t.view(1, 16, 2, head_dim).transpose(1, 2) for t in (q, k)), torch.arange(16))
+        q, k = model.scheme.rotate(
+            *(t.view(1, 16, 2, head_dim).transpose(1, 2) for t in (q, k)), torch.arange(16)
+        )
         return q @ k.mT
 
     assert torch.allclose(attention_logits(interleaved), attention_logits(half), atol=1e-5)
@@ -228,16 +240,21 @@ def test_an_unknown_layout_or_slope_rule_is_refused():
         build_scheme("alibi", 16, 2, 8, slopes="bloom")
 
 
-@pytest.mark.parametrize("n_head, paper, chapter", [
-    (4, [1 / 4, 1 / 16, 1 / 64, 1 / 256], [1 / 2, 1 / 4, 1 / 8, 1 / 16]),
-    (8, [2 ** -(h + 1) for h in range(8)], [2 ** -(h + 1) for h in range(8)]),
-])
+@pytest.mark.parametrize(
+    "n_head, paper, chapter",
+    [
+        (4, [1 / 4, 1 / 16, 1 / 64, 1 / 256], [1 / 2, 1 / 4, 1 / 8, 1 / 16]),
+        (8, [2 ** -(h + 1) for h in range(8)], [2 ** -(h + 1) for h in range(8)]),
+    ],
+)
 def test_alibi_slope_rules(n_head, paper, chapter):
     """The paper's 2^(−8h/H) and the chapter's 1/2^h: different at H = 4, the same sequence at H = 8."""
     for rule, expected in (("paper", paper), ("chapter", chapter)):
         scheme = build_scheme("alibi", 8 * n_head, n_head, 16, slopes=rule)
         assert scheme.slopes.tolist() == pytest.approx(expected)
-        assert torch.allclose(scheme.bias(torch.arange(5)), -torch.tensor(expected)[:, None] * torch.arange(5.0))
+        assert torch.allclose(
+            scheme.bias(torch.arange(5)), -torch.tensor(expected)[:, None] * torch.arange(5.0)
+        )
 
 
 ADDITIVE = [name for name, cls in SCHEMES.items() if cls.kind == "additive"]

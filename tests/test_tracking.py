@@ -18,9 +18,16 @@ STEPS, LOG, EVAL = 20, 5, 10  # experiment=smoke trains 20 steps and validates e
 
 def offline_env(tmp: Path) -> dict[str, str]:
     """wandb's own directories and $HOME inside the test's tmp dir, and no way to the network."""
-    return {"HOME": str(tmp / "home"), "WANDB_MODE": "offline", "WANDB_CACHE_DIR": str(tmp / "wandb-cache"),
-            "WANDB_CONFIG_DIR": str(tmp / "wandb-config"), "WANDB_DATA_DIR": str(tmp / "wandb-data"),
-            "WANDB_API_KEY": "", "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    return {
+        "HOME": str(tmp / "home"),
+        "WANDB_MODE": "offline",
+        "WANDB_CACHE_DIR": str(tmp / "wandb-cache"),
+        "WANDB_CONFIG_DIR": str(tmp / "wandb-config"),
+        "WANDB_DATA_DIR": str(tmp / "wandb-data"),
+        "WANDB_API_KEY": "",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +35,17 @@ def tracked_run(tmp_path_factory) -> Path:
     """One smoke run logged to metrics.csv, TensorBoard and an offline wandb run at once (list form)."""
     cwd = tmp_path_factory.mktemp("tracked")
     (cwd / "home").mkdir()
-    result = run_cli("train", *SMOKE, "train.threads=1", f"train.log_interval={LOG}", "hydra.run.dir=run",
-                     "logger=[csv,tensorboard,wandb]", "logger.wandb.mode=offline", cwd=cwd, env=offline_env(cwd))
+    result = run_cli(
+        "train",
+        *SMOKE,
+        "train.threads=1",
+        f"train.log_interval={LOG}",
+        "hydra.run.dir=run",
+        "logger=[csv,tensorboard,wandb]",
+        "logger.wandb.mode=offline",
+        cwd=cwd,
+        env=offline_env(cwd),
+    )
     assert result.returncode == 0, result.stderr
     return cwd / "run"
 
@@ -41,7 +57,9 @@ def test_metrics_csv_has_a_row_per_log_interval_and_validation_where_measured(tr
     for column in ("train_loss", "lr", "tokens_per_s", "grad_norm"):
         assert metrics[column].notna().all() and (metrics[column] > 0).all(), column
     validated = metrics["step"] % EVAL == 0
-    assert metrics.loc[validated, "val_loss"].notna().all() and metrics.loc[~validated, "val_loss"].isna().all()
+    assert (
+        metrics.loc[validated, "val_loss"].notna().all() and metrics.loc[~validated, "val_loss"].isna().all()
+    )
     summary = json.loads((tracked_run / "summary.json").read_text())
     assert summary["final_val_loss"] == metrics["val_loss"].iloc[-1]
     assert summary["code_version"].startswith(("git:", "posenc "))
@@ -58,7 +76,10 @@ def test_tensorboard_scalars_match_metrics_csv(tracked_run):
         logged = events.Scalars(column)
         assert [e.step for e in logged] == measured["step"].tolist(), column
         assert [e.value for e in logged] == pytest.approx(measured[column].tolist(), rel=1e-6), column
-    texts = {tag: events.Tensors(f"{tag}/text_summary")[0].tensor_proto.string_val[0].decode() for tag in ("config", "summary")}
+    texts = {
+        tag: events.Tensors(f"{tag}/text_summary")[0].tensor_proto.string_val[0].decode()
+        for tag in ("config", "summary")
+    }
     assert '"block_size": 64' in texts["config"] and '"status": "finished"' in texts["summary"]
 
 
@@ -75,13 +96,19 @@ def test_a_tracker_whose_package_is_missing_names_the_extra(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    with pytest.raises(UsageError, match=r"logger=wandb needs the wandb package: pip install 'posenc\[track\]'"):
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
+    with pytest.raises(
+        UsageError, match=r"logger=wandb needs the wandb package: pip install 'posenc\[track\]'"
+    ):
         check_loggers({"csv": {}, "wandb": {"mode": "offline"}})
 
 
 def test_a_bad_wandb_mode_or_logger_is_refused():
-    with pytest.raises(UsageError, match="logger.wandb.mode=ofline is not known; choose one of: online, offline"):
+    with pytest.raises(
+        UsageError, match="logger.wandb.mode=ofline is not known; choose one of: online, offline"
+    ):
         check_loggers({"wandb": {"mode": "ofline"}})
     with pytest.raises(UsageError, match="logger=mlflow is not known"):
         check_loggers({"mlflow": {}})

@@ -18,7 +18,14 @@ def test_every_scheme_trains_and_leaves_a_complete_run_directory(smoke_sweep):
     runs = sorted(p for p in smoke_sweep.iterdir() if p.is_dir())
     assert [json.loads((r / "summary.json").read_text())["scheme"] for r in runs] == ALL_SCHEMES
     for run in runs:
-        for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "metrics.csv", "checkpoint.pt", "summary.json", "train.log"):
+        for name in (
+            ".hydra/config.yaml",
+            ".hydra/overrides.yaml",
+            "metrics.csv",
+            "checkpoint.pt",
+            "summary.json",
+            "train.log",
+        ):
             assert (run / name).is_file(), (run, name)
         summary = json.loads((run / "summary.json").read_text())
         assert summary["status"] == "finished" and summary["train_len"] == 64 and summary["steps"] == 20
@@ -40,7 +47,9 @@ def test_training_is_deterministic_for_a_seed(tmp_path):
     for name in ("a", "b"):
         result = run_cli("train", "scheme=rope", "seed=3", *SMOKE, f"hydra.run.dir=out/{name}", cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-    a, b = (pd.read_csv(tmp_path / "out" / n / "metrics.csv").drop(columns="tokens_per_s") for n in ("a", "b"))
+    a, b = (
+        pd.read_csv(tmp_path / "out" / n / "metrics.csv").drop(columns="tokens_per_s") for n in ("a", "b")
+    )
     pd.testing.assert_frame_equal(a, b)
     wa, wb = (load_run(tmp_path / "out" / n).model.state_dict() for n in ("a", "b"))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -82,7 +91,9 @@ def test_bad_overrides_get_one_clear_line_and_exit_2(tmp_path, overrides, needle
 
 
 def test_a_bad_point_in_a_sweep_is_caught_before_any_job_runs(tmp_path):
-    result = run_cli("train", "-m", "scheme=rope,alibi", "model.n_embd=12", "model.n_head=4", *SMOKE, cwd=tmp_path)
+    result = run_cli(
+        "train", "-m", "scheme=rope,alibi", "model.n_embd=12", "model.n_head=4", *SMOKE, cwd=tmp_path
+    )
     assert_one_line_error(result, "even head_dim")
     assert not (tmp_path / "outputs").exists()
 
@@ -102,14 +113,18 @@ def test_text_corpus(tmp_path):
 
 @pytest.mark.skipif(not SHARED_DATA.exists(), reason="../shared/data/tinyshakespeare.txt is not here")
 def test_tiny_shakespeare(tmp_path):
-    result = run_cli("train", "data=text", f"data.path={SHARED_DATA}", *SMOKE, "hydra.run.dir=run", cwd=tmp_path)
+    result = run_cli(
+        "train", "data=text", f"data.path={SHARED_DATA}", *SMOKE, "hydra.run.dir=run", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["vocab_size"] == 65
     assert summary["final_val_loss"] < summary["corpus_unigram_entropy_nats"] + 0.5
 
 
-@pytest.mark.parametrize("content, needle", [(b"", "empty"), (b"\x00\x01\x02abc", "binary"), (b"caf\xe9 au lait", "UTF-8")])
+@pytest.mark.parametrize(
+    "content, needle", [(b"", "empty"), (b"\x00\x01\x02abc", "binary"), (b"caf\xe9 au lait", "UTF-8")]
+)
 def test_unusable_text_files(tmp_path, content, needle):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(content)

@@ -37,8 +37,10 @@ def check_tokenizer_options(data_cfg: Mapping[str, Any]) -> None:
     if kind == "bpe":
         require_positive_int("data.vocab_size", data_cfg.get("vocab_size", 4096))
         if data_cfg.get("vocab_size", 4096) < 257:
-            raise UsageError("data.vocab_size must be at least 257 for data.tokenizer=bpe (256 byte tokens "
-                             f"plus merges), got {data_cfg['vocab_size']}")
+            raise UsageError(
+                "data.vocab_size must be at least 257 for data.tokenizer=bpe (256 byte tokens "
+                f"plus merges), got {data_cfg['vocab_size']}"
+            )
 
 
 def corpus_kind(data_cfg: Mapping[str, Any]) -> str:
@@ -56,8 +58,10 @@ def text_source(data_cfg: Mapping[str, Any]) -> tuple[stream.TextSource, dict[st
             raise UsageError(f"data.n_chars must be a positive integer, got {spec.n_chars}")
         made = generate(spec)
         return stream.string_source(made.text, "data=synthetic"), {
-            "fresh_entropy_nats": made.fresh_entropy, "copied_fraction": made.copied_fraction,
-            "entropy_floor_nats": made.entropy_floor}
+            "fresh_entropy_nats": made.fresh_entropy,
+            "copied_fraction": made.copied_fraction,
+            "entropy_floor_nats": made.entropy_floor,
+        }
     if name == "text":
         if not data_cfg.get("path"):
             raise UsageError("data=text needs data.path=FILE (a UTF-8 text file)")
@@ -84,9 +88,15 @@ def load_corpus(data_cfg: Mapping[str, Any], tokenizer=None) -> Corpus:
     cache = None if kind == "synthetic" else Path(data_cfg.get("cache_dir") or "outputs/cache")
     tokenizer = tokenizer or stream.tokenizer_for(dict(data_cfg), source, sha, cut, n_chars, cache)
     train, val, meta = stream.token_arrays(tokenizer, source, sha, cut, n_chars, cache)
-    stats.update(sha256=sha, chars=n_chars, train_tokens=len(train), val_tokens=len(val),
-                 chars_per_token=round(n_chars / max(len(train) + len(val), 1), 4),
-                 val_unk_chars=meta["val"]["unk"], unigram_entropy_nats=meta["train"]["unigram_entropy_nats"])
+    stats.update(
+        sha256=sha,
+        chars=n_chars,
+        train_tokens=len(train),
+        val_tokens=len(val),
+        chars_per_token=round(n_chars / max(len(train) + len(val), 1), 4),
+        val_unk_chars=meta["val"]["unk"],
+        unigram_entropy_nats=meta["train"]["unigram_entropy_nats"],
+    )
     return Corpus(kind, train, val, tokenizer, stats)
 
 
@@ -95,8 +105,9 @@ def token_window(tokens, start: int, length: int) -> torch.Tensor:
     return torch.from_numpy(np.asarray(tokens[start : start + length], dtype=np.int64))
 
 
-def random_positions(batch_size: int, block_size: int, max_position: int,
-                     generator: torch.Generator) -> torch.Tensor:
+def random_positions(
+    batch_size: int, block_size: int, max_position: int, generator: torch.Generator
+) -> torch.Tensor:
     """Randomized positional encodings (Ruoss et al. 2023): each sequence's positions are a sorted random
     subset of block_size distinct positions from [0, max_position), so training visits every position
     up to max_position while sequences stay block_size long. (batch_size, block_size), int64."""

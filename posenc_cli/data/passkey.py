@@ -53,9 +53,17 @@ def needed_chars() -> set[str]:
 
 
 # Mohtashami & Jaggi's (2023) prompt in their own English, for pretrained models (`posenc probe hf:…`)
-NATURAL_INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
-                 "I will quiz you about the important information there.")
-NATURAL_FILLER = ("The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.", "There and back again.")
+NATURAL_INTRO = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+    "I will quiz you about the important information there."
+)
+NATURAL_FILLER = (
+    "The grass is green.",
+    "The sky is blue.",
+    "The sun is yellow.",
+    "Here we go.",
+    "There and back again.",
+)
 NATURAL_KEY = "The pass key is {key}. Remember it. {key} is the pass key."
 NATURAL_QUESTION = "What is the pass key? The pass key is"
 
@@ -65,4 +73,6 @@ def natural_prompt(key: str, sentences: int, depth: float) -> str:
     them, and the question; the answer (" " + key) follows."""
     filler = [NATURAL_FILLER[i % len(NATURAL_FILLER)] for i in range(sentences)]
     at = round(depth * sentences)
-    return " ".join([NATURAL_INTRO, *filler[:at], NATURAL_KEY.format(key=key), *filler[at:], NATURAL_QUESTION])
+    return " ".join(
+        [NATURAL_INTRO, *filler[:at], NATURAL_KEY.format(key=key), *filler[at:], NATURAL_QUESTION]
+    )

@@ -27,7 +27,7 @@ import numpy as np
 
 from posenc_cli import ui
 from posenc_cli.atomic import write_text
-from posenc_cli.data.tokenizers import PIECE_CHARS, ByteTokenizer, BpeTokenizer, from_payload, text_pieces
+from posenc_cli.data.tokenizers import PIECE_CHARS, BpeTokenizer, ByteTokenizer, from_payload, text_pieces
 from posenc_cli.data.vocab import UNK, Vocab, code_points
 from posenc_cli.errors import UsageError
 

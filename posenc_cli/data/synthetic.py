@@ -65,7 +65,9 @@ class SyntheticText:
 
 def log_uniform_int_nats(value: int, low: int, high: int) -> float:
     """-ln P(int(exp(U)) = value) for U uniform on [ln low, ln high]: the information in one copy distance."""
-    return -math.log((math.log(min(value + 1, high)) - math.log(max(value, low))) / (math.log(high) - math.log(low)))
+    return -math.log(
+        (math.log(min(value + 1, high)) - math.log(max(value, low))) / (math.log(high) - math.log(low))
+    )
 
 
 def copy_length_nats(length: int, distance: int, spec: SyntheticSpec) -> float:
@@ -81,7 +83,9 @@ def _lexicon(rng: np.random.Generator, size: int) -> list[str]:
     words: set[str] = set()
     while len(words) < size:
         n_syllables = rng.integers(1, 4)
-        words.add("".join(rng.choice(list(CONSONANTS)) + rng.choice(list(VOWELS)) for _ in range(n_syllables)))
+        words.add(
+            "".join(rng.choice(list(CONSONANTS)) + rng.choice(list(VOWELS)) for _ in range(n_syllables))
+        )
     return sorted(words)
 
 
@@ -147,8 +151,16 @@ def generate(spec: SyntheticSpec) -> SyntheticText:
             # the filler is cut to the distance, ending in a space (as in the probe's prompts);
             # count its fresh characters and (pro rata) their nats
             fresh_chars += distance
-            fresh_nats += nats * distance / max(len(filler), 1) + passkey.KEY_DIGITS * math.log(len(passkey.DIGITS))
-            piece = passkey.key_sentence(key) + filler[: distance - 1] + " " + passkey.QUESTION + passkey.answer(key)
+            fresh_nats += nats * distance / max(len(filler), 1) + passkey.KEY_DIGITS * math.log(
+                len(passkey.DIGITS)
+            )
+            piece = (
+                passkey.key_sentence(key)
+                + filler[: distance - 1]
+                + " "
+                + passkey.QUESTION
+                + passkey.answer(key)
+            )
         else:
             piece, nats = sentence()
             fresh_nats += nats
@@ -156,8 +168,9 @@ def generate(spec: SyntheticSpec) -> SyntheticText:
         out.append(piece)
         length += len(piece)
     text = "".join(out)[: spec.n_chars]
-    return SyntheticText(text, fresh_nats / max(fresh_chars, 1), 1 - fresh_chars / max(length, 1),
-                         event_nats / max(length, 1))
+    return SyntheticText(
+        text, fresh_nats / max(fresh_chars, 1), 1 - fresh_chars / max(length, 1), event_nats / max(length, 1)
+    )
 
 
 def _tail(pieces: list[str], n: int) -> str:

@@ -153,7 +153,7 @@ class BpeTokenizer(TokenizerBase):
         self.hf = hf
 
     @classmethod
-    def train(cls, pieces: Iterable[str], vocab_size: int) -> "BpeTokenizer":
+    def train(cls, pieces: Iterable[str], vocab_size: int) -> BpeTokenizer:
         hf_ = hf_tokenizers()
         models, pre_tokenizers, trainers = hf_.models, hf_.pre_tokenizers, hf_.trainers
         hf = hf_.Tokenizer(models.BPE())
@@ -169,7 +169,7 @@ class BpeTokenizer(TokenizerBase):
         return cls(hf)
 
     @classmethod
-    def from_json(cls, text: str, where: str) -> "BpeTokenizer":
+    def from_json(cls, text: str, where: str) -> BpeTokenizer:
         library = hf_tokenizers()
         try:
             tokenizer = cls(library.Tokenizer.from_str(text))

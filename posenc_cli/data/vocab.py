@@ -32,7 +32,7 @@ class Vocab(TokenizerBase):
     context_free = True
 
     @classmethod
-    def from_text(cls, text: str, with_unk: bool = False) -> "Vocab":
+    def from_text(cls, text: str, with_unk: bool = False) -> Vocab:
         return cls(tuple(sorted(set(text))) + ((UNK,) if with_unk else ()))
 
     def __len__(self) -> int:

@@ -72,14 +72,18 @@ def layer_attention(model, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor,
     for block in model.blocks[:layer]:
         x = block(x, positions, model.scheme)
     block = model.blocks[layer]
-    q, k, v = (split_heads(t, model.cfg.n_head) for t in block.attn.qkv(block.ln_1(x)).split(model.cfg.n_embd, dim=2))
+    q, k, v = (
+        split_heads(t, model.cfg.n_head) for t in block.attn.qkv(block.ln_1(x)).split(model.cfg.n_embd, dim=2)
+    )
     return attention_probs(q, k, positions, model.scheme), v
 
 
 # ---- checks -----------------------------------------------------------------------------------
 
 
-def unmasked_attention(scheme: PositionalScheme, x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
+def unmasked_attention(
+    scheme: PositionalScheme, x: torch.Tensor, weights: list[torch.Tensor]
+) -> torch.Tensor:
     """Self-attention on x (1, T, C) through every hook of the scheme, with no causal mask (the mask
     alone would order the tokens): (1, H, T, D)."""
     positions = torch.arange(x.size(1))
@@ -96,11 +100,17 @@ def check_permutation(scheme: PositionalScheme, length: int) -> Check:
     weights = [torch.randn(C, C, generator=g) / math.sqrt(C) for _ in range(3)]
     perm = torch.randperm(length, generator=g)
     out = unmasked_attention(scheme, x, weights)
-    error = float((unmasked_attention(scheme, x[:, perm], weights) - out[:, :, perm]).abs().max() / out.abs().max())
+    error = float(
+        (unmasked_attention(scheme, x[:, perm], weights) - out[:, :, perm]).abs().max() / out.abs().max()
+    )
     if scheme.kind == "none":
         return below("no positions: attention is permutation-equivariant, max|Attn(PX) − P·Attn(X)|", error)
-    return Check("positions break permutation equivariance: max|Attn(PX) − P·Attn(X)|", error > 1e-3,
-                 f"{error:.1e}", "> 0.001")
+    return Check(
+        "positions break permutation equivariance: max|Attn(PX) − P·Attn(X)|",
+        error > 1e-3,
+        f"{error:.1e}",
+        "> 0.001",
+    )
 
 
 def position_vectors(scheme: PositionalScheme, length: int) -> torch.Tensor:
@@ -119,7 +129,9 @@ def check_unique(scheme: PositionalScheme, length: int) -> Check:
     pe = position_vectors(scheme, length)
     distances = torch.cdist(pe, pe).fill_diagonal_(math.inf)
     ratio = float(distances.min() / pe.norm(dim=1).mean().clamp(min=1e-12))
-    return Check("unique per position: min ‖PE_i − PE_j‖ / mean ‖PE‖", ratio > 1e-3, f"{ratio:.1e}", "> 0.001")
+    return Check(
+        "unique per position: min ‖PE_i − PE_j‖ / mean ‖PE‖", ratio > 1e-3, f"{ratio:.1e}", "> 0.001"
+    )
 
 
 def check_bounded(scheme: PositionalScheme, length: int) -> Check:
@@ -166,7 +178,9 @@ def rotated_pairs(scheme: PositionalScheme, length: int, g: torch.Generator):
 @torch.no_grad()
 def check_norms(scheme: PositionalScheme, length: int) -> Check:
     q_m, k_n, q_norm, k_norm = rotated_pairs(scheme, length, generator())
-    error = max(float((q_m.norm(dim=-1) / q_norm - 1).abs().max()), float((k_n.norm(dim=-1) / k_norm - 1).abs().max()))
+    error = max(
+        float((q_m.norm(dim=-1) / q_norm - 1).abs().max()), float((k_n.norm(dim=-1) / k_norm - 1).abs().max())
+    )
     return below("rotation preserves norms: max | ‖R_m q‖/‖q‖ − 1 |", error)
 
 
@@ -196,7 +210,9 @@ def check_bias_attention(scheme: PositionalScheme, length: int) -> Check:
     q, k, v = (torch.randn(1, scheme.n_head, length, 16, generator=g) for _ in range(3))
     expected = attention_probs(q, k, torch.arange(length), scheme) @ v
     error = float((biased_causal_attention(q, k, v, scheme) - expected).abs().max() / expected.abs().max())
-    return below("attention with the bias built per distance = the pair-by-pair formula: max rel. error", error)
+    return below(
+        "attention with the bias built per distance = the pair-by-pair formula: max rel. error", error
+    )
 
 
 def check_linear_slopes(scheme: PositionalScheme, length: int) -> Check | None:
@@ -211,8 +227,10 @@ def check_linear_slopes(scheme: PositionalScheme, length: int) -> Check | None:
     curved = float((curve - line).abs().max()) > TOL * (float(curve.abs().max()) or 1.0)
     if scheme.positional_params or curved or not slopes.any():
         return None
-    errors = {rule: float((slopes / torch.tensor(rule_slopes(scheme.n_head)) - 1).abs().max())
-              for rule, (rule_slopes, _) in SLOPE_RULES.items()}
+    errors = {
+        rule: float((slopes / torch.tensor(rule_slopes(scheme.n_head)) - 1).abs().max())
+        for rule, (rule_slopes, _) in SLOPE_RULES.items()
+    }
     rule = min(errors, key=errors.get)
     measured = ", ".join(f"{s:.4g}" for s in slopes.tolist())
     claim = f"linear bias: slopes follow a known rule, nearest {rule} {SLOPE_RULES[rule][1]}, max |slope/rule − 1|"
@@ -242,8 +260,10 @@ def check_farther_differs_more(scheme: PositionalScheme, length: int) -> Check:
     rises = curve[1:] > curve[:-1]
     holds_to = int((~rises).nonzero()[0]) if not rises.all() else length - 1
     claim = "farther → larger difference: ‖rope(x, k) − rope(x, 0)‖ grows with k, for every k < length"
-    note = (f"grows for k = 0..{holds_to}; after that it grows on {float(rises[holds_to:].float().mean()):.0%} "
-            f"of the steps k → k+1 up to {length - 1} (the fast pairs wrap past kθ = π)")
+    note = (
+        f"grows for k = 0..{holds_to}; after that it grows on {float(rises[holds_to:].float().mean()):.0%} "
+        f"of the steps k → k+1 up to {length - 1} (the fast pairs wrap past kθ = π)"
+    )
     return Check(claim, holds_to == length - 1, f"holds up to k = {holds_to}", f"k = {length - 1}", note=note)
 
 
@@ -253,9 +273,13 @@ def rotary_demo(scheme: PositionalScheme) -> dict[str, float]:
     positions 1 and 3."""
     x = torch.randn(1, scheme.head_dim, generator=generator())
     turned = rotated_by_distance(scheme, x, 4)[0]
-    return {"‖x‖": float(x.norm()), "‖rope(x, 1)‖": float(turned[1].norm()), "‖rope(x, 3)‖": float(turned[3].norm()),
-            "|rope(x, 1) − rope(x, 0)|": float((turned[1] - turned[0]).norm()),
-            "|rope(x, 3) − rope(x, 0)|": float((turned[3] - turned[0]).norm())}
+    return {
+        "‖x‖": float(x.norm()),
+        "‖rope(x, 1)‖": float(turned[1].norm()),
+        "‖rope(x, 3)‖": float(turned[3].norm()),
+        "|rope(x, 1) − rope(x, 0)|": float((turned[1] - turned[0]).norm()),
+        "|rope(x, 3) − rope(x, 0)|": float((turned[3] - turned[0]).norm()),
+    }
 
 
 def run_checks(scheme: PositionalScheme, length: int) -> list[Check]:

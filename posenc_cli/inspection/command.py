@@ -33,19 +33,31 @@ def validated_length(length: int) -> int:
 
 def fresh_scheme(name: str, dim: int, heads: int, length: int, options: dict[str, str]) -> PositionalScheme:
     if dim < 1 or heads < 1 or dim % heads:
-        raise UsageError(f"--dim {dim} and --heads {heads}: both must be positive and dim a multiple of heads")
+        raise UsageError(
+            f"--dim {dim} and --heads {heads}: both must be positive and dim a multiple of heads"
+        )
     torch.manual_seed(SEED)  # a learned table's initial vectors, so the report repeats exactly
     try:
         return build_scheme(name, dim, heads, validated_length(length), **options)
     except TypeError:
         given = " ".join(f"--{key} {value}" for key, value in options.items())
-        raise UsageError(f"{given}: scheme {name} has no such option; --layout is for rope and xpos, "
-                         "--slopes for alibi") from None
+        raise UsageError(
+            f"{given}: scheme {name} has no such option; --layout is for rope and xpos, --slopes for alibi"
+        ) from None
 
 
-def inspect_scheme(*, name: str | None = None, dim: int | None = None, length: int | None = None,
-                   heads: int | None = None, out: Path | None = None, run_dir: Path | None = None,
-                   layer: int = 0, head: int = 0, options: dict[str, str] | None = None) -> Inspection:
+def inspect_scheme(
+    *,
+    name: str | None = None,
+    dim: int | None = None,
+    length: int | None = None,
+    heads: int | None = None,
+    out: Path | None = None,
+    run_dir: Path | None = None,
+    layer: int = 0,
+    head: int = 0,
+    options: dict[str, str] | None = None,
+) -> Inspection:
     """Checks and figures for a fresh scheme (built with `options`, e.g. layout=interleaved), or for
     the trained scheme of `run_dir`."""
     options = options or {}
@@ -56,19 +68,27 @@ def inspect_scheme(*, name: str | None = None, dim: int | None = None, length: i
         scheme = fresh_scheme(name, dim or 128, heads or 4, length, options)
         label = name + "".join(f" ({key}={value})" for key, value in options.items())
     elif options:
-        raise UsageError(f"--{next(iter(options))} applies to a fresh scheme; --run's scheme keeps its trained options")
+        raise UsageError(
+            f"--{next(iter(options))} applies to a fresh scheme; --run's scheme keeps its trained options"
+        )
     else:
         from posenc_cli.runs import load_run
 
         run = load_run(run_dir)
         if name is not None and name != run.scheme:
-            raise UsageError(f"--run {run_dir} was trained with scheme {run.scheme}, not {name}; drop SCHEME or match it")
+            raise UsageError(
+                f"--run {run_dir} was trained with scheme {run.scheme}, not {name}; drop SCHEME or match it"
+            )
         cfg = run.model.cfg
         for option, given, actual in (("--dim", dim, cfg.n_embd), ("--heads", heads, cfg.n_head)):
             if given is not None and given != actual:
-                raise UsageError(f"{option} {given} does not match --run's model ({option[2:]} = {actual}); drop {option}")
+                raise UsageError(
+                    f"{option} {given} does not match --run's model ({option[2:]} = {actual}); drop {option}"
+                )
         if not 0 <= layer < cfg.n_layer or not 0 <= head < cfg.n_head:
-            raise UsageError(f"--layer {layer} --head {head}: the run has layers 0..{cfg.n_layer - 1} and heads 0..{cfg.n_head - 1}")
+            raise UsageError(
+                f"--layer {layer} --head {head}: the run has layers 0..{cfg.n_layer - 1} and heads 0..{cfg.n_head - 1}"
+            )
         length = validated_length(length or run.train_len)
         scheme, label = run.model.scheme, f"{run.scheme} (trained)"
     out = out or Path("outputs") / "inspect" / (run.path.name if run_dir else name)
@@ -87,15 +107,21 @@ def print_report(result: Inspection) -> None:
     from posenc_cli import ui
 
     s = result.scheme
-    params = f"{s.positional_params:,}" + (f" = {s.param_formula}" if s.param_formula != str(s.positional_params) else "")
-    ui.out.print(f"[bold]{result.label}[/]: kind {s.kind}, relative position {s.relative}, "
-                 f"positional parameters {params} (d={s.n_embd}, heads={s.n_head}, length={result.length})",
-                 highlight=False)
+    params = f"{s.positional_params:,}" + (
+        f" = {s.param_formula}" if s.param_formula != str(s.positional_params) else ""
+    )
+    ui.out.print(
+        f"[bold]{result.label}[/]: kind {s.kind}, relative position {s.relative}, "
+        f"positional parameters {params} (d={s.n_embd}, heads={s.n_head}, length={result.length})",
+        highlight=False,
+    )
     table = Table(title="The chapters' claims, measured", box=box.SIMPLE_HEAD)
     for column in ("", "claim", "measured", "needs"):
         table.add_column(column, overflow="fold")
     for check in result.checks:
-        table.add_row("[green]PASS[/]" if check.passed else "[red]FAIL[/]", check.claim, check.measured, check.needs)
+        table.add_row(
+            "[green]PASS[/]" if check.passed else "[red]FAIL[/]", check.claim, check.measured, check.needs
+        )
     ui.out.print(table)
     for check in result.checks:
         if check.note:
@@ -107,11 +133,15 @@ def print_report(result: Inspection) -> None:
     if any(c.claim.startswith("linear bias") for c in result.checks):
         print_slope_rules(s.n_head)
     failed = sum(not c.passed for c in result.checks)
-    ui.out.print(f"{len(result.checks)} checks: {len(result.checks) - failed} PASS, {failed} FAIL", highlight=False)
+    ui.out.print(
+        f"{len(result.checks)} checks: {len(result.checks) - failed} PASS, {failed} FAIL", highlight=False
+    )
     for path in result.figures:
         ui.err.print(f"wrote {path}", highlight=False)
     if not result.figures:
-        ui.err.print(f"no figures: {s.name} adds no positions to draw (--run RUN_DIR draws a trained model's attention)")
+        ui.err.print(
+            f"no figures: {s.name} adds no positions to draw (--run RUN_DIR draws a trained model's attention)"
+        )
 
 
 def print_bias_by_distance(scheme: PositionalScheme, length: int) -> None:
@@ -121,7 +151,9 @@ def print_bias_by_distance(scheme: PositionalScheme, length: int) -> None:
     from posenc_cli import ui
 
     curve = bias_by_distance(scheme, length)
-    distances = sorted({0, 1, 2, length - 1} | {4**i for i in range(1, int(math.log(length, 4)) + 1) if 4**i < length})
+    distances = sorted(
+        {0, 1, 2, length - 1} | {4**i for i in range(1, int(math.log(length, 4)) + 1) if 4**i < length}
+    )
     table = Table(title="Bias as a function of distance i − j", box=box.SIMPLE_HEAD)
     for column in ["head"] + [str(d) for d in distances]:
         table.add_column(column, justify="right")
@@ -134,8 +166,11 @@ def print_rotary_demo(scheme: PositionalScheme) -> None:
     from posenc_cli import ui
 
     numbers = ", ".join(f"{name} = {value:.4f}" for name, value in rotary_demo(scheme).items())
-    ui.out.print(f"The chapter's demo, one vector x (seed {SEED}, d = {scheme.head_dim}): {numbers}",
-                 markup=False, highlight=False)
+    ui.out.print(
+        f"The chapter's demo, one vector x (seed {SEED}, d = {scheme.head_dim}): {numbers}",
+        markup=False,
+        highlight=False,
+    )
 
 
 def print_slope_rules(n_head: int, size: int = 5) -> None:
@@ -157,7 +192,12 @@ def print_slope_rules(n_head: int, size: int = 5) -> None:
     for rule, slopes in rules.items():
         for h in sorted({0, n_head - 1}):
             rows = (-slopes[h] * distance).masked_fill(distance.T > 0, math.nan).tolist()
-            text = "\n".join("  " + " ".join("        ·" if math.isnan(v) else f"{v + 0.0:9.4g}" for v in row)
-                             for row in rows)
-            ui.out.print(f"{rule} bias, head {h + 1} (slope {slopes[h]:.6g}), query i down, key j across:\n{text}",
-                         markup=False, highlight=False)
+            text = "\n".join(
+                "  " + " ".join("        ·" if math.isnan(v) else f"{v + 0.0:9.4g}" for v in row)
+                for row in rows
+            )
+            ui.out.print(
+                f"{rule} bias, head {h + 1} (slope {slopes[h]:.6g}), query i down, key j across:\n{text}",
+                markup=False,
+                highlight=False,
+            )

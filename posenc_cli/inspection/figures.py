@@ -81,8 +81,11 @@ def figures_past_length(scheme: PositionalScheme, length: int, out: Path, label:
     for pos in (0, length // 2, length - 1):
         ax.plot(offsets, (pe[pos] * pe[pos + offsets]).sum(-1), linewidth=0.8, label=f"pos {pos}")
     ax.axvspan(length, 3 * length, color="0.9")
-    ax.set(xlabel="offset k (shaded: k past the length)", ylabel="PE(pos)·PE(pos+k)",
-           title=f"{label}: similarity of positions k apart")
+    ax.set(
+        xlabel="offset k (shaded: k past the length)",
+        ylabel="PE(pos)·PE(pos+k)",
+        title=f"{label}: similarity of positions k apart",
+    )
     ax.legend(fontsize=8)
     written.append(save_figure(fig, out / "pe_dot_by_offset.png"))
     return written
@@ -93,17 +96,27 @@ def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str)
     plt = pyplot()
     angles = rotation_angles(scheme, length)
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8))
-    image = left.imshow(torch.remainder(angles, 2 * math.pi).T.numpy(), aspect="auto", cmap="twilight",
-                        vmin=0, vmax=2 * math.pi, interpolation="nearest")
+    image = left.imshow(
+        torch.remainder(angles, 2 * math.pi).T.numpy(),
+        aspect="auto",
+        cmap="twilight",
+        vmin=0,
+        vmax=2 * math.pi,
+        interpolation="nearest",
+    )
     left.set(xlabel="frequency pair i", ylabel="position m", title="rotation angle m·θ_i (mod 2π)")
     fig.colorbar(image, ax=left)
     right.semilogy(angles[:, 1].abs().numpy(), marker="o")
-    right.set(xlabel="frequency pair i", ylabel="θ_i (radians per position)", title=f"{label}: angle per step")
+    right.set(
+        xlabel="frequency pair i", ylabel="θ_i (radians per position)", title=f"{label}: angle per step"
+    )
     written = [save_figure(fig, out / "rotary_angles.png")]
     g = generator()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for name, vectors in (("q = k = all ones", torch.ones(1, scheme.head_dim)),
-                          ("q = k, random (mean of 64)", torch.randn(64, scheme.head_dim, generator=g))):
+    for name, vectors in (
+        ("q = k = all ones", torch.ones(1, scheme.head_dim)),
+        ("q = k, random (mean of 64)", torch.randn(64, scheme.head_dim, generator=g)),
+    ):
         x = vectors[:, None, None, :].expand(-1, scheme.n_head, length, -1).contiguous()
         q_m, k_n = scheme.rotate(x, x, torch.arange(length))
         logit = (q_m[:, 0] * k_n[:, 0, :1]).sum(-1) / vectors.norm(dim=-1, keepdim=True) ** 2
@@ -113,8 +126,11 @@ def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str)
     written.append(save_figure(fig, out / "rotary_logit_vs_distance.png"))
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     ax.plot(difference_by_distance(scheme, length).numpy())
-    ax.set(xlabel="distance k", ylabel="‖rope(x, k) − rope(x, 0)‖ / ‖x‖",
-           title=f"{label}: farther → larger difference? (mean of 64 x)")
+    ax.set(
+        xlabel="distance k",
+        ylabel="‖rope(x, k) − rope(x, 0)‖ / ‖x‖",
+        title=f"{label}: farther → larger difference? (mean of 64 x)",
+    )
     written.append(save_figure(fig, out / "rotary_difference_vs_distance.png"))
     return written
 
@@ -161,9 +177,14 @@ def figure_attention(run, layer: int, head: int, length: int, out: Path) -> Path
     fig, ax = plt.subplots(figsize=(5.6, 4.8))
     from matplotlib.colors import PowerNorm
 
-    image = ax.imshow(probs[0, head].numpy(), cmap="viridis", norm=PowerNorm(0.5, 0, 1), interpolation="nearest")
-    ax.set(xlabel="key position", ylabel="query position",
-           title=f"{run.scheme} (trained): attention, layer {layer} head {head}")
+    image = ax.imshow(
+        probs[0, head].numpy(), cmap="viridis", norm=PowerNorm(0.5, 0, 1), interpolation="nearest"
+    )
+    ax.set(
+        xlabel="key position",
+        ylabel="query position",
+        title=f"{run.scheme} (trained): attention, layer {layer} head {head}",
+    )
     if len(tokens) <= 48:
         chars = [repr(run.tokenizer.decode([t]))[1:-1] for t in tokens.tolist()]
         ax.set_xticks(range(len(chars)), chars, fontsize=6)

@@ -25,8 +25,13 @@ MASK_BUDGET = 1 << 22
 GRAD_CHUNK = 2
 
 
-def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scheme: PositionalScheme,
-                            positions: torch.Tensor | None = None) -> torch.Tensor:
+def biased_causal_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scheme: PositionalScheme,
+    positions: torch.Tensor | None = None,
+) -> torch.Tensor:
     """q, k, v: (B, H, T, D) -> (B, H, T, D), scores plus scheme.bias(p_i - p_j), keys j <= i only.
     positions None: p_i = i, the strided fast path below."""
     if positions is not None:

@@ -49,11 +49,18 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, scheme: PositionalScheme,
-                given: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        scheme: PositionalScheme,
+        given: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """`given`: the caller's (B, T) positions, None when they are 0..T-1 (then the bias is cheap)."""
         B, T, C = x.shape
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        q, k, v = (
+            t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2)
+        )
         q, k = scheme.rotate(q, k, positions)
         if scheme.adds_bias:
             y = biased_causal_attention(q, k, v, scheme, given)
@@ -131,7 +138,7 @@ class GPT(nn.Module):
 def rename_legacy_scheme_keys(module, state_dict, prefix, *_) -> None:
     """Checkpoints written before the scheme attribute was renamed hold its weights as `pos.*`."""
     for key in [k for k in state_dict if k.startswith(prefix + "pos.")]:
-        state_dict[prefix + "scheme." + key[len(prefix) + 4:]] = state_dict.pop(key)
+        state_dict[prefix + "scheme." + key[len(prefix) + 4 :]] = state_dict.pop(key)
 
 
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

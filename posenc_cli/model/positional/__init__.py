@@ -34,10 +34,14 @@ def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options
     if "+" in name:
         parts = options.pop("parts", None) or name.split("+")
         if options:
-            raise UsageError(f"scheme={name} takes options per part (scheme.parts.N.OPTION), not {', '.join(options)}")
+            raise UsageError(
+                f"scheme={name} takes options per part (scheme.parts.N.OPTION), not {', '.join(options)}"
+            )
         return Composite(n_embd, n_head, block_size, name=name, parts=parts, build=build_scheme)
     if name not in SCHEMES:
-        raise UsageError(f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}, or parts joined by +")
+        raise UsageError(
+            f"unknown scheme {name!r}; choose one of: {', '.join(SCHEMES)}, or parts joined by +"
+        )
     return SCHEMES[name](n_embd, n_head, block_size, **options)
 
 

@@ -21,6 +21,7 @@ from posenc_cli.errors import UsageError
 class Claim:
     """What the chapters say of a scheme (their English and Chinese words), and who uses it; shown
     beside the measured numbers in comparison.md and `posenc schemes`."""
+
     extrapolation: str = "not in the chapters"
     extrapolation_zh: str = "章节未涉及"
     used_by: str = "—"
@@ -29,6 +30,7 @@ class Claim:
 class PositionalScheme(nn.Module):
     """A scheme's class is the one home of what it is: its hooks, kind, relative-position kind,
     parameter count formula and the chapters' claim. SCHEMES' order is the order every table shows."""
+
     name: ClassVar[str] = "none"
     kind: ClassVar[str] = "none"  # additive | rotary | bias | none
     relative: ClassVar[str] = "none"  # none | implicit | explicit
@@ -39,7 +41,9 @@ class PositionalScheme(nn.Module):
     # True: the constructor takes RoPE context extension (scaling, scaling_factor, scaling_len,
     # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
     scalable: ClassVar[bool] = False
-    scales_embeddings: ClassVar[bool | None] = None  # additive schemes: the default of scheme.scale_embeddings
+    scales_embeddings: ClassVar[bool | None] = (
+        None  # additive schemes: the default of scheme.scale_embeddings
+    )
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
         super().__init__()
@@ -103,7 +107,9 @@ class AdditiveScheme(PositionalScheme):
         super().__init__(n_embd, n_head, block_size)
         scale = type(self).scales_embeddings if scale_embeddings is None else scale_embeddings
         if not isinstance(scale, bool):
-            raise UsageError(f"scheme.scale_embeddings={scale_embeddings!r} is not a boolean; choose true or false")
+            raise UsageError(
+                f"scheme.scale_embeddings={scale_embeddings!r} is not a boolean; choose true or false"
+            )
         self.scale_embeddings = scale
 
     @property
@@ -123,6 +129,7 @@ class AdditiveScheme(PositionalScheme):
 
 class NoPE(PositionalScheme):
     """No positional information at all: only the causal mask tells tokens apart by order."""
+
     claim = Claim(used_by="NoPE studies (Kazemnejad et al. 2023)")
 
 

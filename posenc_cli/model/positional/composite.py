@@ -36,15 +36,23 @@ def part_spec(part: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 class Composite(PositionalScheme):
     kind = "composite"  # replaced per instance by the parts' kind when they share one
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, name: str,
-                 parts: Sequence[str | Mapping[str, Any]], build: Callable[..., PositionalScheme]):
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        block_size: int,
+        name: str,
+        parts: Sequence[str | Mapping[str, Any]],
+        build: Callable[..., PositionalScheme],
+    ):
         super().__init__(n_embd, n_head, block_size)
         specs = [part_spec(p) for p in parts]
         written = "+".join(part_name for part_name, _ in specs)
         if written != name:
             raise UsageError(f"scheme.parts lists {written} but the scheme is {name}; use scheme={written}")
-        self.parts = nn.ModuleList(build(part_name, n_embd, n_head, block_size, **options)
-                                   for part_name, options in specs)
+        self.parts = nn.ModuleList(
+            build(part_name, n_embd, n_head, block_size, **options) for part_name, options in specs
+        )
         self.name = name
         kinds = {p.kind for p in self.parts} - {"none"}
         self.kind = kinds.pop() if len(kinds) == 1 else ("none" if not kinds else "composite")

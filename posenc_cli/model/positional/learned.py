@@ -20,8 +20,14 @@ class Learned(AdditiveScheme):
     param_formula = "max_len·d"
     claim = Claim("none", "无", "GPT-2")
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, max_len: int | None = None,
-                 scale_embeddings: bool | None = None):
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        block_size: int,
+        max_len: int | None = None,
+        scale_embeddings: bool | None = None,
+    ):
         super().__init__(n_embd, n_head, block_size, scale_embeddings)
         self.table = nn.Embedding(max_len or block_size, n_embd)
         nn.init.normal_(self.table.weight, std=0.02)

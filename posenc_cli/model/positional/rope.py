@@ -52,9 +52,19 @@ class RoPE(PositionalScheme):
     claim = Claim("medium–strong", "中等-强", "LLaMA/Qwen/Mistral")
     scalable = True
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0, scaling: str = "none",
-                 scaling_factor: float | None = None, scaling_len: int | None = None,
-                 yarn_alpha: float = 1.0, yarn_beta: float = 32.0, layout: str = "half"):
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        block_size: int,
+        base: float = 10000.0,
+        scaling: str = "none",
+        scaling_factor: float | None = None,
+        scaling_len: int | None = None,
+        yarn_alpha: float = 1.0,
+        yarn_beta: float = 32.0,
+        layout: str = "half",
+    ):
         super().__init__(n_embd, n_head, block_size)
         if layout not in LAYOUTS:
             raise UsageError(f"scheme.layout={layout} is not known; choose one of: {', '.join(LAYOUTS)}")

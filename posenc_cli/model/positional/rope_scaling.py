@@ -82,13 +82,19 @@ class RopeScaling:
 
     def __post_init__(self) -> None:
         if self.method not in METHODS + HF_ONLY:
-            raise UsageError(f"RoPE scaling {self.method!r} (--rope-scaling, scheme.scaling) is not known; "
-                             f"choose from: {', '.join(METHODS)} (hf: models also {', '.join(HF_ONLY)})")
+            raise UsageError(
+                f"RoPE scaling {self.method!r} (--rope-scaling, scheme.scaling) is not known; "
+                f"choose from: {', '.join(METHODS)} (hf: models also {', '.join(HF_ONLY)})"
+            )
         if self.factor is not None and not (isinstance(self.factor, (int, float)) and self.factor > 0):
-            raise UsageError(f"the RoPE scale factor (--rope-factor, scheme.scaling_factor) must be a positive "
-                             f"number, got {self.factor!r}")
+            raise UsageError(
+                f"the RoPE scale factor (--rope-factor, scheme.scaling_factor) must be a positive "
+                f"number, got {self.factor!r}"
+            )
         if not 0 < self.alpha < self.beta:
-            raise UsageError(f"YaRN needs 0 < scheme.yarn_alpha < scheme.yarn_beta, got {self.alpha} and {self.beta}")
+            raise UsageError(
+                f"YaRN needs 0 < scheme.yarn_alpha < scheme.yarn_beta, got {self.alpha} and {self.beta}"
+            )
 
     def scale(self, seq_len: int) -> float:
         if self.factor is not None:
@@ -99,7 +105,9 @@ class RopeScaling:
         """(inverse frequencies, factor on cos/sin) for a sequence of `seq_len` tokens."""
         s = self.scale(seq_len)
         if self.method in ("ntk", "dynamic") and head_dim <= 2:
-            raise UsageError(f"RoPE scaling {self.method} needs a rotary dim above 2, the model has {head_dim}")
+            raise UsageError(
+                f"RoPE scaling {self.method} needs a rotary dim above 2, the model has {head_dim}"
+            )
         inv_freq = rope_inv_freq(head_dim, base)
         if self.method == "linear":
             return inv_freq / s, 1.0
@@ -112,16 +120,23 @@ class RopeScaling:
             return yarn_inv_freq(inv_freq, s, ramp), yarn_temperature(s)
         if self.method == "none":
             return inv_freq, 1.0
-        raise UsageError(f"RoPE scaling {self.method!r} exists for hf: models only (transformers' implementation)")
+        raise UsageError(
+            f"RoPE scaling {self.method!r} exists for hf: models only (transformers' implementation)"
+        )
 
 
-def rope_scaling(method: str, block_size: int, factor: float | None, original_len: int | None,
-                 alpha: float, beta: float) -> RopeScaling | None:
+def rope_scaling(
+    method: str, block_size: int, factor: float | None, original_len: int | None, alpha: float, beta: float
+) -> RopeScaling | None:
     """The scaling a rotary scheme's options ask for, None for 'none'. L (`original_len`) defaults to
     block_size / factor: fine-tuning at 1,024 with factor 4 extends a model first trained at 256, as
     s = L'/L in the papers; with no factor, L is the block size itself (s = T/L past it)."""
     if original_len is None:
-        original_len = max(1, round(block_size / factor)) if isinstance(factor, (int, float)) and factor > 0 else block_size
+        original_len = (
+            max(1, round(block_size / factor))
+            if isinstance(factor, (int, float)) and factor > 0
+            else block_size
+        )
     scaling = RopeScaling(method, original_len, factor, alpha, beta)
     return None if method == "none" else scaling
 

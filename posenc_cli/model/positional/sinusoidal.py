@@ -29,8 +29,14 @@ class Sinusoidal(AdditiveScheme):
     claim = Claim("weak", "弱", "original Transformer")
     scales_embeddings = True
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0,
-                 scale_embeddings: bool | None = None):
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        block_size: int,
+        base: float = 10000.0,
+        scale_embeddings: bool | None = None,
+    ):
         super().__init__(n_embd, n_head, block_size, scale_embeddings)
         self.base = base
 

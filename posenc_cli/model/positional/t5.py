@@ -33,7 +33,9 @@ class T5Bias(PositionalScheme):
     adds_bias = True
     claim = Claim(used_by="T5, Flan-T5")
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, n_buckets: int = 32, max_distance: int = 128):
+    def __init__(
+        self, n_embd: int, n_head: int, block_size: int, n_buckets: int = 32, max_distance: int = 128
+    ):
         super().__init__(n_embd, n_head, block_size)
         self.n_buckets, self.max_distance = n_buckets, max_distance
         self.table = nn.Embedding(n_buckets, n_head)

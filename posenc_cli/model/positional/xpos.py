@@ -21,8 +21,16 @@ class XPos(RoPE):
     preserves_norms = False  # q and k are scaled by the decay on purpose
     claim = Claim(used_by="LEX Transformer (TorchScale)")
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, base: float = 10000.0,
-                 gamma: float = 0.4, scale_base: float = 512.0, **rope_options):
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        block_size: int,
+        base: float = 10000.0,
+        gamma: float = 0.4,
+        scale_base: float = 512.0,
+        **rope_options,
+    ):
         super().__init__(n_embd, n_head, block_size, base, **rope_options)
         self.scale_base = scale_base
         zeta = (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim + gamma) / (1 + gamma)
