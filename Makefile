@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SCHEMES ?= none,sinusoidal,learned,rope,alibi
 LENGTHS ?= 512,1024,2048
 
-.PHONY: demo test install clean
+.PHONY: demo test lint install clean
 
 demo: $(VENV)/.installed
 	$(BIN)/posenc train -m scheme=$(SCHEMES)
@@ -13,6 +13,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 install: $(VENV)/.installed
 
