@@ -11,7 +11,7 @@ import torch
 from posenc_cli.errors import UsageError
 from posenc_cli.inspection.checks import SEED, Check, bias_by_distance, rotary_demo, run_checks
 from posenc_cli.inspection.figures import figure_attention, write_figures
-from posenc_cli.model.positional import PositionalScheme, build_scheme
+from posenc_cli.model.positional import SCHEMES, PositionalScheme, build_scheme, scheme_options
 from posenc_cli.model.positional.alibi import SLOPE_RULES
 
 
@@ -36,14 +36,15 @@ def fresh_scheme(name: str, dim: int, heads: int, length: int, options: dict[str
         raise UsageError(
             f"--dim {dim} and --heads {heads}: both must be positive and dim a multiple of heads"
         )
-    torch.manual_seed(SEED)  # a learned table's initial vectors, so the report repeats exactly
-    try:
-        return build_scheme(name, dim, heads, validated_length(length), **options)
-    except TypeError:
-        given = " ".join(f"--{key} {value}" for key, value in options.items())
+    known = scheme_options(name) if name in SCHEMES else list(options)  # build_scheme names the rest
+    unknown = {key: value for key, value in options.items() if key not in known}
+    if unknown:
+        given = " ".join(f"--{key} {value}" for key, value in unknown.items())
         raise UsageError(
             f"{given}: scheme {name} has no such option; --layout is for rope and xpos, --slopes for alibi"
-        ) from None
+        )
+    torch.manual_seed(SEED)  # a learned table's initial vectors, so the report repeats exactly
+    return build_scheme(name, dim, heads, validated_length(length), **options)
 
 
 def inspect_scheme(
