@@ -1,4 +1,10 @@
-"""Shared test helpers: run the real CLI in a subprocess, and a tiny trained sweep to reuse."""
+"""Shared test helpers: the CLI in this process (refusals, help, a quick eval) or as a real subprocess
+(training, signals, launchers), and tiny trained runs shared by every test that reads them.
+
+pytest runs the files on several workers (pytest-xdist, `--dist loadfile`: a file's tests and its
+module fixtures stay on one worker). A session fixture that trains is built once for all workers
+(`built_once`), the first worker to ask trains, the others wait for it and reuse the directory.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,20 @@ import io
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
+import pandas as pd
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 SMOKE = ["experiment=smoke"]
 ALL_SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi"]
+BEYOND_CHAPTERS = ["t5", "xpos", "kerple"]
 
 
 def run_cli(
@@ -42,23 +53,37 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
         assert needle in lines[0], (needle, lines[0])
 
 
-def posenc(*args: str) -> tuple[int, str]:
-    """`posenc ARGS` in this process, faithful for refusals (raised before any process-specific work):
-    (exit code, stderr)."""
+@dataclass(frozen=True)
+class Invocation:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> Invocation:
+    """`posenc ARGS` in this process (no interpreter start-up, no torch import): faithful wherever the
+    behaviour is not the process's own (refusals, help, completion, a quick eval), with `env` set."""
     from posenc_cli import cli
 
-    stderr = io.StringIO()
+    stdout, stderr = io.StringIO(), io.StringIO()
     with (
         contextlib.redirect_stderr(stderr),
-        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stdout(stdout),
         mock.patch.object(sys, "argv", ["posenc", *args]),
+        mock.patch.dict(os.environ, {"COLUMNS": "200", **(env or {})}),
     ):
         try:
             cli.main()
             code = 0
         except SystemExit as exit_:
             code = exit_.code
-    return code, stderr.getvalue()
+    return Invocation(code, stdout.getvalue(), stderr.getvalue())
+
+
+def posenc(*args: str) -> tuple[int, str]:
+    """`posenc ARGS` in this process, for refusals: (exit code, stderr)."""
+    result = invoke(*args)
+    return result.code, result.stderr
 
 
 def assert_refused(code: int, stderr: str, *needles: str) -> None:
@@ -69,11 +94,53 @@ def assert_refused(code: int, stderr: str, *needles: str) -> None:
         assert needle in lines[0], (needle, lines[0])
 
 
-@pytest.fixture(scope="session")
-def smoke_sweep(tmp_path_factory) -> Path:
-    """One tiny run of every chapter scheme, trained once per test session: the sweep directory."""
-    cwd = tmp_path_factory.mktemp("sweep")
-    result = run_cli("train", "-m", f"scheme={','.join(ALL_SCHEMES)}", *SMOKE, cwd=cwd)
+def train(cwd: Path, *overrides: str, run: str = "run") -> Path:
+    """`posenc train experiment=smoke OVERRIDES` as a real process into cwd/run: the run directory."""
+    result = run_cli("train", *SMOKE, "train.threads=1", *overrides, f"hydra.run.dir={run}", cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return cwd / run
+
+
+def evaluate(cwd: Path, *args: str, out: str = "eval") -> pd.DataFrame:
+    """`posenc eval ARGS --out cwd/out` in this process (it must succeed): its ppl.csv."""
+    here = Path.cwd()
+    os.chdir(cwd)  # run arguments and the default run selection are relative to cwd, as for a user
+    try:
+        result = invoke("eval", *args, "--out", out)
+    finally:
+        os.chdir(here)
+    assert result.code == 0, result.stderr
+    return pd.read_csv(cwd / out / "ppl.csv")
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], Path]) -> Path:
+    """build(an empty directory) -> a path, run once per test session however many xdist workers ask."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent  # the session's directory above every worker's
+    built, marker = shared / name, shared / f"{name}.path"
+    with FileLock(shared / f"{name}.lock"):
+        if not marker.exists():
+            built.mkdir()
+            marker.write_text(str(build(built)))
+    return Path(marker.read_text())
+
+
+def train_sweep(cwd: Path, schemes: list[str]) -> Path:
+    result = run_cli("train", "-m", f"scheme={','.join(schemes)}", *SMOKE, cwd=cwd)
     assert result.returncode == 0, result.stderr
     (sweep,) = (cwd / "outputs" / "sweeps").iterdir()
     return sweep
+
+
+@pytest.fixture(scope="session")
+def smoke_sweep(tmp_path_factory) -> Path:
+    """One tiny run of every chapter scheme, trained once per test session: the sweep directory."""
+    return built_once(tmp_path_factory, "sweep", lambda cwd: train_sweep(cwd, ALL_SCHEMES))
+
+
+@pytest.fixture(scope="session")
+def beyond_chapters_sweep(tmp_path_factory) -> Path:
+    """One tiny run of each scheme beyond the chapters (t5, xpos, kerple), trained once per session."""
+    return built_once(tmp_path_factory, "beyond", lambda cwd: train_sweep(cwd, BEYOND_CHAPTERS))

@@ -15,7 +15,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SMOKE, assert_one_line_error, assert_refused, posenc, run_cli
+from conftest import SMOKE, assert_one_line_error, assert_refused, invoke, posenc, run_cli
 from posenc_cli.checkpoint import FILENAME
 
 
@@ -31,6 +31,84 @@ def workdir(tmp_path, monkeypatch) -> Path:
     (tmp_path / "latin1.txt").write_bytes("café au lait".encode("latin-1"))
     (tmp_path / "notarun").mkdir()
     return tmp_path
+
+
+# ---- Moved here from the files of each command (train, cli, eval, inspect, probe, sample, bench, data,
+# composites): the same refusals, now in this process.
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["scheme=fourier"], ["scheme/fourier", "alibi", "rope"]),
+        (["scheme=rope", "model.n_embd=12", "model.n_head=4"], ["even head_dim", "12/4"]),
+        (["model.n_embd=30", "model.n_head=4"], ["model.n_embd=30", "not divisible"]),
+        (["data=text", "data.path=no/such/file.txt"], ["data.path=no/such/file.txt", "does not exist"]),
+        (["train.max_steps=0"], ["train.max_steps", "positive integer"]),
+        (["model.no_such_key=1"], ["no_such_key"]),
+        (["train.block_size=300000"], ["train.block_size=300000", "validation split"]),
+        (["-m", "scheme=rope,alibi", "model.n_embd=12", "model.n_head=4", *SMOKE], ["even head_dim"]),
+        (["data.tokenizer=word"], ["data.tokenizer=word", "char, byte, bpe"]),
+        (["scheme=rope+bogus"], ["Could not find 'scheme/rope+bogus'"]),
+        (["scheme=sinusoidal+learned", "scheme.parts=[rope,alibi]"], ["use scheme=rope+alibi"]),
+        (["scheme=sinusoidal+learned", "scheme.parts=[sinusoidal,{max_len:3}]"], ["has no name"]),
+        (["scheme=sinusoidal", "scheme.scale_embeddings=yes"], ["scale_embeddings"]),
+        (["scheme=rope", "+scheme.scale_embeddings=true"], ["scale_embeddings"]),
+    ],
+)
+def test_a_bad_override_or_sweep_point_is_one_line_and_no_run_starts(workdir, args, needles):
+    before = files_under(workdir)
+    assert_refused(*posenc("train", *args), *needles)
+    assert files_under(workdir) == before
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["eval", "--mode", "slidng"], ["--mode", "'slidng'", "nonoverlap, sliding"]),
+        (["eval", "--rope-scaling", "none,yran"], ["--rope-scaling", "'yran'", "yarn"]),
+        (["eval", "--rope-scaling", "none,longrope"], ["longrope"]),
+        (["eval", "--rope-scaling", "yarn", "--rope-factor", "0"], ["--rope-factor"]),
+        (["probe", "--lang", "fr"], ["--lang", "'fr'", "en, zh"]),
+        (["eval", "--device", "gpu"], ["--device", "'gpu'", "cuda"]),
+        (["sample", "RUN", "--prompt", "x", "--tokens", "many"], ["--tokens", "integer"]),
+        (["train", "-sc", "install=tcsh"], ["install=tcsh", "bash, zsh, fish"]),
+        (["inspect", "bogus"], ["choose one of: none, sinusoidal, learned, rope, alibi"]),
+        (["bench", "--quick", "--scheme", "nope"], ["--scheme nope", "rope"]),
+    ],
+)
+def test_a_typo_in_an_option_is_one_line(workdir, args, needles):
+    before = files_under(workdir)
+    assert_refused(*posenc(*args), *needles)
+    assert files_under(workdir) == before
+
+
+def test_a_bad_run_length_or_corpus_for_a_trained_run_is_one_line(smoke_sweep, workdir):
+    """eval, probe, inspect and sample on the runs of the shared tiny sweep."""
+    rope = str(smoke_sweep / "3_rope_seed0")
+    (workdir / "empty_run").mkdir()
+    (workdir / "other.txt").write_text("ABC " * 600, encoding="utf-8")
+    cases = [
+        (["eval", rope, "--lengths", "512,abc"], ["'abc' is not a positive integer"]),
+        (["eval", rope, "--lengths", "0"], ["'0' is not a positive integer"]),
+        (["eval", rope, "--lengths", "100000000"], ["lengths up to"]),
+        (["eval", rope, "--mode", "diagonal"], ["'diagonal' is not one of nonoverlap, sliding"]),
+        (["eval", "empty_run"], ["is not a run"]),
+        (["eval", rope, "--data", "other.txt", "--lengths", "128"], ["outside the run's vocabulary"]),
+        (
+            ["probe", str(smoke_sweep), "--lengths", "128"],
+            ["cannot be probed", "'0123456789?", "data.passkey_rate"],
+        ),
+        (["inspect", "alibi", "--run", rope], ["trained with scheme rope"]),
+        (["sample", "no/such/run", "--prompt", "the"], ["no/such/run", "not a directory"]),
+        (["sample", rope, "--prompt", "the Q"], ["--prompt", "outside the run's vocabulary", "'Q'"]),
+    ]
+    before = files_under(workdir)
+    for args, needles in cases:
+        result = invoke(*args, "--out", "x") if args[0] in ("eval", "probe") else invoke(*args)
+        assert_refused(result.code, result.stderr, *needles)
+        assert result.stdout == "", args
+    assert files_under(workdir) == before
 
 
 TRAIN_CASES = {

@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import assert_one_line_error, run_cli
+from conftest import run_cli
 from posenc_cli.bench.markdown import mfu_text
 from posenc_cli.bench.peak import Peak, flops_per_token
 from posenc_cli.bench.peer import side_by_side, speedup
@@ -49,12 +49,6 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     assert "side-by-side skipped: no peer at ../shared/peers/nanogpt" in markdown  # none under tmp_path
     assert all(float(p) <= 100 for p in re.findall(r"([\d.]+)%", markdown))
     assert "## Targets" in result.stdout
-
-
-def test_bench_rejects_an_unknown_scheme(tmp_path):
-    assert_one_line_error(
-        run_cli("bench", "--quick", "--scheme", "nope", cwd=tmp_path), "--scheme nope", "rope"
-    )
 
 
 def test_mfu_is_against_the_peak_of_the_runs_precision_and_never_shown_above_100_percent():

@@ -21,6 +21,15 @@ from posenc_cli.config import (
 )
 from posenc_cli.errors import UsageError
 
+
+def test_scheme_a_plus_b_and_a_scheme_option_compose_from_the_command_line():
+    """Composites take options per part; scale_embeddings is an option of every additive scheme."""
+    preflight(["scheme=sinusoidal+learned", "scheme.parts.1.max_len=512", "train.block_size=64"])
+    preflight(["scheme=rope+alibi", "scheme.parts.0.layout=interleaved", "scheme.parts.1.slopes=chapter"])
+    preflight(["scheme=sinusoidal+learned", "scheme.parts=[sinusoidal,{name:learned,max_len:300}]"])
+    preflight(["scheme=learned", "scheme.scale_embeddings=true"])
+
+
 BAD_VALUES = {  # override -> what the one line must name
     "device=cpu:abc": "device=cpu:abc",
     "device=cpu:-1": "device=cpu:-1",

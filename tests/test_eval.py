@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from conftest import assert_one_line_error, run_cli
+from conftest import evaluate, invoke, train
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.errors import UsageError
 from posenc_cli.evaluate import (
@@ -338,20 +338,9 @@ def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
     assert "cannot represent positions ≥ max_len=256" in text and "alibi n=2" in text
 
 
-def test_eval_end_to_end(smoke_sweep, tmp_path):
+def test_eval_end_to_end(smoke_sweep, tmp_path, monkeypatch):
     out = tmp_path / "ev"
-    result = run_cli(
-        "eval",
-        str(smoke_sweep),
-        "--lengths",
-        "128,256",
-        "--max-tokens",
-        "1024",
-        "--out",
-        str(out),
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
+    df = evaluate(tmp_path, str(smoke_sweep), "--lengths", "128,256", "--max-tokens", "1024", out="ev")
     for name in (
         "ppl.csv",
         "ppl.md",
@@ -361,7 +350,6 @@ def test_eval_end_to_end(smoke_sweep, tmp_path):
         "loss_by_position.png",
     ):
         assert (out / name).is_file(), name
-    df = pd.read_csv(out / "ppl.csv")
     assert list(df.columns[:9]) == [
         "run",
         "scheme",
@@ -383,76 +371,51 @@ def test_eval_end_to_end(smoke_sweep, tmp_path):
     assert (df[df.scheme != "learned"]["tokens"] == 1024).all()
     assert "—" in (out / "comparison.md").read_text() and "max_len=64" in (out / "comparison.md").read_text()
     # with no run named it picks the latest sweep under ./outputs
-    again = run_cli(
-        "eval",
-        "--lengths",
-        "128",
-        "--max-tokens",
-        "512",
-        "--out",
-        str(tmp_path / "ev2"),
-        cwd=smoke_sweep.parents[2],
-    )
-    assert again.returncode == 0, again.stderr
+    monkeypatch.chdir(smoke_sweep.parents[2])
+    again = invoke("eval", "--lengths", "128", "--max-tokens", "512", "--out", str(tmp_path / "ev2"))
+    assert again.code == 0, again.stderr
     assert "latest sweep" in again.stderr
 
 
 def test_sliding_mode_end_to_end(smoke_sweep, tmp_path):
     run = smoke_sweep / "3_rope_seed0"
-    result = run_cli(
-        "eval",
-        str(run),
-        "--lengths",
-        "128",
-        "--mode",
-        "sliding",
-        "--stride",
-        "32",
-        "--max-tokens",
-        "512",
-        "--out",
-        str(tmp_path),
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    df = pd.read_csv(tmp_path / "ppl.csv")
+    options = ["--lengths", "128", "--mode", "sliding", "--stride", "32", "--max-tokens", "512"]
+    df = evaluate(tmp_path, str(run), *options)
     assert set(df["mode"]) == {"sliding"} and (df["tokens"] == 512).all()
 
 
-@pytest.mark.parametrize(
-    "args, needle",
-    [
-        (["--lengths", "512,abc"], "'abc' is not a positive integer"),
-        (["--lengths", "0"], "'0' is not a positive integer"),
-        (["--lengths", "100000000"], "lengths up to"),
-        (["--mode", "diagonal"], "'diagonal' is not one of nonoverlap, sliding"),
-    ],
-)
-def test_eval_bad_input(smoke_sweep, tmp_path, args, needle):
-    assert_one_line_error(
-        run_cli("eval", str(smoke_sweep / "3_rope_seed0"), *args, "--out", str(tmp_path / "x"), cwd=tmp_path),
-        needle,
-    )
-    assert not (tmp_path / "x").exists()
+def test_the_schemes_beyond_the_chapters_evaluate_past_training_length(beyond_chapters_sweep, tmp_path):
+    options = ["--lengths", "256", "--max-tokens", "1024", "--rope-scaling", "none,ntk"]
+    df = evaluate(tmp_path, str(beyond_chapters_sweep), *options)
+    assert set(df["scheme"]) == {
+        "t5",
+        "kerple",
+        "xpos",
+        "xpos+ntk",
+    }  # xpos reuses RoPE's rotation and scaling
+    assert df["ppl"].notna().all() and (df["ppl"] > 1).all()
+    comparison = (tmp_path / "eval" / "comparison.md").read_text(encoding="utf-8")
+    assert "| extrapolation, chapters' claim | not in the chapters | not in the chapters |" in comparison
+    assert "| positional parameters | 64 | 0 | 0 | 4 |" in comparison  # kerple 2·h, t5 32·h, xpos 0 (h = 2)
+    assert "| relative position | explicit | explicit | explicit | explicit |" in comparison
 
 
-def test_eval_rejects_a_directory_that_is_not_a_run(tmp_path):
-    (tmp_path / "empty").mkdir()
-    assert_one_line_error(run_cli("eval", str(tmp_path / "empty"), cwd=tmp_path), "is not a run")
-
-
-def test_eval_on_other_text_needs_the_run_vocabulary(smoke_sweep, tmp_path):
-    other = tmp_path / "other.txt"
-    other.write_text("ABC " * 600, encoding="utf-8")
-    assert_one_line_error(
-        run_cli(
-            "eval", str(smoke_sweep / "3_rope_seed0"), "--data", str(other), "--lengths", "128", cwd=tmp_path
-        ),
-        "outside the run's vocabulary",
-    )
+def test_trained_composite_and_interleaved_runs_evaluate_like_any_other(tmp_path):
+    """End to end: sinusoidal+learned and the chapter's interleaved RoPE train, and eval scores them;
+    --learned-overflow window fills the table's "—" with learned+window numbers, labelled so."""
+    train(tmp_path, "scheme=sinusoidal+learned", run="runs/sinusoidal+learned")
+    train(tmp_path, "scheme=rope", "scheme.layout=interleaved", run="runs/rope")
+    options = ["--lengths", "128", "--learned-overflow", "dash,window", "--max-tokens", "1024"]
+    df = evaluate(tmp_path, "runs/sinusoidal+learned", "runs/rope", *options, out="ev")
+    ppl = df.set_index(["scheme", "eval_len"])["ppl"]
+    assert ppl[("sinusoidal+learned", 128)] != ppl[("sinusoidal+learned", 128)]  # NaN: past its table of 64
+    assert ppl[("sinusoidal+learned+window", 64)] == ppl[("sinusoidal+learned", 64)]
+    assert 1 < ppl[("sinusoidal+learned+window", 128)] < 40 and 1 < ppl[("rope+interleaved", 128)] < 40
+    assert "sliding windows of 64 tokens" in (tmp_path / "ev" / "comparison.md").read_text()
 
 
 def test_two_evals_into_different_directories_do_not_interfere(smoke_sweep, tmp_path):
+    """Two processes at once: real subprocesses."""
     import os
     import subprocess
     import sys

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import assert_one_line_error, run_cli
+from conftest import run_cli
 from posenc_cli.errors import UsageError
 from posenc_cli.inspection import checks as ins
 from posenc_cli.inspection.command import inspect_scheme
@@ -355,16 +355,6 @@ def test_cli_inspect_a_trained_run(smoke_sweep: Path, tmp_path: Path):
     )  # capped at the table, then refused
     names = {p.name for p in (tmp_path / "figs").glob("*.png")}
     assert {"pe_cosine.png", "attention_layer0_head1.png"} <= names
-
-
-def test_cli_inspect_usage_errors(smoke_sweep: Path, tmp_path: Path):
-    assert_one_line_error(
-        run_cli("inspect", "bogus", cwd=tmp_path), "choose one of: none, sinusoidal, learned, rope, alibi"
-    )
-    (rope,) = [r for r in find_runs(smoke_sweep) if r.name.endswith("rope_seed0")]
-    assert_one_line_error(
-        run_cli("inspect", "alibi", "--run", str(rope), cwd=tmp_path), "trained with scheme rope"
-    )
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import SMOKE, assert_one_line_error, run_cli
+from conftest import SMOKE, run_cli
 from posenc_cli.data import passkey
 from posenc_cli.data.synthetic import SyntheticSpec, generate
 from posenc_cli.data.vocab import Vocab
@@ -117,11 +117,6 @@ def test_corpus_episodes_answer_their_own_key_at_distances_in_range():
         assert answer == key
         assert spec.passkey_min_distance <= len(filler) <= spec.passkey_max_distance
     assert passkey.needed_chars() <= set(text[: int(len(text) * 0.9)])  # the training split has them all
-
-
-def test_probe_on_a_sweep_without_passkey_data_is_one_line_exit_2(smoke_sweep, tmp_path):
-    result = run_cli("probe", str(smoke_sweep), "--lengths", "128", cwd=tmp_path)
-    assert_one_line_error(result, "cannot be probed", "'0123456789?", "data.passkey_rate")
 
 
 def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path):

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import assert_one_line_error, run_cli
+from conftest import evaluate
 from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.positional.rope_scaling import (
     METHODS,
@@ -89,8 +89,8 @@ def test_yarn_temperature_multiplies_logits_by_its_square():
 
 def test_eval_adds_one_labelled_column_per_method(smoke_sweep, tmp_path):
     out = tmp_path / "eval"
-    result = run_cli(
-        "eval",
+    df = evaluate(
+        tmp_path,
         str(smoke_sweep),
         "--lengths",
         "128",
@@ -98,12 +98,7 @@ def test_eval_adds_one_labelled_column_per_method(smoke_sweep, tmp_path):
         "1024",
         "--rope-scaling",
         "none,linear,yarn",
-        "--out",
-        str(out),
-        cwd=tmp_path,
     )
-    assert result.returncode == 0, result.stderr
-    df = pd.read_csv(out / "ppl.csv")
     assert {"rope", "rope+linear", "rope+yarn", "alibi"} <= set(df["scheme"])
     assert not df["scheme"].str.contains(r"alibi\+|none\+|learned\+").any()  # only rotary runs are scaled
     at_train = df[df.eval_len == df.train_len].set_index("scheme")["ppl"]
@@ -114,14 +109,3 @@ def test_eval_adds_one_labelled_column_per_method(smoke_sweep, tmp_path):
     assert "rope+yarn" in comparison.splitlines()[2]
     assert "not in the chapters" in comparison
     assert set(pd.read_csv(out / "loss_by_position.csv")["scheme"]) >= {"rope+linear", "rope+yarn"}
-
-
-@pytest.mark.parametrize(
-    "args, needle",
-    [
-        (["--rope-scaling", "none,longrope"], "longrope"),
-        (["--rope-scaling", "yarn", "--rope-factor", "0"], "--rope-factor"),
-    ],
-)
-def test_bad_rope_scaling_is_one_line(args, needle, tmp_path):
-    assert_one_line_error(run_cli("eval", *args, cwd=tmp_path), needle)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import assert_one_line_error, run_cli
+from conftest import run_cli
 from posenc_cli.errors import UsageError
 from posenc_cli.runs import load_run
 from posenc_cli.sample import SamplePlan, generate, pick, plan
@@ -93,17 +93,3 @@ def test_sample_streams_the_text_and_writes_it_with_out(smoke_sweep, tmp_path):
     written = (tmp_path / "sample.txt").read_text(encoding="utf-8")
     assert result.stdout == written + "\n" and written.startswith(PROMPT) and len(written) == table + 1
     assert "learned stopped after" in result.stderr and f"--window {table}" in result.stderr
-
-
-@pytest.mark.parametrize(
-    "args, needles",
-    [
-        (["no/such/run", "--prompt", "the"], ["no/such/run", "not a directory"]),
-        (["RUN", "--prompt", "the Q"], ["--prompt", "outside the run's vocabulary", "'Q'"]),
-    ],
-)
-def test_a_bad_run_or_prompt_character_is_one_line(smoke_sweep, tmp_path, args, needles):
-    args = [str(run_of(smoke_sweep, "rope")) if a == "RUN" else a for a in args]
-    result = run_cli("sample", *args, cwd=tmp_path)
-    assert_one_line_error(result, *needles)
-    assert result.stdout == "" and not any(tmp_path.iterdir())

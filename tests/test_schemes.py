@@ -1,6 +1,15 @@
-"""The chapters' maths, stated as properties of the scheme modules."""
+"""The positional schemes' maths, stated as properties.
+
+One table of schemes (every scheme, and composites), and each law runs on the schemes whose declared facts
+say it holds: the class's `kind`, `relative`, `preserves_norms`, `adds_bias`, `max_len` and options, never
+its name. A new scheme joins every law that its facts claim by being in SCHEMES. After the laws: each
+scheme's own formula worked by hand, the composites' laws, and the bias-attention kernel against the
+written-out softmax formula. (RoPE context extension has its own file, test_rope_scaling.py.)
+"""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -8,12 +17,58 @@ import torch.nn.functional as F
 
 from posenc_cli.errors import PositionOutOfRange, UsageError
 from posenc_cli.model import GPT, ModelConfig
-from posenc_cli.model.positional import SCHEMES, build_scheme
+from posenc_cli.model import attention as attention_module
+from posenc_cli.model.attention import biased_causal_attention
+from posenc_cli.model.positional import SCHEMES, build_scheme, scheme_options
 from posenc_cli.model.positional.alibi import alibi_slopes
+from posenc_cli.model.positional.composite import Composite
 from posenc_cli.model.positional.rope import interleaved_order
 from posenc_cli.model.positional.sinusoidal import sinusoidal_table
+from posenc_cli.model.positional.t5 import t5_bucket
 
-torch.manual_seed(0)
+DIM, HEADS, LENGTH = 32, 4, 24
+POSITIONS = torch.arange(LENGTH)
+CASES = [*SCHEMES, "sinusoidal+learned", "rope+alibi"]  # every scheme, and composites of each hook kind
+
+
+def fresh(name: str, dim: int = DIM, heads: int = HEADS, length: int = LENGTH, **options):
+    torch.manual_seed(0)  # the same initial parameters wherever a scheme is built
+    return build_scheme(name, dim, heads, length, **options)
+
+
+def where(law) -> list[str]:
+    """The cases whose declared facts say `law` applies."""
+    return [name for name in CASES if law(fresh(name))]
+
+
+def reaching(name: str, length: int) -> dict:
+    """Options that let a scheme represent `length` positions: every bounded table gets max_len=length."""
+
+    def bounded(part: str) -> bool:
+        return fresh(part).max_len is not None
+
+    if "+" not in name:
+        return {"max_len": length} if bounded(name) else {}
+    return {"parts": [{"name": p, "max_len": length} if bounded(p) else p for p in name.split("+")]}
+
+
+def tiny_model(name: str, block_size: int = 16, reach: int | None = None, **sizes) -> GPT:
+    torch.manual_seed(1)
+    options = reaching(name, reach) if reach else {}
+    config = dict(vocab_size=11, block_size=block_size, n_layer=2, n_head=2, n_embd=16, **sizes)
+    return GPT(ModelConfig(**config, scheme=name, scheme_options=options)).eval()
+
+
+def scores(scheme, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Attention logits before the mask: rotated q·kᵀ plus the scheme's bias at p_i − p_j."""
+    rq, rk = scheme.rotate(q, k, positions)
+    logits = rq @ rk.transpose(-1, -2)
+    if scheme.adds_bias:
+        logits = logits + scheme.bias(positions[:, None] - positions[None, :]).to(logits.dtype)
+    return logits
+
+
+# ---- Laws over every scheme ------------------------------------------------------------------------
 
 
 def test_attention_without_positions_is_permutation_equivariant():
@@ -23,185 +78,173 @@ def test_attention_without_positions_is_permutation_equivariant():
     out = F.scaled_dot_product_attention(x, x, x)
     out_permuted = F.scaled_dot_product_attention(x[:, :, perm], x[:, :, perm], x[:, :, perm])
     assert torch.allclose(out_permuted, out[:, :, perm], atol=1e-6)
-    # ...and a scheme that adds positions breaks the symmetry, which is the point of having one.
-    pe = sinusoidal_table(torch.arange(10), 8)[None, None]
-    y = x + pe
-    y_perm = x[:, :, perm] + pe
-    assert not torch.allclose(
-        F.scaled_dot_product_attention(y_perm, y_perm, y_perm),
-        F.scaled_dot_product_attention(y, y, y)[:, :, perm],
-        atol=1e-3,
-    )
 
 
-def test_sinusoidal_values_from_the_chapter():
-    pe = sinusoidal_table(torch.tensor([1, 2]), 16)
-    assert pe[0, :4].tolist() == pytest.approx([0.8415, 0.5403, 0.3110, 0.9504], abs=5e-5)
-    assert pe[1, :4].tolist() == pytest.approx([0.9093, -0.4161, 0.5911, 0.8066], abs=5e-5)
+@pytest.mark.parametrize("name", CASES)
+def test_a_scheme_breaks_the_permutation_symmetry_unless_it_has_no_hooks(name):
+    """Unmasked attention through a scheme's three hooks is permutation-equivariant exactly when the scheme
+    gives no positional information (kind none, no bias): that is what a scheme is for."""
+    scheme = fresh(name)
+    x = torch.randn(1, LENGTH, DIM, generator=torch.Generator().manual_seed(2))
+    perm = torch.randperm(LENGTH, generator=torch.Generator().manual_seed(3))
+
+    def attend(tokens):
+        heads = scheme.embed(tokens, POSITIONS).view(1, LENGTH, HEADS, -1).transpose(1, 2)
+        return (scores(scheme, heads, heads, POSITIONS) / 8**0.5).softmax(-1) @ heads
+
+    equivariant = torch.allclose(attend(x[:, perm]), attend(x)[:, :, perm], atol=1e-5)
+    assert equivariant == (scheme.kind == "none" and not scheme.adds_bias)
 
 
-@pytest.mark.parametrize("k", [1, 5, 37])
-def test_sinusoidal_shift_is_a_fixed_rotation_per_frequency_pair(k):
-    """PE(pos + k) = R(k)·PE(pos) for each (sin, cos) pair, with R(k) independent of pos."""
-    d, positions = 16, torch.arange(0, 200, 7)
-    pe, shifted = sinusoidal_table(positions, d).double(), sinusoidal_table(positions + k, d).double()
-    freqs = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    c, s = torch.cos(k * freqs), torch.sin(k * freqs)
-    sin_part, cos_part = pe[:, 0::2], pe[:, 1::2]
-    assert torch.allclose(shifted[:, 0::2], c * sin_part + s * cos_part, atol=1e-5)
-    assert torch.allclose(shifted[:, 1::2], -s * sin_part + c * cos_part, atol=1e-5)
+@pytest.mark.parametrize("name", CASES)
+def test_only_additive_schemes_change_the_embeddings_and_add_the_same_vector_to_every_sequence(name):
+    """kind additive: embed(x, p) = s·x + PE(p): one PE for every sequence of the batch (learned included:
+    a table row per position, identical across the batch), and a token part that does not depend on the
+    position. Any other kind leaves x alone."""
+    scheme = fresh(name)
+    x = torch.randn(3, LENGTH, DIM)
+    if scheme.kind != "additive":
+        assert torch.equal(scheme.embed(x, POSITIONS), x)
+        return
+    reversed_positions = POSITIONS.flip(0)
+    pe, pe_reversed = (scheme.embed(torch.zeros_like(x), p) for p in (POSITIONS, reversed_positions))
+    assert not torch.allclose(pe, pe_reversed)
+    assert torch.equal(pe[0], pe[1]) and torch.equal(pe[1], pe[2])
+    tokens = scheme.embed(x, POSITIONS) - pe
+    torch.testing.assert_close(tokens, scheme.embed(x, reversed_positions) - pe_reversed)
 
 
-def test_sinusoidal_has_no_length_limit():
-    scheme = build_scheme("sinusoidal", 16, 2, block_size=8)
-    assert scheme.max_len is None and scheme.positional_params == 0
-    out = scheme.embed(torch.zeros(1, 5000, 16), torch.arange(5000))
-    assert out.shape == (1, 5000, 16) and out.abs().max() <= 1.0
-
-
-def test_learned_is_the_same_vector_across_the_batch_and_stops_at_its_table():
-    scheme = build_scheme("learned", 16, 2, block_size=32)
-    out = scheme.embed(torch.zeros(3, 32, 16), torch.arange(32))
-    assert torch.equal(out[0], out[1]) and torch.equal(out[1], out[2])
-    assert scheme.max_len == 32 and scheme.positional_params == 32 * 16
-    with pytest.raises(PositionOutOfRange, match="max_len=32"):
-        scheme.embed(torch.zeros(1, 33, 16), torch.arange(33))
-
-
-def _rope_qk(head_dim=8, T=12):
-    scheme = build_scheme("rope", head_dim * 2, 2, block_size=T)
-    return (
-        scheme,
-        torch.randn(1, 2, T, head_dim, dtype=torch.float64),
-        torch.randn(1, 2, T, head_dim, dtype=torch.float64),
-    )
-
-
-def test_rope_preserves_norms():
-    scheme, q, k = _rope_qk()
-    rq, rk = scheme.rotate(q, k, torch.arange(12))
-    assert torch.allclose(rq.norm(dim=-1), q.norm(dim=-1), atol=1e-5)
-    assert torch.allclose(rk.norm(dim=-1), k.norm(dim=-1), atol=1e-5)
-
-
+@pytest.mark.parametrize("name", where(lambda s: s.relative == "explicit"))
 @pytest.mark.parametrize("shift", [1, 17, 1000])
-def test_rope_logits_depend_only_on_relative_position(shift):
-    """q_m·k_n is unchanged when both positions move by the same shift."""
-    scheme, q, k = _rope_qk()
+def test_explicit_relative_logits_depend_only_on_m_minus_n(name, shift):
+    """relative=explicit: q_m·k_n (+ bias) is unchanged when both positions move by the same shift."""
+    scheme = fresh(name)
+    q, k = torch.randn(2, 1, HEADS, 12, DIM // HEADS, dtype=torch.float64)
     positions = torch.arange(12)
-    rq, rk = scheme.rotate(q, k, positions)
-    sq, sk = scheme.rotate(q, k, positions + shift)
-    assert torch.allclose(rq @ rk.transpose(-1, -2), sq @ sk.transpose(-1, -2), atol=1e-4)
+    torch.testing.assert_close(
+        scores(scheme, q, k, positions + shift), scores(scheme, q, k, positions), rtol=1e-4, atol=1e-4
+    )
 
 
-def test_rope_at_position_zero_is_the_identity_and_rotates_elsewhere():
-    scheme, q, k = _rope_qk()
-    rq, _ = scheme.rotate(q, k, torch.arange(12))
-    assert torch.allclose(rq[..., 0, :], q[..., 0, :], atol=1e-6)
-    assert not torch.allclose(rq[..., 5, :], q[..., 5, :], atol=1e-3)
+@pytest.mark.parametrize("name", [n for n in SCHEMES if SCHEMES[n].relative == "implicit"])
+@pytest.mark.parametrize("k", [1, 5, 37])
+def test_implicit_relative_encodings_are_linear_in_the_shift(name, k):
+    """relative=implicit: PE(pos + k) = M(k)·PE(pos) with one matrix M(k) for every pos, so a layer can
+    learn to attend by offset. (A composite's relative kind is its strongest part's: see below.)"""
+    scheme = fresh(name, scale_embeddings=False)
+    positions = torch.arange(0, 400, 3)
+    pe, shifted = (
+        scheme.embed(torch.zeros(1, len(positions), DIM), p)[0].double() for p in (positions, positions + k)
+    )
+    fit = torch.linalg.lstsq(pe, shifted).solution
+    torch.testing.assert_close(pe @ fit, shifted, atol=1e-4, rtol=0)
 
 
-def test_rope_rejects_an_odd_head_dim():
-    with pytest.raises(UsageError, match="even head_dim"):
-        build_scheme("rope", 12, 4, block_size=8)  # head_dim 3
+@pytest.mark.parametrize("name", CASES)
+def test_rotations_keep_norms_exactly_where_the_scheme_says_so(name):
+    """preserves_norms: |rotate(q)| = |q| and |rotate(k)| = |k| at every position (rope: a rotation);
+    xPos declares False, and does rescale them."""
+    scheme = fresh(name)
+    q, k = torch.randn(2, 1, HEADS, LENGTH, DIM // HEADS, dtype=torch.float64)
+    rq, rk = scheme.rotate(q, k, POSITIONS)
+    kept = torch.allclose(rq.norm(dim=-1), q.norm(dim=-1), atol=1e-5) and torch.allclose(
+        rk.norm(dim=-1), k.norm(dim=-1), atol=1e-5
+    )
+    assert kept == scheme.preserves_norms
 
 
-@pytest.mark.parametrize(
-    "n_head, expected",
-    [
-        (4, [2**-2, 2**-4, 2**-6, 2**-8]),
-        (8, [2 ** -(i + 1) for i in range(8)]),
-        # not a power of two: the 4-head slopes, then every other slope of the 8-head sequence
-        (6, [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3]),
-        (12, [2 ** -(i + 1) for i in range(8)] + [2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5]),
-    ],
-)
-def test_alibi_slopes(n_head, expected):
-    assert alibi_slopes(n_head) == pytest.approx(expected)
-
-
-def test_alibi_bias_matrix_by_hand():
-    scheme = build_scheme("alibi", 8, 2, block_size=4)
-    slopes = alibi_slopes(2)
-    assert slopes == pytest.approx([1 / 16, 1 / 256])
-    distance = torch.tensor([[0, -1, -2, -3], [1, 0, -1, -2], [2, 1, 0, -1], [3, 2, 1, 0]])  # i - j
+@pytest.mark.parametrize("name", CASES)
+def test_a_bias_is_one_value_per_head_and_distance_exactly_when_the_scheme_adds_one(name):
+    scheme = fresh(name)
+    distance = POSITIONS[:, None] - POSITIONS[None, :]
+    if not scheme.adds_bias:
+        assert scheme.bias(distance) is None
+        return
     bias = scheme.bias(distance)
-    seen = distance.clamp(min=0).float()  # keys ahead of the query are masked out; their bias is 0
-    assert torch.allclose(bias[0], -seen / 16)
-    assert torch.allclose(bias[1], -seen / 256)
-    # one value per distance, whatever shape the distances come in
-    assert torch.equal(scheme.bias(torch.arange(4)), bias[:, 3, :].flip(-1))
+    assert bias.shape == (HEADS, LENGTH, LENGTH)
+    torch.testing.assert_close(bias[:, 20, 5], bias[:, 23, 8])  # same distance, same bias
+    assert torch.equal(scheme.bias(torch.arange(LENGTH)), bias[:, LENGTH - 1, :].flip(-1))  # any shape
 
 
-@pytest.mark.parametrize("name", list(SCHEMES))
-def test_every_scheme_reports_its_parameters_and_relative_kind(name):
-    model = GPT(ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8, scheme=name))
-    assert model.scheme.relative in ("none", "implicit", "explicit")
+@pytest.mark.parametrize("name", CASES)
+def test_bounded_schemes_refuse_positions_past_max_len_and_unbounded_ones_reach_far(name):
+    scheme = fresh(name)
+    if scheme.max_len is None:
+        far = torch.arange(5000)
+        out = scheme.embed(torch.zeros(1, 5000, DIM), far)
+        assert out.shape == (1, 5000, DIM) and torch.isfinite(out).all()
+        q = torch.randn(1, HEADS, 5000, DIM // HEADS)
+        assert all(torch.isfinite(t).all() for t in scheme.rotate(q, q, far))
+        if scheme.adds_bias:
+            assert torch.isfinite(scheme.bias(far)).all()
+        return
+    assert scheme.embed(torch.zeros(1, scheme.max_len, DIM), torch.arange(scheme.max_len)).isfinite().all()
+    with pytest.raises(PositionOutOfRange, match=f"max_len={scheme.max_len}"):
+        scheme.embed(torch.zeros(1, scheme.max_len + 1, DIM), torch.arange(scheme.max_len + 1))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_positional_parameters_are_the_declared_formula(name):
+    """param_formula (shown in comparison.md) evaluated at this model's sizes is the parameter count, and
+    the model's count is the scheme's. The chapters' four fixed schemes have none."""
+    scheme = fresh(name)
+    sizes = {"d": DIM, "h": HEADS, "max_len": scheme.max_len, "buckets": getattr(scheme, "n_buckets", None)}
+    assert scheme.positional_params == eval(scheme.param_formula.replace("·", "*"), {}, sizes)
+    model = tiny_model(name)
     assert model.n_positional_params == sum(p.numel() for p in model.scheme.parameters())
-    if name == "learned":
-        assert model.n_positional_params == 16 * 8  # max_len·d
-    elif name in ("none", "sinusoidal", "rope", "alibi"):
-        assert model.n_positional_params == 0  # the chapters: no parameters
-    logits = model(torch.randint(0, 11, (2, 16)))
-    assert logits.shape == (2, 16, 11)
+    assert model.scheme.relative in ("none", "implicit", "explicit")
+    assert model(torch.randint(0, 11, (2, 16))).shape == (2, 16, 11)
 
 
-def test_a_checkpoint_from_before_the_rename_loads_its_scheme_weights():
-    """Runs saved when the scheme attribute was called `pos` evaluate with the same weights."""
-    config = ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8, scheme="kerple")
-    saved = GPT(config).state_dict()
-    legacy = {key.replace("scheme.", "pos.", 1): value for key, value in saved.items()}
-    assert any(key.startswith("pos.") for key in legacy)
-    torch.manual_seed(1)
-    model = GPT(config)
-    model.load_state_dict(legacy)
-    assert all(torch.equal(value, saved[key]) for key, value in model.state_dict().items())
-
-
-@pytest.mark.parametrize("name", list(SCHEMES))
+@pytest.mark.parametrize("name", CASES)
 def test_the_model_is_causal_for_every_scheme(name):
     """Changing a later token never changes earlier logits."""
-    torch.manual_seed(1)
-    model = GPT(ModelConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=8, scheme=name)).eval()
+    model = tiny_model(name)
     idx = torch.randint(0, 11, (1, 16))
     changed = idx.clone()
     changed[0, 10] = (idx[0, 10] + 1) % 11
     assert torch.allclose(model(idx)[0, :10], model(changed)[0, :10], atol=1e-5)
 
 
-def test_biased_attention_in_query_blocks_equals_one_block(monkeypatch):
-    import posenc_cli.model.attention as attention
-
-    torch.manual_seed(2)
-    model = GPT(
-        ModelConfig(vocab_size=11, block_size=32, n_layer=1, n_head=2, n_embd=8, scheme="alibi")
-    ).eval()
-    idx = torch.randint(0, 11, (1, 32))
-    whole = model(idx)
-    monkeypatch.setattr(attention, "MASK_BUDGET", 2 * 32 * 5)  # 5 queries per block
-    assert torch.allclose(model(idx), whole, atol=1e-5)
-
-
-def test_model_config_rejects_bad_sizes():
-    with pytest.raises(UsageError, match="not divisible"):
-        ModelConfig(vocab_size=5, block_size=8, n_head=3, n_embd=8)
-    with pytest.raises(UsageError, match="positive integer"):
-        ModelConfig(vocab_size=5, block_size=0)
+@pytest.mark.parametrize("name", CASES)
+def test_eval_past_training_length_does_not_depend_on_the_query_block_size(name, monkeypatch):
+    """4x the training length, one query block vs blocks of 5 queries: the same logits."""
+    model = tiny_model(name, reach=64)
+    idx = torch.randint(11, (2, 64))
+    with torch.no_grad():
+        whole = model(idx)
+        monkeypatch.setattr(attention_module, "MASK_BUDGET", 2 * 64 * 5)
+        blocked = model(idx)
+    torch.testing.assert_close(blocked, whole, rtol=1e-5, atol=1e-5)
 
 
-def test_embed_std_sets_the_tied_embedding_init_only():
-    """model.embed_std scales the token embedding (shared with the output head) and nothing else."""
-    torch.manual_seed(0)
-    small, large = (
-        GPT(ModelConfig(vocab_size=500, block_size=8, n_embd=64, embed_std=s)) for s in (0.02, 0.1)
-    )
-    assert small.tok.weight.std().item() == pytest.approx(0.02, rel=0.05)
-    assert large.tok.weight.std().item() == pytest.approx(0.1, rel=0.05)
-    assert large.head.weight is large.tok.weight
-    assert large.blocks[0].mlp.fc.weight.std().item() == pytest.approx(0.02, rel=0.05)
+@pytest.mark.parametrize("name", CASES)
+def test_blocked_attention_is_causal(name, monkeypatch):
+    """Changing the last tokens changes no logit before them, with several query blocks in play."""
+    monkeypatch.setattr(attention_module, "MASK_BUDGET", 2 * 32 * 4)
+    model = tiny_model(name, block_size=32)
+    idx = torch.randint(11, (1, 32))
+    changed = idx.clone()
+    changed[0, 20:] = (changed[0, 20:] + 1) % 11
+    with torch.no_grad():
+        torch.testing.assert_close(model(changed)[:, :20], model(idx)[:, :20], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["rope", "xpos"])
+LEARNED_BIAS = where(lambda s: s.adds_bias and any(p.requires_grad for p in s.parameters()))
+
+
+@pytest.mark.parametrize("name", LEARNED_BIAS)
+def test_learned_biases_reach_the_attention_scores(name):
+    model = tiny_model(name)
+    idx = torch.randint(0, 11, (1, 16))
+    before = model(idx)
+    with torch.no_grad():
+        for p in model.scheme.parameters():
+            p.copy_(torch.randn_like(p))  # random, not a constant shift, which softmax would ignore
+    assert not torch.allclose(before, model(idx))
+
+
+@pytest.mark.parametrize("name", [n for n in SCHEMES if "layout" in scheme_options(n)])
 def test_interleaved_layout_is_half_layout_with_q_k_rows_permuted(name):
     """The chapter's pairs (2i, 2i+1) and GPT-NeoX's (i, i + D/2) are one rotation up to a fixed
     permutation of each head's dimensions: permute the q and k rows of every qkv projection and an
@@ -233,30 +276,6 @@ def test_interleaved_layout_is_half_layout_with_q_k_rows_permuted(name):
     assert torch.allclose(interleaved(idx), half(idx), atol=1e-5)
 
 
-def test_an_unknown_layout_or_slope_rule_is_refused():
-    with pytest.raises(UsageError, match="scheme.layout=diagonal"):
-        build_scheme("rope", 16, 2, 8, layout="diagonal")
-    with pytest.raises(UsageError, match="scheme.slopes=bloom.*paper, chapter"):
-        build_scheme("alibi", 16, 2, 8, slopes="bloom")
-
-
-@pytest.mark.parametrize(
-    "n_head, paper, chapter",
-    [
-        (4, [1 / 4, 1 / 16, 1 / 64, 1 / 256], [1 / 2, 1 / 4, 1 / 8, 1 / 16]),
-        (8, [2 ** -(h + 1) for h in range(8)], [2 ** -(h + 1) for h in range(8)]),
-    ],
-)
-def test_alibi_slope_rules(n_head, paper, chapter):
-    """The paper's 2^(−8h/H) and the chapter's 1/2^h: different at H = 4, the same sequence at H = 8."""
-    for rule, expected in (("paper", paper), ("chapter", chapter)):
-        scheme = build_scheme("alibi", 8 * n_head, n_head, 16, slopes=rule)
-        assert scheme.slopes.tolist() == pytest.approx(expected)
-        assert torch.allclose(
-            scheme.bias(torch.arange(5)), -torch.tensor(expected)[:, None] * torch.arange(5.0)
-        )
-
-
 ADDITIVE = [name for name, cls in SCHEMES.items() if cls.kind == "additive"]
 
 
@@ -286,11 +305,332 @@ def test_scale_embeddings_changes_only_the_token_scaling(name):
     assert {on.label, off.label} == {name, f"{name}+{'unscaled' if name == 'sinusoidal' else 'scaled'}"}
 
 
-def test_scale_embeddings_is_a_boolean_of_additive_schemes_only():
-    from posenc_cli.config import preflight
+# ---- Each scheme's own formula, worked by hand -------------------------------------------------------
 
-    with pytest.raises(UsageError, match="scale_embeddings='yes' is not a boolean"):
-        build_scheme("sinusoidal", 16, 2, block_size=8, scale_embeddings="yes")
-    with pytest.raises(UsageError, match="scale_embeddings"):
-        preflight(["scheme=rope", "+scheme.scale_embeddings=true"])
-    preflight(["scheme=learned", "scheme.scale_embeddings=true"])
+
+def test_sinusoidal_values_from_the_chapter():
+    pe = sinusoidal_table(torch.tensor([1, 2]), 16)
+    assert pe[0, :4].tolist() == pytest.approx([0.8415, 0.5403, 0.3110, 0.9504], abs=5e-5)
+    assert pe[1, :4].tolist() == pytest.approx([0.9093, -0.4161, 0.5911, 0.8066], abs=5e-5)
+
+
+@pytest.mark.parametrize("k", [1, 5, 37])
+def test_sinusoidal_shift_is_a_fixed_rotation_per_frequency_pair(k):
+    """PE(pos + k) = R(k)·PE(pos) for each (sin, cos) pair, with R(k) independent of pos."""
+    d, positions = 16, torch.arange(0, 200, 7)
+    pe, shifted = sinusoidal_table(positions, d).double(), sinusoidal_table(positions + k, d).double()
+    freqs = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    c, s = torch.cos(k * freqs), torch.sin(k * freqs)
+    sin_part, cos_part = pe[:, 0::2], pe[:, 1::2]
+    assert torch.allclose(shifted[:, 0::2], c * sin_part + s * cos_part, atol=1e-5)
+    assert torch.allclose(shifted[:, 1::2], -s * sin_part + c * cos_part, atol=1e-5)
+
+
+def test_sinusoidal_values_stay_within_one_and_learned_stops_at_its_table():
+    assert (
+        fresh("sinusoidal", scale_embeddings=False)
+        .embed(torch.zeros(1, 5000, DIM), torch.arange(5000))
+        .abs()
+        .max()
+        <= 1.0
+    )
+    assert fresh("learned").max_len == LENGTH and fresh("learned", max_len=7).max_len == 7
+
+
+def test_rope_at_position_zero_is_the_identity_and_rotates_elsewhere():
+    scheme = fresh("rope", 16, 2, 12)
+    q, k = torch.randn(2, 1, 2, 12, 8, dtype=torch.float64)
+    rq, _ = scheme.rotate(q, k, torch.arange(12))
+    assert torch.allclose(rq[..., 0, :], q[..., 0, :], atol=1e-6)
+    assert not torch.allclose(rq[..., 5, :], q[..., 5, :], atol=1e-3)
+
+
+def test_rope_rejects_an_odd_head_dim_and_an_unknown_layout():
+    with pytest.raises(UsageError, match="even head_dim"):
+        build_scheme("rope", 12, 4, block_size=8)  # head_dim 3
+    with pytest.raises(UsageError, match="scheme.layout=diagonal"):
+        build_scheme("rope", 16, 2, 8, layout="diagonal")
+
+
+@pytest.mark.parametrize(
+    "n_head, expected",
+    [
+        (4, [2**-2, 2**-4, 2**-6, 2**-8]),
+        (8, [2 ** -(i + 1) for i in range(8)]),
+        # not a power of two: the 4-head slopes, then every other slope of the 8-head sequence
+        (6, [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3]),
+        (12, [2 ** -(i + 1) for i in range(8)] + [2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5]),
+    ],
+)
+def test_alibi_slopes_are_geometric(n_head, expected):
+    assert alibi_slopes(n_head) == pytest.approx(expected)
+
+
+def test_alibi_bias_matrix_by_hand():
+    scheme = build_scheme("alibi", 8, 2, block_size=4)
+    slopes = alibi_slopes(2)
+    assert slopes == pytest.approx([1 / 16, 1 / 256])
+    distance = torch.tensor([[0, -1, -2, -3], [1, 0, -1, -2], [2, 1, 0, -1], [3, 2, 1, 0]])  # i - j
+    bias = scheme.bias(distance)
+    seen = distance.clamp(min=0).float()  # keys ahead of the query are masked out; their bias is 0
+    assert torch.allclose(bias[0], -seen / 16)
+    assert torch.allclose(bias[1], -seen / 256)
+
+
+@pytest.mark.parametrize(
+    "n_head, paper, chapter",
+    [
+        (4, [1 / 4, 1 / 16, 1 / 64, 1 / 256], [1 / 2, 1 / 4, 1 / 8, 1 / 16]),
+        (8, [2 ** -(h + 1) for h in range(8)], [2 ** -(h + 1) for h in range(8)]),
+    ],
+)
+def test_alibi_slope_rules(n_head, paper, chapter):
+    """The paper's 2^(−8h/H) and the chapter's 1/2^h: different at H = 4, the same sequence at H = 8."""
+    for rule, expected in (("paper", paper), ("chapter", chapter)):
+        scheme = build_scheme("alibi", 8 * n_head, n_head, 16, slopes=rule)
+        assert scheme.slopes.tolist() == pytest.approx(expected)
+        assert torch.allclose(
+            scheme.bias(torch.arange(5)), -torch.tensor(expected)[:, None] * torch.arange(5.0)
+        )
+    with pytest.raises(UsageError, match="scheme.slopes=bloom.*paper, chapter"):
+        build_scheme("alibi", 16, 2, 8, slopes="bloom")
+
+
+def test_t5_buckets_by_hand():
+    # 32 causal buckets, max distance 128: distances 0..15 exact; beyond, 16 + floor(log(d/16)/log(8)·16)
+    # d=20: 16 + floor(0.107·16) = 17; d=32: 16 + floor(16/3) = 21; d=64: 16 + floor(32/3) = 26;
+    # d=127: 16 + floor(15.94) = 31; d >= 128 caps at 31. Keys after the query (d < 0) count as 0.
+    distances = torch.tensor([-3, 0, 1, 15, 16, 20, 32, 64, 127, 128, 1000])
+    assert t5_bucket(distances).tolist() == [0, 0, 1, 15, 16, 17, 21, 26, 31, 31, 31]
+
+
+def test_t5_bias_is_its_table_read_at_each_distance_bucket():
+    t5 = build_scheme("t5", 32, 4, 64)
+    torch.nn.init.normal_(t5.table.weight)
+    positions = torch.arange(300)
+    bias = t5.bias(positions[:, None] - positions[None, :])
+    torch.testing.assert_close(bias[:, 250, 10], t5.table.weight[t5_bucket(torch.tensor(240))])
+
+
+def test_t5_has_one_table_shared_by_every_layer():
+    model = GPT(ModelConfig(vocab_size=10, block_size=16, n_layer=3, n_head=4, n_embd=32, scheme="t5"))
+    assert model.n_positional_params == 32 * 4
+    assert [name for name, _ in model.named_parameters() if "table" in name] == ["scheme.table.weight"]
+
+
+def same_vectors_everywhere(scheme, q: torch.Tensor, k: torch.Tensor, T: int) -> torch.Tensor:
+    """(T, T) q_m·k_n for the same q and k vectors placed at every position."""
+    qs, ks = (v.expand(1, 1, T, v.numel()) for v in (q, k))
+    q_rot, k_rot = scheme.rotate(qs, ks, torch.arange(T))
+    return (q_rot[0, 0] @ k_rot[0, 0].T).double()
+
+
+def test_xpos_is_rope_times_a_decay_in_distance():
+    xpos, rope = build_scheme("xpos", 32, 2, 64), build_scheme("rope", 32, 2, 64)
+    j = 1  # one rotary pair: dims j and j + 8 of a 16-dim head
+    q, k = torch.zeros(16), torch.zeros(16)
+    q[[j, j + 8]], k[[j, j + 8]] = torch.tensor([0.6, -0.8]), torch.tensor([1.0, 0.3])
+    T = 600
+    ratio = same_vectors_everywhere(xpos, q, k, T) / same_vectors_everywhere(rope, q, k, T)
+    zeta = (2 * j / 16 + 0.4) / 1.4
+    m, n = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
+    torch.testing.assert_close(ratio, zeta ** ((m - n).double() / 512), rtol=2e-3, atol=0)
+    along_row = ratio[T - 1, : T - 1].flip(0)  # distances 1, 2, ..., T-1 from the last query
+    assert (along_row.diff() < 0).all() and along_row[-1] < 0.6
+
+
+def test_kerple_bias_is_minus_p_log_one_plus_a_distance():
+    kerple = build_scheme("kerple", 32, 2, 64)
+    with torch.no_grad():
+        kerple.log_p.copy_(torch.tensor([2.0, 0.5]).log())
+        kerple.log_a.copy_(torch.tensor([0.5, 3.0]).log())
+    bias = kerple.bias(torch.arange(10)[:, None] - torch.arange(10)[None, :])
+    # head 0, distance 2: -2·log(1 + 0.5·2) = -2 log 2; head 1, distance 3: -0.5·log(10)
+    assert bias[0, 5, 3].item() == pytest.approx(-2 * math.log(2), rel=1e-6)
+    assert bias[1, 9, 6].item() == pytest.approx(-0.5 * math.log(10), rel=1e-6)
+
+
+def test_kerple_bias_is_a_non_positive_decreasing_function_of_distance():
+    kerple = build_scheme("kerple", 32, 4, 64)
+    positions = torch.arange(500)
+    bias = kerple.bias(positions[:, None] - positions[None, :])
+    assert (bias <= 0).all() and (bias.diagonal(dim1=1, dim2=2) == 0).all()
+    from_last = bias[:, 499, :].flip(1)  # distances 0..499
+    assert (from_last.diff(dim=1) < 0).all()
+
+
+# ---- Composites: scheme=A+B is its parts through the same three hooks, and nothing else -------------
+
+
+def composite(*parts):
+    torch.manual_seed(0)
+    name = "+".join(p if isinstance(p, str) else p["name"] for p in parts)
+    return Composite(DIM, HEADS, LENGTH, name=name, parts=list(parts), build=build_scheme)
+
+
+def hooks(scheme):
+    g = torch.Generator().manual_seed(1)
+    x, q, k = (
+        torch.randn(2, LENGTH, DIM, generator=g),
+        *torch.randn(2, 2, HEADS, LENGTH, DIM // HEADS, generator=g),
+    )
+    bias = scheme.bias(torch.arange(LENGTH)) if scheme.adds_bias else None
+    return scheme.embed(x, POSITIONS), scheme.rotate(q, k, POSITIONS), bias
+
+
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_a_composite_of_one_part_is_that_part(name):
+    alone, wrapped = fresh(name), composite(name)
+    (x1, (q1, k1), b1), (x2, (q2, k2), b2) = hooks(alone), hooks(wrapped)
+    assert torch.equal(x1, x2) and torch.equal(q1, q2) and torch.equal(k1, k2)
+    assert (b1 is None and b2 is None) or torch.equal(b1, b2)
+    facts = (
+        "kind",
+        "relative",
+        "max_len",
+        "positional_params",
+        "adds_bias",
+        "preserves_norms",
+        "param_formula",
+    )
+    for fact in facts:
+        assert getattr(wrapped, fact) == getattr(alone, fact), fact
+
+
+def test_embeddings_add_in_any_order():
+    both, sinusoidal, learned = composite("sinusoidal", "learned"), fresh("sinusoidal"), fresh("learned")
+    learned.load_state_dict(both.parts[1].state_dict())
+    x = torch.randn(2, LENGTH, DIM)
+    added = x + (sinusoidal.embed(x, POSITIONS) - x) + (learned.embed(x, POSITIONS) - x)
+    assert torch.allclose(both.embed(x, POSITIONS), added, atol=1e-6)
+    swapped = composite("learned", "sinusoidal")
+    swapped.parts[0].load_state_dict(both.parts[1].state_dict())
+    assert torch.allclose(swapped.embed(x, POSITIONS), added, atol=1e-6)
+
+
+def test_rotations_apply_in_order_and_biases_sum():
+    rotated = composite("rope", {"name": "xpos", "base": 500.0})
+    q, k = torch.randn(2, 1, HEADS, LENGTH, DIM // HEADS)
+    expected = fresh("xpos", base=500.0).rotate(*fresh("rope").rotate(q, k, POSITIONS), POSITIONS)
+    for got, want in zip(rotated.rotate(q, k, POSITIONS), expected):
+        assert torch.allclose(got, want, atol=1e-6)
+    biased = composite("alibi", "t5", "kerple")
+    distance = torch.arange(LENGTH)
+    assert torch.allclose(biased.bias(distance), sum(part.bias(distance) for part in biased.parts))
+    assert biased.adds_bias and not composite("sinusoidal", "rope").adds_bias
+
+
+def test_facts_follow_the_parts():
+    table = composite("sinusoidal", "learned", {"name": "learned", "max_len": 16}, "t5")
+    assert (
+        table.positional_params
+        == sum(p.positional_params for p in table.parts)
+        == (24 + 16) * DIM + 32 * HEADS
+    )
+    assert table.max_len == 16  # the tightest table
+    assert table.param_formula == "max_len·d + max_len·d + buckets·h"
+    assert composite("sinusoidal", "rope").max_len is None
+    assert composite("learned", "none").relative == "none"
+    assert composite("sinusoidal", "learned").relative == "implicit"
+    assert composite("learned", "alibi").relative == "explicit"
+    assert composite("sinusoidal", "learned").kind == "additive"
+    assert not composite("rope", "xpos").preserves_norms
+
+
+# ---- Bias attention: a mask as a view of one bias per distance, query blocks, its own CPU backward ---
+
+BIAS_CASES = where(lambda s: s.adds_bias)
+
+
+def reference_attention(q, k, v, positions, scheme) -> torch.Tensor:
+    """softmax(q·kᵀ/√d + bias + causal mask)·v, written out with the whole (H, T, T) score matrix."""
+    logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)) + scheme.bias(
+        positions[:, None] - positions[None, :]
+    )
+    future = positions[None, :] > positions[:, None]
+    return logits.masked_fill(future, float("-inf")).softmax(-1) @ v
+
+
+@pytest.mark.parametrize("name", BIAS_CASES)
+@pytest.mark.parametrize("block", [1, 3, 37])
+def test_query_blocks_equal_the_plain_reference(name, block, monkeypatch):
+    torch.manual_seed(0)
+    B, H, T, D = 2, 4, 37, 8  # T prime: the last query block is shorter than the others
+    scheme = build_scheme(name, H * D, H, T)
+    q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
+    monkeypatch.setattr(attention_module, "MASK_BUDGET", H * T * block)  # forces blocks of `block` queries
+    got = biased_causal_attention(q, k, v, scheme)
+    torch.testing.assert_close(
+        got, reference_attention(q, k, v, torch.arange(T), scheme), rtol=1e-5, atol=1e-5
+    )
+
+
+def gradients(attention, scheme, q, k, v):
+    """Gradients of a fixed random projection of the output w.r.t. q, k, v and the scheme's parameters."""
+    leaves = [q, k, v, *scheme.parameters()]
+    out = attention(q, k, v)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    return torch.autograd.grad((out.float() * weights).sum(), leaves)
+
+
+@pytest.mark.parametrize("name", LEARNED_BIAS)
+@pytest.mark.parametrize("block", [5, 37])
+def test_learned_bias_gradients_equal_the_reference(name, block, monkeypatch):
+    """The mask needs a gradient here, so on CPU MaskGradAttention's own backward runs: it must give
+    the gradients autograd gives through softmax(q·kᵀ/√d + bias)·v written out."""
+    torch.manual_seed(0)
+    B, H, T, D = 3, 4, 37, 8  # B odd: the backward's last batch chunk is short
+    scheme = build_scheme(name, H * D, H, T)
+    for p in scheme.parameters():
+        torch.nn.init.normal_(p)
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    monkeypatch.setattr(attention_module, "MASK_BUDGET", H * T * block)
+    got = gradients(lambda q, k, v: biased_causal_attention(q, k, v, scheme), scheme, q, k, v)
+    expected = gradients(
+        lambda q, k, v: reference_attention(q, k, v, torch.arange(T), scheme), scheme, q, k, v
+    )
+    assert len(got) > 3  # the scheme's parameters got gradients too
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", LEARNED_BIAS)
+def test_learned_bias_gradients_under_bf16_autocast_stay_close(name):
+    """bf16 training (train.precision=auto on bf16 CPUs): the same gradients to bf16 precision."""
+    torch.manual_seed(0)
+    B, H, T, D = 2, 4, 64, 16
+    scheme = build_scheme(name, H * D, H, T)
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = gradients(
+            lambda q, k, v: biased_causal_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), scheme),
+            scheme,
+            q,
+            k,
+            v,
+        )
+    expected = gradients(
+        lambda q, k, v: reference_attention(q, k, v, torch.arange(T), scheme), scheme, q, k, v
+    )
+    for g, e in zip(got, expected):
+        assert ((g - e).norm() / e.norm()).item() < 0.05
+
+
+@pytest.mark.parametrize("name", BIAS_CASES)
+def test_per_sequence_positions_bias_by_their_differences(name):
+    """Randomized positions: each sequence's scores get bias(p_i - p_j) for its own increasing positions,
+    in values and in the gradients of q, k, v and a learned bias (its own CPU backward, one mask per row)."""
+    torch.manual_seed(0)
+    B, H, T, D = 3, 2, 19, 8
+    scheme = build_scheme(name, H * D, H, T)
+    positions = torch.stack([torch.randperm(200)[:T].sort().values for _ in range(B)])
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    got = biased_causal_attention(q, k, v, scheme, positions)
+    want = torch.stack([reference_attention(q[b], k[b], v[b], positions[b], scheme) for b in range(B)])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    weights = torch.randn_like(want)
+    inputs = [q, k, v, *scheme.parameters()]
+    got_grads = torch.autograd.grad((got * weights).sum(), inputs)
+    want_grads = torch.autograd.grad((want * weights).sum(), inputs)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)

@@ -1,8 +1,10 @@
-"""Tokenizers (char, byte, bpe), the token cache, pre-tokenized arrays and Hugging Face datasets."""
+"""Corpora and tokens: the synthetic corpus's information content, tokenizers (char, byte, bpe), the token
+cache, pre-tokenized arrays and Hugging Face datasets."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -10,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SMOKE, assert_one_line_error, run_cli
+from conftest import SMOKE, assert_refused, evaluate, invoke, posenc, run_cli, train
 from posenc_cli.data import check_tokenizer_options, load_corpus, passkey, stream
+from posenc_cli.data.synthetic import SyntheticSpec, copy_length_nats, generate, log_uniform_int_nats
 from posenc_cli.data.tokenizers import BpeTokenizer, ByteTokenizer, from_payload, text_pieces
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.errors import UsageError
@@ -152,7 +155,7 @@ def test_a_saved_hugging_face_dataset_is_its_text_column(tmp_path):
         load_corpus({"kind": "hf", "name": str(directory), "text_field": "body"})
 
 
-def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_the_cli(tmp_path):
+def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_the_cli(tmp_path, monkeypatch):
     directory, _ = saved_dataset(tmp_path)
     trained = run_cli(
         "train",
@@ -176,33 +179,14 @@ def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_th
     ids[-1000:].tofile(tmp_path / "val.bin")
     meta = {"dtype": "uint16", "vocab_size": len(tokenizer), "tokenizer": "tokenizer.json"}
     (tmp_path / "meta.json").write_text(json.dumps(meta))
-    binary = run_cli(
-        "train",
-        "data=bin",
-        "data.train=train.bin",
-        "data.val=val.bin",
-        *SMOKE,
-        "train.block_size=96",
-        "train.threads=1",
-        "hydra.run.dir=bin_run",
-        cwd=tmp_path,
+    train(
+        tmp_path, "data=bin", "data.train=train.bin", "data.val=val.bin", "train.block_size=96", run="bin_run"
     )
-    assert binary.returncode == 0, binary.stderr
     out = tmp_path / "report"
-    for command in ("eval", "probe"):
-        done = run_cli(
-            command,
-            "hf",
-            "bin_run",
-            "--lengths",
-            "96",
-            *(["--trials", "2"] if command == "probe" else []),
-            "--out",
-            str(out),
-            cwd=tmp_path,
-        )
-        assert done.returncode == 0, done.stderr
-    ppl = pd.read_csv(out / "ppl.csv")
+    ppl = evaluate(tmp_path, "hf", "bin_run", "--lengths", "96", out="report")
+    monkeypatch.chdir(tmp_path)
+    probed = invoke("probe", "hf", "bin_run", "--lengths", "96", "--trials", "2", "--out", str(out))
+    assert probed.code == 0, probed.stderr
     assert sorted(ppl["tokenizer"].unique()) == ["bpe", "byte", "char"]
     assert (ppl["bpb"] > 0).all() and (ppl["bytes"] >= ppl["chars"]).all()
     byte_rows = ppl[ppl.tokenizer == "byte"]
@@ -215,17 +199,40 @@ def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_th
     summary = json.loads((bpe_run / "summary.json").read_text())
     assert summary["tokenizer"] == "bpe" and summary["corpus_chars_per_token"] > 1.5
     (bpe_run / "tokenizer.json").write_text(BPE.to_json())  # another tokenizer than the run's
-    assert_one_line_error(
-        run_cli("eval", str(bpe_run), "--out", "x", cwd=tmp_path), "tokenizer.json", "fingerprint"
-    )
+    assert_refused(*posenc("eval", str(bpe_run), "--out", "x"), "tokenizer.json", "fingerprint")
 
 
-def test_bad_tokenizer_options_are_one_line(tmp_path):
-    assert_one_line_error(
-        run_cli("train", "data.tokenizer=word", cwd=tmp_path), "data.tokenizer=word", "char, byte, bpe"
-    )
-    assert not (tmp_path / "outputs").exists()
+def test_bad_tokenizer_options_are_refused():
+    """The command line's refusal of data.tokenizer=word is in test_bad_inputs.py."""
     with pytest.raises(UsageError, match="data.vocab_size must be at least 257"):
         check_tokenizer_options({"tokenizer": "bpe", "vocab_size": 100})
     with pytest.raises(UsageError, match="data=bin needs data.train=FILE"):
         load_corpus({"name": "bin", "train": None, "val": None})
+
+
+# ---- The synthetic corpus: the event probabilities its entropy floor counts ----
+
+
+def test_copy_distance_probabilities_sum_to_one():
+    spec = SyntheticSpec()
+    total = sum(
+        math.exp(-log_uniform_int_nats(d, spec.copy_min_distance, spec.copy_max_distance))
+        for d in range(spec.copy_min_distance, spec.copy_max_distance)
+    )
+    assert total == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("distance", [32, 50, 96, 97, 2000])
+def test_copy_length_probabilities_sum_to_one_for_every_distance(distance):
+    """A copy from closer than its span is cut to the distance: those spans share one length."""
+    spec = SyntheticSpec()
+    lengths = {min(span, distance) for span in range(spec.copy_min_len, spec.copy_max_len + 1)}
+    assert sum(math.exp(-copy_length_nats(n, distance, spec)) for n in lengths) == pytest.approx(1.0)
+
+
+def test_the_floor_adds_the_copy_events_to_the_fresh_text():
+    made = generate(SyntheticSpec(n_chars=60_000))
+    fresh_part = made.fresh_entropy * (1 - made.copied_fraction)
+    assert 0 < made.event_entropy < 0.2 and made.entropy_floor == pytest.approx(
+        fresh_part + made.event_entropy
+    )

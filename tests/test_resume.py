@@ -1,5 +1,7 @@
-"""Faults: a killed or interrupted run resumes to exactly the run that was never stopped; a diverging
-run stops as failed with its last good checkpoint; a checkpoint cannot run code when it is loaded."""
+"""Stopping and resuming training: a killed (SIGKILL) or interrupted (Ctrl-C) run resumes to exactly the
+run that was never stopped; a diverging run stops as failed with its last good checkpoint, which eval
+skips; a checkpoint cannot run code when it is loaded. Real processes: the signals are the subject.
+Ownership of run directories and refused resumes are in test_runs.py."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import ROOT, SMOKE, assert_one_line_error, run_cli
+from conftest import ROOT, SMOKE, assert_refused, invoke, posenc, run_cli
 from posenc_cli.checkpoint import FILENAME, load_checkpoint
 from posenc_cli.errors import UsageError
 
@@ -134,7 +136,9 @@ def test_ctrl_c_saves_says_how_to_resume_and_resume_matches(reference, tmp_path)
     assert_same_training(reference, run)
 
 
-def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_skips_it(reference, tmp_path):
+def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_skips_it(
+    reference, tmp_path, monkeypatch
+):
     run = tmp_path / "diverged"
     result = run_cli(
         "train", *FAULT, "train.lr=1e6", "train.checkpoint_interval=1", f"hydra.run.dir={run}", cwd=tmp_path
@@ -148,10 +152,8 @@ def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_s
     assert kept["step"] == bad_step - 1
     assert all(torch.isfinite(t).all() for t in tensors(kept["model"]).values())
 
-    evaluated = run_cli(
-        "eval",
-        str(run),
-        str(reference),
+    monkeypatch.chdir(tmp_path)
+    options = [
         "--lengths",
         "64,128",
         "--max-tokens",
@@ -160,9 +162,9 @@ def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_s
         str(tmp_path / "eval"),
         "--device",
         "cpu",
-        cwd=tmp_path,
-    )
-    assert evaluated.returncode == 0, evaluated.stderr
+    ]
+    evaluated = invoke("eval", str(run), str(reference), *options)
+    assert evaluated.code == 0, evaluated.stderr
     assert f"skipping {run}: its status is failed" in " ".join(evaluated.stderr.split())
     assert set(pd.read_csv(tmp_path / "eval" / "ppl.csv")["run"]) == {str(reference)}
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -191,8 +193,11 @@ def test_a_checkpoint_crafted_to_run_code_is_refused_and_the_code_never_runs(ref
 
     with pytest.raises(UsageError, match="refused"):
         load_checkpoint(run / FILENAME)
-    result = run_cli("eval", str(run), "--lengths", "64", "--out", str(tmp_path / "eval"), cwd=tmp_path)
-    assert_one_line_error(result, str(run / FILENAME), "refused")
+    assert_refused(
+        *posenc("eval", str(run), "--lengths", "64", "--out", str(tmp_path / "eval")),
+        str(run / FILENAME),
+        "refused",
+    )
     assert not marker.exists(), "loading the checkpoint ran its code"
     assert not (tmp_path / "eval").exists()
 
