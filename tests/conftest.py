@@ -119,11 +119,12 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], Path]) -> Pa
     if worker is None:
         return build(tmp_path_factory.mktemp(name))
     shared = tmp_path_factory.getbasetemp().parent  # the session's directory above every worker's
-    built, marker = shared / name, shared / f"{name}.path"
+    marker = shared / f"{name}.path"
     with FileLock(shared / f"{name}.lock"):
-        if not marker.exists():
-            built.mkdir()
-            marker.write_text(str(build(built)))
+        if not marker.exists():  # a build that failed left no marker: the next worker tries afresh
+            attempt = shared / f"{name}-{worker}"
+            attempt.mkdir()
+            marker.write_text(str(build(attempt)))
     return Path(marker.read_text())
 
 

@@ -7,11 +7,10 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 import torch
 
-from conftest import SMOKE, assert_one_line_error, run_cli
+from conftest import SMOKE, assert_refused, evaluate, posenc, train
 from posenc_cli.checkpoint import FILENAME, save_checkpoint
 from posenc_cli.config import preflight
 from posenc_cli.data import load_corpus, random_positions
@@ -176,46 +175,33 @@ def test_the_chain_goes_back_to_a_run_trained_from_scratch(tmp_path):
     assert lineage(tmp_path / "c") == [c, b, a]
 
 
-def test_fine_tune_with_scaling_end_to_end(tmp_path):
+def test_fine_tune_with_scaling_end_to_end(tmp_path, monkeypatch):
     """init_from a rope run at 64 tokens, fine-tune at 128 with linear scaling; a learned run with
     randomized positions; eval reads both as any run (the scaling built in, the learned table as long
     as max_position), and refuses --rope-scaling on top of a baked-in scaling in one line."""
-    tiny = [*SMOKE, "train.max_steps=2"]
-    base = run_cli("train", *tiny, "scheme=rope", "hydra.run.dir=base", cwd=tmp_path)
-    assert base.returncode == 0, base.stderr
-    fine_tune = run_cli(
-        "train",
-        *tiny,
+    train(tmp_path, "train.max_steps=2", "scheme=rope", run="base")
+    scaled = ["scheme.scaling=linear", "scheme.scaling_factor=2"]
+    train(
+        tmp_path,
+        "train.max_steps=2",
         "scheme=rope",
         "train.init_from=base",
         "train.block_size=128",
-        "scheme.scaling=linear",
-        "scheme.scaling_factor=2",
-        "hydra.run.dir=ft",
-        cwd=tmp_path,
+        *scaled,
+        run="ft",
     )
-    assert fine_tune.returncode == 0, fine_tune.stderr
     summary = json.loads((tmp_path / "ft" / "summary.json").read_text())
     assert summary["scheme"] == "rope+linear"
     assert summary["init_from"] == str(tmp_path / "base")
     assert summary["init_chain"] == [str(tmp_path / "base")]
-    randomized = run_cli(
-        "train",
-        *tiny,
-        "scheme=learned",
-        "train.positions=randomized",
-        "train.max_position=256",
-        "hydra.run.dir=rnd",
-        cwd=tmp_path,
-    )
-    assert randomized.returncode == 0, randomized.stderr
-    result = run_cli(
-        "eval", "ft", "rnd", "--lengths", "256", "--max-tokens", "1024", "--out", "ev", cwd=tmp_path
-    )
-    assert result.returncode == 0, result.stderr
-    df = pd.read_csv(tmp_path / "ev" / "ppl.csv").set_index(["scheme", "eval_len"])
+    randomized = ["train.positions=randomized", "train.max_position=256"]
+    train(tmp_path, "train.max_steps=2", "scheme=learned", *randomized, run="rnd")
+    df = evaluate(tmp_path, "ft", "rnd", "--lengths", "256", "--max-tokens", "1024", out="ev")
+    df = df.set_index(["scheme", "eval_len"])
     assert sorted(df.index) == [("learned", 64), ("learned", 256), ("rope+linear", 128), ("rope+linear", 256)]
     assert df["ppl"].notna().all()  # learned past its training length: its table covers max_position
-    refused = run_cli("eval", "ft", "--rope-scaling", "none,yarn", "--out", "ev2", cwd=tmp_path)
-    assert_one_line_error(refused, "scheme.scaling=linear")
+    monkeypatch.chdir(tmp_path)
+    assert_refused(
+        *posenc("eval", "ft", "--rope-scaling", "none,yarn", "--out", "ev2"), "scheme.scaling=linear"
+    )
     assert not (tmp_path / "ev2").exists()

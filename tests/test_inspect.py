@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import invoke
 from posenc_cli.errors import UsageError
 from posenc_cli.inspection import checks as ins
 from posenc_cli.inspection.command import inspect_scheme
@@ -294,23 +294,13 @@ def test_recomputed_attention_is_the_models(smoke_sweep: Path):
 # ---- the command line --------------------------------------------------------------------------
 
 
-def test_cli_inspect_fresh_schemes(tmp_path: Path):
+def test_cli_inspect_fresh_schemes(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     for name, *options in (("sinusoidal",), ("alibi", "--slopes", "chapter")):
-        result = run_cli(
-            "inspect",
-            name,
-            *options,
-            "--dim",
-            "32",
-            "--heads",
-            "4",
-            "--length",
-            "32",
-            "--out",
-            name,
-            cwd=tmp_path,
+        result = invoke(
+            "inspect", name, *options, "--dim", "32", "--heads", "4", "--length", "32", "--out", name
         )
-        assert result.returncode == 0, result.stderr
+        assert result.code == 0, result.stderr
         assert "PASS" in result.stdout and "0 FAIL" in result.stdout and result.stdout.count("FAIL") == 1
         assert sorted((tmp_path / name).glob("*.png"))
     assert (
@@ -319,21 +309,12 @@ def test_cli_inspect_fresh_schemes(tmp_path: Path):
     assert re.search(r"4\s+0\.00390625\s+0\.0625", result.stdout)  # head 4: paper 2^-8, chapter 2^-4
 
 
-def test_cli_inspect_rope_in_the_chapters_layout(tmp_path: Path):
-    result = run_cli(
-        "inspect",
-        "rope",
-        "--layout",
-        "interleaved",
-        "--dim",
-        "32",
-        "--heads",
-        "4",
-        "--length",
-        "32",
-        cwd=tmp_path,
+def test_cli_inspect_rope_in_the_chapters_layout(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke(
+        "inspect", "rope", "--layout", "interleaved", "--dim", "32", "--heads", "4", "--length", "32"
     )
-    assert result.returncode == 0, result.stderr
+    assert result.code == 0, result.stderr
     assert "rope (layout=interleaved)" in result.stdout and "holds up to k = 3" in result.stdout
     assert "The chapter's demo" in result.stdout and "|rope(x, 3) − rope(x, 0)|" in result.stdout
 
@@ -344,12 +325,11 @@ def test_default_out_is_outputs_inspect_scheme(tmp_path: Path, monkeypatch):
     assert (tmp_path / "outputs" / "inspect" / "rope" / "rotary_angles.png").is_file()
 
 
-def test_cli_inspect_a_trained_run(smoke_sweep: Path, tmp_path: Path):
+def test_cli_inspect_a_trained_run(smoke_sweep: Path, tmp_path: Path, monkeypatch):
     (learned,) = [r for r in find_runs(smoke_sweep) if r.name.endswith("learned_seed0")]
-    result = run_cli(
-        "inspect", "--run", str(learned), "--length", "200", "--head", "1", "--out", "figs", cwd=tmp_path
-    )
-    assert result.returncode == 0, result.stderr
+    monkeypatch.chdir(tmp_path)
+    result = invoke("inspect", "--run", str(learned), "--length", "200", "--head", "1", "--out", "figs")
+    assert result.code == 0, result.stderr
     assert (
         "past max_len" in result.stdout and "length=64" in result.stdout
     )  # capped at the table, then refused
@@ -394,9 +374,9 @@ def test_inspect_usage_errors_name_the_bad_value(smoke_sweep: Path, tmp_path: Pa
         inspect_scheme(**args)
 
 
-def test_cli_schemes_fits_80_columns(tmp_path: Path):
-    result = run_cli("schemes", cwd=tmp_path, env={"COLUMNS": "80"})
-    assert result.returncode == 0, result.stderr
+def test_cli_schemes_fits_80_columns():
+    result = invoke("schemes", env={"COLUMNS": "80"})
+    assert result.code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80 and "…" not in result.stdout
     for name, cls in SCHEMES.items():

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import SMOKE, run_cli
+from conftest import SMOKE, evaluate, invoke, run_cli
 from posenc_cli.data import passkey
 from posenc_cli.data.synthetic import SyntheticSpec, generate
 from posenc_cli.data.vocab import Vocab
@@ -119,7 +119,7 @@ def test_corpus_episodes_answer_their_own_key_at_distances_in_range():
     assert passkey.needed_chars() <= set(text[: int(len(text) * 0.9)])  # the training split has them all
 
 
-def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path):
+def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path, monkeypatch):
     train = run_cli(
         "train",
         "-m",
@@ -132,12 +132,10 @@ def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path):
     )
     assert train.returncode == 0, train.stderr
     out = tmp_path / "report"
-    evaluated = run_cli("eval", "--lengths", "96", "--max-tokens", "384", "--out", str(out), cwd=tmp_path)
-    assert evaluated.returncode == 0, evaluated.stderr
-    probed = run_cli(
-        "probe", "--lengths", "128", "--depths", "0.2,0.8", "--trials", "3", "--out", str(out), cwd=tmp_path
-    )
-    assert probed.returncode == 0, probed.stderr
+    evaluate(tmp_path, "--lengths", "96", "--max-tokens", "384", out="report")
+    monkeypatch.chdir(tmp_path)
+    probed = invoke("probe", "--lengths", "128", "--depths", "0.2,0.8", "--trials", "3", "--out", str(out))
+    assert probed.code == 0, probed.stderr
     df = pd.read_csv(out / "probe.csv")
     assert list(df.columns) == [
         "run",
@@ -160,8 +158,8 @@ def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path):
     comparison = (out / "comparison.md").read_text()
     row = next(line for line in comparison.splitlines() if line.startswith("| passkey @ 128"))
     assert "—" in row
-    again = run_cli("eval", "--lengths", "96", "--max-tokens", "384", "--out", str(out), cwd=tmp_path)
-    assert again.returncode == 0 and "passkey @ 96" in (out / "comparison.md").read_text()
+    evaluate(tmp_path, "--lengths", "96", "--max-tokens", "384", out="report")
+    assert "passkey @ 96" in (out / "comparison.md").read_text()
 
 
 def test_filler_loses_the_corpus_own_episodes_and_keeps_unk_tokens():

@@ -9,7 +9,7 @@ import os
 import pandas as pd
 import pytest
 
-from conftest import SMOKE, run_cli
+from conftest import SMOKE, evaluate, invoke, run_cli
 from posenc_cli.distributed import threads_per_job
 
 TINY = [*SMOKE, "device=cpu", "train.max_steps=4", "train.eval_interval=2", "train.log_interval=2"]
@@ -32,7 +32,7 @@ def test_parallel_jobs_split_the_cores_between_them(monkeypatch):
     assert threads_per_job({}) == 4  # two torchrun ranks on this machine
 
 
-def test_joblib_sweep_runs_in_parallel_and_evaluates_as_one_input(tmp_path):
+def test_joblib_sweep_runs_in_parallel_and_evaluates_as_one_input(tmp_path, monkeypatch):
     result = run_cli(
         "train",
         "-m",
@@ -52,21 +52,7 @@ def test_joblib_sweep_runs_in_parallel_and_evaluates_as_one_input(tmp_path):
     assert {s["threads"] for s in summaries} == {max(1, CORES // 2)}
     assert summaries[0]["final_val_loss"] != summaries[1]["final_val_loss"]  # the seeds differ
 
-    evaluated = run_cli(
-        "eval",
-        str(sweep),
-        "--lengths",
-        "64,128",
-        "--max-tokens",
-        "256",
-        "--device",
-        "cpu",
-        "--out",
-        str(tmp_path / "eval"),
-        cwd=tmp_path,
-    )
-    assert evaluated.returncode == 0, evaluated.stderr
-    ppl = pd.read_csv(tmp_path / "eval" / "ppl.csv")
+    ppl = evaluate(tmp_path, str(sweep), "--lengths", "64,128", "--max-tokens", "256", "--device", "cpu")
     assert sorted(ppl["seed"].unique()) == [0, 1]
     table = (tmp_path / "eval" / "ppl.md").read_text()
     assert "| rope | 2 |" in table and "±" in table  # one row, two seeds, mean ± std
@@ -74,20 +60,10 @@ def test_joblib_sweep_runs_in_parallel_and_evaluates_as_one_input(tmp_path):
     # a job killed mid-run leaves status "running": the others are evaluated, it is named and skipped
     crashed = runs[1] / "summary.json"
     crashed.write_text(json.dumps({**summaries[1], "status": "running"}))
-    evaluated = run_cli(
-        "eval",
-        str(sweep),
-        "--lengths",
-        "64",
-        "--max-tokens",
-        "128",
-        "--device",
-        "cpu",
-        "--out",
-        str(tmp_path / "eval2"),
-        cwd=tmp_path,
-    )
-    assert evaluated.returncode == 0, evaluated.stderr
+    monkeypatch.chdir(tmp_path)
+    options = ["--lengths", "64", "--max-tokens", "128", "--device", "cpu", "--out", str(tmp_path / "eval2")]
+    evaluated = invoke("eval", str(sweep), *options)
+    assert evaluated.code == 0, evaluated.stderr
     assert f"skipping {runs[1]}: its status is running" in " ".join(evaluated.stderr.split())
     assert set(pd.read_csv(tmp_path / "eval2" / "ppl.csv")["seed"]) == {0}
 
