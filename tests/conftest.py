@@ -63,14 +63,18 @@ class Invocation:
 def invoke(*args: str, env: dict[str, str] | None = None) -> Invocation:
     """`posenc ARGS` in this process (no interpreter start-up, no torch import): faithful wherever the
     behaviour is not the process's own (refusals, help, completion, a quick eval), with `env` set."""
-    from posenc_cli import cli
+    from posenc_cli import cli, ui
 
+    environment = {"COLUMNS": "200", **(env or {})}
+    columns = int(environment["COLUMNS"])  # rich reads COLUMNS when a console is made: at import, here
     stdout, stderr = io.StringIO(), io.StringIO()
     with (
         contextlib.redirect_stderr(stderr),
         contextlib.redirect_stdout(stdout),
         mock.patch.object(sys, "argv", ["posenc", *args]),
-        mock.patch.dict(os.environ, {"COLUMNS": "200", **(env or {})}),
+        mock.patch.dict(os.environ, environment),
+        mock.patch.object(ui.out, "_width", columns),
+        mock.patch.object(ui.err, "_width", columns),
     ):
         try:
             cli.main()
