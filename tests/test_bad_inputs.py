@@ -52,8 +52,11 @@ def workdir(tmp_path, monkeypatch) -> Path:
         (["scheme=rope+bogus"], ["Could not find 'scheme/rope+bogus'"]),
         (["scheme=sinusoidal+learned", "scheme.parts=[rope,alibi]"], ["use scheme=rope+alibi"]),
         (["scheme=sinusoidal+learned", "scheme.parts=[sinusoidal,{max_len:3}]"], ["has no name"]),
-        (["scheme=sinusoidal", "scheme.scale_embeddings=yes"], ["scale_embeddings"]),
-        (["scheme=rope", "+scheme.scale_embeddings=true"], ["scale_embeddings"]),
+        (["scheme=sinusoidal", "scheme.scale_embeddings=yes"], ["scale_embeddings='yes' is not a boolean"]),
+        (
+            ["scheme=rope", "+scheme.scale_embeddings=true"],
+            ["scale_embeddings is not an option of scheme=rope"],
+        ),
     ],
 )
 def test_a_bad_override_or_sweep_point_is_one_line_and_no_run_starts(workdir, args, needles):
