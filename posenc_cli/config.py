@@ -34,7 +34,14 @@ from posenc_cli import composite_configs  # noqa: F401 - registers scheme=A+B wi
 from posenc_cli.data import check_tokenizer_options, corpus_kind, require_same_corpus, stream
 from posenc_cli.data.synthetic import SyntheticSpec
 from posenc_cli.device import PRECISIONS, resolve_device
-from posenc_cli.errors import UsageError, nearest, require_int, require_number, require_positive_int
+from posenc_cli.errors import (
+    UsageError,
+    nearest,
+    require_int,
+    require_number,
+    require_positive_int,
+    require_seed,
+)
 from posenc_cli.model import ModelConfig
 from posenc_cli.model.positional import build_scheme, scheme_options
 from posenc_cli.ownership import resumed_config
@@ -140,7 +147,7 @@ class SyntheticData:
     vocab_size: int = 4096  # bpe only
 
     def __post_init__(self) -> None:
-        require_int("data.seed", self.seed)
+        require_seed("data.seed", self.seed)
         require_positive_int("data.n_chars", self.n_chars)
         require_number("data.val_fraction", self.val_fraction, above=0, below=1)
         for key in ("copy_rate", "passkey_rate"):
@@ -220,7 +227,7 @@ class PosencConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
 
     def __post_init__(self) -> None:
-        require_int("seed", self.seed)
+        require_seed("seed", self.seed)
 
 
 # group -> option -> the dataclass (or preset instance) Hydra composes for it
@@ -308,20 +315,31 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
             built = build_scheme(name, mc.n_embd, mc.n_head, tc.block_size, **scheme)
         except TypeError as err:
             raise UsageError(f"scheme={name}: {one_line(err)}") from None
-    if tc.max_position is not None and built.max_len is not None and built.max_len < tc.max_position:
+    trained_positions = tc.max_position or tc.block_size  # positions 0 .. this - 1 are trained on
+    if built.max_len is not None and built.max_len < trained_positions:
+        given = "train.max_position" if tc.max_position else "train.block_size"
         raise UsageError(
-            f"scheme.max_len={built.max_len} is below train.max_position={tc.max_position}: "
-            f"positions up to {tc.max_position - 1} are drawn; use a larger scheme.max_len"
+            f"scheme.max_len={built.max_len} is below {given}={trained_positions}: positions up to "
+            f"{trained_positions - 1} are trained on; use scheme.max_len >= {trained_positions} (or null)"
         )
     device = resolve_device(typed_cfg.device)
     check_loggers(typed_cfg.logger)
     n_chars, split_len = corpus_size(typed_cfg.data)
     if split_len is not None and tc.block_size + 1 > split_len:
         raise UsageError(
-            f"train.block_size={tc.block_size} does not fit the corpus: its validation split has {split_len} "
-            f"characters; use train.block_size <= {split_len - 1} or a larger corpus"
+            f"train.block_size={tc.block_size} does not fit the corpus: its smaller split has {split_len} "
+            "characters; use "
+            + (f"train.block_size <= {split_len - 1}, " if split_len > 1 else "")
+            + "a larger corpus or another data.val_fraction"
         )
-    check_memory(typed_cfg, n_chars, device)
+    cache_dir = getattr(typed_cfg.data, "cache_dir", None)
+    if cache_dir is not None:  # the token cache is written while training: a bad place is found now
+        from posenc_cli.runs import writable_place
+
+        if Path(writable_place("data.cache_dir", cache_dir)).is_file():
+            raise UsageError(f"data.cache_dir={cache_dir} is a file; give a directory for the token cache")
+    positional = sum(t.numel() for t in [*built.parameters(), *built.buffers()])
+    check_memory(typed_cfg, n_chars, device, positional)
     if tc.init_from:
         validate_init_from(cfg)
     if (
@@ -336,13 +354,15 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
 BYTES_PER_CORPUS_CHAR = 40  # text, the Python list of ids made while encoding, the id tensors: measured ~30
 
 
-def memory_needed(cfg: PosencConfig, n_chars: int | None) -> dict[str, float]:
-    """A rough lower bound of the bytes a run holds at once, by what holds them (fp32, char vocabulary)."""
+def memory_needed(cfg: PosencConfig, n_chars: int | None, positional: int = 0) -> dict[str, float]:
+    """A rough lower bound of the bytes a run holds at once, by what holds them (fp32, char vocabulary);
+    `positional`: the scheme's own parameters and buffers (a learned table of max_len rows)."""
     tc, mc = cfg.train, cfg.model
     d, layers, vocab, tokens = mc.n_embd, mc.n_layer, 256, tc.batch_size * tc.block_size
     params = vocab * d + layers * (12 * d * d + 13 * d)
     return {
         "model.n_embd/model.n_layer (weights, gradients, optimizer)": 16.0 * params,
+        "the scheme's positions (scheme.max_len, train.max_position)": 16.0 * positional,
         "train.batch_size x train.block_size (activations)": 4.0 * tokens * (layers * 16 * d + 3 * vocab),
         "train.eval_batches (validation batches)": 16.0
         * tc.eval_batches
@@ -364,9 +384,9 @@ def available_memory(device: torch.device) -> int | None:
         return None
 
 
-def check_memory(cfg: PosencConfig, n_chars: int | None, device: torch.device) -> None:
+def check_memory(cfg: PosencConfig, n_chars: int | None, device: torch.device, positional: int = 0) -> None:
     free = available_memory(device)
-    needed = memory_needed(cfg, n_chars)
+    needed = memory_needed(cfg, n_chars, positional)
     if free is not None and sum(needed.values()) > free:
         biggest = max(needed, key=needed.get)
         raise UsageError(
@@ -412,7 +432,7 @@ def known_keys() -> list[str]:
 
 def override_error(err: BaseException) -> UsageError:
     """A composition error as one line; a key Hydra could not find gets the nearest known one."""
-    missing = re.search(r"Could not (?:override|append to config|delete from config)\S* '?([\w.]+)", str(err))
+    missing = re.search(r"Could not (?:override|delete from config)\S* '([\w.]+)'", str(err))
     if missing and missing[1] not in known_keys():
         return UsageError(
             f"bad override: {missing[1]} is not a posenc key{nearest(missing[1], known_keys())}"
@@ -541,7 +561,7 @@ def validate_init_from(cfg: dict[str, Any]) -> None:
 
 
 def corpus_size(data: Any) -> tuple[int | None, int | None]:
-    """(characters in the corpus, characters in its smaller validation split), read in a streaming pass
+    """(characters in the corpus, characters in its smaller split, training or validation), read in a streaming pass
     without tokenizing: the split bounds its tokens for char and bpe (a BPE token covers at least one
     character). None where there is nothing to bound (byte tokens; pre-tokenized arrays, checked here by
     loading their headers and checked again once loaded)."""
@@ -560,5 +580,5 @@ def corpus_size(data: Any) -> tuple[int | None, int | None]:
         from posenc_cli.data.hf import hf_source
 
         n = stream.scan(hf_source(values)[0])[1]
-    split = n - stream.split_point(n, data.val_fraction)
-    return n, None if data.tokenizer == "byte" else split
+    first_val = stream.split_point(n, data.val_fraction)
+    return n, None if data.tokenizer == "byte" else min(first_val, n - first_val)
