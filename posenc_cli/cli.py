@@ -166,13 +166,19 @@ def fail(err: Exception) -> None:
 def train(ctx: typer.Context) -> None:
     from posenc_cli import distributed
     from posenc_cli.completion import hydra_shell_completion
-    from posenc_cli.config import preflight
+    from posenc_cli.config import first_sweep_point, parse_hydra_args, preflight, print_sweep
     from posenc_cli.ownership import claim, resume_args
 
     if hydra_shell_completion(list(ctx.args)):
         return
     args = resume_args(list(ctx.args))
     preflight(args)
+    parsed = parse_hydra_args(args)
+    if parsed.multirun and parsed.cfg:  # Hydra refuses -m with --cfg/--info; posenc answers both
+        return print_sweep(args)
+    if parsed.multirun and parsed.info:  # --info describes the app: the first job's composition
+        flags = [a for a in args if a not in ("-m", "--multirun") and a not in parsed.overrides]
+        args = [*first_sweep_point(args), *flags]
     if not distributed.under_torchrun():  # under torchrun rank 0 claims, in process_group
         args = claim(args)
     with distributed.process_group(args) as args:

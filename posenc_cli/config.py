@@ -17,7 +17,7 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -308,18 +308,12 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     ModelConfig(
         vocab_size=1, block_size=tc.block_size, n_layer=mc.n_layer, n_head=mc.n_head, n_embd=mc.n_embd
     )
-    scheme = dict(typed_cfg.scheme)
-    name = scheme.pop("name")
-    with torch.device("meta"):
-        try:
-            built = build_scheme(name, mc.n_embd, mc.n_head, tc.block_size, **scheme)
-        except TypeError as err:
-            raise UsageError(f"scheme={name}: {one_line(err)}") from None
+    max_len, positional = scheme_facts(typed_cfg.scheme, mc.n_embd, mc.n_head, tc.block_size)
     trained_positions = tc.max_position or tc.block_size  # positions 0 .. this - 1 are trained on
-    if built.max_len is not None and built.max_len < trained_positions:
+    if max_len is not None and max_len < trained_positions:
         given = "train.max_position" if tc.max_position else "train.block_size"
         raise UsageError(
-            f"scheme.max_len={built.max_len} is below {given}={trained_positions}: positions up to "
+            f"scheme.max_len={max_len} is below {given}={trained_positions}: positions up to "
             f"{trained_positions - 1} are trained on; use scheme.max_len >= {trained_positions} (or null)"
         )
     device = resolve_device(typed_cfg.device)
@@ -338,7 +332,6 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
 
         if Path(writable_place("data.cache_dir", cache_dir)).is_file():
             raise UsageError(f"data.cache_dir={cache_dir} is a file; give a directory for the token cache")
-    positional = sum(t.numel() for t in [*built.parameters(), *built.buffers()])
     check_memory(typed_cfg, n_chars, device, positional)
     if tc.init_from:
         validate_init_from(cfg)
@@ -349,6 +342,26 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
 
         require_same_corpus(cfg["data"], read_summary(Path(tc.resume)).get("corpus_sha256"), tc.resume)
     return typed_cfg
+
+
+_scheme_facts: dict[str, tuple[int | None, int]] = {}  # a sweep's points share a few schemes
+
+
+def scheme_facts(scheme: dict[str, Any], n_embd: int, n_head: int, block_size: int) -> tuple[int | None, int]:
+    """(max_len, parameter and buffer elements) of the scheme, built on the meta device: its constructor
+    checks every option. Memoised, so a 10,000-point sweep builds each distinct scheme once."""
+    key = repr((sorted(scheme.items()), n_embd, n_head, block_size))
+    if key not in _scheme_facts:
+        options = dict(scheme)
+        name = options.pop("name")
+        with torch.device("meta"):
+            try:
+                built = build_scheme(name, n_embd, n_head, block_size, **options)
+            except TypeError as err:
+                raise UsageError(f"scheme={name}: {one_line(err)}") from None
+        size = sum(t.numel() for t in [*built.parameters(), *built.buffers()])
+        _scheme_facts[key] = built.max_len, size
+    return _scheme_facts[key]
 
 
 BYTES_PER_CORPUS_CHAR = 40  # text, the Python list of ids made while encoding, the id tensors: measured ~30
@@ -447,13 +460,37 @@ def preflight(args: list[str]) -> None:
         return
     with composing(parsed) as compose_point:
         points = sweep_points(parsed.overrides) if parsed.multirun else [parsed.overrides]
-        if parsed.cfg or parsed.info:
-            for overrides in points:
-                compose_point(overrides)  # composes, or one line; --cfg/--info print what Hydra would run
-        else:
-            for overrides in points:
-                cfg = compose_point(overrides)
-                validate(resumed_config(cfg, overrides) if cfg["train"]["resume"] else cfg)
+        if parsed.cfg or parsed.info:  # nothing runs: the first point composes or is one line (with -m,
+            compose_point(points[0])  # print_sweep composes each point as it prints it)
+            return
+        for overrides in points:
+            cfg = compose_point(overrides)
+            validate(resumed_config(cfg, overrides) if cfg["train"]["resume"] else cfg)
+
+
+def print_sweep(args: list[str]) -> None:
+    """`posenc train -m ... --cfg job|hydra|all`, which Hydra itself refuses: each job's config in
+    sweep order, under a `# job N: overrides` line, printed as it is composed (a bad point stops it with
+    one line). --cfg's `--package` is not applied."""
+    import sys
+
+    parsed = parse_hydra_args(args)
+    with composing(parsed) as compose_point:
+        for n, point in enumerate(sweep_points(parsed.overrides, every=True)):
+            part = {"job": None, "hydra": "hydra", "all": ""}[parsed.cfg]
+            cfg = compose_point(point) if part is None else compose_point(point, select=part)
+            text = OmegaConf.to_yaml(
+                cfg if isinstance(cfg, (dict, DictConfig)) else {}, resolve=parsed.resolve
+            )
+            sys.stdout.write(f"# job {n}: {' '.join(point)}\n{text}\n")
+            sys.stdout.flush()
+
+
+def first_sweep_point(args: list[str]) -> list[str]:
+    """The overrides of a sweep's first job: what `-m --info` describes (Hydra refuses -m with --info)."""
+    parsed = parse_hydra_args(args)
+    with composing(parsed):
+        return sweep_points(parsed.overrides)[0]
 
 
 def parse_hydra_args(args: list[str]):
@@ -476,17 +513,19 @@ def composing(parsed) -> Iterator[Callable[..., Any]]:
     directory = Path(parsed.config_dir).resolve() if parsed.config_dir else config_dir()
     name = parsed.config_name or "config"
     composed: dict[tuple[str, ...], DictConfig] = {}  # group choices -> their composition, reused
+    groups: set[str] = set()
 
     def compose_point(overrides: list[str], select: str | None = None) -> Any:
         """The resolved config as plain data, or one resolved key of it (with Hydra's own config).
         Points that share their group choices share one composition; their value overrides are applied
         to a copy as Hydra applies them, so a large sweep costs one composition per distinct choice."""
         try:
-            if select:
+            if select is not None:  # "": the whole config, Hydra's own included
                 cfg = compose(config_name=name, overrides=list(overrides), return_hydra_config=True)
-                return OmegaConf.select(cfg, select)
+                return OmegaConf.select(cfg, select) if select else cfg
             parsed_overrides = OverridesParser.create().parse_overrides(list(overrides))
-            groups = set(GlobalHydra.instance().config_loader().list_groups(""))
+            if not groups:  # listing the groups costs a config repository: once per command
+                groups.update(GlobalHydra.instance().config_loader().list_groups(""))
             choices = tuple(
                 o.input_line
                 for o in parsed_overrides
@@ -510,7 +549,7 @@ def composing(parsed) -> Iterator[Callable[..., Any]]:
         GlobalHydra.instance().clear()
 
 
-def sweep_points(overrides: list[str]) -> Iterable[list[str]]:
+def sweep_points(overrides: list[str], every: bool = False) -> Sequence[list[str]] | Iterator[list[str]]:
     """The sweep's points to check, expanded as the basic sweeper does (a,b, range(), choice(), glob()).
     Up to EXHAUSTIVE_SWEEP_POINTS points: all of them. Beyond: each key's every value at least once
     (point i takes value i mod n of each key), so a 10,000-point sweep starts in seconds; each job
@@ -535,10 +574,12 @@ def sweep_points(overrides: list[str]) -> Iterable[list[str]]:
         raise UsageError(f"bad override: {one_line(err)}") from None
     lists = [values for values in choices.values() if values]
     if not lists:
-        return [[]]
+        return iter([[]]) if every else [[]]
     total = 1
     for values in lists:
         total *= len(values)
+    if every:  # all of them, lazily (a 10,000-point sweep prints its first job at once)
+        return (list(point) for point in itertools.product(*lists))
     if total <= EXHAUSTIVE_SWEEP_POINTS:
         return [list(point) for point in itertools.product(*lists)]
     return [[values[i % len(values)] for values in lists] for i in range(max(map(len, lists)))]
