@@ -75,14 +75,18 @@ def refuse_started_run(run_dir: Path) -> None:
         )
 
 
-def claim_new(path: Path, given: bool) -> Path:
-    """Create the directory of a fresh run (or sweep): `path` itself if the user named it and it holds
-    no run; for a default name, the first of path, path_2, path_3, ... that an exclusive mkdir wins."""
+def refuse_current_directory(path: Path) -> None:
     if str(path) in ("", "."):
         raise UsageError(
             f"the run directory given is the current directory ({str(path)!r}), which a run never writes "
             "into; give hydra.run.dir=DIR (or hydra.sweep.dir=DIR) a directory of its own"
         )
+
+
+def claim_new(path: Path, given: bool) -> Path:
+    """Create the directory of a fresh run (or sweep): `path` itself if the user named it and it holds
+    no run; for a default name, the first of path, path_2, path_3, ... that an exclusive mkdir wins."""
+    refuse_current_directory(path)
     try:
         if given:
             refuse_started_run(path)
@@ -117,6 +121,7 @@ def claim(args: list[str]) -> list[str]:
         with composing(parsed) as compose_point:
             first = sweep_points(parsed.overrides)[0]
             path = Path(str(compose_point(first, select=key)))
+        refuse_current_directory(path)
         if given and path.is_dir() and any(holds_run(p) for p in path.iterdir() if p.is_dir()):
             raise UsageError(
                 f"{path} already holds runs of a sweep, which are never started over; give another "
