@@ -222,7 +222,10 @@ def stored_record(run: Path) -> tuple[dict[str, Any], str]:
     summary = read_json(run / "summary.json")
     source, record = run / "summary.json", summary
     if (run / FILENAME).is_file():
+        from posenc_cli.runs import check_fields
+
         source, record = run / FILENAME, load_checkpoint(run / FILENAME)
+        check_fields(record, source)  # a damaged checkpoint is named, never resumed from
         if record.get("run_id") != summary.get("run_id"):
             raise UsageError(
                 f"{run / FILENAME} belongs to another run than {run / 'summary.json'} (their run ids "

@@ -286,3 +286,16 @@ def test_outputs_never_go_into_a_run_directory_or_over_its_files(run):
     ):
         assert_refused(*posenc(*args), str(run))
     assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("field, value", [("model_config", [1]), ("train_len", "abc"), ("data", None)])
+def test_a_resume_never_trusts_a_checkpoint_with_wrong_field_types(run, field, value):
+    payload = torch.load(run / FILENAME, weights_only=True)
+    if value is None:
+        del payload[field]
+    else:
+        payload[field] = value
+    torch.save(payload, run / FILENAME)
+    before = snapshot(run)
+    assert_refused(*posenc("train", f"train.resume={run}"), str(run / FILENAME), field)
+    assert snapshot(run) == before
