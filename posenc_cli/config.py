@@ -47,11 +47,8 @@ from posenc_cli.model.positional import build_scheme, scheme_options
 from posenc_cli.ownership import resumed_config
 from posenc_cli.tracking import check_loggers
 
-EXHAUSTIVE_SWEEP_POINTS = 64
-POSITIONS = (
-    "ordinary",
-    "randomized",
-)  # larger sweeps: every value of every key is checked, not every combination
+EXHAUSTIVE_SWEEP_POINTS = 64  # larger sweeps: every value of every key is checked, not every combination
+POSITIONS = ("ordinary", "randomized")
 
 
 @dataclass
@@ -71,15 +68,11 @@ class TrainConfig:
     resume: Optional[str] = None  # a run directory to continue from (true: the newest under outputs/runs)
     precision: str = "auto"  # auto: bf16 autocast on native-bf16 hardware, else fp32 | fp32 | bf16
     threads: Optional[int] = None  # torch threads per job; null = torch's default
-    init_from: Optional[str] = (
-        None  # a run whose weights start this new run (fine-tuning, e.g. at a longer block_size)
-    )
-    positions: str = (
-        "ordinary"  # ordinary: 0..T-1 | randomized: sorted random positions from [0, max_position)
-    )
-    max_position: Optional[int] = (
-        None  # L_max for positions=randomized (>= block_size); eval always uses 0..L-1
-    )
+    # a run whose weights start this new run (fine-tuning, e.g. at a longer block_size)
+    init_from: Optional[str] = None
+    # ordinary: 0..T-1 | randomized: sorted random positions from [0, max_position)
+    positions: str = "ordinary"
+    max_position: Optional[int] = None  # L_max for positions=randomized (>= block_size); eval uses 0..L-1
 
     def __post_init__(self) -> None:
         for key in (
@@ -166,9 +159,8 @@ class TextData:
     name: str = "text"
     path: Optional[str] = None
     val_fraction: float = 0.1
-    tokenizer: str = (
-        "char"  # char | byte (UTF-8 bytes, 256 ids) | bpe (byte-level BPE trained on the training split)
-    )
+    # char | byte (UTF-8 bytes, 256 ids) | bpe (byte-level BPE trained on the training split)
+    tokenizer: str = "char"
     vocab_size: int = 4096  # bpe only
     cache_dir: str = "outputs/cache"  # token arrays keyed by the text's sha256 and the tokenizer: never stale
 
@@ -332,12 +324,11 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
 
         if Path(writable_place("data.cache_dir", cache_dir)).is_file():
             raise UsageError(f"data.cache_dir={cache_dir} is a file; give a directory for the token cache")
-    check_memory(typed_cfg, n_chars, device, positional)
+    in_memory = corpus_kind(cfg["data"]) == "synthetic"  # the others stream into a memory-mapped cache
+    check_memory(typed_cfg, n_chars if in_memory else None, device, positional)
     if tc.init_from:
         validate_init_from(cfg)
-    if (
-        tc.resume and (Path(tc.resume) / "summary.json").is_file()
-    ):  # a changed corpus: refused before tokenizing
+    if tc.resume and (Path(tc.resume) / "summary.json").is_file():  # a changed corpus: before tokenizing
         from posenc_cli.runs import read_summary
 
         require_same_corpus(cfg["data"], read_summary(Path(tc.resume)).get("corpus_sha256"), tc.resume)
@@ -364,7 +355,7 @@ def scheme_facts(scheme: dict[str, Any], n_embd: int, n_head: int, block_size: i
     return _scheme_facts[key]
 
 
-BYTES_PER_CORPUS_CHAR = 40  # text, the Python list of ids made while encoding, the id tensors: measured ~30
+BYTES_PER_CORPUS_CHAR = 40  # a generated corpus: its text, the ids made while encoding, the id arrays (~30)
 
 
 def memory_needed(cfg: PosencConfig, n_chars: int | None, positional: int = 0) -> dict[str, float]:
@@ -381,7 +372,7 @@ def memory_needed(cfg: PosencConfig, n_chars: int | None, positional: int = 0) -
         * tc.eval_batches
         * tc.batch_size
         * (tc.block_size + 1),
-        "data (the corpus)": float(BYTES_PER_CORPUS_CHAR * (n_chars or 0)),  # bin: memory-mapped
+        "data (the corpus)": float(BYTES_PER_CORPUS_CHAR * (n_chars or 0)),  # None: memory-mapped
     }
 
 

@@ -22,6 +22,7 @@ from posenc_cli.data import token_window
 from posenc_cli.device import autocast
 from posenc_cli.errors import UsageError
 from posenc_cli.model import token_nll
+from posenc_cli.model.positional import past_max_len
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where it is used: `posenc eval` only
@@ -275,7 +276,7 @@ def evaluate_runs(
             plan_windows(span, length, mode, stride)  # validates mode and stride
         unigram_ppl = unigram_perplexity(token_window(tokens, 0, span + 1))
         variants = run.variants(list(rope_scaling), rope_factor)  # validates the methods for this run
-        run.check_fits([L for L in run_lengths if run.max_len is None or L <= run.max_len])
+        run.check_fits([L for L in run_lengths if not past_max_len(run.max_len, L)])
         plans[id(run)] = (tokens, weights, unigram_ppl, run_lengths, span, variants)
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
@@ -312,9 +313,9 @@ def evaluate_runs(
                     "bpb": math.nan,
                     "unigram_ppl": unigram_ppl,
                 }
-                limit = run.max_len
-                if limit is not None and length > limit and context is None:
-                    row["note"] = f"{scheme} cannot represent positions ≥ max_len={limit}"
+                unreadable = past_max_len(run.max_len, length)
+                if unreadable and context is None:
+                    row["note"] = f"{scheme} {unreadable}"
                 else:
                     result = evaluate_length(
                         scorer,

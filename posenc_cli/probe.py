@@ -18,6 +18,7 @@ import torch
 from posenc_cli.data import passkey
 from posenc_cli.errors import UsageError
 from posenc_cli.model import token_nll
+from posenc_cli.model.positional import past_max_len
 
 COLUMNS = ["run", "scheme", "seed", "train_len", "length", "depth", "trials", "accuracy", "key_nll"]
 
@@ -160,7 +161,7 @@ def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, se
                         "accuracy": math.nan,
                         "key_nll": math.nan,
                     }
-                    if run.max_len is None or length <= run.max_len:
+                    if not past_max_len(run.max_len, length):
                         scored = [
                             score(scorer, sequences, key_tokens)
                             for sequences, key_tokens in run.probe_trials(

@@ -71,7 +71,7 @@ def bench_eval(schemes: list[str], effort) -> list[dict]:
     """Evaluation tokens/s and peak RSS per scheme at 1x, 8x, 32x the default training length."""
     from posenc_cli.bench.training import compose
     from posenc_cli.data import load_corpus
-    from posenc_cli.model.positional import build_scheme
+    from posenc_cli.model.positional import build_scheme, past_max_len
 
     rows = []
     cfgs = {s: compose([f"scheme={s}", *effort.overrides]) for s in schemes}
@@ -94,8 +94,8 @@ def bench_eval(schemes: list[str], effort) -> list[dict]:
                     "length": length,
                     "multiple": multiple,
                 }
-                if limit is not None and length > limit:
-                    row["note"] = f"positions past max_len={limit}"
+                if unreadable := past_max_len(limit, length):
+                    row["note"] = unreadable
                 else:
                     row.update(eval_in_subprocess(cfg, vocab_size, length, effort.eval_tokens))
                 rows.append(row)

@@ -12,7 +12,7 @@ from typing import Any
 
 from posenc_cli.errors import UsageError, nearest
 from posenc_cli.model.positional.alibi import ALiBi
-from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme
+from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme, past_max_len
 from posenc_cli.model.positional.composite import Composite
 from posenc_cli.model.positional.kerple import Kerple
 from posenc_cli.model.positional.learned import Learned
@@ -70,4 +70,12 @@ def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options
     return SCHEMES[name](n_embd, n_head, block_size, **options)
 
 
-__all__ = ["SCHEMES", "Claim", "PositionalScheme", "build_scheme", "claim_for", "scheme_options"]
+__all__ = [
+    "SCHEMES",
+    "Claim",
+    "PositionalScheme",
+    "build_scheme",
+    "claim_for",
+    "past_max_len",
+    "scheme_options",
+]

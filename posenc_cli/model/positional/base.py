@@ -27,6 +27,14 @@ class Claim:
     used_by: str = "—"
 
 
+def past_max_len(max_len: int | None, length: int) -> str | None:
+    """Why a model whose positions stop at `max_len` (None: no limit) cannot read `length` tokens, or
+    None when it can: the one rule eval, probe and bench skip such lengths by."""
+    if max_len is None or length <= max_len:
+        return None
+    return f"cannot represent positions ≥ max_len={max_len}"
+
+
 class PositionalScheme(nn.Module):
     """A scheme's class is the one home of what it is: its hooks, kind, relative-position kind,
     parameter count formula and the chapters' claim. SCHEMES' order is the order every table shows."""
@@ -41,9 +49,7 @@ class PositionalScheme(nn.Module):
     # True: the constructor takes RoPE context extension (scaling, scaling_factor, scaling_len,
     # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
     scalable: ClassVar[bool] = False
-    scales_embeddings: ClassVar[bool | None] = (
-        None  # additive schemes: the default of scheme.scale_embeddings
-    )
+    scales_embeddings: ClassVar[bool | None] = None  # additive schemes: the default of scale_embeddings
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
         super().__init__()
