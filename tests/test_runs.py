@@ -182,12 +182,7 @@ def test_an_unreadable_summary_is_one_line_and_skipped_among_many(run, smoke_swe
     [("tokenizer", 5), ("train_len", "abc"), ("data", None), ("seed", "x"), ("tokenizer", [1, 2])],
 )
 def test_a_checkpoint_with_wrong_field_types_is_one_line_naming_the_file(run, field, value):
-    payload = torch.load(run / FILENAME, weights_only=True)
-    if value is None:
-        del payload[field]
-    else:
-        payload[field] = value
-    torch.save(payload, run / FILENAME)
+    damage_checkpoint(run, field, value)
     assert_refused(*posenc("eval", str(run), "--lengths", "64"), str(run / FILENAME))
 
 
@@ -288,14 +283,19 @@ def test_outputs_never_go_into_a_run_directory_or_over_its_files(run):
     assert snapshot(run) == before
 
 
-@pytest.mark.parametrize("field, value", [("model_config", [1]), ("train_len", "abc"), ("data", None)])
-def test_a_resume_never_trusts_a_checkpoint_with_wrong_field_types(run, field, value):
+def damage_checkpoint(run: Path, field: str, value) -> None:
+    """Give the run's checkpoint a field of the wrong type (None: remove the field)."""
     payload = torch.load(run / FILENAME, weights_only=True)
     if value is None:
         del payload[field]
     else:
         payload[field] = value
     torch.save(payload, run / FILENAME)
+
+
+@pytest.mark.parametrize("field, value", [("model_config", [1]), ("train_len", "abc"), ("data", None)])
+def test_a_resume_never_trusts_a_checkpoint_with_wrong_field_types(run, field, value):
+    damage_checkpoint(run, field, value)
     before = snapshot(run)
     assert_refused(*posenc("train", f"train.resume={run}"), str(run / FILENAME), field)
     assert snapshot(run) == before
