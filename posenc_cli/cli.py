@@ -16,7 +16,7 @@ from typer.core import TyperCommand
 
 from posenc_cli import ui
 from posenc_cli.choices import DEVICES, EVAL_MODES, HF_DTYPES, HF_ROPE_SCALING, LANGS, ROPE_SCALING
-from posenc_cli.errors import UsageError, require_int, require_number, require_positive_int
+from posenc_cli.errors import UsageError, require_int, require_number, require_positive_int, require_seed
 
 HELP_OPTION_NAMES = ["-h", "--help"]
 app = typer.Typer(
@@ -166,13 +166,19 @@ def fail(err: Exception) -> None:
 def train(ctx: typer.Context) -> None:
     from posenc_cli import distributed
     from posenc_cli.completion import hydra_shell_completion
-    from posenc_cli.config import preflight
+    from posenc_cli.config import first_sweep_point, parse_hydra_args, preflight, print_sweep
     from posenc_cli.ownership import claim, resume_args
 
     if hydra_shell_completion(list(ctx.args)):
         return
     args = resume_args(list(ctx.args))
     preflight(args)
+    parsed = parse_hydra_args(args)
+    if parsed.multirun and parsed.cfg:  # Hydra refuses -m with --cfg/--info; posenc answers both
+        return print_sweep(args)
+    if parsed.multirun and parsed.info:  # --info describes the app: the first job's composition
+        flags = [a for a in args if a not in ("-m", "--multirun") and a not in parsed.overrides]
+        args = [*first_sweep_point(args), *flags]
     if not distributed.under_torchrun():  # under torchrun rank 0 claims, in process_group
         args = claim(args)
     with distributed.process_group(args) as args:
@@ -380,7 +386,7 @@ def probe(
     out_dir = checked_out(out)
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
     require_positive_int("--trials", trials)
-    require_int("--seed", seed)
+    require_seed("--seed", seed)
     target = resolve_device(device)
     loaded, why = load_targets(list(runs or []), "probe", hf_options(hf_context, target, dtype))
     for run in loaded:
@@ -417,7 +423,7 @@ def sample(
         "-w",
         help="Slide the context: the model sees only the last W tokens (default: the whole text, so positions grow past the training length).",
     ),
-    out: Optional[Path] = typer.Option(
+    out: Optional[str] = typer.Option(
         None, "--out", "-o", help="Also write the prompt and the generated text to this file."
     ),
     device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
@@ -433,10 +439,11 @@ def sample(
     """
     from posenc_cli.atomic import write_text
     from posenc_cli.device import resolve_device
-    from posenc_cli.runs import load_run
+    from posenc_cli.runs import checked_out_file, load_run
     from posenc_cli.sample import check_sampling, generate, plan, stream_text
 
-    check_sampling(temperature, top_k)
+    out = checked_out_file(out)
+    check_sampling(temperature, top_k, seed)
     loaded = load_run(run)
     if not prompt:
         raise UsageError("--prompt is empty; give at least one character of the run's vocabulary")
@@ -466,7 +473,7 @@ def sample(
 @app.command("export")
 def export_command(
     run: Path = typer.Argument(..., help="A trained run directory."),
-    out: Optional[Path] = typer.Option(
+    out: Optional[str] = typer.Option(
         None, help="Directory for model.safetensors and config.json (default: the run directory)."
     ),
 ) -> None:
@@ -536,8 +543,12 @@ def inspect_command(
     run: Optional[Path] = typer.Option(
         None, "--run", help="A trained run directory: inspect its trained scheme and draw its attention."
     ),
-    layer: int = typer.Option(0, help="With --run: the layer whose attention is drawn."),
-    head: int = typer.Option(0, help="With --run: the head whose attention is drawn."),
+    layer: Optional[int] = typer.Option(
+        None, help="With --run: the layer whose attention is drawn (default 0)."
+    ),
+    head: Optional[int] = typer.Option(
+        None, help="With --run: the head whose attention is drawn (default 0)."
+    ),
     out: Optional[str] = typer.Option(
         None, help="Figure directory (default outputs/inspect/<scheme or run>)."
     ),
@@ -565,6 +576,9 @@ def inspect_command(
     for option, value, most in (("--dim", dim, 8192), ("--heads", heads, 256), ("--length", length, 8192)):
         if value is not None:  # the checks build length x length matrices: bounded so they fit
             require_int(option, value, at_least=2 if option != "--heads" else 1, at_most=most)
+    for option, value in (("--layer", layer), ("--head", head)):
+        if value is not None and run is None:
+            raise UsageError(f"{option} {value} applies only with --run RUN_DIR; add --run or drop {option}")
     if dim is not None and dim % 2:
         raise UsageError(f"--dim {dim} must be even (positions are encoded in pairs of dimensions)")
     print_report(
@@ -575,8 +589,8 @@ def inspect_command(
             heads=heads,
             out=checked_out(out),
             run_dir=run,
-            layer=layer,
-            head=head,
+            layer=layer or 0,
+            head=head or 0,
             options=options,
         )
     )

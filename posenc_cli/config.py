@@ -17,7 +17,7 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -34,7 +34,14 @@ from posenc_cli import composite_configs  # noqa: F401 - registers scheme=A+B wi
 from posenc_cli.data import check_tokenizer_options, corpus_kind, require_same_corpus, stream
 from posenc_cli.data.synthetic import SyntheticSpec
 from posenc_cli.device import PRECISIONS, resolve_device
-from posenc_cli.errors import UsageError, nearest, require_int, require_number, require_positive_int
+from posenc_cli.errors import (
+    UsageError,
+    nearest,
+    require_int,
+    require_number,
+    require_positive_int,
+    require_seed,
+)
 from posenc_cli.model import ModelConfig
 from posenc_cli.model.positional import build_scheme, scheme_options
 from posenc_cli.ownership import resumed_config
@@ -133,7 +140,7 @@ class SyntheticData:
     vocab_size: int = 4096  # bpe only
 
     def __post_init__(self) -> None:
-        require_int("data.seed", self.seed)
+        require_seed("data.seed", self.seed)
         require_positive_int("data.n_chars", self.n_chars)
         require_number("data.val_fraction", self.val_fraction, above=0, below=1)
         for key in ("copy_rate", "passkey_rate"):
@@ -212,7 +219,7 @@ class PosencConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
 
     def __post_init__(self) -> None:
-        require_int("seed", self.seed)
+        require_seed("seed", self.seed)
 
 
 # group -> option -> the dataclass (or preset instance) Hydra composes for it
@@ -293,28 +300,32 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     ModelConfig(
         vocab_size=1, block_size=tc.block_size, n_layer=mc.n_layer, n_head=mc.n_head, n_embd=mc.n_embd
     )
-    scheme = dict(typed_cfg.scheme)
-    name = scheme.pop("name")
-    with torch.device("meta"):
-        try:
-            built = build_scheme(name, mc.n_embd, mc.n_head, tc.block_size, **scheme)
-        except TypeError as err:
-            raise UsageError(f"scheme={name}: {one_line(err)}") from None
-    if tc.max_position is not None and built.max_len is not None and built.max_len < tc.max_position:
+    max_len, positional = scheme_facts(typed_cfg.scheme, mc.n_embd, mc.n_head, tc.block_size)
+    trained_positions = tc.max_position or tc.block_size  # positions 0 .. this - 1 are trained on
+    if max_len is not None and max_len < trained_positions:
+        given = "train.max_position" if tc.max_position else "train.block_size"
         raise UsageError(
-            f"scheme.max_len={built.max_len} is below train.max_position={tc.max_position}: "
-            f"positions up to {tc.max_position - 1} are drawn; use a larger scheme.max_len"
+            f"scheme.max_len={max_len} is below {given}={trained_positions}: positions up to "
+            f"{trained_positions - 1} are trained on; use scheme.max_len >= {trained_positions} (or null)"
         )
     device = resolve_device(typed_cfg.device)
     check_loggers(typed_cfg.logger)
     n_chars, split_len = corpus_size(typed_cfg.data)
     if split_len is not None and tc.block_size + 1 > split_len:
         raise UsageError(
-            f"train.block_size={tc.block_size} does not fit the corpus: its validation split has {split_len} "
-            f"characters; use train.block_size <= {split_len - 1} or a larger corpus"
+            f"train.block_size={tc.block_size} does not fit the corpus: its smaller split has {split_len} "
+            "characters; use "
+            + (f"train.block_size <= {split_len - 1}, " if split_len > 1 else "")
+            + "a larger corpus or another data.val_fraction"
         )
+    cache_dir = getattr(typed_cfg.data, "cache_dir", None)
+    if cache_dir is not None:  # the token cache is written while training: a bad place is found now
+        from posenc_cli.runs import writable_place
+
+        if Path(writable_place("data.cache_dir", cache_dir)).is_file():
+            raise UsageError(f"data.cache_dir={cache_dir} is a file; give a directory for the token cache")
     in_memory = corpus_kind(cfg["data"]) == "synthetic"  # the others stream into a memory-mapped cache
-    check_memory(typed_cfg, n_chars if in_memory else None, device)
+    check_memory(typed_cfg, n_chars if in_memory else None, device, positional)
     if tc.init_from:
         validate_init_from(cfg)
     if tc.resume and (Path(tc.resume) / "summary.json").is_file():  # a changed corpus: before tokenizing
@@ -324,16 +335,38 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     return typed_cfg
 
 
+_scheme_facts: dict[str, tuple[int | None, int]] = {}  # a sweep's points share a few schemes
+
+
+def scheme_facts(scheme: dict[str, Any], n_embd: int, n_head: int, block_size: int) -> tuple[int | None, int]:
+    """(max_len, parameter and buffer elements) of the scheme, built on the meta device: its constructor
+    checks every option. Memoised, so a 10,000-point sweep builds each distinct scheme once."""
+    key = repr((sorted(scheme.items()), n_embd, n_head, block_size))
+    if key not in _scheme_facts:
+        options = dict(scheme)
+        name = options.pop("name")
+        with torch.device("meta"):
+            try:
+                built = build_scheme(name, n_embd, n_head, block_size, **options)
+            except TypeError as err:
+                raise UsageError(f"scheme={name}: {one_line(err)}") from None
+        size = sum(t.numel() for t in [*built.parameters(), *built.buffers()])
+        _scheme_facts[key] = built.max_len, size
+    return _scheme_facts[key]
+
+
 BYTES_PER_CORPUS_CHAR = 40  # a generated corpus: its text, the ids made while encoding, the id arrays (~30)
 
 
-def memory_needed(cfg: PosencConfig, n_chars: int | None) -> dict[str, float]:
-    """A rough lower bound of the bytes a run holds at once, by what holds them (fp32, char vocabulary)."""
+def memory_needed(cfg: PosencConfig, n_chars: int | None, positional: int = 0) -> dict[str, float]:
+    """A rough lower bound of the bytes a run holds at once, by what holds them (fp32, char vocabulary);
+    `positional`: the scheme's own parameters and buffers (a learned table of max_len rows)."""
     tc, mc = cfg.train, cfg.model
     d, layers, vocab, tokens = mc.n_embd, mc.n_layer, 256, tc.batch_size * tc.block_size
     params = vocab * d + layers * (12 * d * d + 13 * d)
     return {
         "model.n_embd/model.n_layer (weights, gradients, optimizer)": 16.0 * params,
+        "the scheme's positions (scheme.max_len, train.max_position)": 16.0 * positional,
         "train.batch_size x train.block_size (activations)": 4.0 * tokens * (layers * 16 * d + 3 * vocab),
         "train.eval_batches (validation batches)": 16.0
         * tc.eval_batches
@@ -355,9 +388,9 @@ def available_memory(device: torch.device) -> int | None:
         return None
 
 
-def check_memory(cfg: PosencConfig, n_chars: int | None, device: torch.device) -> None:
+def check_memory(cfg: PosencConfig, n_chars: int | None, device: torch.device, positional: int = 0) -> None:
     free = available_memory(device)
-    needed = memory_needed(cfg, n_chars)
+    needed = memory_needed(cfg, n_chars, positional)
     if free is not None and sum(needed.values()) > free:
         biggest = max(needed, key=needed.get)
         raise UsageError(
@@ -403,7 +436,7 @@ def known_keys() -> list[str]:
 
 def override_error(err: BaseException) -> UsageError:
     """A composition error as one line; a key Hydra could not find gets the nearest known one."""
-    missing = re.search(r"Could not (?:override|append to config|delete from config)\S* '?([\w.]+)", str(err))
+    missing = re.search(r"Could not (?:override|delete from config)\S* '([\w.]+)'", str(err))
     if missing and missing[1] not in known_keys():
         return UsageError(
             f"bad override: {missing[1]} is not a posenc key{nearest(missing[1], known_keys())}"
@@ -418,13 +451,37 @@ def preflight(args: list[str]) -> None:
         return
     with composing(parsed) as compose_point:
         points = sweep_points(parsed.overrides) if parsed.multirun else [parsed.overrides]
-        if parsed.cfg or parsed.info:
-            for overrides in points:
-                compose_point(overrides)  # composes, or one line; --cfg/--info print what Hydra would run
-        else:
-            for overrides in points:
-                cfg = compose_point(overrides)
-                validate(resumed_config(cfg, overrides) if cfg["train"]["resume"] else cfg)
+        if parsed.cfg or parsed.info:  # nothing runs: the first point composes or is one line (with -m,
+            compose_point(points[0])  # print_sweep composes each point as it prints it)
+            return
+        for overrides in points:
+            cfg = compose_point(overrides)
+            validate(resumed_config(cfg, overrides) if cfg["train"]["resume"] else cfg)
+
+
+def print_sweep(args: list[str]) -> None:
+    """`posenc train -m ... --cfg job|hydra|all`, which Hydra itself refuses: each job's config in
+    sweep order, under a `# job N: overrides` line, printed as it is composed (a bad point stops it with
+    one line). --cfg's `--package` is not applied."""
+    import sys
+
+    parsed = parse_hydra_args(args)
+    with composing(parsed) as compose_point:
+        for n, point in enumerate(sweep_points(parsed.overrides, every=True)):
+            part = {"job": None, "hydra": "hydra", "all": ""}[parsed.cfg]
+            cfg = compose_point(point) if part is None else compose_point(point, select=part)
+            text = OmegaConf.to_yaml(
+                cfg if isinstance(cfg, (dict, DictConfig)) else {}, resolve=parsed.resolve
+            )
+            sys.stdout.write(f"# job {n}: {' '.join(point)}\n{text}\n")
+            sys.stdout.flush()
+
+
+def first_sweep_point(args: list[str]) -> list[str]:
+    """The overrides of a sweep's first job: what `-m --info` describes (Hydra refuses -m with --info)."""
+    parsed = parse_hydra_args(args)
+    with composing(parsed):
+        return sweep_points(parsed.overrides)[0]
 
 
 def parse_hydra_args(args: list[str]):
@@ -447,17 +504,19 @@ def composing(parsed) -> Iterator[Callable[..., Any]]:
     directory = Path(parsed.config_dir).resolve() if parsed.config_dir else config_dir()
     name = parsed.config_name or "config"
     composed: dict[tuple[str, ...], DictConfig] = {}  # group choices -> their composition, reused
+    groups: set[str] = set()
 
     def compose_point(overrides: list[str], select: str | None = None) -> Any:
         """The resolved config as plain data, or one resolved key of it (with Hydra's own config).
         Points that share their group choices share one composition; their value overrides are applied
         to a copy as Hydra applies them, so a large sweep costs one composition per distinct choice."""
         try:
-            if select:
+            if select is not None:  # "": the whole config, Hydra's own included
                 cfg = compose(config_name=name, overrides=list(overrides), return_hydra_config=True)
-                return OmegaConf.select(cfg, select)
+                return OmegaConf.select(cfg, select) if select else cfg
             parsed_overrides = OverridesParser.create().parse_overrides(list(overrides))
-            groups = set(GlobalHydra.instance().config_loader().list_groups(""))
+            if not groups:  # listing the groups costs a config repository: once per command
+                groups.update(GlobalHydra.instance().config_loader().list_groups(""))
             choices = tuple(
                 o.input_line
                 for o in parsed_overrides
@@ -481,7 +540,7 @@ def composing(parsed) -> Iterator[Callable[..., Any]]:
         GlobalHydra.instance().clear()
 
 
-def sweep_points(overrides: list[str]) -> Iterable[list[str]]:
+def sweep_points(overrides: list[str], every: bool = False) -> Sequence[list[str]] | Iterator[list[str]]:
     """The sweep's points to check, expanded as the basic sweeper does (a,b, range(), choice(), glob()).
     Up to EXHAUSTIVE_SWEEP_POINTS points: all of them. Beyond: each key's every value at least once
     (point i takes value i mod n of each key), so a 10,000-point sweep starts in seconds; each job
@@ -506,10 +565,12 @@ def sweep_points(overrides: list[str]) -> Iterable[list[str]]:
         raise UsageError(f"bad override: {one_line(err)}") from None
     lists = [values for values in choices.values() if values]
     if not lists:
-        return [[]]
+        return iter([[]]) if every else [[]]
     total = 1
     for values in lists:
         total *= len(values)
+    if every:  # all of them, lazily (a 10,000-point sweep prints its first job at once)
+        return (list(point) for point in itertools.product(*lists))
     if total <= EXHAUSTIVE_SWEEP_POINTS:
         return [list(point) for point in itertools.product(*lists)]
     return [[values[i % len(values)] for values in lists] for i in range(max(map(len, lists)))]
@@ -532,7 +593,7 @@ def validate_init_from(cfg: dict[str, Any]) -> None:
 
 
 def corpus_size(data: Any) -> tuple[int | None, int | None]:
-    """(characters in the corpus, characters in its smaller validation split), read in a streaming pass
+    """(characters in the corpus, characters in its smaller split, training or validation), read in a streaming pass
     without tokenizing: the split bounds its tokens for char and bpe (a BPE token covers at least one
     character). None where there is nothing to bound (byte tokens; pre-tokenized arrays, checked here by
     loading their headers and checked again once loaded)."""
@@ -551,5 +612,5 @@ def corpus_size(data: Any) -> tuple[int | None, int | None]:
         from posenc_cli.data.hf import hf_source
 
         n = stream.scan(hf_source(values)[0])[1]
-    split = n - stream.split_point(n, data.val_fraction)
-    return n, None if data.tokenizer == "byte" else split
+    first_val = stream.split_point(n, data.val_fraction)
+    return n, None if data.tokenizer == "byte" else min(first_val, n - first_val)

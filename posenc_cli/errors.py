@@ -30,6 +30,14 @@ def require_int(key: str, value: Any, at_least: int = 0, at_most: int | None = N
         raise UsageError(f"{key} must be an integer {limits}, got {value!r}")
 
 
+SEED_MAX = 2**63 - 1  # torch, numpy and a checkpoint's int64 all take seeds up to here
+
+
+def require_seed(key: str, value: Any) -> None:
+    """A seed: an integer from 0 to SEED_MAX (the one rule for seed, data.seed, --seed)."""
+    require_int(key, value, at_most=SEED_MAX)
+
+
 def require_number(
     key: str,
     value: Any,

@@ -28,13 +28,11 @@ def safetensors_torch():
 
 def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Write RUN's model as model.safetensors + config.json into `out` (default: the run directory)."""
-    from posenc_cli.runs import load_run
+    from posenc_cli.runs import checked_out, load_run
 
     st = safetensors_torch()
+    out = checked_out(None if out is None else str(out)) or Path(run_dir)
     run = load_run(run_dir)
-    out = Path(out) if out is not None else Path(run_dir)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file; give a directory")
     config = {
         "format": FORMAT,
         "version": VERSION,

@@ -75,9 +75,18 @@ def refuse_started_run(run_dir: Path) -> None:
         )
 
 
+def refuse_current_directory(path: Path) -> None:
+    if str(path) in ("", "."):
+        raise UsageError(
+            f"the run directory given is the current directory ({str(path)!r}), which a run never writes "
+            "into; give hydra.run.dir=DIR (or hydra.sweep.dir=DIR) a directory of its own"
+        )
+
+
 def claim_new(path: Path, given: bool) -> Path:
     """Create the directory of a fresh run (or sweep): `path` itself if the user named it and it holds
     no run; for a default name, the first of path, path_2, path_3, ... that an exclusive mkdir wins."""
+    refuse_current_directory(path)
     try:
         if given:
             refuse_started_run(path)
@@ -105,13 +114,14 @@ def claim(args: list[str]) -> list[str]:
     if parsed.help or parsed.hydra_help or parsed.shell_completion or parsed.cfg or parsed.info:
         return args
     key = "hydra.sweep.dir" if parsed.multirun else "hydra.run.dir"
-    given = any(a.startswith(f"{key}=") for a in args)
+    given = any(override_key(a) == key for a in args if "=" in a)
     if parsed.multirun:
         from posenc_cli.config import sweep_points
 
         with composing(parsed) as compose_point:
             first = sweep_points(parsed.overrides)[0]
             path = Path(str(compose_point(first, select=key)))
+        refuse_current_directory(path)
         if given and path.is_dir() and any(holds_run(p) for p in path.iterdir() if p.is_dir()):
             raise UsageError(
                 f"{path} already holds runs of a sweep, which are never started over; give another "
@@ -119,7 +129,7 @@ def claim(args: list[str]) -> list[str]:
             )
         return [*args, f"{key}={claim_new(path, given)}"]
     if resuming(args):
-        run = Path(next(a for a in reversed(args) if a.startswith("train.resume=")).split("=", 1)[1])
+        run = Path(str(resume_value(args)))
         hold_lock(run)
         return args
     with composing(parsed) as compose_point:
@@ -131,20 +141,34 @@ def claim(args: list[str]) -> list[str]:
     return [*args, f"{key}={run}"] if not given else args
 
 
+NOT_RESUMING = ("", "null", "None", "false", "False")  # train.resume values that start a fresh run
+
+
+def override_key(arg: str) -> str:
+    """The key an override sets, whatever its prefix: `+train.resume=X`, `++k=v`, `~k` -> the key."""
+    return arg.split("=", 1)[0].lstrip("+~")
+
+
+def resume_value(args: list[str]) -> str | None:
+    """The last train.resume value given, however it was prefixed (+, ++), or None."""
+    given = [a.split("=", 1)[1] for a in args if "=" in a and override_key(a) == "train.resume"]
+    return given[-1] if given else None
+
+
 def resuming(args: list[str]) -> bool:
-    given = [a for a in args if a.startswith("train.resume=")]
-    return bool(given) and given[-1].split("=", 1)[1] not in ("", "null", "None", "false", "False")
+    return resume_value(args) not in (None, *NOT_RESUMING)
 
 
 def resume_args(args: list[str], outputs: Path = Path("outputs")) -> list[str]:
     """`train.resume=RUN` continues RUN in place, as it was started: only RESUMABLE keys may change.
     `train.resume=true` means the newest run under outputs/runs. The directory is checked here, before
     Hydra runs; Hydra then writes nothing into it but the log it appends to (no .hydra/)."""
-    if not resuming(args):
-        return args
+    if not resuming(args):  # a fresh run: a false-like train.resume is spelt as the one null value
+        given = [a for a in args if override_key(a) == "train.resume"]
+        return [a for a in args if a not in given] + (["train.resume=null"] if given else [])
     if any(a in ("-m", "--multirun") for a in args):
         raise UsageError("train.resume continues one run; it cannot be part of a sweep (-m)")
-    value = [a for a in args if a.startswith("train.resume=")][-1].split("=", 1)[1]
+    value = str(resume_value(args))
     if value in ("true", "True"):
         newest = sorted(p for p in (outputs / "runs").glob("*") if holds_run(p))
         if not newest:
@@ -156,9 +180,9 @@ def resume_args(args: list[str], outputs: Path = Path("outputs")) -> list[str]:
     if not run.is_dir() or not holds_run(run):
         raise UsageError(f"train.resume={run} is not a run directory (no summary.json or {FILENAME} in it)")
     for arg in args:
-        key = arg.split("=", 1)[0].lstrip("+~")
+        key = override_key(arg)
         if (
-            "=" in arg
+            ("=" in arg or arg.startswith("~"))
             and not arg.startswith("-")
             and key not in (*RESUMABLE, "train.resume")
             and not key.startswith("hydra/launcher")
@@ -173,7 +197,7 @@ def resume_args(args: list[str], outputs: Path = Path("outputs")) -> list[str]:
             f"{run} is being trained by another process right now; wait for it to finish, "
             "or stop it and then resume"
         )
-    kept = [a for a in args if not a.startswith("train.resume=")]
+    kept = [a for a in args if override_key(a) != "train.resume"]
     return [*kept, f"train.resume={run}", f"hydra.run.dir={run}", "hydra.output_subdir=null"]
 
 
@@ -198,7 +222,10 @@ def stored_record(run: Path) -> tuple[dict[str, Any], str]:
     summary = read_json(run / "summary.json")
     source, record = run / "summary.json", summary
     if (run / FILENAME).is_file():
+        from posenc_cli.runs import check_fields
+
         source, record = run / FILENAME, load_checkpoint(run / FILENAME)
+        check_fields(record, source)  # a damaged checkpoint is named, never resumed from
         if record.get("run_id") != summary.get("run_id"):
             raise UsageError(
                 f"{run / FILENAME} belongs to another run than {run / 'summary.json'} (their run ids "

@@ -125,7 +125,12 @@ class LoadedRun:
                     f"--rope-scaling {method} exists for hf: models only; posenc's own rotary runs "
                     f"take {', '.join(METHODS)}"
                 )
-        return [{"scaling": m, "scaling_factor": factor, "scaling_len": self.train_len} for m in methods]
+        return [
+            {"scaling": m}
+            if m == "none"
+            else {"scaling": m, "scaling_factor": factor, "scaling_len": self.train_len}
+            for m in methods
+        ]
 
     def use_variant(self, options: dict) -> str:
         """Evaluate with these scheme options from now on (the checkpoint is untouched); its label."""
@@ -307,22 +312,59 @@ def load_targets(names: list[str], verb: str, hf_options: dict) -> tuple[list, s
 
 
 def checked_out(out: str | None) -> Path | None:
-    """--out as given, checked before any work: not empty, not a file, not under a file, writable.
-    Nothing is created here; None (the default) stays None."""
-    import os
+    """--out as given, checked before any work: not empty, not a file, not under a file, not a run's own
+    directory, and writable (tried, not guessed from permission bits). Nothing is left behind here; None
+    (the default) stays None."""
+    from posenc_cli.ownership import holds_run
 
     if out is None:
         return None
-    if not out.strip():
-        raise UsageError("--out is empty; give a directory to write to (or leave --out out for the default)")
-    path = Path(out)
+    path = writable_place("--out", out)
     if path.exists() and not path.is_dir():
         raise UsageError(f"--out {out} is a file; give a directory to write to")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise UsageError(f"--out {out} lies under {existing}, which is a file; give a directory to write to")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: {existing} is not writable; give a directory you can write to")
+    if path.is_dir() and holds_run(path):
+        raise UsageError(
+            f"--out {out} holds a run, whose directory only training writes; give another directory"
+        )
+    return path
+
+
+def checked_out_file(out: str | Path | None, option: str = "--out") -> Path | None:
+    """A file to write (sample --out), checked before any work: not empty, not a directory, not under a
+    file, not one of a run's own files, in a writable place. An ordinary existing file is replaced."""
+    from posenc_cli.ownership import holds_run
+
+    if out is None:
+        return None
+    path = writable_place(option, str(out))
+    if path.is_dir() or str(out).endswith("/"):
+        raise UsageError(f"{option} {out} is a directory; give the path of a file to write")
+    if path.exists() and holds_run(path.parent):
+        raise UsageError(f"{option} {out} is a file of the run in {path.parent}; give another path")
+    return path
+
+
+def writable_place(option: str, out: str) -> Path:
+    """`out` as a path whose nearest existing ancestor is a directory this process can create files in
+    (a temporary directory is made and removed there: permission bits lie to root and on read-only or
+    special file systems)."""
+    import tempfile
+
+    if not out.strip():
+        raise UsageError(f"{option} is empty; give a path to write to (or leave {option} out)")
+    path = Path(out)
+    existing = next(p for p in (path, *path.parents) if p.exists() or p == Path("."))
+    if path != existing and not existing.is_dir():
+        raise UsageError(
+            f"{option} {out} lies under {existing}, which is a file; give a directory to write to"
+        )
+    where = existing if existing.is_dir() else existing.parent
+    try:
+        Path(tempfile.mkdtemp(prefix=".posenc-write-check-", dir=where)).rmdir()
+    except OSError as err:
+        raise UsageError(
+            f"{option} {out}: {where} is not writable ({err.strerror}); give another path"
+        ) from None
     return path
 
 

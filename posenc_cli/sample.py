@@ -8,12 +8,13 @@ stops there with a message unless a window keeps the context inside it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
 import torch
 
-from posenc_cli.errors import UsageError, require_positive_int
+from posenc_cli.errors import UsageError, require_positive_int, require_seed
 from posenc_cli.runs import LoadedRun
 
 
@@ -87,11 +88,12 @@ def pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def check_sampling(temperature: float, top_k: int | None) -> None:
-    if not temperature >= 0:
-        raise UsageError(f"--temperature must be >= 0 (0 is greedy), got {temperature}")
+def check_sampling(temperature: float, top_k: int | None, seed: int) -> None:
+    if not (temperature >= 0 and math.isfinite(temperature)):
+        raise UsageError(f"--temperature must be a finite number >= 0 (0 is greedy), got {temperature}")
     if top_k is not None:
         require_positive_int("--top-k", top_k)
+    require_seed("--seed", seed)
 
 
 def stream_text(run: LoadedRun, ids: Iterator[int]) -> Iterator[str]:

@@ -270,3 +270,37 @@ def test_numeric_options_and_out_are_checked_before_any_work(broken_runs, workdi
     for args, needle in cases:
         assert_refused(*posenc(*args), needle)
     assert files_under(workdir) == before
+
+
+def test_every_output_path_and_sampling_option_is_checked_before_any_work(broken_runs, workdir):
+    """--out of every command that writes (eval, probe, inspect, bench, export, sample): empty, a file
+    where a directory goes or the reverse, under a file, or in a place that cannot be written (tried,
+    not read from permission bits, which root ignores); and options that only mean something with
+    another (--rope-factor without --rope-scaling, --layer without --run), seeds and temperatures."""
+    good = str(broken_runs["good"])
+    (workdir / "afile").write_text("x")
+    sample = ["sample", good, "--prompt", "the ", "--tokens", "3"]
+    cases = [
+        (["export", good, "--out", ""], "--out is empty"),
+        (["export", good, "--out", "afile/x"], "under"),
+        ([*sample, "--out", ""], "--out is empty"),
+        ([*sample, "--out", "notarun"], "is a directory"),
+        ([*sample, "--out", "newdir/"], "is a directory"),
+        ([*sample, "--out", "afile/x"], "under"),
+        ([*sample, "--temperature", "inf"], "--temperature"),
+        ([*sample, "--seed", "-1"], "--seed"),
+        ([*sample, "--seed", str(2**64)], "--seed"),
+        (["probe", good, "--seed", str(2**64)], "--seed"),
+        (["eval", good, "--rope-factor", "2"], "--rope-scaling"),
+        (["inspect", "rope", "--layer", "1"], "--run"),
+    ]
+    if Path("/proc").is_dir():  # a directory nobody can create files in, root included
+        for command in (["eval", good], ["probe", good], ["inspect", "rope"], ["bench", "--quick"]):
+            cases.append(([*command, "--out", "/proc/posenc/x"], "not writable"))
+        cases += [(["export", good, "--out", "/proc/x"], "not writable")]
+        cases += [([*sample, "--out", "/proc/x"], "not writable")]
+    before = files_under(workdir)
+    for args, needle in cases:
+        assert_refused(*posenc(*args), needle)
+    assert files_under(workdir) == before
+    assert (workdir / "afile").read_text() == "x"

@@ -142,3 +142,49 @@ def test_a_10000_point_sweep_checks_every_value_in_seconds():
     assert time.perf_counter() - started < 60  # ~100 compositions, not 10,000
     message = refusal("-m seed=range(0,100) data.seed=range(-1,99)")  # one bad value among 10,000 points
     assert "data.seed" in message
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (f"seed={2**64}", "seed must be an integer between 0 and"),
+        (f"data.seed={2**64}", "data.seed"),
+        ("data.vocab_size=0", "data.vocab_size"),  # in range even where the tokenizer ignores it
+        ("experiment=smoke data.val_fraction=0.9999999", "smaller split has 0"),  # an empty training split
+        ("experiment=smoke scheme=learned scheme.max_len=10", "scheme.max_len=10 is below train.block_size"),
+        ("experiment=smoke scheme=sinusoidal+learned scheme.parts.1.max_len=10", "scheme.max_len=10"),
+        ("scheme.scaling=linear scheme.scaling_factor=inf", "finite"),
+        ("scheme.scaling_factor=4", "scheme.scaling_factor applies only with a RoPE scaling"),
+        ("scheme=learned train.positions=randomized train.max_position=100000000000", "scheme's positions"),
+        ("+train.max_steps=5", "An item is already at 'train.max_steps'"),
+    ],
+)
+def test_values_that_once_failed_mid_run_or_were_ignored_are_refused_in_the_preflight(args, needle):
+    """Each of these once passed the pre-flight and then failed inside training (after the run directory
+    was written), trained with the value silently ignored, or named a wrong key ("An")."""
+    assert needle in refusal(args)
+
+
+def test_an_unusable_token_cache_directory_is_refused_before_training(tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 50, encoding="utf-8")
+    (tmp_path / "afile").write_text("x")
+    base = f"experiment=smoke data=text data.path={text}"
+    assert "is a file" in refusal(f"{base} data.cache_dir={tmp_path / 'afile'}")
+    assert "under" in refusal(f"{base} data.cache_dir={tmp_path / 'afile' / 'x'}")
+
+
+def test_a_sweep_with_cfg_prints_every_job_and_with_info_describes_the_first(capsys):
+    """Hydra refuses -m with --cfg or --info; posenc answers both, and the pre-flight composes one point."""
+    from posenc_cli.config import print_sweep
+
+    started = time.perf_counter()
+    preflight(["-m", "--cfg", "job", "seed=range(0,10000)"])
+    assert time.perf_counter() - started < 30  # one composition, not 10,000
+    print_sweep(["-m", "--cfg", "job", "experiment=smoke", "scheme=glob(r*)", "seed=range(0,2)"])
+    printed = capsys.readouterr().out
+    assert printed.count("# job ") == 2 and "# job 1: experiment=smoke scheme=rope seed=1" in printed
+    from conftest import posenc
+
+    code, stderr = posenc("train", "-m", "seed=0,1", "--info", "defaults")
+    assert code == 0, stderr

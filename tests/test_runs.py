@@ -182,12 +182,7 @@ def test_an_unreadable_summary_is_one_line_and_skipped_among_many(run, smoke_swe
     [("tokenizer", 5), ("train_len", "abc"), ("data", None), ("seed", "x"), ("tokenizer", [1, 2])],
 )
 def test_a_checkpoint_with_wrong_field_types_is_one_line_naming_the_file(run, field, value):
-    payload = torch.load(run / FILENAME, weights_only=True)
-    if value is None:
-        del payload[field]
-    else:
-        payload[field] = value
-    torch.save(payload, run / FILENAME)
+    damage_checkpoint(run, field, value)
     assert_refused(*posenc("eval", str(run), "--lengths", "64"), str(run / FILENAME))
 
 
@@ -245,3 +240,62 @@ def test_kill_9_during_eval_leaves_a_complete_or_clearly_incomplete_set(smoke_sw
     assert again.returncode == 0, again.stderr
     assert "ppl_vs_length.png" in json.loads(manifest.read_text())["files"]
     assert not list((tmp_path / "ev").glob(".*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["+train.resume={run}", "model.n_embd=64"],
+        ["++train.resume={run}", "seed=3"],
+        ["train.resume={run}", "~seed"],
+        ["train.resume=false", *SMOKE, "hydra.run.dir={run}"],
+    ],
+)
+def test_no_spelling_of_train_resume_bypasses_the_resume_rules(run, args):
+    """+/++ prefixes, ~KEY and false-like values are read as the plain key: refused, no byte changed,
+    no other directory made (a bypass once trained a copy of the run elsewhere, ignoring the overrides)."""
+    before = snapshot(run)
+    code, stderr = posenc("train", *(a.format(run=run) for a in args))
+    assert_refused(code, stderr, str(run))
+    assert snapshot(run) == before
+    assert sorted(p.name for p in run.parent.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize("value", ["", "."])
+def test_a_run_never_writes_into_the_current_directory(run, value):
+    assert_refused(*posenc("train", *SMOKE, f"hydra.run.dir={value}"), "current directory")
+    assert_refused(
+        *posenc("train", "-m", *SMOKE, "seed=0,1", f"hydra.sweep.dir={value}"), "current directory"
+    )
+    assert sorted(p.name for p in run.parent.iterdir()) == ["run"]
+
+
+def test_outputs_never_go_into_a_run_directory_or_over_its_files(run):
+    before = snapshot(run)
+    for args in (
+        ["eval", str(run), "--lengths", "64", "--out", str(run)],
+        ["probe", str(run), "--out", str(run)],
+        ["export", str(run), "--out", str(run)],
+        ["sample", str(run), "--prompt", "the ", "--out", str(run / "summary.json")],
+        ["sample", str(run), "--prompt", "the ", "--out", str(run / FILENAME)],
+    ):
+        assert_refused(*posenc(*args), str(run))
+    assert snapshot(run) == before
+
+
+def damage_checkpoint(run: Path, field: str, value) -> None:
+    """Give the run's checkpoint a field of the wrong type (None: remove the field)."""
+    payload = torch.load(run / FILENAME, weights_only=True)
+    if value is None:
+        del payload[field]
+    else:
+        payload[field] = value
+    torch.save(payload, run / FILENAME)
+
+
+@pytest.mark.parametrize("field, value", [("model_config", [1]), ("train_len", "abc"), ("data", None)])
+def test_a_resume_never_trusts_a_checkpoint_with_wrong_field_types(run, field, value):
+    damage_checkpoint(run, field, value)
+    before = snapshot(run)
+    assert_refused(*posenc("train", f"train.resume={run}"), str(run / FILENAME), field)
+    assert snapshot(run) == before

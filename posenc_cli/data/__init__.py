@@ -40,8 +40,8 @@ def check_tokenizer_options(data_cfg: Mapping[str, Any]) -> None:
     kind = data_cfg.get("tokenizer", "char")
     if kind not in TOKENIZERS:
         raise UsageError(f"data.tokenizer={kind} is not known; choose one of: {', '.join(TOKENIZERS)}")
+    require_positive_int("data.vocab_size", data_cfg.get("vocab_size", 4096))  # in range even where unused
     if kind == "bpe":
-        require_positive_int("data.vocab_size", data_cfg.get("vocab_size", 4096))
         if data_cfg.get("vocab_size", 4096) < 257:
             raise UsageError(
                 "data.vocab_size must be at least 257 for data.tokenizer=bpe (256 byte tokens "

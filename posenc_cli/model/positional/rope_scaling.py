@@ -86,10 +86,11 @@ class RopeScaling:
                 f"RoPE scaling {self.method!r} (--rope-scaling, scheme.scaling) is not known; "
                 f"choose from: {', '.join(METHODS)} (hf: models also {', '.join(HF_ONLY)})"
             )
-        if self.factor is not None and not (isinstance(self.factor, (int, float)) and self.factor > 0):
+        factor_ok = isinstance(self.factor, (int, float)) and math.isfinite(self.factor) and self.factor > 0
+        if self.factor is not None and not factor_ok:
             raise UsageError(
-                f"the RoPE scale factor (--rope-factor, scheme.scaling_factor) must be a positive "
-                f"number, got {self.factor!r}"
+                f"the RoPE scale factor (--rope-factor, scheme.scaling_factor) must be a finite "
+                f"positive number, got {self.factor!r}"
             )
         if not 0 < self.alpha < self.beta:
             raise UsageError(
@@ -131,6 +132,11 @@ def rope_scaling(
     """The scaling a rotary scheme's options ask for, None for 'none'. L (`original_len`) defaults to
     block_size / factor: fine-tuning at 1,024 with factor 4 extends a model first trained at 256, as
     s = L'/L in the papers; with no factor, L is the block size itself (s = T/L past it)."""
+    if method == "none" and (factor is not None or original_len is not None):
+        given = "scheme.scaling_factor" if factor is not None else "scheme.scaling_len"
+        raise UsageError(
+            f"{given} applies only with a RoPE scaling; add scheme.scaling=linear|ntk|dynamic|yarn or drop it"
+        )
     if original_len is None:
         original_len = (
             max(1, round(block_size / factor))
@@ -147,4 +153,8 @@ def parse_rope_scaling(text: str, factor: float | None) -> list[str]:
     methods = list(dict.fromkeys(p.strip() for p in str(text).split(",")))
     for method in methods:
         RopeScaling(method, train_len=1, factor=factor)
+    if factor is not None and methods == ["none"]:
+        raise UsageError(
+            f"--rope-factor {factor:g} applies only with --rope-scaling; add e.g. --rope-scaling yarn or drop it"
+        )
     return methods
