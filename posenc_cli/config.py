@@ -48,6 +48,7 @@ from posenc_cli.ownership import resumed_config
 from posenc_cli.tracking import check_loggers
 
 EXHAUSTIVE_SWEEP_POINTS = 64  # larger sweeps: every value of every key is checked, not every combination
+VALUES_CHECKED_PER_KEY = 64  # past this, a key's values are sampled evenly, its first and last included
 POSITIONS = ("ordinary", "randomized")
 
 
@@ -543,8 +544,9 @@ def composing(parsed) -> Iterator[Callable[..., Any]]:
 def sweep_points(overrides: list[str], every: bool = False) -> Sequence[list[str]] | Iterator[list[str]]:
     """The sweep's points to check, expanded as the basic sweeper does (a,b, range(), choice(), glob()).
     Up to EXHAUSTIVE_SWEEP_POINTS points: all of them. Beyond: each key's every value at least once
-    (point i takes value i mod n of each key), so a 10,000-point sweep starts in seconds; each job
-    checks its own combination again before it trains. Call inside `composing` (glob needs the loader)."""
+    (point i takes value i mod n of each key), and of a key with more than VALUES_CHECKED_PER_KEY values
+    (seed=range(0,10000)) that many, evenly spread, ends included, so any sweep starts in seconds; each
+    job checks its own combination again before it trains. Call inside `composing` (glob needs it)."""
     try:
         parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
         choices: dict[str, list[str]] = {}
@@ -573,7 +575,15 @@ def sweep_points(overrides: list[str], every: bool = False) -> Sequence[list[str
         return (list(point) for point in itertools.product(*lists))
     if total <= EXHAUSTIVE_SWEEP_POINTS:
         return [list(point) for point in itertools.product(*lists)]
+    lists = [spread(values, VALUES_CHECKED_PER_KEY) for values in lists]
     return [[values[i % len(values)] for values in lists] for i in range(max(map(len, lists)))]
+
+
+def spread(values: list[str], most: int) -> list[str]:
+    """At most `most` of `values`, evenly spaced, the first and the last always among them."""
+    if len(values) <= most:
+        return values
+    return [values[round(i * (len(values) - 1) / (most - 1))] for i in range(most)]
 
 
 def validate_init_from(cfg: dict[str, Any]) -> None:
