@@ -440,7 +440,7 @@ def sample(
     from posenc_cli.atomic import write_text
     from posenc_cli.device import resolve_device
     from posenc_cli.runs import checked_out_file, load_run
-    from posenc_cli.sample import check_sampling, generate, plan, stream_text
+    from posenc_cli.sample import check_memory, check_sampling, generate, plan, stream_text
 
     out = checked_out_file(out)
     check_sampling(temperature, top_k, seed)
@@ -453,6 +453,7 @@ def sample(
         raise UsageError(f"--prompt: {err}") from None
     steps = plan(loaded, len(prompt_ids), tokens, window)
     target = resolve_device(device)
+    check_memory(loaded, window or len(prompt_ids) + steps.tokens, target)
     ui.out.file.write(prompt)
     pieces = [prompt]
     for piece in stream_text(

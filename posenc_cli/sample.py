@@ -55,6 +55,21 @@ def plan(run: LoadedRun, prompt_len: int, tokens: int, window: int | None) -> Sa
     )
 
 
+def check_memory(run: LoadedRun, context: int, device: torch.device) -> None:
+    """The last step reads `context` tokens at once (the window, or the prompt and every token): its
+    logits and activations must fit, or the run is refused before it starts rather than killed later."""
+    from posenc_cli.config import available_memory
+
+    cfg = run.model.cfg
+    need = 4 * context * (len(run.tokenizer) + 16 * cfg.n_embd * cfg.n_layer)  # fp32 bytes of one forward
+    free = available_memory(device)
+    if free is not None and need > free:
+        raise UsageError(
+            f"--tokens: a context of {context:,} tokens needs about {need / 2**30:,.1f} GiB, but {device} has "
+            f"{free / 2**30:,.1f} GiB free; ask for fewer --tokens or slide the context with --window"
+        )
+
+
 @torch.inference_mode()
 def generate(
     run: LoadedRun,

@@ -290,6 +290,7 @@ def test_every_output_path_and_sampling_option_is_checked_before_any_work(broken
         ([*sample, "--temperature", "inf"], "--temperature"),
         ([*sample, "--seed", "-1"], "--seed"),
         ([*sample, "--seed", str(2**64)], "--seed"),
+        (["sample", good, "--prompt", "the ", "--tokens", str(10**11)], "GiB"),  # a context no memory holds
         (["probe", good, "--seed", str(2**64)], "--seed"),
         (["eval", good, "--rope-factor", "2"], "--rope-scaling"),
         (["inspect", "rope", "--layer", "1"], "--run"),
