@@ -46,7 +46,7 @@ def workdir(tmp_path, monkeypatch) -> Path:
         (["data=text", "data.path=no/such/file.txt"], ["data.path=no/such/file.txt", "does not exist"]),
         (["train.max_steps=0"], ["train.max_steps", "positive integer"]),
         (["model.no_such_key=1"], ["no_such_key"]),
-        (["train.block_size=300000"], ["train.block_size=300000", "validation split"]),
+        (["train.block_size=300000"], ["train.block_size=300000", "smaller split"]),
         (["-m", "scheme=rope,alibi", "model.n_embd=12", "model.n_head=4", *SMOKE], ["even head_dim"]),
         (["data.tokenizer=word"], ["data.tokenizer=word", "char, byte, bpe"]),
         (["scheme=rope+bogus"], ["Could not find 'scheme/rope+bogus'"]),
