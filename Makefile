@@ -10,6 +10,7 @@ LENGTHS ?= 512,1024,2048
 demo: $(VENV)/.installed
 	$(BIN)/posenc train -m scheme=$(SCHEMES)
 	$(BIN)/posenc eval --lengths $(LENGTHS)
+	@echo "One seed per scheme. The README's headline (3 seeds, mean ± std): bash scripts/reproduce_table.sh"
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
