@@ -34,7 +34,7 @@ from posenc_cli.errors import UsageError
 FORMAT = 1
 BLOCK_BYTES = 16 << 20
 BPE_TRAIN_CHARS = 32_000_000  # BPE learns its merges from at most this much of the training split
-BATCH_PIECES = 4  # pieces encoded together (BPE encodes them in parallel; ~100 bytes a token meanwhile)
+BATCH_PIECES = 1  # pieces encoded together (BPE encodes them in parallel; ~100 bytes a token meanwhile)
 MAX_CODE_POINT = 0x110000
 
 

@@ -184,10 +184,9 @@ class BpeTokenizer(TokenizerBase):
         return self.hf.to_str()
 
     def encode_pieces(self, pieces: list[str], strict: bool = True) -> np.ndarray:
-        ids = [
-            np.asarray(e.ids, dtype=np.int64)
-            for e in self.hf.encode_batch([p for t in pieces for p in text_pieces(t)])
-        ]
+        # encode_batch_fast skips the character offsets nothing here reads: the same ids, far less memory
+        encode = getattr(self.hf, "encode_batch_fast", self.hf.encode_batch)
+        ids = [np.asarray(e.ids, dtype=np.int64) for e in encode([p for t in pieces for p in text_pieces(t)])]
         return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
 
     def encode_array(self, text: str, strict: bool = True) -> np.ndarray:
