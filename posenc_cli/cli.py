@@ -34,11 +34,11 @@ TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
 Config groups (pick with group=option):
   scheme: {schemes}   (default rope)
-  model:  tiny | small | medium                        (default tiny)
-  data:   synthetic | text | bin | hf                  (default synthetic; text needs data.path=FILE)
-  data.tokenizer: char | byte | bpe                    (default char; bpe: data.vocab_size, default 4096)
-  logger: csv | tensorboard | wandb, or a list: logger=\\[csv,tensorboard]   (default csv; pip install 'posenc\\[track]')
-  experiment: smoke | probe | extend                   (presets that set several groups)
+  model:  {models}   (default tiny)
+  data:   {corpora}   (default synthetic; text needs data.path=FILE)
+  data.tokenizer: {tokenizers}   (default char; bpe: data.vocab_size, default 4096)
+  logger: {loggers}, or a list: logger=\\[csv,tensorboard]   (default csv; pip install 'posenc\\[track]')
+  experiment: {experiments}   (presets that set several groups)
 
 Common keys: model.n_layer model.n_head model.n_embd data.path train.max_steps train.batch_size
 train.block_size (the training length, default 256) train.init_from train.positions train.max_position
@@ -130,16 +130,30 @@ DEVICE_HELP = "Where the model runs (auto: cuda, then mps, then cpu; cuda:N also
 
 
 class TrainCommand(TyperCommand):
-    """`posenc train`'s help lists the schemes from their classes, imported (with torch) only when the
-    help is shown; the command list of `posenc --help` shows its short help. Its arguments are Hydra
+    """`posenc train`'s help lists each group's options from their homes (schemes from their classes,
+    typed groups from config.OPTIONS, yaml groups from configs/), imported only when the help is shown; the command list of `posenc --help` shows its short help. Its arguments are Hydra
     overrides, so the shell completes them through Hydra's completion: config groups, their options
     and config keys, as `python app.py <TAB>` does for a Hydra app."""
 
     @property
     def help(self) -> str:
+        from posenc_cli.config import DATA, OPTIONS, config_dir
+        from posenc_cli.data.tokenizers import TOKENIZERS
         from posenc_cli.model.positional import SCHEMES
 
-        return reflow(TRAIN_HELP.format(schemes=" | ".join(SCHEMES)))
+        def yaml_options(group: str) -> str:
+            return " | ".join(sorted(p.stem for p in (config_dir() / group).glob("*.yaml")))
+
+        return reflow(
+            TRAIN_HELP.format(
+                schemes=" | ".join(SCHEMES),
+                models=" | ".join(OPTIONS["model"]),
+                corpora=" | ".join(DATA),
+                tokenizers=" | ".join(TOKENIZERS),
+                loggers=yaml_options("logger"),
+                experiments=yaml_options("experiment"),
+            )
+        )
 
     @help.setter
     def help(self, _: str | None) -> None:
