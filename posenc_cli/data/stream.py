@@ -31,10 +31,10 @@ from posenc_cli.data.tokenizers import PIECE_CHARS, BpeTokenizer, ByteTokenizer,
 from posenc_cli.data.vocab import UNK, Vocab, code_points
 from posenc_cli.errors import UsageError
 
-FORMAT = 1
+FORMAT = 2  # 2: pieces of 256k characters (was 1M), so a cache of format 1 is rebuilt, never mixed
 BLOCK_BYTES = 16 << 20
 BPE_TRAIN_CHARS = 32_000_000  # BPE learns its merges from at most this much of the training split
-BATCH_PIECES = 1  # pieces encoded together (BPE encodes them in parallel; ~100 bytes a token meanwhile)
+BATCH_PIECES = 1  # pieces encoded at once: each holds ~100 bytes a token until it is written (peak RSS)
 MAX_CODE_POINT = 0x110000
 
 

@@ -25,7 +25,7 @@ import torch
 from posenc_cli.errors import UsageError
 
 TOKENIZERS = ("char", "byte", "bpe")
-PIECE_CHARS = 1 << 20  # BPE encodes text in pieces cut after a newline (see `text_pieces`)
+PIECE_CHARS = 1 << 18  # BPE encodes text in pieces cut after a newline (`text_pieces`); small = less memory
 
 
 def fingerprint_of(payload: dict) -> str:
