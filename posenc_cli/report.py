@@ -85,7 +85,8 @@ class Extrapolation:
     train_ppl: float
     longest_ppl: float
     unigram_ppl: float
-    best_longest_ppl: float  # the best learned scheme's ppl at the longest length
+    longest_compared: float  # what quality compares at the longest length (see `compared_perplexity`)
+    best_longest_compared: float  # the same for the best learned scheme
 
     @property
     def stability(self) -> float:
@@ -93,7 +94,7 @@ class Extrapolation:
 
     @property
     def quality(self) -> float:
-        return self.longest_ppl / self.best_longest_ppl
+        return self.longest_compared / self.best_longest_compared
 
     @property
     def learned(self) -> bool:
@@ -104,20 +105,37 @@ class Extrapolation:
         return verdict(self.stability, self.quality, self.learned)
 
 
+def per_byte(df: pd.DataFrame) -> bool:
+    """Whether the table mixes tokenizers: their tokens differ, so only perplexity per byte compares."""
+    return "tokenizer" in df and "bpb" in df and df["tokenizer"].fillna("char").nunique() > 1
+
+
+def compared_perplexity(df: pd.DataFrame) -> pd.Series:
+    """What quality compares across columns: token perplexity, or per UTF-8 byte (2^bpb) when the
+    table mixes tokenizers (a BPE token's perplexity is not a character's)."""
+    return 2.0 ** df["bpb"] if per_byte(df) else df["ppl"]
+
+
 def extrapolation(df: pd.DataFrame, longest: int) -> tuple[dict[str, Extrapolation], str | None]:
     """Per scheme, the evidence for its verdict (against its own training length: models from the hub
     have their own), and the best learned scheme at the longest length."""
     means = df.groupby(["scheme", "eval_len"])["ppl"].mean()
+    compared = df.assign(compared=compared_perplexity(df)).groupby(["scheme", "eval_len"])["compared"].mean()
     own = df.groupby("scheme")["train_len"].min()
     unigram = df.groupby("scheme")["unigram_ppl"].mean() if "unigram_ppl" in df else {}
     facts = {
-        s: (means.get((s, own[s]), math.nan), means.get((s, longest), math.nan), unigram.get(s, math.nan))
+        s: (
+            means.get((s, own[s]), math.nan),
+            means.get((s, longest), math.nan),
+            unigram.get(s, math.nan),
+            compared.get((s, longest), math.nan),
+        )
         for s in scheme_order(df["scheme"])
     }
-    learned = {s: f[1] for s, f in facts.items() if has_learned(f[0], f[2]) and math.isfinite(f[1])}
+    learned = {s: f[3] for s, f in facts.items() if has_learned(f[0], f[2]) and math.isfinite(f[3])}
     best = min(learned, key=learned.get) if learned else None
-    best_ppl = learned[best] if best else math.nan
-    return {s: Extrapolation(*f, best_longest_ppl=best_ppl) for s, f in facts.items()}, best
+    best_compared = learned[best] if best else math.nan
+    return {s: Extrapolation(*f, best_longest_compared=best_compared) for s, f in facts.items()}, best
 
 
 def tokenizer_label(scheme: str, tokenizer: str) -> str:
@@ -256,8 +274,9 @@ def comparison(
         [f"stability: ppl({longest}) / own ppl({train_len if one_length else 'training length'})"]
         + [times(evidence[s].stability) for s in schemes]
     )
+    measure = f"per-byte ppl({longest}) = 2^bpb" if per_byte(df) else f"ppl({longest})"
     rows.append(
-        [f"quality: ppl({longest}) / best's" + (f" ({best})" if best else "")]
+        [f"quality: {measure} / best's" + (f" ({best})" if best else "")]
         + [times(evidence[s].quality) for s in schemes]
     )
     if subword(df):
@@ -290,7 +309,12 @@ def comparison(
         f"stability compares a model with itself: near 1× means the tokens past {train_len} do the model no harm, "
         "not that it uses them (a model that ignores far context is flat too; passkey retrieval, `posenc probe`, "
         "asks whether they are used), and it says nothing about how good the model is. quality compares it with "
-        f"the best scheme at {longest}.",
+        f"the best scheme at {longest}"
+        + (
+            ", per UTF-8 byte, because the table mixes tokenizers and a token's perplexity depends on what a token is."
+            if per_byte(df)
+            else "."
+        ),
         "extrapolation, measured: the lower of two grades, stability "
         + bands_text(STABILITY_BANDS)
         + " and quality "

@@ -259,6 +259,23 @@ def test_comparison_grades_a_flat_but_poor_scheme_below_strong_and_an_unlearned_
     assert "Perplexity on 4,096 validation tokens" in text and "not that it uses them" in text
 
 
+def test_across_tokenizers_quality_compares_perplexity_per_byte_not_per_token():
+    """A BPE token covers several characters, so its perplexity is higher for the same text: two runs
+    with the same bits per byte are equally good, whatever their token perplexities."""
+    rows = []
+    for scheme, tokenizer, ppls, bpb in (
+        ("alibi [char]", "char", {128: 8.1, 1024: 8.0}, 3.0),
+        ("alibi [bpe]", "bpe", {128: 56.0, 1024: 55.0}, 3.0),
+        ("rope [bpe]", "bpe", {128: 54.0, 1024: 70.0}, 3.3),
+    ):
+        for row in ppl_rows(scheme, ppls, train_len=128, unigram_ppl=500.0):
+            rows.append(row | dict(tokenizer=tokenizer, bpb=bpb, bytes=4096.0, chars=4096.0))
+    lines = table_rows(comparison(pd.DataFrame(rows), {}))
+    (quality,) = [key for key in lines if key.startswith("quality: per-byte ppl(1024) = 2^bpb")]
+    assert lines[quality] == ["1.23×", "1.00×", "1.00×"]  # 2^(3.3 - 3.0); token ppl 55 vs 8 is no gap
+    assert lines["extrapolation, measured"][1:] == ["very strong", "very strong"]
+
+
 def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
     rows = []
     for seed, ppl in ((0, 4.0), (1, 6.0)):
