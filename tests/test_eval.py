@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -107,7 +108,7 @@ def test_bits_per_byte_by_hand():
     # six targets "é€aé€a" are 12 bytes, so bpb = 6 ln 3 / ln 2 / 12 = log2(3) / 2
     vocab = Vocab.from_text("aé€")
     tokens = vocab.encode("aé€aé€a")
-    per_id = torch.tensor([vocab.byte_counts, vocab.char_counts], dtype=torch.float64)
+    per_id = torch.tensor(np.stack([vocab.byte_counts, vocab.char_counts]), dtype=torch.float64)
     result = evaluate_length(
         LogitsScorer(FixedDistribution([1 / 3] * 3)),
         tokens,
