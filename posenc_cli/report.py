@@ -385,6 +385,52 @@ def passkey_rows(passkey: pd.DataFrame, schemes: list[str]) -> list[list[str]]:
     return rows
 
 
+def seed_spread(values: pd.Series) -> str:
+    """'mean ± std [min–max]' of percentages over seeds: retrieval is learned in a phase change, so
+    seeds split (one retrieves every key, the next none) and a mean alone hides the split."""
+    values = values.dropna()
+    if len(values) < 2:
+        return mean_std(values, digits=0)
+    return f"{mean_std(values, digits=0)} [{values.min():.0f}–{values.max():.0f}]"
+
+
+def passkey_by_depth(passkey: pd.DataFrame) -> str:
+    """passkey.md: per scheme, % retrieved at every depth and length with the spread over seeds, and
+    how many seeds retrieve at least half the keys (depths averaged)."""
+    train_len = int(passkey["train_len"].min())
+    sections = [
+        "# Passkey retrieval by depth and length\n\n"
+        f"% of {int(passkey['trials'].max())} trials retrieved exactly (`posenc probe`); cells are "
+        "mean ± std [min–max] over seeds. Depth is where the key sits in the filler: 0.1 is far from the "
+        "question, 0.9 near it.\n"
+    ]
+    for scheme in scheme_order(passkey["scheme"]):
+        sub = passkey[passkey.scheme == scheme].assign(percent=lambda d: d["accuracy"] * 100)
+        lengths = sorted(sub["length"].unique())
+        header = ["depth"] + [
+            f"{L} (training length)" if L == train_len else f"{L} ({L / train_len:g}×)" for L in lengths
+        ]
+        rows = [
+            [f"{depth:g}"]
+            + [seed_spread(sub[(sub.length == L) & (sub.depth == depth)]["percent"]) for L in lengths]
+            for depth in sorted(sub["depth"].unique())
+        ]
+        per_seed = sub.groupby(["length", "seed"])["percent"].mean()
+        rows.append(["all depths"] + [seed_spread(per_seed[L]) for L in lengths])
+        rows.append(
+            ["seeds retrieving ≥ 50 %"]
+            + [
+                f"{int((per_seed[L] >= 50).sum())} of {len(per_seed[L])}"
+                if per_seed[L].notna().any()
+                else BEYOND_TABLE
+                for L in lengths
+            ]
+        )
+        seeds = ", ".join(str(s) for s in sorted(sub["seed"].unique()))
+        sections.append(f"## {scheme} (seeds {seeds})\n\n" + markdown_table(header, rows))
+    return "\n".join(sections)
+
+
 def passkey_note(passkey: pd.DataFrame) -> str:
     depths = ", ".join(f"{d:g}" for d in sorted(passkey["depth"].unique()))
     return (
@@ -443,7 +489,8 @@ def plot_probe_summary(passkey: pd.DataFrame, path: Path) -> None:
 def write_probe_outputs(
     passkey: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en"
 ) -> list[Path]:
-    """probe.csv, one heatmap per scheme, the summary plot; comparison.md again if eval's ppl.csv is here.
+    """probe.csv, passkey.md, one heatmap per scheme, the summary plot; comparison.md again if eval's
+    ppl.csv is here.
     The set is complete once manifest.json is written."""
     with output_set(out):
         write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
@@ -453,6 +500,8 @@ def write_probe_outputs(
             written += [out / f"probe_{file_safe(scheme)}.png", out / f"probe_{file_safe(scheme)}.svg"]
         plot_probe_summary(passkey, out / "probe_summary.png")
         written += [out / "probe_summary.png", out / "probe_summary.svg"]
+        write_text(out / "passkey.md", passkey_by_depth(passkey))
+        written.append(out / "passkey.md")
         if (out / "ppl.csv").is_file():
             write_text(
                 out / "comparison.md",

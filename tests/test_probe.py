@@ -17,6 +17,7 @@ from posenc_cli.data.vocab import Vocab
 from posenc_cli.errors import UsageError
 from posenc_cli.evaluate import LogitsScorer
 from posenc_cli.probe import build_trial, check_vocab, filler_length, make_trials, score, without_episodes
+from posenc_cli.report import passkey_by_depth
 
 WORDS = "ba bode kalimu so tefa ri gunazo pe".split()
 VOCAB = Vocab.from_text("".join(sorted(passkey.needed_chars())) + "abcdefghijklmnopqrstuvwxyz")
@@ -155,11 +156,55 @@ def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path, monkeypatch):
     assert inside["accuracy"].between(0, 1).all() and (inside["key_nll"] > 0).all()
     for name in ("probe_rope.png", "probe_learned.png", "probe_summary.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert "| seeds retrieving ≥ 50 % |" in (out / "passkey.md").read_text()
     comparison = (out / "comparison.md").read_text()
     row = next(line for line in comparison.splitlines() if line.startswith("| passkey @ 128"))
     assert "—" in row
     evaluate(tmp_path, "--lengths", "96", "--max-tokens", "384", out="report")
     assert "passkey @ 96" in (out / "comparison.md").read_text()
+
+
+def passkey_cells(scheme: str, accuracy: dict[tuple[int, int, float], float]) -> pd.DataFrame:
+    """probe.csv rows for one scheme trained at 128: {(seed, length, depth): accuracy}."""
+    return pd.DataFrame(
+        [
+            {"scheme": scheme, "seed": seed, "train_len": 128, "length": length, "depth": depth}
+            | {"trials": 0 if math.isnan(acc) else 50, "accuracy": acc, "key_nll": 1.0}
+            for (seed, length, depth), acc in accuracy.items()
+        ]
+    )
+
+
+def table_rows(markdown: str, scheme: str) -> dict[str, list[str]]:
+    """{first cell: other cells} of one scheme's table in passkey.md."""
+    section = markdown.split(f"## {scheme} ")[1].split("\n## ")[0]
+    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| ")]
+    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
+
+
+def test_passkey_md_shows_the_split_between_seeds_that_a_mean_hides():
+    # seed 0 retrieves every key at 128, seed 1 none; at 256 seed 0 keeps only the near depth
+    rope = passkey_cells(
+        "rope",
+        {
+            (0, 128, 0.1): 1.0, (0, 128, 0.9): 1.0, (1, 128, 0.1): 0.0, (1, 128, 0.9): 0.0,
+            (0, 256, 0.1): 0.0, (0, 256, 0.9): 0.8, (1, 256, 0.1): 0.0, (1, 256, 0.9): 0.0,
+        },
+    )  # fmt: skip
+    learned = passkey_cells(
+        "learned", {(0, 128, 0.1): 0.5, (0, 128, 0.9): 0.7, (0, 256, 0.1): math.nan, (0, 256, 0.9): math.nan}
+    )
+    text = passkey_by_depth(pd.concat([rope, learned]))
+    rows = table_rows(text, "rope")
+    assert rows["depth"] == ["128 (training length)", "256 (2×)"]
+    assert rows["0.1"] == ["50 ± 71 [0–100]", "0 ± 0 [0–0]"]
+    assert rows["0.9"] == ["50 ± 71 [0–100]", "40 ± 57 [0–80]"]
+    assert rows["all depths"] == ["50 ± 71 [0–100]", "20 ± 28 [0–40]"]  # per seed: mean over depths
+    assert rows["seeds retrieving ≥ 50 %"] == ["1 of 2", "0 of 2"]
+    one_seed = table_rows(text, "learned")  # one seed: its number, no spread; past the table: —
+    assert one_seed["0.1"] == ["50", "—"] and one_seed["all depths"] == ["60", "—"]
+    assert one_seed["seeds retrieving ≥ 50 %"] == ["1 of 1", "—"]
+    assert text.index("## learned") < text.index("## rope")  # the chapters' order
 
 
 def test_filler_loses_the_corpus_own_episodes_and_keeps_unk_tokens():
