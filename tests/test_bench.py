@@ -8,10 +8,12 @@ import re
 
 import pandas as pd
 import pytest
+import torch
 
 from conftest import run_cli
+from posenc_cli.bench import peak as peak_module
 from posenc_cli.bench.markdown import mfu_text
-from posenc_cli.bench.peak import Peak, flops_per_token
+from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
 from posenc_cli.model import GPT, ModelConfig
 
@@ -59,6 +61,14 @@ def test_mfu_is_against_the_peak_of_the_runs_precision_and_never_shown_above_100
     assert peak.with_mfu({**row, "precision": "fp32"})["mfu"] == 1.0
     assert mfu_text(0.25) == "25.0%"
     assert "%" not in mfu_text(1.2)
+
+
+@pytest.mark.parametrize("gflops, expected", [(100.0, 512), (1.0, 256)])
+def test_a_slow_precision_is_timed_on_a_smaller_matmul(monkeypatch, gflops, expected):
+    # one matmul's time at `gflops`: at 1 GFLOP/s (bf16 emulated on an AVX2 CPU) 512 would take 0.27 s
+    monkeypatch.setattr(peak_module, "timed_mm", lambda a, b: 2 * len(a) ** 3 / (gflops * 1e9))
+    a, b = sized_operands(torch.bfloat16, size=512, seconds=0.1)
+    assert a.shape == b.shape == (expected, expected) and a.dtype == torch.bfloat16
 
 
 def test_side_by_side_says_when_the_peer_is_absent(tmp_path):

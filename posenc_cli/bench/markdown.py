@@ -149,7 +149,9 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
         return "—" if pd.isna(value) else format(value, fmt)
 
     gemm = df[df["section"] == "gemm"]
-    peaks = ", ".join(f"{r.precision} **{r.gflops:.1f} GFLOP/s**" for r in gemm.itertuples())
+    peaks = ", ".join(
+        f"{r.precision} **{r.gflops:.1f} GFLOP/s** ({r.config.split()[0]})" for r in gemm.itertuples()
+    )
     lines = [
         f"# posenc bench, {info['date']}",
         "",
@@ -157,7 +159,7 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
         f"{info['torch_threads']} threads, OMP_WAIT_POLICY {info['omp_wait_policy']}; 1-min load average "
         f"{info['load_avg_1min_at_start']} at start, {info['load_avg_1min_at_end']} at end.",
         "",
-        f"GEMM peaks (best {gemm['config'].iloc[0].split()[0]} matmul of the run): {peaks}.",
+        f"GEMM peaks (best square matmul of the run, smaller where one would take over a second): {peaks}.",
         "",
         "## Training",
         "",
