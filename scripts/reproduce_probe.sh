@@ -23,15 +23,18 @@ NAME=probe_$(date +%Y-%m-%d_%H-%M-%S)
 SWEEP=outputs/sweeps/$NAME
 OUT=outputs/eval/$NAME
 
-launcher=()
-if [ "$JOBS" -gt 1 ]; then
-  launcher=(hydra/launcher=joblib "hydra.launcher.n_jobs=$JOBS")
-fi
+. "$(dirname "$0")/common.sh"
+require_lengths "$LENGTHS"
+require_jobs "$JOBS"
+set_launcher "$JOBS"
 
-$POSENC train -m experiment=probe scheme=none,sinusoidal,learned "seed=$SEEDS" \
-  "hydra.sweep.dir=$SWEEP/absolute" "${launcher[@]}" "$@"
-$POSENC train -m experiment=probe scheme=rope,alibi "seed=$SEEDS_RELATIVE" \
-  "hydra.sweep.dir=$SWEEP/relative" "${launcher[@]}" "$@"
+absolute=(experiment=probe scheme=none,sinusoidal,learned "seed=$SEEDS" "hydra.sweep.dir=$SWEEP/absolute")
+relative=(experiment=probe scheme=rope,alibi "seed=$SEEDS_RELATIVE" "hydra.sweep.dir=$SWEEP/relative")
+# Both sweeps' overrides are checked (--cfg job composes every run and trains none) before either trains.
+$POSENC train -m "${absolute[@]}" "${launcher[@]}" "$@" --cfg job > /dev/null
+$POSENC train -m "${relative[@]}" "${launcher[@]}" "$@" --cfg job > /dev/null
+$POSENC train -m "${absolute[@]}" "${launcher[@]}" "$@"
+$POSENC train -m "${relative[@]}" "${launcher[@]}" "$@"
 $POSENC eval "$SWEEP/absolute" "$SWEEP/relative" --lengths "$LENGTHS" --out "$OUT"
 $POSENC probe "$SWEEP/absolute" "$SWEEP/relative" --lengths "$LENGTHS" --out "$OUT"
 

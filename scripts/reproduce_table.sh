@@ -17,10 +17,10 @@ JOBS=${JOBS:-2}                           # training jobs side by side; each get
 NAME=headline_$(date +%Y-%m-%d_%H-%M-%S)
 SWEEP=outputs/sweeps/$NAME
 
-launcher=()
-if [ "$JOBS" -gt 1 ]; then
-  launcher=(hydra/launcher=joblib "hydra.launcher.n_jobs=$JOBS")
-fi
+. "$(dirname "$0")/common.sh"
+require_lengths "$LENGTHS"
+require_jobs "$JOBS"
+set_launcher "$JOBS"
 
 $POSENC train -m "scheme=$SCHEMES" "seed=$SEEDS" "hydra.sweep.dir=$SWEEP" "${launcher[@]}" "$@"
 $POSENC eval "$SWEEP" --lengths "$LENGTHS" --out "outputs/eval/$NAME"
