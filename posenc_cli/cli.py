@@ -664,7 +664,8 @@ def command():
 
     group = typer.main.get_command(app)
     for cmd in [group, *group.commands.values()]:
-        cmd.help = reflow(cmd.help or "")
+        if not isinstance(cmd, TrainCommand):  # its help reflows itself, importing torch only when shown
+            cmd.help = reflow(cmd.help or "")
         for param in [
             *cmd.params,
             cmd.get_help_option(click_core.Context(cmd, help_option_names=HELP_OPTION_NAMES)),

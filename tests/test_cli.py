@@ -3,6 +3,9 @@ and shell completion for commands, options and train's Hydra overrides."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from conftest import BEYOND_CHAPTERS, invoke
 from posenc_cli import __version__
 from posenc_cli.completion import hydra_completions
@@ -34,6 +37,17 @@ def test_every_command_takes_h_and_lists_fixed_choices_and_bare_flags():
     ):
         assert listed in eval_help
     assert "<bool>" not in posenc_in_process("bench", "-h")[1]
+
+
+def test_the_command_list_and_other_commands_help_do_not_import_torch():
+    # torch's import is seconds on a small CPU; only train's help (its scheme and group lists) needs it
+    code = (
+        "import sys; from posenc_cli.cli import command; group = command(); "
+        "[group.get_command(None, name).get_short_help_str() for name in group.list_commands(None)]; "
+        "print('torch' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
 
 
 def test_train_help_is_single_spaced_and_names_every_launcher():
