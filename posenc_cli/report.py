@@ -187,6 +187,11 @@ def mean_std(values: pd.Series, digits: int = 2) -> str:
     return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
 
 
+def relative_length(length: int, train_len: int) -> str:
+    """How a table names an evaluation length: "training length", or its multiple of it ("2×")."""
+    return "training length" if length == train_len else f"{length / train_len:g}×"
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -264,7 +269,7 @@ def comparison(
     longest = max(lengths)
     rows: list[list[str]] = []
     for L in lengths:
-        where = ["training length" if L == train_len else f"{L / train_len:g}×"]
+        where = [relative_length(L, train_len)]
         where += [characters_covered(df, schemes, L)] if subword(df) else []
         label = f"ppl @ {L} ({'; '.join(w for w in where if w)})"
         rows.append([label] + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["ppl"]) for s in schemes])
@@ -407,9 +412,7 @@ def passkey_by_depth(passkey: pd.DataFrame) -> str:
     for scheme in scheme_order(passkey["scheme"]):
         sub = passkey[passkey.scheme == scheme].assign(percent=lambda d: d["accuracy"] * 100)
         lengths = sorted(sub["length"].unique())
-        header = ["depth"] + [
-            f"{L} (training length)" if L == train_len else f"{L} ({L / train_len:g}×)" for L in lengths
-        ]
+        header = ["depth"] + [f"{L} ({relative_length(L, train_len)})" for L in lengths]
         rows = [
             [f"{depth:g}"]
             + [seed_spread(sub[(sub.length == L) & (sub.depth == depth)]["percent"]) for L in lengths]
