@@ -186,7 +186,7 @@ def train(ctx: typer.Context) -> None:
     if hydra_shell_completion(list(ctx.args)):
         return
     args = resume_args(list(ctx.args))
-    preflight(args)
+    directory = preflight(args)
     parsed = parse_hydra_args(args)
     if parsed.multirun and parsed.cfg:  # Hydra refuses -m with --cfg/--info; posenc answers both
         return print_sweep(args)
@@ -194,7 +194,7 @@ def train(ctx: typer.Context) -> None:
         flags = [a for a in args if a not in ("-m", "--multirun") and a not in parsed.overrides]
         args = [*first_sweep_point(args), *flags]
     if not distributed.under_torchrun():  # under torchrun rank 0 claims, in process_group
-        args = claim(args)
+        args = claim(args, directory)
     with distributed.process_group(args) as args:
         sys.argv = ["posenc train", *args]
         run_hydra_train()
@@ -629,6 +629,11 @@ def bench(
         help="nanoGPT's peer directory (with run.sh) for the side-by-side; 'none' skips it. "
         "Absent: the report says so.",
     ),
+    peer_steps: Optional[int] = typer.Option(
+        None,
+        "--peer-steps",
+        help="Training steps of each run in the nanoGPT side-by-side (default: 400; nanoGPT's README CPU run is 2000).",
+    ),
     out: Optional[str] = typer.Option(
         None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."
     ),
@@ -648,11 +653,15 @@ def bench(
     from posenc_cli.runs import checked_out, default_out
 
     out_dir = checked_out(out)
+    if peer_steps is not None:
+        require_positive_int("--peer-steps", peer_steps)
     unknown = [s for s in scheme or [] if s not in SCHEMES]
     if unknown:
         raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
     peer = None if nanogpt == "none" else Path(nanogpt)
-    df, info = run_bench(quick=quick, main_job=main_job, levers=levers, schemes=scheme, peer=peer)
+    df, info = run_bench(
+        quick=quick, main_job=main_job, levers=levers, schemes=scheme, peer=peer, peer_steps=peer_steps
+    )
     out = out_dir or default_out("bench")
     ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote bench.csv, bench.md to {out}")

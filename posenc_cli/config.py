@@ -27,7 +27,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from posenc_cli import composite_configs  # noqa: F401 - registers scheme=A+B with Hydra
@@ -445,19 +445,35 @@ def override_error(err: BaseException) -> UsageError:
     return UsageError(f"bad override: {one_line(err)}")
 
 
-def preflight(args: list[str]) -> None:
-    """Validate every job that `posenc train ARGS` would launch; raise UsageError on the first bad one."""
+def preflight(args: list[str]) -> Path | None:
+    """Validate every job that `posenc train ARGS` would launch; raise UsageError on the first bad one.
+    Returns the directory Hydra will write to (the run's, or the sweep's), read from the first job's
+    composition so that claiming it does not compose the config again; None when nothing will run."""
     parsed = parse_hydra_args(args)
     if parsed.help or parsed.hydra_help or parsed.shell_completion:
-        return
+        return None
     with composing(parsed) as compose_point:
         points = sweep_points(parsed.overrides) if parsed.multirun else [parsed.overrides]
         if parsed.cfg or parsed.info:  # nothing runs: the first point composes or is one line (with -m,
             compose_point(points[0])  # print_sweep composes each point as it prints it)
-            return
+            return None
+        directory = None
         for overrides in points:
-            cfg = compose_point(overrides)
+            if directory is None:  # with Hydra's own config, which names the directory
+                whole = compose_point(overrides, select="")
+                directory = Path(str(OmegaConf.select(whole, output_key(parsed))))
+                with open_dict(whole):
+                    del whole["hydra"]
+                cfg = OmegaConf.to_container(whole, resolve=True)
+            else:
+                cfg = compose_point(overrides)
             validate(resumed_config(cfg, overrides) if cfg["train"]["resume"] else cfg)
+        return directory
+
+
+def output_key(parsed) -> str:
+    """The Hydra key naming where the command writes: the sweep's directory, or the run's."""
+    return "hydra.sweep.dir" if parsed.multirun else "hydra.run.dir"
 
 
 def print_sweep(args: list[str]) -> None:

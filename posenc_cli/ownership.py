@@ -105,22 +105,22 @@ def claim_new(path: Path, given: bool) -> Path:
     raise UsageError(f"could not find a free directory name next to {path}")
 
 
-def claim(args: list[str]) -> list[str]:
+def claim(args: list[str], path: Path | None = None) -> list[str]:
     """The Hydra arguments with the run (or sweep) directory claimed for this process: Hydra and the
-    training write only there. Single runs are locked from here until the process exits."""
-    from posenc_cli.config import composing, parse_hydra_args
+    training write only there. Single runs are locked from here until the process exits. `path`: the
+    directory the arguments compose to, when the caller has composed them already (the pre-flight)."""
+    from posenc_cli.config import composing, output_key, parse_hydra_args, sweep_points
 
     parsed = parse_hydra_args(args)
     if parsed.help or parsed.hydra_help or parsed.shell_completion or parsed.cfg or parsed.info:
         return args
-    key = "hydra.sweep.dir" if parsed.multirun else "hydra.run.dir"
+    key = output_key(parsed)
     given = any(override_key(a) == key for a in args if "=" in a)
-    if parsed.multirun:
-        from posenc_cli.config import sweep_points
-
+    if path is None and not resuming(args):
         with composing(parsed) as compose_point:
-            first = sweep_points(parsed.overrides)[0]
+            first = sweep_points(parsed.overrides)[0] if parsed.multirun else parsed.overrides
             path = Path(str(compose_point(first, select=key)))
+    if parsed.multirun:
         refuse_current_directory(path)
         if given and path.is_dir() and any(holds_run(p) for p in path.iterdir() if p.is_dir()):
             raise UsageError(
@@ -132,8 +132,6 @@ def claim(args: list[str]) -> list[str]:
         run = Path(str(resume_value(args)))
         hold_lock(run)
         return args
-    with composing(parsed) as compose_point:
-        path = Path(str(compose_point(parsed.overrides, select=key)))
     run = claim_new(path, given)
     hold_lock(run)
     if holds_run(run):  # another process claimed and started it between our check and our lock

@@ -78,6 +78,8 @@ def test_a_bad_override_or_sweep_point_is_one_line_and_no_run_starts(workdir, ar
         (["train", "-sc", "install=tcsh"], ["install=tcsh", "bash, zsh, fish"]),
         (["inspect", "bogus"], ["choose one of: none, sinusoidal, learned, rope, alibi"]),
         (["bench", "--quick", "--scheme", "nope"], ["--scheme nope", "rope"]),
+        (["bench", "--quick", "--peer-steps", "0"], ["--peer-steps must be a positive integer, got 0"]),
+        (["bench", "--quick", "--peer-steps", "-5"], ["--peer-steps must be a positive integer, got -5"]),
     ],
 )
 def test_a_typo_in_an_option_is_one_line(workdir, args, needles):

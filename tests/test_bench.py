@@ -18,6 +18,16 @@ from posenc_cli.bench.peer import side_by_side, speedup
 from posenc_cli.model import GPT, ModelConfig
 
 
+def fake_peer(root):
+    """A stand-in for ../shared/peers/nanogpt: a run.sh that logs like nanoGPT, and a text beside it."""
+    peer = root / "peers" / "nanogpt"
+    peer.mkdir(parents=True)
+    (peer / "run.sh").write_text('echo "iter $1: loss 2.5000, time 1.00ms"\n', encoding="utf-8")
+    (root / "data").mkdir()
+    (root / "data" / "tinyshakespeare.txt").write_text("To be, or not to be: that is the question.\n" * 100)
+    return peer
+
+
 def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     result = run_cli(
         "bench",
@@ -26,6 +36,10 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
         "rope",
         "--scheme",
         "alibi",
+        "--nanogpt",
+        str(fake_peer(tmp_path / "shared")),
+        "--peer-steps",
+        "3",
         "--out",
         "bench",
         cwd=tmp_path,
@@ -33,7 +47,10 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     )  # seconds on a quiet machine; the timeout allows for a loaded one
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "bench" / "bench.csv")
-    assert set(df["section"]) == {"gemm", "train", "eval"}
+    assert set(df["section"]) == {"gemm", "train", "peer", "eval"}
+    peer = df[df["section"] == "peer"]
+    assert sorted(peer["config"]) == ["nanogpt", "posenc"] and (peer["steps"] == 3).all()
+    assert peer.loc[peer["config"] == "nanogpt", "train_loss"].tolist() == [2.5]  # read from its log
     gemm = df[df["section"] == "gemm"]
     assert sorted(gemm["precision"]) == ["bf16", "fp32"] and (gemm["gflops"] > 0).all()
     train = df[df["section"] == "train"]
@@ -48,7 +65,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     markdown = (tmp_path / "bench" / "bench.md").read_text(encoding="utf-8")
     for heading in ("## Training", "## Beside nanoGPT", "## Evaluation", "## Targets"):
         assert heading in markdown
-    assert "side-by-side skipped: no peer at ../shared/peers/nanogpt" in markdown  # none under tmp_path
+    assert re.search(r"posenc's speed / nanoGPT's: \*\*[\d.]+×\*\*", markdown), markdown
     assert all(float(p) <= 100 for p in re.findall(r"([\d.]+)%", markdown))
     assert "## Targets" in result.stdout
 

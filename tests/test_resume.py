@@ -5,6 +5,7 @@ Ownership of run directories and refused resumes are in test_runs.py."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -203,3 +204,36 @@ def test_a_checkpoint_crafted_to_run_code_is_refused_and_the_code_never_runs(ref
 
     torch.load(run / FILENAME, weights_only=False)  # the control: an unsafe load does run it
     assert marker.read_text() == "ran"
+
+
+def test_a_checkpoint_from_before_fused_adamw_resumes_exactly_on_the_path_it_was_trained_on():
+    """Training uses fused AdamW where torch has it (faster, equal to ~1e-7 but not bitwise). A checkpoint
+    saved by the for-loop AdamW carries that choice in its param groups, so resuming it stays exact."""
+    from posenc_cli.model import GPT, ModelConfig, token_nll
+    from posenc_cli.train import make_optimizer
+
+    tc = {"lr": 1e-2, "weight_decay": 0.1}
+    torch.manual_seed(0)
+    old = GPT(ModelConfig(vocab_size=11, block_size=8))
+    x = torch.randint(0, 11, (4, 8))
+
+    def step(model, optimizer):
+        optimizer.zero_grad()
+        token_nll(model(x), x).mean().backward()
+        optimizer.step()
+
+    assert make_optimizer(old, tc).param_groups[0]["fused"]  # torch >= 2.4 has it on CPU
+    groups = [  # make_optimizer's groups, as before it asked for fused=True
+        {"params": [p for p in old.parameters() if p.dim() >= 2], "weight_decay": tc["weight_decay"]},
+        {"params": [p for p in old.parameters() if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    old_optimizer = torch.optim.AdamW(groups, lr=tc["lr"], betas=(0.9, 0.95))
+    for _ in range(2):
+        step(old, old_optimizer)
+    resumed = GPT(ModelConfig(vocab_size=11, block_size=8))
+    resumed.load_state_dict(old.state_dict())
+    optimizer = make_optimizer(resumed, tc)
+    optimizer.load_state_dict(copy.deepcopy(old_optimizer.state_dict()))  # as a checkpoint holds it
+    step(old, old_optimizer)
+    step(resumed, optimizer)
+    assert all(torch.equal(a, b) for a, b in zip(old.parameters(), resumed.parameters()))

@@ -84,6 +84,29 @@ def test_default_run_directories_never_collide(tmp_path):
     assert second.name == "same_2"
 
 
+@pytest.mark.parametrize(
+    "args, where",
+    [([], "outputs/runs"), (["-m", "seed=0,1"], "outputs/sweeps"), (["hydra.run.dir=mine"], "mine")],
+)
+def test_the_run_directory_is_claimed_without_composing_the_config_again(tmp_path, monkeypatch, args, where):
+    import hydra
+
+    from posenc_cli import config
+    from posenc_cli.ownership import claim
+
+    monkeypatch.chdir(tmp_path)
+    composed = []
+    monkeypatch.setattr(config, "compose", lambda *a, **k: composed.append(k) or hydra.compose(*a, **k))
+    directory = config.preflight([*args, *SMOKE])
+    checked = len(composed)  # one composition per job (a sweep's jobs that share groups share one)
+    assert checked == (2 if args[:1] == ["-m"] else 1)
+    assert directory == Path("mine") if where == "mine" else directory.parent == Path(where)
+    claimed = claim([*args, *SMOKE], directory)
+    assert len(composed) == checked and (tmp_path / directory).is_dir()
+    key = "hydra.sweep.dir" if args[:1] == ["-m"] else "hydra.run.dir"
+    assert claimed == [*args, *SMOKE] if where == "mine" else claimed[-1] == f"{key}={directory}"
+
+
 def test_two_trainings_started_together_get_two_directories(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [

@@ -14,7 +14,7 @@ nanoGPT) stay meaningful on a busy machine.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -67,9 +67,11 @@ def run_bench(
     levers: bool = False,
     schemes: list[str] | None = None,
     peer: Path | None = None,
+    peer_steps: int | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """Every section of the benchmark as tidy rows, and the machine it ran on. `peer`: nanoGPT's
-    peer directory (with run.sh); None or absent: the side-by-side is skipped and says so."""
+    peer directory (with run.sh); None or absent: the side-by-side is skipped and says so.
+    `peer_steps`: steps of each side-by-side run (default: the effort's)."""
     from posenc_cli.bench.main_job import bench_main_job
     from posenc_cli.bench.memory import bench_eval
     from posenc_cli.bench.peak import Peak
@@ -78,6 +80,8 @@ def run_bench(
     from posenc_cli.model.positional import SCHEMES
 
     effort = QUICK if quick else FULL
+    if peer_steps is not None:
+        effort = replace(effort, peer_steps=peer_steps)
     schemes = schemes or list(SCHEMES)
     info = machine()
     peak = Peak(effort.gemm_size, effort.gemm_repeats)
