@@ -461,10 +461,13 @@ def preflight(args: list[str]) -> Path | None:
         for overrides in points:
             if directory is None:  # with Hydra's own config, which names the directory
                 whole = compose_point(overrides, select="")
-                directory = Path(str(OmegaConf.select(whole, output_key(parsed))))
-                with open_dict(whole):
-                    del whole["hydra"]
-                cfg = OmegaConf.to_container(whole, resolve=True)
+                try:  # resolving is where a bad interpolation shows (hydra.run.dir=${oops})
+                    directory = Path(str(OmegaConf.select(whole, output_key(parsed))))
+                    with open_dict(whole):
+                        del whole["hydra"]
+                    cfg = OmegaConf.to_container(whole, resolve=True)
+                except (HydraException, OmegaConfBaseException, ValueError) as err:
+                    raise override_error(err) from None
             else:
                 cfg = compose_point(overrides)
             validate(resumed_config(cfg, overrides) if cfg["train"]["resume"] else cfg)
