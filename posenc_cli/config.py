@@ -445,6 +445,16 @@ def override_error(err: BaseException) -> UsageError:
     return UsageError(f"bad override: {one_line(err)}")
 
 
+@contextmanager
+def override_errors() -> Iterator[None]:
+    """Hydra's and OmegaConf's errors while composing or resolving a config, as one UsageError line:
+    a bad interpolation (hydra.run.dir=${oops}) shows only when it is resolved."""
+    try:
+        yield
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        raise override_error(err) from None
+
+
 def preflight(args: list[str]) -> Path | None:
     """Validate every job that `posenc train ARGS` would launch; raise UsageError on the first bad one.
     Returns the directory Hydra will write to (the run's, or the sweep's), read from the first job's
@@ -461,13 +471,11 @@ def preflight(args: list[str]) -> Path | None:
         for overrides in points:
             if directory is None:  # with Hydra's own config, which names the directory
                 whole = compose_point(overrides, select="")
-                try:  # resolving is where a bad interpolation shows (hydra.run.dir=${oops})
+                with override_errors():
                     directory = Path(str(OmegaConf.select(whole, output_key(parsed))))
                     with open_dict(whole):
                         del whole["hydra"]
                     cfg = OmegaConf.to_container(whole, resolve=True)
-                except (HydraException, OmegaConfBaseException, ValueError) as err:
-                    raise override_error(err) from None
             else:
                 cfg = compose_point(overrides)
             validate(resumed_config(cfg, overrides) if cfg["train"]["resume"] else cfg)
@@ -490,9 +498,10 @@ def print_sweep(args: list[str]) -> None:
         for n, point in enumerate(sweep_points(parsed.overrides, every=True)):
             part = {"job": None, "hydra": "hydra", "all": ""}[parsed.cfg]
             cfg = compose_point(point) if part is None else compose_point(point, select=part)
-            text = OmegaConf.to_yaml(
-                cfg if isinstance(cfg, (dict, DictConfig)) else {}, resolve=parsed.resolve
-            )
+            with override_errors():
+                text = OmegaConf.to_yaml(
+                    cfg if isinstance(cfg, (dict, DictConfig)) else {}, resolve=parsed.resolve
+                )
             sys.stdout.write(f"# job {n}: {' '.join(point)}\n{text}\n")
             sys.stdout.flush()
 
@@ -530,7 +539,7 @@ def composing(parsed) -> Iterator[Callable[..., Any]]:
         """The resolved config as plain data, or one resolved key of it (with Hydra's own config).
         Points that share their group choices share one composition; their value overrides are applied
         to a copy as Hydra applies them, so a large sweep costs one composition per distinct choice."""
-        try:
+        with override_errors():
             if select is not None:  # "": the whole config, Hydra's own included
                 cfg = compose(config_name=name, overrides=list(overrides), return_hydra_config=True)
                 return OmegaConf.select(cfg, select) if select else cfg
@@ -549,8 +558,6 @@ def composing(parsed) -> Iterator[Callable[..., Any]]:
             values = [o for o in parsed_overrides if o.input_line not in choices]
             ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
             return OmegaConf.to_container(cfg, resolve=True)
-        except (HydraException, OmegaConfBaseException, ValueError) as err:
-            raise override_error(err) from None
 
     GlobalHydra.instance().clear()
     try:

@@ -52,6 +52,10 @@ def workdir(tmp_path, monkeypatch) -> Path:
         (["hydra.run.dir=${oops}"], ["Interpolation key 'oops' not found", "hydra.run.dir"]),
         (["train.lr=${oops}"], ["Interpolation key 'oops' not found", "train.lr"]),
         (["-m", "seed=0,1", "hydra.sweep.dir=${oops}"], ["Interpolation key 'oops'", "hydra.sweep.dir"]),
+        (
+            ["-m", "seed=0,1", "hydra.sweep.dir=${oops}", "--cfg", "all", "--resolve"],
+            ["Interpolation key 'oops'"],
+        ),
         (["scheme=rope+bogus"], ["Could not find 'scheme/rope+bogus'"]),
         (["scheme=sinusoidal+learned", "scheme.parts=[rope,alibi]"], ["use scheme=rope+alibi"]),
         (["scheme=sinusoidal+learned", "scheme.parts=[sinusoidal,{max_len:3}]"], ["has no name"]),
