@@ -33,7 +33,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from posenc_cli import composite_configs  # noqa: F401 - registers scheme=A+B with Hydra
 from posenc_cli.data import check_tokenizer_options, corpus_kind, require_same_corpus, stream
 from posenc_cli.data.synthetic import SyntheticSpec
-from posenc_cli.device import PRECISIONS, resolve_device
+from posenc_cli.device import PRECISIONS, effective_precision, resolve_device, resumed_precision
 from posenc_cli.errors import (
     UsageError,
     nearest,
@@ -310,6 +310,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
             f"{trained_positions - 1} are trained on; use scheme.max_len >= {trained_positions} (or null)"
         )
     device = resolve_device(typed_cfg.device)
+    effective_precision(device, tc.precision)  # a bad POSENC_CPU_BF16 is one line before any directory
     check_loggers(typed_cfg.logger)
     n_chars, split_len = corpus_size(typed_cfg.data)
     if split_len is not None and tc.block_size + 1 > split_len:
@@ -332,7 +333,15 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     if tc.resume and (Path(tc.resume) / "summary.json").is_file():  # a changed corpus: before tokenizing
         from posenc_cli.runs import read_summary
 
-        require_same_corpus(cfg["data"], read_summary(Path(tc.resume)).get("corpus_sha256"), tc.resume)
+        stored = read_summary(Path(tc.resume))
+        require_same_corpus(cfg["data"], stored.get("corpus_sha256"), tc.resume)
+        saved = (
+            stored.get("precision", {}).get("effective")
+            if isinstance(stored.get("precision"), dict)
+            else None
+        )
+        if saved is not None:  # the checkpoint's own record is checked again when the resume loads it
+            resumed_precision(device, tc.precision, saved, tc.resume)
     return typed_cfg
 
 

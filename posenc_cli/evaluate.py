@@ -312,6 +312,7 @@ def evaluate_runs(
                     "chars": math.nan,
                     "bpb": math.nan,
                     "unigram_ppl": unigram_ppl,
+                    "precision": run.training_precision,
                 }
                 unreadable = past_max_len(run.max_len, length)
                 if unreadable and context is None:

@@ -195,6 +195,7 @@ class HFModel:
     """A pretrained causal LM, seen the way evaluation and the probe see a posenc run."""
 
     seed = 0
+    training_precision = ""  # not trained by posenc: nothing to compare
     tokenizer_name: str
 
     def __init__(self, name: str, model, tokenizer, train_len: int, attention: str, device: torch.device):

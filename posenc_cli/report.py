@@ -336,6 +336,8 @@ def comparison(
     ]
     if passkey is not None:
         notes.append(passkey_note(passkey))
+    mixed = precision_note(df)
+    notes += [mixed] if mixed else []
     notes += sorted(set(df[df["ppl"].notna()]["note"].dropna()) - {""})  # how a number was measured
     beyond = set(df[df["ppl"].isna()]["note"].dropna()) - {""}  # why there is no number
     if beyond:
@@ -346,6 +348,21 @@ def comparison(
         + "\n"
         + "\n".join(f"- {n}" for n in notes)
         + "\n"
+    )
+
+
+def precision_note(df: pd.DataFrame) -> str | None:
+    """A footnote when the table's runs were trained in more than one precision (auto answers fp32 on
+    one machine kind and bf16 autocast on another); None when they agree."""
+    trained = df[df["precision"].fillna("") != ""] if "precision" in df else df.iloc[0:0]
+    by_precision = trained.groupby("precision")["scheme"].unique()
+    if len(by_precision) < 2:
+        return None
+    parts = [f"{p} ({', '.join(scheme_order(schemes))})" for p, schemes in by_precision.items()]
+    return (
+        "the runs were trained in different precisions: "
+        + "; ".join(parts)
+        + ". Evaluation scores every model in fp32; a different precision is another trajectory, like another seed."
     )
 
 

@@ -63,6 +63,12 @@ class LoadedRun:
     def seed(self) -> int:
         return int(self.checkpoint.get("seed", self.summary.get("seed", 0)))
 
+    @property
+    def training_precision(self) -> str:
+        """What the run computed in while training (fp32, bf16-autocast); `unrecorded` for runs made
+        before posenc recorded it."""
+        return str(self.checkpoint.get("precision") or "unrecorded")
+
     def model_with(self, **scheme_options: Any) -> GPT:
         """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none."""
         if not scheme_options:

@@ -18,7 +18,14 @@ from posenc_cli.atomic import remove_leftovers, write_text
 from posenc_cli.checkpoint import FILENAME, load_checkpoint, save_checkpoint
 from posenc_cli.data import Corpus, load_corpus, random_batch, random_positions
 from posenc_cli.data.tokenizers import TOKENIZER_FILE, run_payload
-from posenc_cli.device import autocast, resolve_device
+from posenc_cli.device import (
+    autocast,
+    effective_precision,
+    native_bf16,
+    precision_record,
+    resolve_device,
+    resumed_precision,
+)
 from posenc_cli.errors import UsageError
 from posenc_cli.init_from import check_same_model, initial_state, lineage, source_checkpoint
 from posenc_cli.model import GPT, ModelConfig, token_nll
@@ -91,12 +98,12 @@ def make_optimizer(model: GPT, tc: Mapping[str, Any]) -> torch.optim.AdamW:
 
 @torch.no_grad()
 def validation_loss(
-    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device, precision: str
+    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device, effective: str
 ) -> float:
     model.eval()
     total = torch.zeros((), device=device)
     for x, y in batches:
-        with autocast(device, precision):
+        with autocast(device, effective):
             total += token_nll(model(x.to(device)), y.to(device)).mean()
     model.train()
     return float(total) / len(batches)
@@ -117,6 +124,7 @@ class Session:
     data_rng: torch.Generator
     val_batches: list[tuple[torch.Tensor, torch.Tensor]]
     run_id: str  # names the run in its summary and every checkpoint: a foreign checkpoint is refused
+    precision: str  # effective (fp32 | bf16-autocast): resolved once, kept by every resume
     state: TrainState = field(default_factory=TrainState)
     saved_step: int | None = None  # the step of the newest checkpoint on disk
     logger: RunLogger = field(default_factory=RunLogger)  # metrics.csv and trackers (rank 0 only)
@@ -160,13 +168,19 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = No
             for _ in range(tc["eval_batches"])
         ],
         run_id=run_id,
+        precision=effective_precision(device, tc["precision"]),
     )
     if tc.get("resume"):
         restore(s, Path(tc["resume"]) / FILENAME)
         if ctx.is_main:
             remove_leftovers(s.run_dir)
 
-    summary = {**describe(cfg, model, corpus, device), "run_id": run_id, "config": recorded(cfg)}
+    summary = {
+        **describe(cfg, model, corpus, device),
+        "precision": precision_record(device, tc["precision"], s.precision),
+        "run_id": run_id,
+        "config": recorded(cfg),
+    }
     if tc.get("init_from"):
         source = Path(tc["init_from"]).resolve()
         summary.update(init_from=str(source), init_chain=lineage(source))
@@ -255,7 +269,7 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> No
                     tc["batch_size"], tc["block_size"], tc["max_position"], s.data_rng
                 )
                 positions = distributed.shard(positions, ctx).to(s.device)
-            with autocast(s.device, tc["precision"]):
+            with autocast(s.device, s.precision):
                 loss = token_nll(net(x.to(s.device), positions), y.to(s.device)).mean()
             s.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -269,7 +283,7 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> No
             if state.step % tc["log_interval"] == 0 or last:
                 row.update(training_metrics(s, lr, grad_norm, rate))
             if (state.step % tc["eval_interval"] == 0 or last) and ctx.is_main:
-                row["val_loss"] = round(validation_loss(s.model, s.val_batches, s.device, tc["precision"]), 6)
+                row["val_loss"] = round(validation_loss(s.model, s.val_batches, s.device, s.precision), 6)
             if row:
                 record(s, row, bar, task)
             if state.step % tc["checkpoint_interval"] == 0 or last:
@@ -354,6 +368,7 @@ def save(s: Session, elapsed: float) -> None:
             "elapsed": s.state.elapsed,
             "config": recorded(s.cfg),
             "run_id": s.run_id,
+            "precision": s.precision,
             "corpus_sha256": s.corpus.sha256,
             "metrics": s.state.metrics,
             "recent_losses": recent,
@@ -389,6 +404,14 @@ def restore(s: Session, path: Path) -> None:
         raise UsageError(
             f"{path} was trained with a different model, scheme or corpus; resume with the run's own overrides"
         )
+    if payload.get("precision") is not None:  # older checkpoints resume in what this machine resolves
+        s.precision = resumed_precision(
+            s.device, s.cfg["train"]["precision"], payload["precision"], str(s.run_dir)
+        )
+        if s.precision == "bf16-autocast" and not native_bf16(s.device):
+            log.warning(
+                f"{s.run_dir} computes in bf16-autocast, which {s.device} emulates: this resume is slow"
+            )
     try:
         s.model.load_state_dict(payload["model"])
         s.optimizer.load_state_dict(payload["optimizer"])

@@ -22,6 +22,14 @@ import pandas as pd
 import pytest
 from filelock import FileLock
 
+from posenc_cli.device import CPU_BF16, CPU_BF16_ENV
+
+# What `train.precision=auto` resolves to must not depend on the machine the suite runs on (AVX2: fp32;
+# AVX-512-BF16/AMX: bf16 autocast). Every test, and every process it starts, sees a CPU that emulates
+# bf16, so auto means fp32 everywhere (and stays fast on AVX2); a test that needs the other answer asks
+# for it with the `cpu_bf16` fixture, and numeric comparisons pin their precision (test_precision.py).
+os.environ[CPU_BF16_ENV] = "emulated"
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 SMOKE = ["experiment=smoke"]
@@ -137,6 +145,14 @@ def train_sweep(cwd: Path, schemes: list[str]) -> Path:
     assert result.returncode == 0, result.stderr
     (sweep,) = (cwd / "outputs" / "sweeps").iterdir()
     return sweep
+
+
+@pytest.fixture(params=CPU_BF16)
+def cpu_bf16(request, monkeypatch) -> str:
+    """Each answer the CPU's bf16 detection can give (native, then emulated), in this process and in
+    the processes it starts: a precision-sensitive test runs under both, on either machine kind."""
+    monkeypatch.setenv(CPU_BF16_ENV, request.param)
+    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -280,9 +280,11 @@ def test_training_length_comes_from_the_config():
     assert training_length(tf.BloomConfig()) == 2048  # silent config: BLOOM's published sequence length
 
 
-def test_memory_past_the_machine_is_refused_in_one_line(tiny):
+def test_memory_past_the_machine_is_refused_in_one_line(tiny, monkeypatch):
+    from posenc_cli import hf
     from posenc_cli.hf import load_hf_model
 
+    monkeypatch.setattr(hf, "machine_memory", lambda device: 24 * 2**30)  # the same answer on any host
     bloom = load_hf_model(f"hf:{tiny['root'] / 'bloom'}")
     bloom.check_fits([CONTEXT])
     with pytest.raises(UsageError, match=r"needs about .* GiB \(eager attention, batch 1\)"):

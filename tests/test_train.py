@@ -46,9 +46,10 @@ def test_every_scheme_trains_and_leaves_a_complete_run_directory(smoke_sweep):
         assert config["scheme"]["name"] == summary["scheme"]
 
 
-def test_training_is_deterministic_for_a_seed(tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_training_is_deterministic_for_a_seed(tmp_path, precision):
     for name in ("a", "b"):
-        train(tmp_path, "scheme=rope", "seed=3", run=f"out/{name}")
+        train(tmp_path, "scheme=rope", "seed=3", f"train.precision={precision}", run=f"out/{name}")
     a, b = (
         pd.read_csv(tmp_path / "out" / n / "metrics.csv").drop(columns="tokens_per_s") for n in ("a", "b")
     )

@@ -32,7 +32,6 @@ def compose(overrides: list[str]) -> dict[str, Any]:
 def timed_training(overrides: list[str], effort) -> dict[str, Any]:
     """Run `posenc train OVERRIDES` in-process for effort.train_intervals eval intervals, in a
     temporary run directory; a row of what it measured."""
-    from posenc_cli.device import computes_in_bf16, resolve_device
     from posenc_cli.train import train
 
     cfg = compose([*overrides, *effort.overrides])
@@ -49,7 +48,7 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
         raise RuntimeError(f"posenc train {' '.join(overrides)}: {summary['message']}")
     steady = rates[1:] or rates  # the first interval holds the warm-up
     T, model = tc["block_size"], cfg["model"]
-    precision = "bf16" if computes_in_bf16(resolve_device(cfg["device"]), tc["precision"]) else "fp32"
+    precision = {"bf16-autocast": "bf16", "fp32": "fp32"}[summary["precision"]["effective"]]
     return {
         "section": "train",
         "config": CONFIG,
