@@ -53,7 +53,7 @@ def resolve_device(name: str) -> torch.device:
 def cpu_bf16() -> str:
     """`native` where this CPU computes bf16 in hardware (AVX-512 BF16, AMX), `emulated` elsewhere
     (AVX2: ~100x slower than fp32); POSENC_CPU_BF16 overrides the answer."""
-    forced = os.environ.get(CPU_BF16_ENV)
+    forced = os.environ.get(CPU_BF16_ENV) or None  # unset or empty: ask the hardware
     if forced is not None:
         if forced not in CPU_BF16:
             raise UsageError(f"{CPU_BF16_ENV}={forced} is not known; choose one of: {', '.join(CPU_BF16)}")

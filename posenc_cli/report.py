@@ -354,7 +354,9 @@ def comparison(
 def precision_note(df: pd.DataFrame) -> str | None:
     """A footnote when the table's runs were trained in more than one precision (auto answers fp32 on
     one machine kind and bf16 autocast on another); None when they agree."""
-    trained = df[df["precision"].fillna("") != ""] if "precision" in df else df.iloc[0:0]
+    if "precision" not in df.columns:  # a ppl.csv from before runs recorded it
+        return None
+    trained = df[df["precision"].fillna("") != ""]
     by_precision = trained.groupby("precision")["scheme"].unique()
     if len(by_precision) < 2:
         return None

@@ -31,25 +31,21 @@ def test_auto_computes_in_bf16_only_where_the_cpu_has_native_bf16(cpu_bf16):
     assert effective_precision(torch.device("mps"), "bf16") == "fp32"  # no autocast there
 
 
-def test_a_run_records_the_precision_it_computed_in_and_the_cpus_bf16(cpu_bf16, tmp_path):
-    run = train(tmp_path, "device=cpu", "train.max_steps=4", "train.eval_interval=2")
-    expected = {"requested": "auto", "effective": AUTO_ANSWERS[cpu_bf16], "cpu_bf16": cpu_bf16}
-    assert summary(run)["precision"] == expected and summary(run)["device"] == "cpu"
-    assert load_checkpoint(run / FILENAME)["precision"] == AUTO_ANSWERS[cpu_bf16]
-
-
-def test_a_resume_keeps_the_runs_precision_on_the_other_machine_kind(cpu_bf16, tmp_path):
-    """Trained in bf16 autocast where auto meant bf16, resumed where it means fp32 (or the other way
-    round): the resumed run equals the run never stopped, bit for bit."""
+def test_a_run_records_its_precision_and_a_resume_on_the_other_machine_kind_keeps_it(cpu_bf16, tmp_path):
+    """The summary and checkpoint name what the run computed in (and the CPU's bf16). Trained where auto
+    meant bf16 autocast, resumed where it means fp32 (or the other way round), the resumed run equals
+    the run never stopped, bit for bit."""
     other = {"native": "emulated", "emulated": "native"}[cpu_bf16]
     steps = ["device=cpu", "train.eval_interval=2", "train.checkpoint_interval=2", "train.precision=auto"]
     reference = train(tmp_path, *steps, "train.max_steps=6", run="reference")
     stopped = train(tmp_path, *steps, "train.max_steps=4", run="stopped")
+    expected = {"requested": "auto", "effective": AUTO_ANSWERS[cpu_bf16], "cpu_bf16": cpu_bf16}
+    assert summary(stopped)["precision"] == expected and summary(stopped)["device"] == "cpu"
     resumed = run_cli(
         "train", f"train.resume={stopped}", "train.max_steps=6", cwd=tmp_path, env={"POSENC_CPU_BF16": other}
     )
     assert resumed.returncode == 0, resumed.stderr
-    assert summary(stopped)["precision"]["effective"] == AUTO_ANSWERS[cpu_bf16]
+    assert summary(stopped)["precision"]["effective"] == AUTO_ANSWERS[cpu_bf16]  # not what `other` says
     want, got = load_checkpoint(reference / FILENAME), load_checkpoint(stopped / FILENAME)
     assert got["step"] == 6 and got["precision"] == want["precision"]
     assert all(torch.equal(want["model"][k], got["model"][k]) for k in want["model"])
