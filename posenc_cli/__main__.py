@@ -1,3 +1,3 @@
-from posenc_cli.cli import main
+from posenc_cli.cli.main import main
 
 main()

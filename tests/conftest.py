@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from filelock import FileLock
 
-from posenc_cli.device import CPU_BF16, CPU_BF16_ENV
+from posenc_cli.core.device import CPU_BF16, CPU_BF16_ENV
 
 # What `train.precision=auto` resolves to must not depend on the machine the suite runs on (AVX2: fp32;
 # AVX-512-BF16/AMX: bf16 autocast). Every test, and every process it starts, sees a CPU that emulates
@@ -71,7 +71,8 @@ class Invocation:
 def invoke(*args: str, env: dict[str, str] | None = None) -> Invocation:
     """`posenc ARGS` in this process (no interpreter start-up, no torch import): faithful wherever the
     behaviour is not the process's own (refusals, help, completion, a quick eval), with `env` set."""
-    from posenc_cli import cli, ui
+    from posenc_cli.cli import main as cli
+    from posenc_cli.core import ui
 
     environment = {"COLUMNS": "200", **(env or {})}
     columns = int(environment["COLUMNS"])  # rich reads COLUMNS when a console is made: at import, here
@@ -153,6 +154,18 @@ def cpu_bf16(request, monkeypatch) -> str:
     the processes it starts: a precision-sensitive test runs under both, on either machine kind."""
     monkeypatch.setenv(CPU_BF16_ENV, request.param)
     return request.param
+
+
+@pytest.fixture
+def fixed_free_memory(monkeypatch) -> int:
+    """Every memory check sees 24 GiB free (this project's machine size), whatever the host has."""
+    from posenc_cli.config import memory_model
+    from posenc_cli.evaluation import hf_models, run_target, sample
+
+    free = 24 * 2**30
+    for module in (memory_model, hf_models, run_target, sample):
+        monkeypatch.setattr(module, "free_memory", lambda device: free)
+    return free
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import SMOKE, assert_one_line_error, assert_refused, invoke, posenc, run_cli
-from posenc_cli.checkpoint import FILENAME
+from posenc_cli.rundir.record import FILENAME
 
 
 def files_under(path: Path) -> set[Path]:
@@ -281,14 +281,14 @@ def test_numeric_options_and_out_are_checked_before_any_work(broken_runs, workdi
     assert files_under(workdir) == before
 
 
-def test_every_output_path_and_sampling_option_is_checked_before_any_work(broken_runs, workdir, monkeypatch):
+def test_every_output_path_and_sampling_option_is_checked_before_any_work(
+    broken_runs, workdir, fixed_free_memory
+):
     """--out of every command that writes (eval, probe, inspect, bench, export, sample): empty, a file
     where a directory goes or the reverse, under a file, or in a place that cannot be written (tried,
     not read from permission bits, which root ignores); and options that only mean something with
     another (--rope-factor without --rope-scaling, --layer without --run), seeds and temperatures."""
-    from posenc_cli import config
 
-    monkeypatch.setattr(config, "available_memory", lambda device: 24 * 2**30)  # the same on any host
     good = str(broken_runs["good"])
     (workdir / "afile").write_text("x")
     sample = ["sample", good, "--prompt", "the ", "--tokens", "3"]

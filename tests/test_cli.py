@@ -8,7 +8,7 @@ import sys
 
 from conftest import BEYOND_CHAPTERS, invoke
 from posenc_cli import __version__
-from posenc_cli.completion import hydra_completions
+from posenc_cli.cli.completion import hydra_completions
 
 COMMANDS = ("train", "eval", "probe", "sample", "export", "schemes", "inspect", "bench")
 
@@ -42,7 +42,7 @@ def test_every_command_takes_h_and_lists_fixed_choices_and_bare_flags():
 def test_the_command_list_and_other_commands_help_do_not_import_torch():
     # torch's import is seconds on a small CPU; only train's help (its scheme and group lists) needs it
     code = (
-        "import sys; from posenc_cli.cli import command; group = command(); "
+        "import sys; from posenc_cli.cli.main import command; group = command(); "
         "[group.get_command(None, name).get_short_help_str() for name in group.list_commands(None)]; "
         "print('torch' in sys.modules)"
     )

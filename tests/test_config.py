@@ -8,19 +8,10 @@ from unittest import mock
 
 import pytest
 
-from posenc_cli import config
-from posenc_cli.config import (
-    DATA,
-    OPTIONS,
-    ModelSize,
-    PosencConfig,
-    TrainConfig,
-    known_keys,
-    preflight,
-    sweep_points,
-    validate,
-)
-from posenc_cli.errors import UsageError
+from posenc_cli.config.hydra_args import known_keys, sweep_points
+from posenc_cli.config.schema import DATA, OPTIONS, ModelSize, PosencConfig, TrainConfig
+from posenc_cli.core.errors import UsageError
+from posenc_cli.training.preflight import preflight, validate
 
 
 def test_scheme_a_plus_b_and_a_scheme_option_compose_from_the_command_line():
@@ -107,10 +98,7 @@ def test_unknown_top_level_key_and_a_key_of_another_corpus_are_refused():
 
 
 @pytest.mark.parametrize("args", TOO_BIG)
-def test_runs_that_cannot_fit_in_memory_are_refused_before_they_start(args, monkeypatch):
-    monkeypatch.setattr(
-        config, "available_memory", lambda device: 24 * 2**30
-    )  # this machine's size, any host
+def test_runs_that_cannot_fit_in_memory_are_refused_before_they_start(args, fixed_free_memory):
     assert "GiB free" in refusal(args)
 
 
@@ -131,7 +119,7 @@ def test_the_defaults_compose_validate_and_come_from_the_dataclasses():
 
 
 def test_sweep_syntax_expands_as_the_basic_sweeper_does_and_a_bad_point_is_found():
-    from posenc_cli.config import composing, parse_hydra_args
+    from posenc_cli.config.hydra_args import composing, parse_hydra_args
 
     with composing(parse_hydra_args([])):
         points = sweep_points(["scheme=glob(r*)", "seed=range(0,2)"])
@@ -141,7 +129,7 @@ def test_sweep_syntax_expands_as_the_basic_sweeper_does_and_a_bad_point_is_found
 
 
 def test_a_10000_point_sweep_checks_a_bounded_spread_of_points_with_every_small_key_whole():
-    from posenc_cli.config import VALUES_CHECKED_PER_KEY, composing, parse_hydra_args
+    from posenc_cli.config.hydra_args import VALUES_CHECKED_PER_KEY, composing, parse_hydra_args
 
     with composing(parse_hydra_args([])):
         points = sweep_points(["seed=range(0,10000)", "scheme=rope,alibi,t5"])
@@ -186,10 +174,10 @@ def test_an_unusable_token_cache_directory_is_refused_before_training(tmp_path):
 
 def test_a_sweep_with_cfg_prints_every_job_and_with_info_describes_the_first(capsys):
     """Hydra refuses -m with --cfg or --info; posenc answers both, and the pre-flight composes one point."""
-    from posenc_cli import config
-    from posenc_cli.config import print_sweep
+    from posenc_cli.config import hydra_args
+    from posenc_cli.config.hydra_args import print_sweep
 
-    with mock.patch.object(config, "compose", wraps=config.compose) as compose:
+    with mock.patch.object(hydra_args, "compose", wraps=hydra_args.compose) as compose:
         preflight(["-m", "--cfg", "job", "seed=range(0,10000)"])
     assert compose.call_count == 1  # one composition, not 10,000
     print_sweep(["-m", "--cfg", "job", "experiment=smoke", "scheme=glob(r*)", "seed=range(0,2)"])

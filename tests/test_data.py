@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import SMOKE, assert_refused, evaluate, invoke, posenc, run_cli, train
+from posenc_cli.core.errors import UsageError
 from posenc_cli.data import check_tokenizer_options, load_corpus, passkey, stream
 from posenc_cli.data.synthetic import SyntheticSpec, copy_length_nats, generate, log_uniform_int_nats
 from posenc_cli.data.tokenizers import BpeTokenizer, ByteTokenizer, from_payload, text_pieces
 from posenc_cli.data.vocab import Vocab
-from posenc_cli.errors import UsageError
-from posenc_cli.probe import make_trials
+from posenc_cli.evaluation.probe import make_trials
 
 TEXT = (
     "the quick brown fox jumps over the lazy dog. naïve café, 東京 — ünïcödé 🙂 0123456789\n" * 40

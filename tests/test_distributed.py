@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from conftest import ROOT, SMOKE, run_cli
-from posenc_cli.checkpoint import FILENAME, load_checkpoint
-from posenc_cli.device import CPU_BF16_ENV
+from posenc_cli.core.device import CPU_BF16_ENV
+from posenc_cli.rundir.record import FILENAME, load_checkpoint
 
 STEPS = 6
 ARGS = [
@@ -37,7 +37,8 @@ TOLERANCE = {"fp32": 1e-4, "bf16-autocast": 2e-2}
 # training itself is the real CLI, unchanged.
 RANK_DUMP = """
 import sys, torch
-from posenc_cli import cli, train
+from posenc_cli.cli import main as cli
+from posenc_cli.training import loop as train
 real_save = train.save
 def save(s, elapsed):
     real_save(s, elapsed)

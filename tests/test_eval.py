@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 from conftest import evaluate, invoke, train
+from posenc_cli.core.errors import UsageError
 from posenc_cli.data.vocab import Vocab
-from posenc_cli.errors import UsageError
-from posenc_cli.evaluate import (
+from posenc_cli.evaluation.perplexity import (
     LogitsScorer,
     bits_per_byte,
     evaluate_length,
@@ -25,7 +25,7 @@ from posenc_cli.evaluate import (
     plan_windows,
     scored_span,
 )
-from posenc_cli.report import NO_VERDICT, comparison, has_learned, verdict
+from posenc_cli.report.tables import NO_VERDICT, comparison, has_learned, verdict
 
 
 def scored_targets(windows, length):
@@ -476,7 +476,7 @@ def drawn_colours(df, monkeypatch):
     """{scheme: colour} of the lines plot_ppl_vs_length draws for df."""
     from matplotlib.colors import to_hex
 
-    from posenc_cli import report
+    from posenc_cli.report import tables as report
 
     drawn = []
     monkeypatch.setattr(report, "save_figure", lambda fig, path: drawn.append(fig))
@@ -487,7 +487,7 @@ def drawn_colours(df, monkeypatch):
 
 
 def test_each_scheme_keeps_one_colour_blind_safe_colour_in_every_figure(monkeypatch):
-    from posenc_cli.report import SCHEME_STYLES, scheme_style
+    from posenc_cli.report.tables import SCHEME_STYLES, scheme_style
 
     assert len({colour for colour, _ in SCHEME_STYLES.values()}) == len(SCHEME_STYLES)  # distinct per scheme
     everything = pd.DataFrame(sum((ppl_rows(s, {256: 3.0, 1024: 4.0}) for s in SCHEME_STYLES), []))

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from conftest import SMOKE, assert_refused, evaluate, posenc, train
-from posenc_cli.checkpoint import FILENAME, save_checkpoint
-from posenc_cli.config import preflight
+from posenc_cli.core.errors import UsageError
 from posenc_cli.data import load_corpus, random_positions
-from posenc_cli.errors import UsageError
-from posenc_cli.init_from import initial_state, lineage, source_checkpoint
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.positional.rope_scaling import RopeScaling
-from posenc_cli.runs import LoadedRun
+from posenc_cli.rundir.lineage import initial_state, lineage, source_checkpoint
+from posenc_cli.rundir.loading import LoadedRun
+from posenc_cli.rundir.record import FILENAME, save_checkpoint
+from posenc_cli.training.preflight import preflight
 
 
 def saved_run(tmp_path: Path, scheme: str, block_size: int = 32, **options) -> tuple[Path, GPT]:
@@ -53,7 +53,7 @@ def saved_run(tmp_path: Path, scheme: str, block_size: int = 32, **options) -> t
 
 
 def load_corpus_cfg() -> dict:
-    from posenc_cli.config import composing, parse_hydra_args
+    from posenc_cli.config.hydra_args import composing, parse_hydra_args
 
     with composing(parse_hydra_args([])) as compose_point:
         return {**compose_point(SMOKE)["data"]}

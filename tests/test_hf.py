@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import assert_one_line_error, run_cli
-from posenc_cli.errors import UsageError
+from posenc_cli.core.errors import UsageError
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
@@ -66,7 +66,7 @@ def tiny(tmp_path_factory, smoke_sweep) -> dict:
 
     from posenc_cli.data import passkey
     from posenc_cli.data.synthetic import SyntheticSpec, generate
-    from posenc_cli.runs import load_run
+    from posenc_cli.rundir.loading import load_run
 
     root = tmp_path_factory.mktemp("hf")
     (rope_run,) = [p for p in smoke_sweep.iterdir() if p.name.endswith("_rope_seed0")]
@@ -195,7 +195,7 @@ def test_rope_scaling_is_the_model_loaded_with_that_rope_scaling(tiny, evaluated
     ],
 )
 def test_each_method_maps_to_transformers_rope_parameters(tiny, method, params):
-    from posenc_cli.hf import load_hf_model
+    from posenc_cli.evaluation.hf_models import load_hf_model
     from posenc_cli.model.positional.rope_scaling import RopeScaling
 
     ids = text_ids(tiny)[None, : CONTEXT * 2 + 1]
@@ -230,7 +230,7 @@ def test_bytes_are_the_text_the_scored_tokens_cover_and_bpb_follows(tiny, evalua
 
 
 def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
-    from posenc_cli.hf import load_hf_model
+    from posenc_cli.evaluation.hf_models import load_hf_model
 
     root = tiny["root"]
     result = run_cli(
@@ -264,14 +264,14 @@ def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
         and f"The pass key is {digits}." in words
     )
     greedy = model.model.generate(prompt, max_new_tokens=key.size(1), do_sample=False)[0, prompt.size(1) :]
-    from posenc_cli.probe import score
+    from posenc_cli.evaluation.probe import score
 
     hit, _ = score(model, trial, n_key)
     assert bool(hit[0]) == torch.equal(greedy, key[0])
 
 
 def test_training_length_comes_from_the_config():
-    from posenc_cli.hf import training_length
+    from posenc_cli.evaluation.hf_models import training_length
 
     tf = transformers
     assert training_length(tf.GPT2Config(n_positions=1024)) == 1024
@@ -280,19 +280,17 @@ def test_training_length_comes_from_the_config():
     assert training_length(tf.BloomConfig()) == 2048  # silent config: BLOOM's published sequence length
 
 
-def test_memory_past_the_machine_is_refused_in_one_line(tiny, monkeypatch):
-    from posenc_cli import hf
-    from posenc_cli.hf import load_hf_model
+def test_memory_past_the_machine_is_refused_in_one_line(tiny, fixed_free_memory):
+    from posenc_cli.evaluation.hf_models import load_hf_model
 
-    monkeypatch.setattr(hf, "machine_memory", lambda device: 24 * 2**30)  # the same answer on any host
     bloom = load_hf_model(f"hf:{tiny['root'] / 'bloom'}")
-    bloom.check_fits([CONTEXT])
+    bloom.check_fits([CONTEXT], bloom.device)
     with pytest.raises(UsageError, match=r"needs about .* GiB \(eager attention, batch 1\)"):
-        bloom.check_fits([1_000_000])
+        bloom.check_fits([1_000_000], bloom.device)
 
 
 def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path):
-    from posenc_cli.hf import load_hf_model
+    from posenc_cli.evaluation.hf_models import load_hf_model
 
     transformers.T5Config(d_model=32, num_layers=1, num_heads=2, d_ff=64).save_pretrained(tmp_path / "t5")
     with pytest.raises(UsageError, match="is a t5 model, not a causal LM"):
@@ -319,8 +317,8 @@ def test_missing_data_and_missing_model_are_one_line(tiny, tmp_path):
 
 
 def test_export_loads_without_pickle_to_identical_logits(tiny, tmp_path):
-    from posenc_cli.export import load_export
-    from posenc_cli.runs import load_run
+    from posenc_cli.evaluation.export import load_export
+    from posenc_cli.rundir.loading import load_run
 
     result = run_cli("export", str(tiny["run"]), "--out", str(tmp_path / "export"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -10,17 +10,18 @@ import pytest
 import torch
 
 from conftest import invoke
-from posenc_cli.errors import UsageError
+from posenc_cli.core.errors import UsageError
 from posenc_cli.inspection import checks as ins
-from posenc_cli.inspection.command import inspect_scheme
 from posenc_cli.inspection.figures import rotation_angles
+from posenc_cli.inspection.inspect_scheme import inspect_scheme
 from posenc_cli.model.positional import SCHEMES, build_scheme
 from posenc_cli.model.positional.alibi import ALiBi
 from posenc_cli.model.positional.base import NoPE, PositionalScheme, per_head
 from posenc_cli.model.positional.learned import Learned
 from posenc_cli.model.positional.rope import RoPE
 from posenc_cli.model.positional.sinusoidal import Sinusoidal, sinusoidal_table
-from posenc_cli.runs import find_runs, load_run
+from posenc_cli.rundir.loading import load_run
+from posenc_cli.rundir.selection import find_runs
 
 DIM, HEADS, LENGTH = 32, 4, 32
 

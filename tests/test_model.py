@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posenc_cli.errors import UsageError
+from posenc_cli.core.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig
 
 

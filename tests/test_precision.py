@@ -12,8 +12,8 @@ import pandas as pd
 import torch
 
 from conftest import SMOKE, assert_one_line_error, assert_refused, evaluate, posenc, run_cli, train
-from posenc_cli.checkpoint import FILENAME, load_checkpoint
-from posenc_cli.device import effective_precision, native_bf16
+from posenc_cli.core.device import effective_precision, native_bf16
+from posenc_cli.rundir.record import FILENAME, load_checkpoint
 
 CPU = torch.device("cpu")
 AUTO_ANSWERS = {"native": "bf16-autocast", "emulated": "fp32"}

@@ -11,13 +11,20 @@ import pytest
 import torch
 
 from conftest import SMOKE, evaluate, invoke, run_cli
+from posenc_cli.core.errors import UsageError
 from posenc_cli.data import passkey
 from posenc_cli.data.synthetic import SyntheticSpec, generate
 from posenc_cli.data.vocab import Vocab
-from posenc_cli.errors import UsageError
-from posenc_cli.evaluate import LogitsScorer
-from posenc_cli.probe import build_trial, check_vocab, filler_length, make_trials, score, without_episodes
-from posenc_cli.report import passkey_by_depth
+from posenc_cli.evaluation.perplexity import LogitsScorer
+from posenc_cli.evaluation.probe import (
+    build_trial,
+    check_vocab,
+    filler_length,
+    make_trials,
+    score,
+    without_episodes,
+)
+from posenc_cli.report.tables import passkey_by_depth
 
 WORDS = "ba bode kalimu so tefa ri gunazo pe".split()
 VOCAB = Vocab.from_text("".join(sorted(passkey.needed_chars())) + "abcdefghijklmnopqrstuvwxyz")
@@ -228,7 +235,7 @@ def test_probe_preset_episodes_fit_its_training_window():
     digits stay apart: if the phrasing grows, this fails before a 6-minute run learns nothing."""
     from hydra import compose, initialize_config_dir
 
-    from posenc_cli.config import config_dir
+    from posenc_cli.config.location import config_dir
 
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose("config", overrides=["experiment=probe"])

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from conftest import ROOT, SMOKE, assert_refused, invoke, posenc, run_cli
-from posenc_cli.checkpoint import FILENAME, load_checkpoint
-from posenc_cli.errors import UsageError
+from posenc_cli.core.errors import UsageError
+from posenc_cli.rundir.record import FILENAME, load_checkpoint
 
 # Misaligned intervals on purpose: checkpoints land between log lines and between evals.
 FAULT = [
@@ -210,7 +210,7 @@ def test_a_checkpoint_from_before_fused_adamw_resumes_exactly_on_the_path_it_was
     """Training uses fused AdamW where torch has it (faster, equal to ~1e-7 but not bitwise). A checkpoint
     saved by the for-loop AdamW carries that choice in its param groups, so resuming it stays exact."""
     from posenc_cli.model import GPT, ModelConfig, token_nll
-    from posenc_cli.train import make_optimizer
+    from posenc_cli.training.loop import make_optimizer
 
     tc = {"lr": 1e-2, "weight_decay": 0.1}
     torch.manual_seed(0)

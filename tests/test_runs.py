@@ -18,10 +18,10 @@ import torch
 import yaml
 
 from conftest import ROOT, SMOKE, assert_one_line_error, assert_refused, posenc, run_cli
-from posenc_cli.atomic import MANIFEST, output_set
-from posenc_cli.checkpoint import FILENAME
-from posenc_cli.ownership import LOCK, claim_new
-from posenc_cli.runs import select_runs
+from posenc_cli.core.atomic import MANIFEST, output_set
+from posenc_cli.rundir.claim import LOCK, claim_new
+from posenc_cli.rundir.record import FILENAME
+from posenc_cli.rundir.selection import select_runs
 
 TINY = [
     *SMOKE,
@@ -91,13 +91,14 @@ def test_default_run_directories_never_collide(tmp_path):
 def test_the_run_directory_is_claimed_without_composing_the_config_again(tmp_path, monkeypatch, args, where):
     import hydra
 
-    from posenc_cli import config
-    from posenc_cli.ownership import claim
+    from posenc_cli.config import hydra_args
+    from posenc_cli.rundir.claim import claim
+    from posenc_cli.training.preflight import preflight
 
     monkeypatch.chdir(tmp_path)
     composed = []
-    monkeypatch.setattr(config, "compose", lambda *a, **k: composed.append(k) or hydra.compose(*a, **k))
-    directory = config.preflight([*args, *SMOKE])
+    monkeypatch.setattr(hydra_args, "compose", lambda *a, **k: composed.append(k) or hydra.compose(*a, **k))
+    directory = preflight([*args, *SMOKE])
     checked = len(composed)  # one composition per job (a sweep's jobs that share groups share one)
     assert checked == (2 if args[:1] == ["-m"] else 1)
     assert directory == Path("mine") if where == "mine" else directory.parent == Path(where)

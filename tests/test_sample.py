@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from conftest import run_cli
-from posenc_cli.errors import UsageError
-from posenc_cli.runs import load_run
-from posenc_cli.sample import SamplePlan, generate, pick, plan
+from posenc_cli.core.errors import UsageError
+from posenc_cli.evaluation.sample import SamplePlan, generate, pick, plan
+from posenc_cli.rundir.loading import load_run
 
 PROMPT = "the "
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # one token at a time gains nothing from threads

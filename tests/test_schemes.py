@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posenc_cli.errors import PositionOutOfRange, UsageError
+from posenc_cli.core.errors import PositionOutOfRange, UsageError
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model import attention as attention_module
 from posenc_cli.model.attention import biased_causal_attention
@@ -285,7 +285,7 @@ def test_scale_embeddings_defaults_to_the_paper_and_the_config_says_so(name):
     and configs/scheme/<name>.yaml spells the default out."""
     from omegaconf import OmegaConf
 
-    from posenc_cli.config import config_dir
+    from posenc_cli.config.location import config_dir
 
     default = build_scheme(name, 16, 2, block_size=8).scale_embeddings
     assert default is (name == "sinusoidal")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import SMOKE, evaluate, invoke, run_cli
-from posenc_cli.distributed import threads_per_job
+from posenc_cli.training.distributed import threads_per_job
 
 TINY = [*SMOKE, "device=cpu", "train.max_steps=4", "train.eval_interval=2", "train.log_interval=2"]
 CORES = len(os.sched_getaffinity(0))

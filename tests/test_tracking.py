@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from conftest import SMOKE, run_cli
-from posenc_cli.errors import UsageError
-from posenc_cli.tracking import COLUMNS, check_loggers, run_name
+from posenc_cli.core.errors import UsageError
+from posenc_cli.training.tracking import COLUMNS, check_loggers, run_name
 
 STEPS, LOG, EVAL = 20, 5, 10  # experiment=smoke trains 20 steps and validates every 10
 

@@ -14,7 +14,7 @@ import yaml
 
 from conftest import ALL_SCHEMES, BEYOND_CHAPTERS, SHARED_DATA, invoke, train
 from posenc_cli.model.positional import SCHEMES
-from posenc_cli.runs import load_run
+from posenc_cli.rundir.loading import load_run
 
 
 def test_every_scheme_trains_and_leaves_a_complete_run_directory(smoke_sweep):

@@ -19,7 +19,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from posenc_cli.bench.eval_memory import bench_eval
+from posenc_cli.bench.main_job import bench_main_job
 from posenc_cli.bench.markdown import machine, write_outputs
+from posenc_cli.bench.peak import Peak
+from posenc_cli.bench.peer import side_by_side
+from posenc_cli.bench.train_speed import bench_levers, bench_training
+from posenc_cli.model.positional import SCHEMES
 
 __all__ = ["Effort", "FULL", "QUICK", "run_bench", "write_outputs"]
 
@@ -72,12 +78,6 @@ def run_bench(
     """Every section of the benchmark as tidy rows, and the machine it ran on. `peer`: nanoGPT's
     peer directory (with run.sh); None or absent: the side-by-side is skipped and says so.
     `peer_steps`: steps of each side-by-side run (default: the effort's)."""
-    from posenc_cli.bench.main_job import bench_main_job
-    from posenc_cli.bench.memory import bench_eval
-    from posenc_cli.bench.peak import Peak
-    from posenc_cli.bench.peer import side_by_side
-    from posenc_cli.bench.training import bench_levers, bench_training
-    from posenc_cli.model.positional import SCHEMES
 
     effort = QUICK if quick else FULL
     if peer_steps is not None:

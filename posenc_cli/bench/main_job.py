@@ -6,8 +6,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from posenc_cli import ui
 from posenc_cli.bench.processes import posenc, timed
+from posenc_cli.core import ui
 
 MAIN_JOB = (
     ["train", "-m", "scheme=none,sinusoidal,learned,rope,alibi"],

@@ -11,8 +11,12 @@ from typing import Any
 import pandas as pd
 import torch
 
-from posenc_cli.atomic import write_text, write_with
-from posenc_cli.report import markdown_table
+from posenc_cli.bench.eval_memory import EVAL_MULTIPLES
+from posenc_cli.bench.peer import RECIPE, speedup
+from posenc_cli.config.location import config_dir
+from posenc_cli.core.atomic import write_text, write_with
+from posenc_cli.model.positional import SCHEMES
+from posenc_cli.report.tables import markdown_table
 
 COLUMNS = (
     "note",
@@ -55,8 +59,6 @@ def machine() -> dict[str, Any]:
 def load_targets() -> dict[str, float]:
     from omegaconf import OmegaConf
 
-    from posenc_cli.config import config_dir
-
     return OmegaConf.to_container(OmegaConf.load(config_dir() / TARGETS_FILE))
 
 
@@ -68,9 +70,6 @@ def mfu_text(mfu: float) -> str:
 
 def targets(df: pd.DataFrame) -> list[list[str]]:
     """This run's numbers against configs/bench_targets.yaml: [target, measured, met]."""
-    from posenc_cli.bench.memory import EVAL_MULTIPLES
-    from posenc_cli.bench.peer import speedup
-    from posenc_cli.model.positional import SCHEMES
 
     goal = load_targets()
     rows = []
@@ -143,7 +142,6 @@ def targets(df: pd.DataFrame) -> list[list[str]]:
 
 
 def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
-    from posenc_cli.bench.peer import RECIPE, speedup
 
     def num(value, fmt: str) -> str:
         return "—" if pd.isna(value) else format(value, fmt)

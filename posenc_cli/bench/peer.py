@@ -13,8 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from posenc_cli import ui
 from posenc_cli.bench.processes import child_env, posenc, timed
+from posenc_cli.core import ui
 
 DEFAULT_PEER = Path("../shared/peers/nanogpt")
 # nanoGPT's recipe in posenc's terms: 4 layers, 4 heads, 128 dims (model=small), block 64, batch 12

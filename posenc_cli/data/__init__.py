@@ -6,34 +6,21 @@ own tokenizer) and returns a `Corpus` whose splits are numpy arrays, memory-mapp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 
+from posenc_cli.core.errors import UsageError, require_positive_int
 from posenc_cli.data import stream
+from posenc_cli.data.binary import load_bin
+from posenc_cli.data.corpus import Corpus
+from posenc_cli.data.hf_datasets import hf_source
 from posenc_cli.data.synthetic import SyntheticSpec, generate
 from posenc_cli.data.tokenizers import TOKENIZERS
-from posenc_cli.errors import UsageError, require_positive_int
 
 CORPORA = ("synthetic", "text", "bin", "hf")
-
-
-@dataclass
-class Corpus:
-    name: str
-    train: np.ndarray
-    val: np.ndarray
-    tokenizer: Any  # a tokenizers.TokenizerBase
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def sha256(self) -> str | None:
-        """The corpus's fingerprint (stream.scan's sha256 of its text, or of a bin corpus's files): a run
-        records it, and eval, probe and resume refuse a corpus that changed since."""
-        return self.stats.get("sha256")
 
 
 def check_tokenizer_options(data_cfg: Mapping[str, Any]) -> None:
@@ -73,8 +60,6 @@ def text_source(data_cfg: Mapping[str, Any]) -> tuple[stream.TextSource, dict[st
             raise UsageError("data=text needs data.path=FILE (a UTF-8 text file)")
         return stream.file_source(data_cfg["path"]), {"path": str(data_cfg["path"])}
     if name == "hf":
-        from posenc_cli.data.hf import hf_source
-
         return hf_source(data_cfg)
     raise UsageError(f"unknown corpus {name!r}; choose one of: {', '.join(CORPORA)}")
 
@@ -83,8 +68,6 @@ def corpus_sha256(data_cfg: Mapping[str, Any]) -> str:
     """The sha256 `load_corpus` records, without tokenizing: stream.scan's of the text (the token cache's
     key too), or of a bin corpus's files."""
     if corpus_kind(data_cfg) == "bin":
-        from posenc_cli.data.binary import load_bin
-
         return load_bin(data_cfg).sha256
     return stream.scan(text_source(data_cfg)[0])[0]
 
@@ -112,8 +95,6 @@ def load_corpus(data_cfg: Mapping[str, Any], tokenizer=None) -> Corpus:
     training split. Files and datasets go through the token cache; the generated corpus stays in memory."""
     kind = corpus_kind(data_cfg)
     if kind == "bin":
-        from posenc_cli.data.binary import load_bin
-
         return load_bin(data_cfg, tokenizer)
     check_tokenizer_options(data_cfg)
     source, stats = text_source(data_cfg)

@@ -20,8 +20,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from posenc_cli.core.errors import UsageError
+from posenc_cli.data.corpus import Corpus
 from posenc_cli.data.tokenizers import BpeTokenizer, IdsOnly, from_payload
-from posenc_cli.errors import UsageError
 
 DTYPES = ("uint16", "uint32")
 
@@ -92,7 +93,6 @@ def file_sha256(*paths: Path) -> str:
 
 
 def load_bin(data_cfg: Mapping[str, Any], tokenizer=None):
-    from posenc_cli.data import Corpus
 
     if not data_cfg.get("train") or not data_cfg.get("val"):
         raise UsageError(

@@ -25,11 +25,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from posenc_cli import ui
-from posenc_cli.atomic import write_text
+from posenc_cli.core import ui
+from posenc_cli.core.atomic import write_text
+from posenc_cli.core.errors import UsageError
 from posenc_cli.data.tokenizers import PIECE_CHARS, BpeTokenizer, ByteTokenizer, from_payload, text_pieces
 from posenc_cli.data.vocab import UNK, Vocab, code_points
-from posenc_cli.errors import UsageError
 
 FORMAT = 2  # 2: pieces of 256k characters (was 1M), so a cache of format 1 is rebuilt, never mixed
 BLOCK_BYTES = 16 << 20

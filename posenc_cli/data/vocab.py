@@ -8,8 +8,8 @@ from functools import cached_property
 
 import numpy as np
 
-from posenc_cli.data.tokenizers import TokenizerBase
-from posenc_cli.errors import UsageError
+from posenc_cli.core.errors import UsageError
+from posenc_cli.data.tokenizer_base import TokenizerBase
 
 UNK = "<unk>"
 UNK_TEXT = (

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from posenc_cli.errors import PositionOutOfRange
+from posenc_cli.core.errors import PositionOutOfRange
 from posenc_cli.model.attention import biased_causal_attention
 from posenc_cli.model.positional import PositionalScheme
 from posenc_cli.model.positional.alibi import SLOPE_RULES

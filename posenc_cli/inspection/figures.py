@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from posenc_cli.figures import pyplot, save_figure
+from posenc_cli.core.plotting import pyplot, save_figure
+from posenc_cli.data import token_window
 from posenc_cli.inspection.checks import (
     bias_by_distance,
     bias_matrix,
@@ -18,6 +19,7 @@ from posenc_cli.inspection.checks import (
     position_vectors,
 )
 from posenc_cli.model.positional import PositionalScheme
+from posenc_cli.rundir.loading import run_corpus
 
 
 def rotation_angles(scheme: PositionalScheme, length: int) -> torch.Tensor:
@@ -169,8 +171,6 @@ def write_figures(scheme: PositionalScheme, length: int, out: Path, label: str) 
 
 def figure_attention(run, layer: int, head: int, length: int, out: Path) -> Path:
     """The attention pattern of one head on the first `length` tokens of the run's validation text."""
-    from posenc_cli.data import token_window
-    from posenc_cli.runs import run_corpus
 
     tokens = token_window(run_corpus(run).val, 0, length)
     probs, _ = layer_attention(run.model, tokens[None], layer)

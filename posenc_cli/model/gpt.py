@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posenc_cli.errors import UsageError, require_positive_int
+from posenc_cli.core.errors import UsageError, require_positive_int
 from posenc_cli.model.attention import biased_causal_attention
 from posenc_cli.model.positional import PositionalScheme, build_scheme
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from posenc_cli.errors import UsageError, nearest
+from posenc_cli.core.errors import UsageError, nearest
 from posenc_cli.model.positional.alibi import ALiBi
 from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme, past_max_len
 from posenc_cli.model.positional.composite import Composite

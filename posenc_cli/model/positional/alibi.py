@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from posenc_cli.errors import UsageError
+from posenc_cli.core.errors import UsageError
 from posenc_cli.model.positional.base import Claim, PositionalScheme, per_head
 
 

@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from posenc_cli.errors import UsageError
+from posenc_cli.core.errors import UsageError
 
 
 @dataclass(frozen=True)

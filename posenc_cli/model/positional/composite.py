@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from posenc_cli.errors import UsageError
+from posenc_cli.core.errors import UsageError
 from posenc_cli.model.positional.base import PositionalScheme
 
 RELATIVE_STRENGTH = ("none", "implicit", "explicit")

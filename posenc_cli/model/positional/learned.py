@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from posenc_cli.errors import PositionOutOfRange, require_positive_int
+from posenc_cli.core.errors import PositionOutOfRange, require_positive_int
 from posenc_cli.model.positional.base import AdditiveScheme, Claim
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_cli.errors import UsageError, require_number
+from posenc_cli.core.errors import UsageError, require_number
 from posenc_cli.model.positional.base import Claim, PositionalScheme
 from posenc_cli.model.positional.rope_scaling import rope_inv_freq, rope_scaling
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from posenc_cli.choices import HF_ROPE_SCALING as HF_ONLY
-from posenc_cli.choices import ROPE_SCALING as METHODS
-from posenc_cli.errors import UsageError
+from posenc_cli.core.choices import HF_ROPE_SCALING as HF_ONLY
+from posenc_cli.core.choices import ROPE_SCALING as METHODS
+from posenc_cli.core.errors import UsageError
 
 
 def rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from posenc_cli.errors import require_int
+from posenc_cli.core.errors import require_int
 from posenc_cli.model.positional.base import Claim, PositionalScheme
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_cli.errors import require_number
+from posenc_cli.core.errors import require_number
 from posenc_cli.model.positional.base import Claim
 from posenc_cli.model.positional.rope import RoPE
 

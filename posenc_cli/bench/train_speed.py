@@ -1,0 +1,93 @@
+"""Training speed on the path users run: `posenc_cli.training.loop.train`, the function `posenc train` calls,
+whole (data sampling, logging, validation and checkpoints at the configured intervals), sustained
+over several eval intervals. Reported: the median interval's tokens/s (train.py's own per-interval
+rate, which leaves out the validation pass it times) and the whole loop's (everything included)."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from posenc_cli.bench.peak import Peak, flops_per_token
+from posenc_cli.config.hydra_args import composing, parse_hydra_args
+from posenc_cli.core import ui
+from posenc_cli.training.loop import train
+
+CONFIG = "default"  # the training configuration every scheme is timed at: posenc's defaults
+LEVERS = {"baseline": [], "threads=1": ["train.threads=1"], "fp32": ["train.precision=fp32"]}
+
+
+def compose(overrides: list[str]) -> dict[str, Any]:
+    """The config `posenc train OVERRIDES` would run, composed as `posenc train` composes it."""
+
+    with composing(parse_hydra_args([])) as compose_point:
+        return compose_point(list(overrides))
+
+
+def timed_training(overrides: list[str], effort) -> dict[str, Any]:
+    """Run `posenc train OVERRIDES` in-process for effort.train_intervals eval intervals, in a
+    temporary run directory; a row of what it measured."""
+
+    cfg = compose([*overrides, *effort.overrides])
+    tc = cfg["train"]
+    tc["max_steps"] = tc["eval_interval"] * effort.train_intervals
+    threads, work = torch.get_num_threads(), Path(tempfile.mkdtemp(prefix="posenc-bench-"))
+    try:
+        summary = train(cfg, work)
+        rates = pd.read_csv(work / "metrics.csv")["tokens_per_s"].tolist()
+    finally:
+        torch.set_num_threads(threads)
+        shutil.rmtree(work, ignore_errors=True)
+    if summary["status"] != "finished":
+        raise RuntimeError(f"posenc train {' '.join(overrides)}: {summary['message']}")
+    steady = rates[1:] or rates  # the first interval holds the warm-up
+    T, model = tc["block_size"], cfg["model"]
+    precision = {"bf16-autocast": "bf16", "fp32": "fp32"}[summary["precision"]["effective"]]
+    return {
+        "section": "train",
+        "config": CONFIG,
+        "scheme": cfg["scheme"]["name"],
+        "precision": precision,
+        "length": T,
+        "batch": tc["batch_size"],
+        "n_layer": model["n_layer"],
+        "n_embd": model["n_embd"],
+        "steps": summary["steps"],
+        "tokens_per_s": statistics.median(steady),
+        "loop_tokens_per_s": summary["tokens_per_s"],
+        "flops_per_token": flops_per_token(
+            non_positional_params=summary["total_params"] - summary["positional_params"],
+            n_layer=model["n_layer"],
+            n_embd=model["n_embd"],
+            seq_len=T,
+        ),
+    }
+
+
+def bench_training(schemes: list[str], effort, peak: Peak) -> list[dict]:
+    """Every scheme at the default configuration, one after another, the GEMM peak measured between."""
+    rows = []
+    for scheme in schemes:
+        ui.err.print(f"train {CONFIG}: {scheme}")
+        rows.append({**timed_training([f"scheme={scheme}"], effort), "lever": "baseline"})
+        peak.measure()
+    return rows
+
+
+def bench_levers(effort, peak: Peak, scheme: str = "rope") -> list[dict]:
+    """Settings that are not the default, each through the same training path as the baseline."""
+    rows = []
+    for lever, overrides in LEVERS.items():
+        ui.err.print(f"lever ({scheme}): {lever}")
+        rows.append(
+            {**timed_training([f"scheme={scheme}", *overrides], effort), "section": "lever", "lever": lever}
+        )
+        peak.measure()
+    baseline = rows[0]["tokens_per_s"]
+    return [{**row, "vs_baseline": row["tokens_per_s"] / baseline} for row in rows]

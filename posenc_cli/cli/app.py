@@ -1,0 +1,93 @@
+"""The `posenc` command line. Each command is a thin door into one module; errors a user can fix
+become one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+import typer
+
+from posenc_cli.core import ui
+from posenc_cli.core.errors import UsageError
+
+HELP_OPTION_NAMES = ["-h", "--help"]
+app = typer.Typer(
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": HELP_OPTION_NAMES},
+    help="Train small GPTs with different positional encodings and measure how far past their training "
+    "length each one holds up.\n\nQuick start: [bold]posenc train -m scheme=none,sinusoidal,learned,rope,alibi[/bold] "
+    "then [bold]posenc eval --lengths 512,1024,2048[/bold].\n\n"
+    "Shell completion (commands, options and train's config groups and keys): [bold]posenc --install-completion[/bold].",
+)
+
+
+def choice(
+    default: str, choices: tuple[str, ...], help: str, *names: str, comma_list: bool = False, also: str = ""
+) -> Any:
+    """An option whose values are fixed names: --help lists them, shells complete them, and a typo is
+    refused while parsing. comma_list: a comma list of those names. also: a regex of further values."""
+
+    def check(value: str | None) -> str | None:
+        for part in (value.split(",") if comma_list else [value]) if value is not None else []:
+            if part.strip() not in choices and not (also and re.fullmatch(also, part.strip())):
+                raise typer.BadParameter(f"{part!r} is not one of {', '.join(choices)}")
+        return value
+
+    def complete(incomplete: str) -> list[str]:
+        done, _, last = incomplete.rpartition(",") if comma_list else ("", "", incomplete)
+        return [f"{done},{c}" if done else c for c in choices if c.startswith(last)]
+
+    metavar = "[" + "|".join(choices) + "]" + (",..." if comma_list else "")
+    return typer.Option(default, *names, help=help, metavar=metavar, callback=check, autocompletion=complete)
+
+
+def flag(help: str, *names: str) -> Any:
+    """A boolean that is on when given: shown in --help as a bare flag."""
+    return typer.Option(False, *names, help=help, metavar="")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        from posenc_cli import __version__
+        from posenc_cli.core.version import code_version
+
+        version = code_version()
+        ui.out.print(
+            f"posenc {__version__}" + (f" ({version})" if version.startswith("git:") else ""), highlight=False
+        )
+        raise typer.Exit()
+
+
+@app.callback()
+def posenc(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        "-V",
+        help="Print the version (and the git commit in a checkout) and exit.",
+        callback=version_callback,
+        is_eager=True,
+        metavar="",
+    ),
+) -> None:
+    """Train small GPTs with different positional encodings and measure how far past their training length each one holds up."""
+
+
+DEVICE_HELP = "Where the model runs (auto: cuda, then mps, then cpu; cuda:N also works)."
+
+
+def hf_options(context: int | None, device, dtype: str) -> dict:
+    """How hf: models are loaded (checked here, before any model is)."""
+    if context is not None and context <= 0:
+        raise UsageError(f"--hf-context must be a positive integer, got {context}")
+    return {"context": context, "device": device, "dtype": dtype}
+
+
+def reflow(text: str) -> str:
+    """Help as written in the source -> as shown: a paragraph's lines joined into one, lines that start
+    with spaces (examples, lists) kept as they are."""
+    return re.sub(r"(?<=\S)\n(?=\S)", " ", inspect.cleandoc(text))

@@ -1,0 +1,68 @@
+"""`posenc bench`: speed and memory, measured on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from posenc_cli.cli.app import app, flag
+from posenc_cli.core import ui
+from posenc_cli.core.errors import UsageError, require_positive_int
+
+
+@app.command()
+def bench(
+    quick: bool = flag(
+        "A smoke version on a tiny model that runs in seconds; its numbers mean nothing.", "--quick"
+    ),
+    main_job: bool = flag(
+        "Also time the README's main job (train all five schemes, then eval): minutes.", "--main-job"
+    ),
+    levers: bool = flag(
+        "Also measure settings that are off by default through the same training path: 1 thread, fp32.",
+        "--levers",
+    ),
+    nanogpt: str = typer.Option(
+        "../shared/peers/nanogpt",
+        "--nanogpt",
+        help="nanoGPT's peer directory (with run.sh) for the side-by-side; 'none' skips it. "
+        "Absent: the report says so.",
+    ),
+    peer_steps: Optional[int] = typer.Option(
+        None,
+        "--peer-steps",
+        help="Training steps of each run in the nanoGPT side-by-side (default: 400; nanoGPT's README CPU run is 2000).",
+    ),
+    out: Optional[str] = typer.Option(
+        None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."
+    ),
+    scheme: Optional[List[str]] = typer.Option(
+        None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."
+    ),
+) -> None:
+    """Speed on the paths users run, against this machine's limits: training, nanoGPT side by side, evaluation.
+
+    Training: `posenc train`'s own training function per scheme (median eval interval), MFU against
+    the GEMM peak of the precision it computes in; `posenc train` beside nanoGPT's CPU recipe as whole
+    processes, alternated; evaluation tokens/s and peak memory at 1x/8x/32x the training length; with
+    --main-job the README's main job. Writes bench.csv and bench.md. The numbers are this machine's,
+    now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
+    from posenc_cli.bench import run_bench, write_outputs
+    from posenc_cli.model.positional import SCHEMES
+    from posenc_cli.rundir.destinations import checked_out, default_out
+
+    out_dir = checked_out(out)
+    if peer_steps is not None:
+        require_positive_int("--peer-steps", peer_steps)
+    unknown = [s for s in scheme or [] if s not in SCHEMES]
+    if unknown:
+        raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
+    peer = None if nanogpt == "none" else Path(nanogpt)
+    df, info = run_bench(
+        quick=quick, main_job=main_job, levers=levers, schemes=scheme, peer=peer, peer_steps=peer_steps
+    )
+    out = out_dir or default_out("bench")
+    ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
+    ui.err.print(f"wrote bench.csv, bench.md to {out}")

@@ -1,0 +1,26 @@
+"""`posenc export`: a run as a model transformers can load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from posenc_cli.cli.app import app
+from posenc_cli.core import ui
+
+
+@app.command("export")
+def export_command(
+    run: Path = typer.Argument(..., help="A trained run directory."),
+    out: Optional[str] = typer.Option(
+        None, help="Directory for model.safetensors and config.json (default: the run directory)."
+    ),
+) -> None:
+    """Write a run's model as model.safetensors + config.json: shareable, and loaded without pickle
+    (posenc_cli.evaluation.export.load_export gives the same logits). Needs safetensors: pip install 'posenc\\[hf]'."""
+    from posenc_cli.evaluation.export import CONFIG, WEIGHTS, export_run
+
+    written = export_run(run, out)
+    ui.err.print(f"wrote {WEIGHTS}, {CONFIG} to {written}")

@@ -1,0 +1,64 @@
+"""The `posenc` entry point: every command registered on the app, parser errors as one line and exit 2."""
+
+from __future__ import annotations
+
+import typer
+
+from posenc_cli.cli import (  # noqa: F401 - each registers its command on the app
+    bench_command,
+    eval_command,
+    export_command,
+    inspect_command,
+    probe_command,
+    sample_command,
+    schemes_command,
+)
+from posenc_cli.cli.app import HELP_OPTION_NAMES, app, reflow
+from posenc_cli.cli.train_command import TrainCommand
+from posenc_cli.core import ui
+from posenc_cli.core.errors import UsageError
+from posenc_cli.core.ui import fail
+
+
+# how `posenc --help` lists the commands: in the order a user meets them (each module registers its own)
+WORKFLOW_ORDER = ("train", "eval", "probe", "sample", "export", "schemes", "inspect", "bench")
+
+
+def command():
+    """The click command behind `app`, with help texts reflowed and flags (--help too) shown bare."""
+    from posenc_cli.cli.completion import click_core
+
+    group = typer.main.get_command(app)
+    group.commands = {name: group.commands[name] for name in WORKFLOW_ORDER}
+    for cmd in [group, *group.commands.values()]:
+        if not isinstance(cmd, TrainCommand):  # its help reflows itself, importing torch only when shown
+            cmd.help = reflow(cmd.help or "")
+        for param in [
+            *cmd.params,
+            cmd.get_help_option(click_core.Context(cmd, help_option_names=HELP_OPTION_NAMES)),
+        ]:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""
+    return group
+
+
+def main() -> None:
+    """The `posenc` entry point: parser errors, like every error a user can fix, are one line and exit 2."""
+    from posenc_cli.cli.completion import click_exceptions
+
+    try:
+        code = command().main(prog_name="posenc", standalone_mode=False)
+    except click_exceptions.NoArgsIsHelpError as err:
+        ui.out.print(err.format_message(), highlight=False, markup=False, end="")
+        raise SystemExit(0) from None
+    except click_exceptions.ClickException as err:
+        fail(err.format_message() if isinstance(err, click_exceptions.UsageError) else err)
+    except typer.Abort:
+        ui.err.print("posenc: aborted")
+        raise SystemExit(1) from None
+    except UsageError as err:
+        fail(err)
+    except KeyboardInterrupt:
+        ui.err.print("posenc: interrupted")
+        raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)

@@ -1,0 +1,81 @@
+"""`posenc probe`: passkey retrieval by depth and length."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from posenc_cli.cli.app import DEVICE_HELP, app, choice, hf_options
+from posenc_cli.core import ui
+from posenc_cli.core.choices import DEVICES, HF_DTYPES, LANGS
+from posenc_cli.core.errors import require_positive_int, require_seed
+
+
+@app.command()
+def probe(
+    runs: List[str] = typer.Argument(
+        None,
+        help="Run directories, sweep directories, globs, or hf:ID_OR_PATH (a Hugging Face causal LM) (default: the latest runs).",
+    ),
+    lengths: str = typer.Option(
+        "256,512,1024,2048",
+        "--lengths",
+        "-l",
+        help="Comma list of trial lengths; each run's training length is always added.",
+    ),
+    depths: str = typer.Option(
+        "0.1,0.5,0.9",
+        help="Comma list of relative depths of the key sentence in the filler (0 = start, 1 = end).",
+    ),
+    trials: int = typer.Option(50, help="Trials per run, length and depth (a fresh key and filler each)."),
+    seed: int = typer.Option(0, help="Seed for keys and filler: the same trials for every run."),
+    out: Optional[str] = typer.Option(
+        None,
+        help="Output directory (default: outputs/probe/<time>). Use eval's --out to get passkey rows in its comparison.md.",
+    ),
+    device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
+    lang: str = choice(
+        "en", LANGS, "en, or zh: as eval's --lang, for the comparison.md it rewrites.", "--lang"
+    ),
+    hf_context: Optional[int] = typer.Option(
+        None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading."
+    ),
+    dtype: str = choice("fp32", HF_DTYPES, "The weights of hf: models.", "--dtype"),
+) -> None:
+    """Passkey retrieval: can a model find a 5-digit key at depth δ in a prompt of L tokens?
+
+    Filler comes from each run's own validation text; the key's phrasing is the one the synthetic
+    corpus teaches with data.passkey_rate>0 (see experiment=probe). hf: models get Mohtashami & Jaggi's
+    English prompt ("The grass is green. …") in their own tokenizer, whole sentences up to L tokens. Writes probe.csv, a heatmap per
+    scheme (probe_<scheme>.png), probe_summary.png, and rewrites comparison.md with "passkey @ L" rows
+    when the output directory also holds eval's ppl.csv. Runs are chosen as in eval.
+    """
+    from posenc_cli.core.device import resolve_device
+    from posenc_cli.core.ui import announce
+    from posenc_cli.evaluation.perplexity import parse_lengths
+    from posenc_cli.evaluation.probe import parse_depths, probe_runs
+    from posenc_cli.evaluation.targets import load_targets
+    from posenc_cli.report.tables import markdown_table, passkey_rows, scheme_order, write_probe_outputs
+    from posenc_cli.rundir.destinations import checked_out, default_out
+
+    out_dir = checked_out(out)
+    wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
+    require_positive_int("--trials", trials)
+    require_seed("--seed", seed)
+    target = resolve_device(device)
+    loaded, why = load_targets(list(runs or []), "probe", hf_options(hf_context, target, dtype))
+    for run in loaded:
+        run.check_probe()  # a posenc run: its vocabulary, and its corpus unchanged since training
+        run.check_fits([L for L in {*wanted, run.train_len} if run.max_len is None or L <= run.max_len])
+    announce([r.path for r in loaded], why, "probing")
+    df = probe_runs(loaded, lengths=wanted, depths=at_depths, trials=trials, seed=seed, device=target)
+    labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
+    info = {labels[str(r.path)]: r.facts() for r in loaded}
+    out = out_dir or default_out("probe")
+    written = write_probe_outputs(df, info, out, lang=lang)
+    schemes = scheme_order(df["scheme"])
+    ui.out.print(
+        markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False
+    )
+    ui.err.print(f"wrote {', '.join(p.name for p in written)} to {out}")

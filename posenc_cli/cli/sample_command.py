@@ -1,0 +1,80 @@
+"""`posenc sample`: text from a trained run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from posenc_cli.cli.app import DEVICE_HELP, app, choice
+from posenc_cli.core import ui
+from posenc_cli.core.choices import DEVICES
+from posenc_cli.core.errors import UsageError
+
+
+@app.command()
+def sample(
+    run: Path = typer.Argument(..., help="A trained run directory."),
+    prompt: str = typer.Option(
+        ..., "--prompt", "-p", help="Text to continue; every character must be in the run's vocabulary."
+    ),
+    tokens: int = typer.Option(200, "--tokens", "-n", help="How many tokens to generate."),
+    temperature: float = typer.Option(0.8, "--temperature", "-t", help="Softmax temperature; 0 is greedy."),
+    top_k: Optional[int] = typer.Option(
+        None, "--top-k", "-k", help="Sample only from the k most likely tokens (default: all)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed: the same seed gives the same text."),
+    window: Optional[int] = typer.Option(
+        None,
+        "--window",
+        "-w",
+        help="Slide the context: the model sees only the last W tokens (default: the whole text, so positions grow past the training length).",
+    ),
+    out: Optional[str] = typer.Option(
+        None, "--out", "-o", help="Also write the prompt and the generated text to this file."
+    ),
+    device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
+) -> None:
+    """Generate text from a trained run, streamed to the terminal, past its training length if asked.
+
+    Without --window the context grows with the text, so positions pass the training length: the
+    quickest way to see a scheme's extrapolation fail by eye. A scheme with a position table (learned)
+    stops at its table's end with a message unless --window keeps the context inside it.
+
+    Example:
+      posenc sample outputs/runs/RUN --prompt "the pass key is" --tokens 1000 --temperature 0.8 --top-k 40 --seed 0
+    """
+    from posenc_cli.core.atomic import write_text
+    from posenc_cli.core.device import resolve_device
+    from posenc_cli.evaluation.sample import check_context_memory, check_sampling, generate, plan, stream_text
+    from posenc_cli.rundir.destinations import checked_out_file
+    from posenc_cli.rundir.loading import load_run
+
+    out = checked_out_file(out)
+    check_sampling(temperature, top_k, seed)
+    loaded = load_run(run)
+    if not prompt:
+        raise UsageError("--prompt is empty; give at least one character of the run's vocabulary")
+    try:
+        prompt_ids = loaded.tokenizer.encode(prompt)
+    except UsageError as err:
+        raise UsageError(f"--prompt: {err}") from None
+    steps = plan(loaded, len(prompt_ids), tokens, window)
+    target = resolve_device(device)
+    check_context_memory(loaded, window or len(prompt_ids) + steps.tokens, target)
+    ui.out.file.write(prompt)
+    pieces = [prompt]
+    for piece in stream_text(
+        loaded, generate(loaded, prompt_ids, steps.tokens, temperature, top_k, seed, window, target)
+    ):
+        ui.out.file.write(piece)
+        ui.out.file.flush()
+        pieces.append(piece)
+    ui.out.file.write("\n")
+    if out:
+        write_text(out, "".join(pieces))
+    if steps.stopped_early:
+        ui.err.print(steps.stopped_early, highlight=False, soft_wrap=True)
+    if out:
+        ui.err.print(f"wrote {out}", highlight=False)

@@ -1,0 +1,122 @@
+"""Device and precision. `auto` device means cuda, then mps, then cpu. `auto` precision means bf16
+autocast where the hardware computes bf16 natively (CUDA with bf16, CPUs with AVX-512 BF16 or AMX),
+fp32 elsewhere; the loss is always computed in fp32. A run records the precision it computed in (its
+*effective* precision, never the word `auto`), so the same config on two machine kinds says so."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from posenc_cli.core.choices import DEVICES
+from posenc_cli.core.errors import UsageError
+
+PRECISIONS = ("auto", "fp32", "bf16")  # what train.precision asks for
+EFFECTIVE_PRECISIONS = ("fp32", "bf16-autocast")  # what a run computes in
+# What a CPU's bf16 detection answers, overriding the hardware: `native` or `emulated`. The test suite
+# sets it so that no test depends on the machine kind; a user can try the other kind's `auto` path.
+CPU_BF16_ENV = "POSENC_CPU_BF16"
+CPU_BF16 = ("native", "emulated")
+
+
+def resolve_device(name: str) -> torch.device:
+    kind, _, index = str(name).partition(":")
+    if kind not in DEVICES or (index and (kind == "auto" or not index.isdigit())):
+        raise UsageError(
+            f"device={name} is not known; choose one of: {', '.join(DEVICES)} (cuda:N also works)"
+        )
+    if kind == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError(
+            f"device={name} was asked for, but this torch sees no CUDA GPU; use device=auto or cpu"
+        )
+    if kind == "cuda" and index and int(index) >= torch.cuda.device_count():
+        raise UsageError(
+            f"device={name}: this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from 0"
+        )
+    if kind == "cpu" and index not in ("", "0"):
+        raise UsageError(f"device={name}: there is one CPU device; use device=cpu")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise UsageError(
+            f"device={name} was asked for, but MPS is not available here; use device=auto or cpu"
+        )
+    return torch.device(name)
+
+
+def cpu_bf16() -> str:
+    """`native` where this CPU computes bf16 in hardware (AVX-512 BF16, AMX), `emulated` elsewhere
+    (AVX2: ~100x slower than fp32); POSENC_CPU_BF16 overrides the answer."""
+    forced = os.environ.get(CPU_BF16_ENV) or None  # unset or empty: ask the hardware
+    if forced is not None:
+        if forced not in CPU_BF16:
+            raise UsageError(f"{CPU_BF16_ENV}={forced} is not known; choose one of: {', '.join(CPU_BF16)}")
+        return forced
+    return "native" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "emulated"
+
+
+def native_bf16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return cpu_bf16() == "native"
+    return False
+
+
+def effective_precision(device: torch.device, requested: str) -> str:
+    """What training at `requested` computes in on `device`: bf16 autocast when asked for (bf16) or
+    where it pays (auto on native-bf16 hardware), fp32 otherwise; autocast exists on CUDA and CPU only."""
+    bf16 = requested == "bf16" or (requested == "auto" and native_bf16(device))
+    return "bf16-autocast" if bf16 and device.type in ("cuda", "cpu") else "fp32"
+
+
+def precision_record(device: torch.device, requested: str, effective: str) -> dict[str, str]:
+    """The precision facts a run records: what was asked, what it computed in, and on a CPU whether
+    its bf16 is native or emulated (the two machine kinds give `auto` different answers)."""
+    record = {"requested": requested, "effective": effective}
+    return {**record, "cpu_bf16": cpu_bf16()} if device.type == "cpu" else record
+
+
+def autocast(device: torch.device, effective: str):
+    """The context a forward pass at an effective precision runs in."""
+    if effective == "bf16-autocast":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def resumed_precision(device: torch.device, requested: str, saved: str, run: str) -> str:
+    """The effective precision a resume of `run` continues in: its own (`saved`), whatever `auto` answers
+    on this machine, since an exact resume needs the same arithmetic. A train.precision that asks for
+    another one is refused, and so is a device that cannot compute in it."""
+    if saved not in EFFECTIVE_PRECISIONS:
+        raise UsageError(
+            f"{run} is damaged: its precision {saved!r} is not one of {', '.join(EFFECTIVE_PRECISIONS)}"
+        )
+    if requested != "auto" and effective_precision(device, requested) != saved:
+        raise UsageError(
+            f"train.precision={requested}: {run} computes in {saved}, and a resume continues in the run's "
+            "own precision (the weights an uninterrupted run would have); drop train.precision"
+        )
+    if saved == "bf16-autocast" and device.type not in ("cuda", "cpu"):
+        raise UsageError(
+            f"{run} computes in bf16-autocast, which device={device.type} cannot run; resume on cpu or cuda"
+        )
+    return saved
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free now on the device (CUDA) or in RAM (Linux); None where it cannot be read."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None

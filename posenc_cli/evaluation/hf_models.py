@@ -1,0 +1,412 @@
+"""Hugging Face causal LMs as evaluation targets: `hf:ID_OR_PATH` beside posenc runs.
+
+An `HFModel` offers what `evaluate_runs` and `probe_runs` ask of a posenc run (`runs.LoadedRun`): a
+name, a scheme label, a training length, tokens for a text with their UTF-8 bytes, token NLLs for
+windows, passkey trials, RoPE scaling variants. The model's own tokenizer, its SDPA attention where
+it has one, batch 1, and logits computed a chunk of positions at a time so a 16k-token window never
+holds 16k × vocabulary floats.
+
+RoPE scaling goes through the model's own rotary module, rebuilt from a copy of its config with
+`rope_parameters` set (transformers' implementations). posenc's method names map as follows, with
+s the factor and L the training length (the model's context, or --hf-context):
+
+    none     the model's own rope_parameters, unchanged
+    linear   rope_type "linear", factor s
+    ntk      rope_type "default" with rope_theta × s^(d/(d-2)), d the rotary dim (static NTK-aware;
+             transformers has no rope_type for it)
+    dynamic  rope_type "dynamic", factor s (default 1), max_position_embeddings L
+    yarn     rope_type "yarn", factor s, original_max_position_embeddings L
+    llama3   rope_type "llama3", factor s, original_max_position_embeddings L, low/high_freq_factor 1/4
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+
+from posenc_cli.core.device import free_memory
+from posenc_cli.core.errors import UsageError
+from posenc_cli.data import passkey
+from posenc_cli.model import token_nll
+from posenc_cli.model.positional.rope_scaling import RopeScaling
+
+PREFIX = "hf:"
+# model_type -> the chapters' scheme it uses
+SCHEMES = {
+    "gpt2": "learned",
+    "opt": "learned",
+    "gpt_neo": "learned",
+    "gpt_bigcode": "learned",
+    "llama": "rope",
+    "qwen2": "rope",
+    "qwen3": "rope",
+    "mistral": "rope",
+    "gpt_neox": "rope",
+    "olmo": "rope",
+    "bloom": "alibi",
+    "mpt": "alibi",
+}
+CONTEXT_KEYS = ("n_positions", "max_position_embeddings", "max_seq_len", "seq_length", "n_ctx")
+# Configs that state no context: BLOOM was trained on 2,048-token sequences (BigScience 2022, §3.3)
+KNOWN_CONTEXT = {"bloom": 2048}
+LOGITS_CHUNK = 1024  # positions whose logits exist at once
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+NETWORK_TIMEOUT_S = 3.0
+
+
+def is_hf(name: str) -> bool:
+    return str(name).startswith(PREFIX)
+
+
+def transformers_module():
+    """transformers, imported quietly (no retry chatter on stderr), or one line saying how to get it."""
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
+    try:
+        import transformers
+    except ImportError:
+        raise UsageError("hf: models need transformers: pip install 'posenc[hf]'") from None
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    return transformers
+
+
+def hub_reachable() -> bool:
+    """Whether the hub's host answers within a few seconds (no network here means no hub)."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=NETWORK_TIMEOUT_S).close()
+        return True
+    except OSError:
+        return False
+
+
+def load_pretrained(loader, source: str, name: str, **kwargs):
+    """`loader.from_pretrained` from a local directory, the local cache, or the hub, in that order;
+    never waits on a network that is not there."""
+    if Path(source).expanduser().is_dir():
+        return loader.from_pretrained(str(Path(source).expanduser()), local_files_only=True, **kwargs)
+    try:
+        return loader.from_pretrained(source, local_files_only=True, **kwargs)
+    except OSError:
+        if not hub_reachable():
+            raise UsageError(
+                f"{name} is neither a local directory nor in the Hugging Face cache, and the hub cannot be "
+                "reached (no network, or HF_HUB_OFFLINE=1); give a local model directory"
+            ) from None
+    return loader.from_pretrained(source, **kwargs)
+
+
+def load_hf_model(
+    name: str, context: int | None = None, device: torch.device | str = "cpu", dtype: str = "fp32"
+) -> HFModel:
+    """`hf:ID_OR_PATH` -> HFModel; every way it can fail is one line."""
+    tf = transformers_module()
+    source = name[len(PREFIX) :]
+    if not source:
+        raise UsageError(
+            f"{name!r} names no model; give hf:ID (a hub id such as gpt2) or hf:PATH (a local directory)"
+        )
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
+    try:
+        config = load_pretrained(tf.AutoConfig, source, name)
+    except UsageError:
+        raise
+    except (OSError, ValueError, KeyError) as err:
+        raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
+    model_class = tf.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+    if model_class is None:
+        raise UsageError(
+            f"{name} is a {config.model_type} model, not a causal LM; posenc evaluates causal LMs "
+            f"({', '.join(sorted(SCHEMES))})"
+        )
+    if config.model_type not in SCHEMES:
+        raise UsageError(
+            f"{name} is a {config.model_type} model, whose positional scheme posenc does not know; "
+            f"known: {', '.join(sorted(SCHEMES))}"
+        )
+    train_len = context or training_length(config)
+    if not train_len:
+        raise UsageError(f"{name}'s config states no context length; give it with --hf-context N")
+    attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+    try:
+        tokenizer = load_pretrained(tf.AutoTokenizer, source, name)
+        model = load_pretrained(
+            tf.AutoModelForCausalLM,
+            source,
+            name,
+            config=config,
+            dtype=DTYPES[dtype],
+            attn_implementation=attention,
+        )
+    except UsageError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise UsageError(
+            f"{name} has no fast tokenizer (tokenizer.json), which posenc needs to count bytes per token"
+        )
+    return HFModel(name, model.eval(), tokenizer, int(train_len), attention, torch.device(device))
+
+
+def first_line(err: Exception) -> str:
+    return " ".join(str(err).split("\n")[0].split())[:200]
+
+
+def training_length(config) -> int | None:
+    """The model's configured context: the first of CONTEXT_KEYS it sets, else what is known."""
+    for key in CONTEXT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return KNOWN_CONTEXT.get(config.model_type)
+
+
+def short_name(name: str) -> str:
+    """The label a column shows: a hub id as given, a local directory by its last component."""
+    source = name[len(PREFIX) :].rstrip("/")
+    return Path(source).name if Path(source).expanduser().is_dir() else source
+
+
+class HFModel:
+    """A pretrained causal LM, seen the way evaluation and the probe see a posenc run."""
+
+    seed = 0
+    training_precision = ""  # not trained by posenc: nothing to compare
+    tokenizer_name: str
+
+    def __init__(self, name: str, model, tokenizer, train_len: int, attention: str, device: torch.device):
+        self.path = name  # the `run` column of ppl.csv
+        self.model, self.tokenizer, self.train_len, self.attention = model, tokenizer, train_len, attention
+        self.device = device
+        self.config = model.config
+        self.base_scheme = SCHEMES[self.config.model_type]
+        self.scheme = f"{short_name(name)} ({self.base_scheme})"
+        self.tokenizer_name = name
+        self.rotary = {
+            n: m for n, m in model.named_modules() if hasattr(m, "rope_type") and hasattr(m, "inv_freq")
+        }
+        self.scaling: RopeScaling | None = None
+        self.built: tuple[str, float] | None = None  # (method, factor) the rotary modules now hold
+        model.to(device)
+
+    @property
+    def max_len(self) -> int | None:
+        """Learned position tables stop at the context; rotary and ALiBi models run any length."""
+        return self.train_len if self.base_scheme == "learned" else None
+
+    def facts(self) -> dict:
+        tables = [
+            m.weight
+            for n, m in self.model.named_modules()
+            if self.base_scheme == "learned"
+            and isinstance(m, torch.nn.Embedding)
+            and (n.endswith("wpe") or "position" in n)
+        ]
+        return {
+            "positional_params": sum(t.numel() for t in tables),
+            "relative": "none" if tables else "explicit",
+            "used_by": short_name(self.path),
+        }
+
+    # -- text -------------------------------------------------------------------------------------
+    def eval_tokens(self, text: str | None):
+        """(token ids, weights) with the model's own tokenizer, no special tokens: windows start anywhere
+        in the text. Token i accounts for the text from the end of token i-1 to its own end, so the bytes
+        and characters of any run of targets add up exactly; weights(start, n) gives them, (2, n)."""
+        if text is None:
+            raise UsageError(
+                f"{self.path} needs --data FILE: the text to evaluate it on (its own tokenizer is used)"
+            )
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ends = [end for _, end in encoded["offset_mapping"]]
+        pieces = [text[prev:end] for prev, end in zip([0] + ends[:-1], ends)]
+        counts = torch.tensor(
+            [[len(p.encode("utf-8")) for p in pieces], [len(p) for p in pieces]], dtype=torch.float64
+        )
+        return torch.tensor(encoded["input_ids"], dtype=torch.long), lambda start, n: counts[
+            :, start : start + n
+        ]
+
+    # -- memory -----------------------------------------------------------------------------------
+    def memory_needed(self, length: int) -> int:
+        """Bytes a forward over `length` tokens needs, batch 1, without gradients: the weights, a layer's
+        activations, the chunk of logits, and the T × T scores where attention is eager (ALiBi in BLOOM)."""
+        c = self.config
+        element = next(self.model.parameters()).element_size()
+        hidden = c.hidden_size
+        heads = c.num_attention_heads
+        inner = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * hidden
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        activations = length * (8 * hidden + 2 * inner) * element
+        scores = (
+            3 * heads * length * length * element if self.attention == "eager" else length * length
+        )  # mask
+        logits = 2 * LOGITS_CHUNK * c.vocab_size * 4
+        return weights + activations + scores + logits
+
+    def check_fits(self, lengths: list[int], device: torch.device) -> None:
+        longest = max(lengths)
+        need, have = self.memory_needed(longest), free_memory(device)
+        if have is not None and need > have:
+            raise UsageError(
+                f"{self.path} at {longest} tokens needs about {need / 2**30:.1f} GiB ({self.attention} "
+                f"attention, batch 1), more than the {have / 2**30:.1f} GiB free on {self.device}; "
+                "use shorter --lengths, --dtype bf16, or --device cuda"
+            )
+
+    # -- scoring ----------------------------------------------------------------------------------
+    def scorer(self, device) -> HFModel:
+        return self  # placed on its device when loaded: --device
+
+    def batch_size(self, length: int) -> int:
+        return 1
+
+    def hidden_states(self, inputs: torch.Tensor) -> torch.Tensor:
+        self.build_rotary(inputs.size(1))
+        out = self.model.base_model(input_ids=inputs.to(self.device), use_cache=False)
+        return out.last_hidden_state
+
+    def chunked_logits(self, hidden: torch.Tensor):
+        head = self.model.get_output_embeddings()
+        for start in range(0, hidden.size(1), LOGITS_CHUNK):
+            yield start, head(hidden[:, start : start + LOGITS_CHUNK]).float()
+
+    @torch.no_grad()
+    def token_nll(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        hidden = self.hidden_states(inputs)
+        targets = targets.to(self.device)
+        return torch.cat(
+            [
+                token_nll(logits, targets[:, s : s + logits.size(1)])
+                for s, logits in self.chunked_logits(hidden)
+            ],
+            dim=1,
+        )
+
+    @torch.no_grad()
+    def last_logits(self, inputs: torch.Tensor, n: int) -> torch.Tensor:
+        hidden = self.hidden_states(inputs)[:, -n:]
+        return self.model.get_output_embeddings()(hidden).float()
+
+    # -- RoPE scaling -----------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        return self.scheme
+
+    def variants(self, methods: list[str], factor: float | None) -> list[RopeScaling | None]:
+        """A rotary model once per RoPE scaling method (None: as published); any other model once."""
+        if self.base_scheme != "rope":
+            return [None]
+        return [None if m == "none" else RopeScaling(m, self.train_len, factor) for m in methods]
+
+    def use_variant(self, scaling: RopeScaling | None) -> str:
+        """Evaluate with this scaling from now on; its label, e.g. 'pythia-160m (rope+yarn)'."""
+        self.scaling = scaling
+        return self.scheme if scaling is None else f"{short_name(self.path)} (rope+{scaling.method})"
+
+    def build_rotary(self, seq_len: int) -> None:
+        """Give every rotary module the frequencies of the current scaling at this sequence length."""
+        if not self.rotary:
+            return
+        wanted = ("none", 1.0) if self.scaling is None else (self.scaling.method, self.scaling.scale(seq_len))
+        if wanted == self.built:
+            return
+        config = self.config if self.scaling is None else scaled_config(self.config, *wanted, self.train_len)
+        for name, original in self.rotary.items():
+            module = original if self.scaling is None else type(original)(config=config).to(self.device)
+            parent, _, attr = name.rpartition(".")
+            setattr(self.model.get_submodule(parent), attr, module)
+        self.built = wanted
+
+    # -- passkey ----------------------------------------------------------------------------------
+    def check_probe(self) -> None:
+        pass  # any text tokenizes
+
+    def probe_trials(self, length: int, depth: float, trials: int, seed: int, cache: dict):
+        """One (trial, key tokens) pair per trial, the trial a (1, n) tensor ending in the key's tokens: Mohtashami & Jaggi's English prompt, as
+        long as whole filler sentences allow within `length` tokens."""
+        import numpy as np
+
+        rng = np.random.default_rng([seed, length, round(depth * 1_000_000)])
+        keys = [passkey.random_key(rng) for _ in range(trials)]
+        n = self.filler_sentences(length, depth)
+        out = []
+        for key in keys:
+            count = n
+            while True:
+                prompt, answer = self.encode_trial(count, depth, key)
+                if len(prompt) + len(answer) <= length or count == 0:
+                    break
+                count -= 1
+            if len(prompt) + len(answer) > length:
+                raise UsageError(
+                    f"a passkey trial for {self.path} needs {len(prompt) + len(answer)} tokens; "
+                    f"length {length} is too short"
+                )
+            out.append((torch.tensor([prompt + answer]), torch.tensor([len(answer)])))
+        return out
+
+    def filler_sentences(self, length: int, depth: float) -> int:
+        """The most filler sentences whose prompt, with a 5-digit key, fits in `length` tokens."""
+        low, high = 0, 1
+        while self.trial_length(high, depth) <= length:
+            low, high = high, high * 2
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if self.trial_length(middle, depth) <= length else (low, middle)
+        return low
+
+    def trial_length(self, sentences: int, depth: float) -> int:
+        prompt, answer = self.encode_trial(sentences, depth, "0" * passkey.KEY_DIGITS)
+        return len(prompt) + len(answer)
+
+    def encode_trial(self, sentences: int, depth: float, key: str) -> tuple[list[int], list[int]]:
+        """(prompt ids, answer ids): the tokenizer's own encoding of prompt + " " + key, split where it
+        stops agreeing with the prompt's encoding (special tokens as the tokenizer adds them)."""
+        text = passkey.natural_prompt(key, sentences, depth)
+        full, prompt = (self.tokenizer(t)["input_ids"] for t in (text + " " + key, text))
+        special = set(self.tokenizer.all_special_ids)
+        while prompt and full and prompt[-1] in special and full[-1] == prompt[-1]:  # a trailing EOS
+            prompt, full = prompt[:-1], full[:-1]
+        split = next((i for i, (a, b) in enumerate(zip(prompt, full)) if a != b), len(prompt))
+        return full[:split], full[split:]
+
+
+def scaled_config(config, method: str, factor: float, train_len: int):
+    """A copy of `config` whose rope_parameters ask transformers for `method` (see the module docstring)."""
+    config = copy.deepcopy(config)
+    own = dict(config.rope_parameters)
+    params = {"rope_theta": own["rope_theta"]}
+    if "partial_rotary_factor" in own:
+        params["partial_rotary_factor"] = own["partial_rotary_factor"]
+    if method == "ntk":
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dim = int(head_dim * own.get("partial_rotary_factor", 1.0))
+        if dim <= 2:
+            raise UsageError(f"--rope-scaling ntk needs a rotary dim above 2, the model has {dim}")
+        params.update(rope_type="default", rope_theta=own["rope_theta"] * factor ** (dim / (dim - 2)))
+    elif method == "linear":
+        params.update(rope_type=method, factor=float(factor))
+    elif method == "dynamic":
+        params.update(rope_type=method, factor=float(factor))
+        config.max_position_embeddings = train_len  # where transformers' dynamic NTK starts to scale
+    elif method in ("yarn", "llama3"):
+        params.update(rope_type=method, factor=float(factor), original_max_position_embeddings=train_len)
+        if method == "llama3":
+            params.update(low_freq_factor=1.0, high_freq_factor=4.0)
+    else:
+        raise UsageError(f"--rope-scaling {method} has no transformers counterpart")
+    config.rope_parameters = params
+    return config

@@ -1,0 +1,356 @@
+"""Perplexity past the training length, as in Press et al. 2022 ("Train Short, Test Long").
+
+nonoverlap: the span is cut into consecutive windows of L tokens and every token is scored, so a
+token's context is its position inside its window; where L does not divide the span, one tail window
+(the span's last L tokens) scores the targets the others left. sliding: windows of L advance by a
+stride S and only their last S tokens are scored (all of the first window's), so every scored token
+after the first window sees at least L - S tokens of context. Either way every length scores exactly
+the same targets, the whole span, so perplexities at different lengths are over the same tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from posenc_cli.core import ui
+from posenc_cli.core.choices import EVAL_MODES as MODES
+from posenc_cli.core.device import autocast
+from posenc_cli.core.errors import UsageError
+from posenc_cli.core.ui import announce
+from posenc_cli.data import token_window
+from posenc_cli.data.stream import read_text
+from posenc_cli.model import token_nll
+from posenc_cli.model.positional import past_max_len
+from posenc_cli.report.tables import mixes_own_tokenizers, tokenizer_label
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where it is used: `posenc eval` only
+
+TOKENS_PER_FORWARD = 16384  # windows are batched up to this many tokens per forward pass
+
+
+@dataclass(frozen=True)
+class Window:
+    start: int  # first input token of the window
+    scored: int  # how many of the window's last targets count
+
+
+def plan_windows(span: int, length: int, mode: str = "nonoverlap", stride: int | None = None) -> list[Window]:
+    """Windows over targets [0, span): each target is scored exactly once, at every length."""
+    if mode == "nonoverlap":
+        windows = [Window(start, length) for start in range(0, span - length + 1, length)]
+        left = span % length
+        return windows + [Window(span - length, left)] if left else windows
+    if mode != "sliding":
+        raise UsageError(f"--mode {mode} is not known; choose one of: {', '.join(MODES)}")
+    stride = stride or max(1, length // 2)
+    if not 0 < stride <= length:
+        raise UsageError(f"--stride {stride} must be between 1 and the window length {length}")
+    windows = [Window(0, length)]
+    end = length
+    while end < span:
+        step = min(stride, span - end)
+        end += step
+        windows.append(Window(end - length, step))
+    return windows
+
+
+def scored_span(n_tokens: int, lengths: list[int], max_tokens: int) -> int:
+    """The number of targets scored at every length: a multiple of the longest length (shorter
+    lengths that do not divide it end with a tail window, see plan_windows)."""
+    longest = max(lengths)
+    available = n_tokens - 1  # the last token is only ever a target
+    if longest > available:
+        raise UsageError(
+            f"length {longest} is longer than the evaluation text allows: it has {n_tokens} tokens, "
+            f"so lengths up to {available} fit"
+        )
+    return max(longest, (min(max_tokens, available) // longest) * longest)
+
+
+def bits_per_byte(total_nll_nats: float, n_bytes: float) -> float:
+    """Bits per UTF-8 byte of text: total NLL in nats / ln 2 / bytes scored. Unlike token perplexity it
+    compares models whatever their tokenizer; NaN when the bytes are unknown (ids without a tokenizer)."""
+    return total_nll_nats / math.log(2) / n_bytes if n_bytes and math.isfinite(n_bytes) else math.nan
+
+
+@dataclass
+class LengthResult:
+    tokens: int
+    nll: float
+    position_nll: torch.Tensor  # (length,) mean NLL at each position inside the window
+    position_count: torch.Tensor  # (length,) how many scored tokens each mean is over
+    bytes: float = math.nan  # UTF-8 bytes and characters the scored tokens stand for
+    chars: float = math.nan
+
+    @property
+    def ppl(self) -> float:
+        return math.exp(self.nll)
+
+    @property
+    def bpb(self) -> float:
+        return bits_per_byte(self.nll * self.tokens, self.bytes)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One input the model runs: tokens from `start`, whose targets from `first_scored` on are scored;
+    its first token sits at `offset` inside the window of `length` it belongs to."""
+
+    start: int
+    first_scored: int
+    offset: int
+
+
+def plan_pieces(windows: list[Window], length: int, context: int) -> list[Piece]:
+    """Each window run whole, or, when the model takes at most `context` tokens (a learned table's
+    max_len), through sliding sub-windows of `context` tokens inside it (stride context/2): every
+    target of the window is still scored once, with at most `context` tokens of context."""
+    if context >= length:
+        return [Piece(w.start, length - w.scored, 0) for w in windows]
+    inside = plan_windows(length, context, "sliding")
+    pieces = []
+    for w in windows:
+        for sub in inside:
+            first = max(length - w.scored, sub.start + context - sub.scored)  # first target both score
+            if first < sub.start + context:
+                pieces.append(Piece(w.start + sub.start, first - sub.start, sub.start))
+    return pieces
+
+
+@dataclass
+class LogitsScorer:
+    """What evaluation and the probe ask of a model, for one that maps token ids to logits (posenc's
+    GPT): token NLLs for a batch of windows, and the logits of the last positions. Full precision,
+    windows batched up to TOKENS_PER_FORWARD tokens. `hf.HFModel` answers the same three questions."""
+
+    model: torch.nn.Module
+    device: torch.device | str = "cpu"
+
+    def batch_size(self, length: int) -> int:
+        return max(1, TOKENS_PER_FORWARD // length)
+
+    @torch.no_grad()
+    def token_nll(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.model.eval()
+        with autocast(torch.device(self.device), "fp32"):  # perplexities in full precision, like for like
+            return token_nll(self.model(inputs.to(self.device)), targets.to(self.device))
+
+    @torch.no_grad()
+    def last_logits(self, inputs: torch.Tensor, n: int) -> torch.Tensor:
+        self.model.eval()
+        with autocast(torch.device(self.device), "fp32"):
+            return self.model(inputs.to(self.device))[:, -n:].float()
+
+
+def evaluate_length(
+    scorer,
+    tokens,
+    *,
+    span: int,
+    length: int,
+    mode: str = "nonoverlap",
+    stride: int | None = None,
+    context: int | None = None,
+    weights=None,
+) -> LengthResult:
+    """Mean NLL over the span's windows of `length`; `scorer` is a LogitsScorer or an HFModel; `context`
+    caps the tokens the model sees at once; weights(start, n), a (2, n) tensor of the UTF-8 bytes and
+    characters of tokens start..start+n-1, adds what the scored targets stand for."""
+    width = min(length, context or length)
+    pieces = plan_pieces(plan_windows(span, length, mode, stride), length, width)
+    covered = torch.zeros(2, dtype=torch.float64)
+    batch = scorer.batch_size(width)
+    nll_sum = torch.zeros(length, dtype=torch.float64)
+    counts = torch.zeros(length, dtype=torch.float64)
+    for i in range(0, len(pieces), batch):
+        group = pieces[i : i + batch]
+        chunk = torch.stack([token_window(tokens, p.start, width + 1) for p in group])
+        nll = scorer.token_nll(chunk[:, :-1], chunk[:, 1:]).double().cpu()
+        index = torch.arange(width)
+        scored = index[None, :] >= torch.tensor([p.first_scored for p in group])[:, None]
+        where = (torch.tensor([p.offset for p in group])[:, None] + index[None, :]).flatten()
+        nll_sum.index_add_(0, where, (nll * scored).flatten())
+        counts.index_add_(0, where, scored.flatten().double())
+        if weights is not None:
+            covered += torch.stack([weights(p.start + 1, width) for p in group], dim=1)[:, scored].sum(1)
+    total = int(counts.sum())
+    bytes_, chars = (float(c) for c in covered) if weights is not None else (math.nan, math.nan)
+    return LengthResult(
+        total, float(nll_sum.sum() / total), nll_sum / counts.clamp(min=1), counts, bytes_, chars
+    )
+
+
+def unigram_perplexity(tokens) -> float:
+    """exp of the entropy of the tokens' own frequencies: what a model that ignores context scores, in
+    the same units (per token of the same tokenizer) as the model it is compared with."""
+    counts = np.bincount(np.asarray(tokens, dtype=np.int64))
+    p = counts[counts > 0] / counts.sum()
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def parse_lengths(text: str) -> list[int]:
+    """'512,1024,2048' -> [512, 1024, 2048]; anything else is one clear error."""
+    parts = [p.strip() for p in str(text).split(",")]
+    lengths = []
+    for part in parts:
+        if not part.isdigit() or int(part) <= 0:
+            raise UsageError(
+                f"--lengths {text!r}: {part!r} is not a positive integer; give a comma list such as 512,1024,2048"
+            )
+        lengths.append(int(part))
+    return sorted(set(lengths))
+
+
+def position_buckets(result: LengthResult, n_buckets: int = 128) -> list[tuple[int, float, int]]:
+    """(first position, mean NLL, tokens) per bucket of positions inside the window."""
+    length = len(result.position_nll)
+    width = max(1, math.ceil(length / n_buckets))
+    sums = result.position_nll * result.position_count
+    rows = []
+    for start in range(0, length, width):
+        count = result.position_count[start : start + width].sum()
+        if count > 0:
+            rows.append((start, float(sums[start : start + width].sum() / count), int(count)))
+    return rows
+
+
+OVERFLOWS = ("dash", "window")
+
+
+def parse_overflow(text: str) -> list[str]:
+    """'dash,window' -> ['dash', 'window']: how a run with a position table is shown past its table."""
+    choices = list(dict.fromkeys(p.strip() for p in str(text).split(",")))
+    for choice in choices:
+        if choice not in OVERFLOWS:
+            raise UsageError(f"--learned-overflow {choice} is not known; choose from: {', '.join(OVERFLOWS)}")
+    return choices
+
+
+def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:
+    """(label suffix, context cap) pairs: a run with a position table once per choice, `+window` for the
+    one scored past its table through windows of max_len tokens; any other run once, as it is."""
+    limit = run.max_len
+    if limit is None:
+        return [("", None)]
+    return [("+window", limit) if choice == "window" else ("", None) for choice in overflows]
+
+
+def evaluate_runs(
+    runs,
+    *,
+    lengths: list[int],
+    mode: str,
+    stride: int | None,
+    max_tokens: int,
+    data_path: str | None,
+    device,
+    rope_scaling: tuple[str, ...] | list[str] = ("none",),
+    rope_factor: float | None = None,
+    why: str = "",
+    learned_overflow: tuple[str, ...] | list[str] = ("dash",),
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
+    """Every run at every length (its training length included), rotary runs once per RoPE scaling
+    method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
+    and per-scheme facts (positional parameters, relative-position kind, used by) for the report. Each
+    row carries the unigram perplexity of the tokens it scores (unigram_ppl): the bar a model must
+    clear to get a verdict. A run is a posenc run (`runs.LoadedRun`) or a Hugging Face model
+    (`hf.HFModel`): both tokenize, score windows and name their variants."""
+    import pandas as pd
+
+    eval_text = read_text(data_path, what="--data") if data_path else None
+    plans = {}  # run -> (tokens, weights, unigram ppl, lengths, span, variants): bad input is found before any work
+    mixed = mixes_own_tokenizers(runs)  # then columns say which: "rope [bpe]"
+    for run in runs:
+        tokens, weights = run.eval_tokens(eval_text)
+        run_lengths = sorted(set(lengths) | {run.train_len})
+        span = scored_span(len(tokens), run_lengths, max_tokens)
+        for length in run_lengths:
+            plan_windows(span, length, mode, stride)  # validates mode and stride
+        unigram_ppl = unigram_perplexity(token_window(tokens, 0, span + 1))
+        variants = run.variants(list(rope_scaling), rope_factor)  # validates the methods for this run
+        run.check_fits([L for L in run_lengths if not past_max_len(run.max_len, L)], device)
+        plans[id(run)] = (tokens, weights, unigram_ppl, run_lengths, span, variants)
+    announce([run.path for run in runs], why, "evaluating")
+    rows, position_rows, info = [], [], {}
+    jobs = [
+        (run, variant, suffix, context)
+        for run in runs
+        for variant in plans[id(run)][5]
+        for suffix, context in overflow_variants(run, learned_overflow)
+    ]
+    with ui.progress() as bar:
+        task = bar.add_task("eval", total=sum(len(plans[id(job[0])][3]) for job in jobs), status="")
+        for run, variant, suffix, context in jobs:
+            tokens, weights, unigram_ppl, run_lengths, span, _ = plans[id(run)]
+            label = run.use_variant(variant) + suffix  # evaluation time only: the checkpoint is untouched
+            scheme = tokenizer_label(label, run.tokenizer_name) if mixed else label
+            scorer = run.scorer(device)
+            info[scheme] = run.facts()
+            for length in run_lengths:
+                bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
+                row = {
+                    "run": str(run.path),
+                    "scheme": scheme,
+                    "seed": run.seed,
+                    "train_len": run.train_len,
+                    "eval_len": length,
+                    "mode": mode,
+                    "tokens": 0,
+                    "nll": math.nan,
+                    "ppl": math.nan,
+                    "note": "",
+                    "tokenizer": run.tokenizer_name,
+                    "bytes": math.nan,
+                    "chars": math.nan,
+                    "bpb": math.nan,
+                    "unigram_ppl": unigram_ppl,
+                    "precision": run.training_precision,
+                }
+                unreadable = past_max_len(run.max_len, length)
+                if unreadable and context is None:
+                    row["note"] = f"{scheme} {unreadable}"
+                else:
+                    result = evaluate_length(
+                        scorer,
+                        tokens,
+                        span=span,
+                        length=length,
+                        mode=mode,
+                        stride=stride,
+                        context=context,
+                        weights=weights,
+                    )
+                    if context is not None and length > context:
+                        row["note"] = (
+                            f"{scheme} past max_len={context}: sliding windows of {context} tokens "
+                            f"(stride {context // 2}), so a token sees at most {context} tokens."
+                        )
+                    row.update(
+                        tokens=result.tokens,
+                        nll=result.nll,
+                        ppl=result.ppl,
+                        bytes=result.bytes,
+                        chars=result.chars,
+                        bpb=result.bpb,
+                    )
+                    position_rows += [
+                        {
+                            "run": str(run.path),
+                            "scheme": scheme,
+                            "seed": run.seed,
+                            "eval_len": length,
+                            "position": p,
+                            "nll": nll,
+                            "tokens": n,
+                        }
+                        for p, nll, n in position_buckets(result)
+                    ]
+                rows.append(row)
+                bar.advance(task)
+    return pd.DataFrame(rows), pd.DataFrame(position_rows), info

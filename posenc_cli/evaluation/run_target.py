@@ -1,0 +1,118 @@
+"""A posenc run as evaluation sees it: the EvalTarget that `posenc eval` and `posenc probe` score, beside
+the `hf:` models of evaluation.hf_models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from posenc_cli.core.device import free_memory
+from posenc_cli.core.errors import UsageError
+from posenc_cli.data import token_window
+from posenc_cli.evaluation.perplexity import TOKENS_PER_FORWARD, LogitsScorer
+from posenc_cli.evaluation.probe import check_vocab, make_trials, without_episodes
+from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model.positional.rope_scaling import METHODS
+from posenc_cli.rundir.loading import LoadedRun, run_corpus
+
+
+@dataclass
+class RunTarget(LoadedRun):
+    """A loaded run with the variants, tokens, scorer and probe trials that evaluation asks of a model."""
+
+    active: GPT | None = None  # the model as evaluated now (use_variant); None: as trained
+
+    @classmethod
+    def of(cls, run: LoadedRun) -> RunTarget:
+        return cls(run.path, run.model, run.tokenizer, run.train_len, run.summary, run.checkpoint)
+
+    def model_with(self, **scheme_options: Any) -> GPT:
+        """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none."""
+        if not scheme_options:
+            return self.model
+        cfg = self.model.cfg.to_dict()
+        model = GPT(ModelConfig(**{**cfg, "scheme_options": {**cfg["scheme_options"], **scheme_options}}))
+        model.load_state_dict(self.model.state_dict())
+        return model.eval()
+
+    def facts(self) -> dict:
+        """What comparison.md's "positional parameters" and "relative position" rows show."""
+        model = self.active or self.model
+        return {"positional_params": model.n_positional_params, "relative": model.scheme.relative}
+
+    def eval_tokens(self, text: str | None):
+        """(token ids, weights): the ids of `text`, or of the run's validation split (loaded once for runs
+        trained on the same data and tokenizer); weights(start, n) gives the UTF-8 bytes and characters
+        of tokens start..start+n-1, a (2, n) tensor."""
+        if text is not None:
+            tokens = self.tokenizer.encode(text)
+        else:
+            tokens = run_corpus(self).val
+        per_id = torch.from_numpy(
+            np.stack([self.tokenizer.byte_counts, self.tokenizer.char_counts]).astype(np.float64)
+        )
+        return tokens, lambda start, n: per_id[:, token_window(tokens, start, n)]
+
+    def check_fits(self, lengths: list[int], device: torch.device) -> None:
+        """One forward at the longest length (windows batched up to TOKENS_PER_FORWARD tokens): its fp32
+        activations, logits and attention scores must fit in what the device has free."""
+        if not lengths:
+            return
+        cfg, longest = self.model.cfg, max(lengths)
+        tokens = max(longest, TOKENS_PER_FORWARD)
+        need = 4 * tokens * (len(self.tokenizer) + 16 * cfg.n_embd * cfg.n_layer + cfg.n_head * longest)
+        free = free_memory(device)
+        if free is not None and need > free:
+            raise UsageError(
+                f"--lengths {longest}: scoring {self.path} at {longest:,} tokens needs about "
+                f"{need / 2**30:,.1f} GiB, but {device} has {free / 2**30:,.1f} GiB free; use shorter --lengths"
+            )
+
+    def scorer(self, device):
+        return LogitsScorer((self.active or self.model).to(device), device)
+
+    def variants(self, methods: list[str], factor: float | None) -> list[dict]:
+        """The scheme options to evaluate this run with: for a scheme that takes RoPE scaling, one set per
+        method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
+        has it built in, and a second one on top is refused rather than composed."""
+        scheme = self.model.scheme
+        if not scheme.scalable or methods == ["none"]:
+            return [{}]
+        if scheme.scaling is not None:
+            raise UsageError(
+                f"--rope-scaling {','.join(methods)}: {self.path} was trained with scheme.scaling={scheme.scaling.method}, "
+                "which its evaluation always applies; evaluate it without --rope-scaling (scalings do not compose)"
+            )
+        for method in methods:
+            if method not in METHODS:
+                raise UsageError(
+                    f"--rope-scaling {method} exists for hf: models only; posenc's own rotary runs "
+                    f"take {', '.join(METHODS)}"
+                )
+        return [
+            {"scaling": m}
+            if m == "none"
+            else {"scaling": m, "scaling_factor": factor, "scaling_len": self.train_len}
+            for m in methods
+        ]
+
+    def use_variant(self, options: dict) -> str:
+        """Evaluate with these scheme options from now on (the checkpoint is untouched); its label."""
+        self.active = self.model_with(**options)
+        return self.active.scheme.label
+
+    def check_probe(self) -> None:
+        check_vocab(self.tokenizer, str(self.path))
+        run_corpus(self)  # the text the run was trained on, unchanged: checked before any work
+
+    def probe_trials(self, length: int, depth: float, trials: int, seed: int, cache: dict):
+        """[(trials x `length` tokens, key tokens per trial)]: one batch with filler from the run's own
+        validation text, the key scored through the tokens that cover its characters."""
+        filler = ("filler", self.data_key())
+        if filler not in cache:
+            cache[filler] = without_episodes(run_corpus(self).val, self.tokenizer)
+        sequences, key_tokens, _ = make_trials(cache[filler], self.tokenizer, length, depth, trials, seed)
+        return [(sequences, key_tokens)]

@@ -1,0 +1,121 @@
+"""`posenc sample`: text from a trained run, as far past its training length as its scheme allows.
+
+The context either grows with the text (positions keep rising, past the training length: the
+quickest way to see extrapolation fail by eye) or, with a window, slides so the model only ever sees
+the last W tokens. A scheme with a position table (learned) cannot grow past the table: generation
+stops there with a message unless a window keeps the context inside it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from posenc_cli.core.device import free_memory
+from posenc_cli.core.errors import UsageError, require_positive_int, require_seed
+from posenc_cli.rundir.loading import LoadedRun
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """How many tokens will be generated, and why fewer than asked (None when all of them)."""
+
+    tokens: int
+    stopped_early: str | None
+
+
+def plan(run: LoadedRun, prompt_len: int, tokens: int, window: int | None) -> SamplePlan:
+    """Check the lengths against the scheme's limit before anything is generated."""
+    require_positive_int("--tokens", tokens)
+    limit = run.model.scheme.max_len  # None: the scheme computes any position
+    if window is not None:
+        require_positive_int("--window", window)
+        if limit is not None and window > limit:
+            raise UsageError(
+                f"--window {window} is past {run.scheme}'s table of {limit} positions; "
+                f"use --window <= {limit}"
+            )
+        return SamplePlan(tokens, None)
+    if limit is None:
+        return SamplePlan(tokens, None)
+    if prompt_len > limit:
+        raise UsageError(
+            f"--prompt is {prompt_len} tokens but {run.scheme} positions stop at {limit - 1}; "
+            f"shorten it or slide the context with --window <= {limit}"
+        )
+    room = limit + 1 - prompt_len  # the token after the table's last position is still predicted
+    if tokens <= room:
+        return SamplePlan(tokens, None)
+    return SamplePlan(
+        room,
+        f"{run.scheme} stopped after {room} tokens: its table has {limit} positions and the "
+        f"context reached them all; add --window {limit} to slide the context and go on",
+    )
+
+
+def check_context_memory(run: LoadedRun, context: int, device: torch.device) -> None:
+    """The last step reads `context` tokens at once (the window, or the prompt and every token): its
+    logits and activations must fit, or the run is refused before it starts rather than killed later."""
+    cfg = run.model.cfg
+    need = 4 * context * (len(run.tokenizer) + 16 * cfg.n_embd * cfg.n_layer)  # fp32 bytes of one forward
+    free = free_memory(device)
+    if free is not None and need > free:
+        raise UsageError(
+            f"--tokens: a context of {context:,} tokens needs about {need / 2**30:,.1f} GiB, but {device} has "
+            f"{free / 2**30:,.1f} GiB free; ask for fewer --tokens or slide the context with --window"
+        )
+
+
+@torch.inference_mode()
+def generate(
+    run: LoadedRun,
+    prompt_ids: torch.Tensor,
+    tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+    window: int | None,
+    device: torch.device,
+) -> Iterator[int]:
+    """Token ids one at a time; the same ids for the same seed. temperature 0 is greedy."""
+    model = run.model.to(device)
+    generator = torch.Generator().manual_seed(seed)
+    context = prompt_ids.to(device)
+    for _ in range(tokens):
+        logits = model(context[-window:][None] if window else context[None])[0, -1].float().cpu()
+        next_id = pick(logits, temperature, top_k, generator)
+        context = torch.cat([context, torch.tensor([next_id], device=device)])
+        yield next_id
+
+
+def pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> int:
+    """Sample from softmax(logits / temperature) restricted to the top_k most likely tokens."""
+    if temperature == 0:
+        return int(logits.argmax())
+    if top_k is not None and top_k < len(logits):
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def check_sampling(temperature: float, top_k: int | None, seed: int) -> None:
+    if not (temperature >= 0 and math.isfinite(temperature)):
+        raise UsageError(f"--temperature must be a finite number >= 0 (0 is greedy), got {temperature}")
+    if top_k is not None:
+        require_positive_int("--top-k", top_k)
+    require_seed("--seed", seed)
+
+
+def stream_text(run: LoadedRun, ids: Iterator[int]) -> Iterator[str]:
+    """Decode as the ids come, through the run's vocabulary: each piece is what the text gained."""
+    generated: list[int] = []
+    shown = 0
+    for token in ids:
+        generated.append(token)
+        text = run.tokenizer.decode(generated)
+        yield text[shown:]
+        shown = len(text)

@@ -1,0 +1,82 @@
+"""`train.init_from=RUN`: a new run that starts from RUN's weights (fine-tuning at a longer length).
+
+Not a resume: the new run has its own directory, optimizer, schedule and step count. What must match
+RUN: the scheme, the model's shape (layers, heads, width) and the vocabulary. What may change: the
+training length, the data (if its vocabulary is the same) and scheme options that size no parameter,
+RoPE scaling among them. A scheme whose parameters depend on the length (learned's table) fits RUN's
+weights to the new size with its `extend_state`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posenc_cli.core.errors import UsageError
+from posenc_cli.data.tokenizers import run_tokenizer
+from posenc_cli.model import GPT
+from posenc_cli.model.gpt import rename_legacy_scheme_keys
+from posenc_cli.rundir.loading import read_summary
+from posenc_cli.rundir.record import FILENAME, load_checkpoint
+
+KEPT = {"scheme": "scheme", "n_layer": "model.n_layer", "n_head": "model.n_head", "n_embd": "model.n_embd"}
+
+
+def source_checkpoint(value: Any) -> tuple[Path, dict[str, Any]]:
+    """RUN's directory and its checkpoint; one line if it is not a run with a checkpoint."""
+    path = Path(str(value))
+    if not (path / FILENAME).is_file():
+        raise UsageError(
+            f"train.init_from={value} is not a run directory with a {FILENAME}; "
+            "give the directory of a run that has saved a checkpoint"
+        )
+    return path, load_checkpoint(path / FILENAME)
+
+
+def saved_tokenizer(source: Path, saved: dict[str, Any]):
+    """The tokenizer RUN was trained with (older checkpoints: their character list)."""
+
+    return run_tokenizer(saved.get("tokenizer") or {"kind": "char", "chars": saved["vocab"]}, source)
+
+
+def check_same_model(source: Path, saved: dict[str, Any], model_cfg: dict[str, Any], tokenizer) -> None:
+    """The scheme, shape and vocabulary that init_from keeps; one line naming the first difference."""
+    old = saved["model_config"]
+    for key, override in KEPT.items():
+        if old.get(key) != model_cfg[key]:
+            raise UsageError(
+                f"train.init_from={source} was trained with {override}={old.get(key)}, this run asks for "
+                f"{override}={model_cfg[key]}; init_from keeps the scheme, model shape and vocabulary: "
+                f"use {override}={old.get(key)} or train from scratch"
+            )
+    theirs = saved_tokenizer(source, saved)
+    if theirs.fingerprint != tokenizer.fingerprint:
+        raise UsageError(
+            f"train.init_from={source} has a vocabulary ({theirs.describe()}) that differs from this run's "
+            f"corpus ({tokenizer.describe()}); use the data config RUN was trained on"
+        )
+
+
+def initial_state(source: Path, saved: dict[str, Any], model: GPT) -> dict[str, torch.Tensor]:
+    """RUN's weights shaped for `model` (a meta-device model is enough to check that they fit)."""
+    state = dict(saved["model"])
+    rename_legacy_scheme_keys(model, state, "")
+    scheme_state = {key[len("scheme.") :]: value for key, value in state.items() if key.startswith("scheme.")}
+    state.update({"scheme." + key: value for key, value in model.scheme.extend_state(scheme_state).items()})
+    expected = model.state_dict()
+    for key in sorted(set(expected) | set(state)):
+        if key not in state or key not in expected or state[key].shape != expected[key].shape:
+            have = tuple(state[key].shape) if key in state else "absent"
+            want = tuple(expected[key].shape) if key in expected else "absent"
+            raise UsageError(
+                f"train.init_from={source}: its weight {key} ({have}) does not fit this run's model "
+                f"({want}); keep the scheme options that size parameters as RUN had them"
+            )
+    return state
+
+
+def lineage(source: Path) -> list[str]:
+    """RUN, then the run RUN was itself initialised from, and so on back to a run trained from scratch."""
+    return [str(source), *read_summary(source).get("init_chain", [])]

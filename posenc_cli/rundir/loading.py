@@ -1,0 +1,102 @@
+"""Loading a run: its model rebuilt from the directory alone, its tokenizer, its record, and the corpus
+it was trained on (checked unchanged). Every command that reads a run loads it here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from posenc_cli.core.errors import UsageError
+from posenc_cli.data import Corpus, corpus_kind, load_corpus, require_same_corpus
+from posenc_cli.data.tokenizers import run_tokenizer
+from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.rundir.record import FILENAME, check_fields, load_checkpoint, read_summary
+from posenc_cli.rundir.selection import is_run_dir
+
+
+@dataclass
+class LoadedRun:
+    """A trained run as its directory records it: the model, its tokenizer, training length, summary
+    and checkpoint (evaluation.run_target.RunTarget adds what evaluation asks of it)."""
+
+    path: Path
+    model: GPT
+    tokenizer: Any  # a data.tokenizers.TokenizerBase
+    train_len: int
+    summary: dict[str, Any]
+    checkpoint: dict[str, Any]
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.tokenizer.kind
+
+    @property
+    def scheme(self) -> str:
+        return self.model.cfg.scheme
+
+    @property
+    def label(self) -> str:
+        """The scheme as reports name it: `rope+yarn` for a run trained with that scaling,
+        `sinusoidal+unscaled` for one trained off its scale_embeddings default."""
+        return self.model.scheme.label
+
+    @property
+    def seed(self) -> int:
+        return int(self.checkpoint.get("seed", self.summary.get("seed", 0)))
+
+    @property
+    def training_precision(self) -> str:
+        """What the run computed in while training (fp32, bf16-autocast); `unrecorded` for runs made
+        before posenc recorded it."""
+        return str(self.checkpoint.get("precision") or "unrecorded")
+
+    @property
+    def max_len(self) -> int | None:
+        return self.model.scheme.max_len
+
+    def data_key(self) -> str:
+        """What runs trained on the same corpus share: its data config and the tokenizer's fingerprint."""
+        return repr((sorted(self.checkpoint["data"].items()), self.tokenizer.fingerprint))
+
+
+def load_run(run_dir: str | Path) -> LoadedRun:
+    """Rebuild a run's model from its directory alone."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UsageError(
+            f"{path} is not a directory; give a run directory (one with {FILENAME} and summary.json)"
+        )
+    if not is_run_dir(path):
+        raise UsageError(f"{path} is not a run: it has no {FILENAME} or summary.json")
+    payload = load_checkpoint(path / FILENAME)
+    check_fields(payload, path / FILENAME)
+    try:
+        model = GPT(ModelConfig(**payload["model_config"]))
+        model.load_state_dict(payload["model"])
+    except (TypeError, KeyError, RuntimeError, ValueError) as err:
+        reason = " ".join(str(err).split())[:160]
+        raise UsageError(
+            f"{path / FILENAME} no longer matches this version's model code ({reason})"
+        ) from None
+    model.eval()
+    stored = payload.get("tokenizer") or {"kind": "char", "chars": payload["vocab"]}  # older runs: chars only
+    tokenizer = run_tokenizer(stored, path)
+    return LoadedRun(path, model, tokenizer, int(payload["train_len"]), read_summary(path), payload)
+
+
+_corpora: dict[str, Corpus] = {}  # one load per distinct data config and tokenizer in a command
+
+
+def run_corpus(run: LoadedRun) -> Corpus:
+    """The corpus a run was trained on, rebuilt from its data config with the run's tokenizer (shared by
+    runs on the same data and tokenizer) and checked against the sha256 the run recorded (stream.scan's,
+    the token cache's key): a corpus changed since training is refused, never scored."""
+    data, stored = run.checkpoint["data"], run.checkpoint.get("corpus_sha256")
+    if run.data_key() not in _corpora:
+        if corpus_kind(data) != "synthetic":  # a changed file is refused before it is tokenized
+            require_same_corpus(data, stored, str(run.path))
+        _corpora[run.data_key()] = load_corpus(data, run.tokenizer)
+    corpus = _corpora[run.data_key()]
+    require_same_corpus(data, stored, str(run.path), now=corpus.sha256)
+    return corpus

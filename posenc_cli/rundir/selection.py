@@ -1,0 +1,84 @@
+"""Which runs a command works on: run directories, sweeps and globs as given, or the latest runs; and
+which of them have finished training."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+from posenc_cli.core import ui
+from posenc_cli.core.errors import UsageError
+from posenc_cli.rundir.record import FILENAME, read_summary
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "summary.json").is_file() or (path / FILENAME).is_file()
+
+
+def find_runs(path: Path) -> list[Path]:
+    """A run directory itself, or every run directory below `path` (a sweep, or outputs/)."""
+    if is_run_dir(path):
+        return [path]
+    return sorted({p.parent for p in path.rglob("summary.json")} | {p.parent for p in path.rglob(FILENAME)})
+
+
+def latest_runs(outputs: Path) -> tuple[list[Path], str]:
+    """The default selection, and a sentence saying why: the newest sweep if it is newer than every
+    single run, otherwise the newest single run of each scheme (names start with a sortable time)."""
+    sweeps = sorted(p for p in (outputs / "sweeps").glob("*") if p.is_dir() and find_runs(p))
+    singles = sorted(p for p in (outputs / "runs").glob("*") if is_run_dir(p))
+    if not sweeps and not singles:
+        raise UsageError(
+            f"no runs found under {outputs}/; train some first (posenc train ...) or name run directories"
+        )
+    if sweeps and (not singles or sweeps[-1].name >= singles[-1].name[: len(sweeps[-1].name)]):
+        return find_runs(sweeps[-1]), f"the latest sweep, {sweeps[-1]}"
+    newest: dict[str, Path] = {}
+    for run in singles:
+        try:
+            newest[read_summary(run).get("scheme", run.name)] = run
+        except UsageError:  # an unreadable summary: finished_runs names it and skips it
+            newest[run.name] = run
+    return sorted(newest.values()), f"the latest single run of each scheme under {outputs / 'runs'}"
+
+
+def select_runs(paths: list[str], outputs: Path = Path("outputs")) -> tuple[list[Path], str]:
+    """Run directories from paths, sweep directories or globs; the latest runs when none are given."""
+    if not paths:
+        return latest_runs(outputs)
+    selected: list[Path] = []
+    for given in paths:
+        matches = [Path(p) for p in sorted(glob.glob(given))] or [Path(given)]
+        for match in matches:
+            if not match.exists():
+                raise UsageError(f"{given} does not exist; give run directories, sweep directories or a glob")
+            found = find_runs(match) if match.is_dir() else []
+            if not found:
+                raise UsageError(
+                    f"{match} is not a run or a sweep: no summary.json or {FILENAME} in or below it"
+                )
+            selected += [r for r in found if r.resolve() not in {s.resolve() for s in selected}]
+    return selected, "the runs you named"
+
+
+def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str]:
+    """select_runs without the runs that have not finished training (each skipped one is named on
+    stderr); `verb` (evaluate, probe) words the error when none is left."""
+
+    selected, why = select_runs(paths)
+    finished = []
+    for path in selected:
+        try:
+            status = read_summary(path).get("status")
+        except UsageError as err:
+            if len(selected) == 1:
+                raise
+            ui.err.print(f"skipping {path}: {err}", highlight=False, soft_wrap=True)
+            continue
+        if status != "finished":
+            ui.err.print(f"skipping {path}: its status is {status}")
+        else:
+            finished.append(path)
+    if not finished:
+        raise UsageError(f"none of the selected runs has finished training; nothing to {verb}")
+    return finished, why

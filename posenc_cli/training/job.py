@@ -1,0 +1,42 @@
+"""The Hydra job: what `posenc train` runs for each run of a sweep (or the one run), under hydra.main."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from posenc_cli.config.location import config_dir
+from posenc_cli.core.errors import UsageError
+from posenc_cli.core.ui import fail
+from posenc_cli.rundir.resume import resumed_config
+from posenc_cli.training.distributed import threads_per_job
+from posenc_cli.training.loop import train as train_run
+from posenc_cli.training.preflight import validate
+from posenc_cli.training.tracking import run_name
+
+
+def run_hydra_train() -> None:
+    """Hydra's main over sys.argv (set by `posenc train`): each job trains one run directory."""
+
+    def job(cfg: DictConfig) -> float | None:
+        hydra_cfg = HydraConfig.get()
+        config = OmegaConf.to_container(cfg, resolve=True)
+        if config["train"]["resume"]:
+            config = resumed_config(config, list(hydra_cfg.overrides.task))
+        config["train"]["threads"] = config["train"]["threads"] or threads_per_job(hydra_cfg.launcher)
+        output_dir = Path(hydra_cfg.runtime.output_dir)
+        name = run_name(list(hydra_cfg.overrides.task), output_dir, hydra_cfg.mode == RunMode.MULTIRUN)
+        try:
+            validate(config)  # a large sweep's pre-flight checked every value, not every combination
+            summary = train_run(config, output_dir, name)
+        except UsageError as err:
+            fail(err)
+        if summary["status"] == "failed" and hydra_cfg.mode == RunMode.RUN:
+            raise SystemExit(1)  # in a sweep the other jobs go on; eval skips this one
+        return summary["final_val_loss"]
+
+    hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(job)()

@@ -1,0 +1,269 @@
+"""The training loop: one run directory in, a checkpoint, metrics.csv and summary.json out."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from posenc_cli.core import ui
+from posenc_cli.core.atomic import remove_leftovers, write_text
+from posenc_cli.core.device import (
+    autocast,
+    effective_precision,
+    precision_record,
+    resolve_device,
+)
+from posenc_cli.data import load_corpus, random_batch, random_positions
+from posenc_cli.data.tokenizers import TOKENIZER_FILE
+from posenc_cli.model import GPT, token_nll
+from posenc_cli.rundir.claim import hold_lock
+from posenc_cli.rundir.lineage import lineage
+from posenc_cli.rundir.record import FILENAME, write_summary
+from posenc_cli.rundir.resume import stored_record
+from posenc_cli.training import distributed
+from posenc_cli.training.session import (
+    NonFiniteLoss,
+    Session,
+    check_lengths,
+    checked_losses,
+    describe,
+    init_weights,
+    last_measured,
+    make_optimizer,
+    model_config,
+    recorded,
+    restore,
+    save,
+)
+from posenc_cli.training.stopping import Stopped, StopSignals
+from posenc_cli.training.tracking import open_loggers
+
+log = logging.getLogger("posenc.train")
+
+
+def lr_at(step: int, tc: Mapping[str, Any]) -> float:
+    """Linear warm-up, then cosine decay from lr to min_lr over the remaining steps."""
+    if step < tc["warmup_steps"]:
+        return tc["lr"] * (step + 1) / tc["warmup_steps"]
+    progress = (step - tc["warmup_steps"]) / max(1, tc["max_steps"] - tc["warmup_steps"])
+    return tc["min_lr"] + 0.5 * (tc["lr"] - tc["min_lr"]) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+@torch.no_grad()
+def validation_loss(
+    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device, effective: str
+) -> float:
+    model.eval()
+    total = torch.zeros((), device=device)
+    for x, y in batches:
+        with autocast(device, effective):
+            total += token_nll(model(x.to(device)), y.to(device)).mean()
+    model.train()
+    return float(total) / len(batches)
+
+
+def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = None) -> dict[str, Any]:
+    """Train one run into `run_dir`; `run_name` names it in trackers (default: the directory's name)."""
+    tc = cfg["train"]
+    if tc.get("threads"):
+        torch.set_num_threads(int(tc["threads"]))
+    ctx = distributed.current()
+    distributed.check_batch(tc["batch_size"], ctx)
+    device = distributed.device_for(resolve_device(cfg["device"]), ctx)
+    run_id = stored_record(Path(tc["resume"]))[1] if tc.get("resume") else uuid.uuid4().hex
+    if ctx.is_main:  # the directory is this process's; a fresh one says at once which run it holds
+        hold_lock(Path(run_dir))
+        if not tc.get("resume"):
+            write_summary(Path(run_dir), {"status": "running", "run_id": run_id, "config": recorded(cfg)})
+    corpus = load_corpus(cfg["data"])
+    check_lengths(corpus, tc["block_size"])
+
+    torch.manual_seed(cfg["seed"])
+    mc = model_config(cfg, len(corpus.tokenizer))
+    model = GPT(mc)
+    if tc.get("init_from"):
+        init_weights(model, tc["init_from"], corpus)
+    model = model.to(device)
+    val_rng = torch.Generator().manual_seed(12345)  # the same validation windows for every run
+    s = Session(
+        cfg=cfg,
+        run_dir=Path(run_dir),
+        mc=mc,
+        corpus=corpus,
+        device=device,
+        ctx=ctx,
+        model=model,
+        optimizer=make_optimizer(model, tc),
+        data_rng=torch.Generator().manual_seed(cfg["seed"]),
+        val_batches=[
+            random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng)
+            for _ in range(tc["eval_batches"])
+        ],
+        run_id=run_id,
+        precision=effective_precision(device, tc["precision"]),
+    )
+    if tc.get("resume"):
+        restore(s, Path(tc["resume"]) / FILENAME)
+        if ctx.is_main:
+            remove_leftovers(s.run_dir)
+
+    summary = {
+        **describe(cfg, model, corpus, device),
+        "precision": precision_record(device, tc["precision"], s.precision),
+        "run_id": run_id,
+        "config": recorded(cfg),
+    }
+    if tc.get("init_from"):
+        source = Path(tc["init_from"]).resolve()
+        summary.update(init_from=str(source), init_chain=lineage(source))
+    if ctx.is_main:
+        if corpus.tokenizer.kind == "bpe":
+            write_text(s.run_dir / TOKENIZER_FILE, corpus.tokenizer.to_json())
+        write_summary(s.run_dir, {**summary, "status": "running"})
+        s.logger = open_loggers(
+            cfg.get("logger"), s.run_dir, s.state.metrics, run_name or s.run_dir.name, s.state.step
+        )
+        s.logger.log_config(cfg)
+    status, message = "finished", None
+    started, elapsed_before = time.perf_counter(), s.state.elapsed
+    try:
+        with StopSignals() as stop:
+            run_loop(
+                s,
+                distributed.wrap(model, device, ctx),
+                stop,
+                lambda: elapsed_before + time.perf_counter() - started,
+            )
+    except NonFiniteLoss as err:
+        kept = (
+            f"the checkpoint of step {s.saved_step} is kept"
+            if s.saved_step
+            else "no checkpoint had been saved yet"
+        )
+        status, message = "failed", f"training stopped: {err}; {kept} (try a lower train.lr)"
+    except Stopped as stop:
+        status, message = (
+            "interrupted",
+            f"{stop} at step {s.state.step}; checkpoint saved. Resume with: posenc train train.resume={s.run_dir}",
+        )
+    except KeyboardInterrupt:
+        status, message = (
+            "interrupted",
+            f"stopped at once at step {s.state.step}; the last checkpoint is kept. Resume with: posenc train train.resume={s.run_dir}",
+        )
+    s.state.elapsed = elapsed_before + time.perf_counter() - started
+    summary.update(
+        status=status,
+        message=message,
+        steps=s.state.step,
+        wall_time_s=round(s.state.elapsed, 2),
+        final_train_loss=last_measured(s.state.metrics, "train_loss"),
+        final_val_loss=last_measured(s.state.metrics, "val_loss"),
+        tokens_per_s=round(s.state.step * tc["batch_size"] * tc["block_size"] / max(s.state.elapsed, 1e-9)),
+    )
+    if ctx.is_main:  # the other ranks hold the same state and stay quiet
+        write_summary(s.run_dir, summary)
+        s.logger.log_summary(summary)
+        s.logger.close()
+        if status == "finished":
+            log.info(
+                f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {s.state.step} steps "
+                f"({summary['wall_time_s']:.0f} s) -> {s.run_dir}"
+            )
+        else:
+            (log.error if status == "failed" else log.warning)(message)
+    if status == "interrupted":
+        raise SystemExit(130)
+    return summary
+
+
+def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> None:
+    """Train until max_steps; `net` is the model as trained (DDP-wrapped under torchrun)."""
+    tc, state, ctx = s.cfg["train"], s.state, s.ctx
+    rate = Throughput(tc["batch_size"] * tc["block_size"])
+    with ui.progress(disable=not ctx.is_main) as bar:
+        task = bar.add_task(f"train {s.mc.scheme}", total=tc["max_steps"], completed=state.step, status="")
+        while state.step < tc["max_steps"]:
+            if stop.agreed(state.step, tc["log_interval"], s.device, ctx):
+                save(s, elapsed())
+                raise Stopped(f"stopped by {stop.received}")
+            lr = lr_at(state.step, tc)
+            for group in s.optimizer.param_groups:
+                group["lr"] = lr
+            x, y = random_batch(s.corpus.train, tc["batch_size"], tc["block_size"], s.data_rng)
+            x, y = (
+                distributed.shard(x, ctx),
+                distributed.shard(y, ctx),
+            )  # this rank's rows of the global batch
+            positions = None  # 0..T-1
+            if tc.get("positions") == "randomized":
+                positions = random_positions(
+                    tc["batch_size"], tc["block_size"], tc["max_position"], s.data_rng
+                )
+                positions = distributed.shard(positions, ctx).to(s.device)
+            with autocast(s.device, s.precision):
+                loss = token_nll(net(x.to(s.device), positions), y.to(s.device)).mean()
+            s.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(net.parameters(), tc["grad_clip"])
+            s.optimizer.step()
+            state.recent.append(loss.detach())
+            state.step += 1
+            rate.steps += 1
+            last = state.step == tc["max_steps"]
+            row: dict[str, Any] = {}
+            if state.step % tc["log_interval"] == 0 or last:
+                row.update(training_metrics(s, lr, grad_norm, rate))
+            if (state.step % tc["eval_interval"] == 0 or last) and ctx.is_main:
+                row["val_loss"] = round(validation_loss(s.model, s.val_batches, s.device, s.precision), 6)
+            if row:
+                record(s, row, bar, task)
+            if state.step % tc["checkpoint_interval"] == 0 or last:
+                save(s, elapsed())
+            if row:
+                rate.restart()  # tokens/s counts training steps, not validation or checkpoints
+
+
+class Throughput:
+    """Training tokens per second since the last logged step."""
+
+    def __init__(self, tokens_per_step: int):
+        self.tokens_per_step = tokens_per_step
+        self.restart()
+
+    def restart(self) -> None:
+        self.started, self.steps = time.perf_counter(), 0
+
+    def tokens_per_s(self) -> float:
+        return self.steps * self.tokens_per_step / max(time.perf_counter() - self.started, 1e-9)
+
+
+def training_metrics(s: Session, lr: float, grad_norm: torch.Tensor, rate: Throughput) -> dict[str, Any]:
+    """The log-interval numbers: mean loss since the last log, lr, tokens/s, this step's grad norm."""
+    s.state.train_loss = float(checked_losses(s).mean())  # one host sync per log interval
+    s.state.recent.clear()
+    return {
+        "train_loss": round(s.state.train_loss, 6),
+        "lr": lr,
+        "tokens_per_s": round(rate.tokens_per_s()),
+        "grad_norm": round(float(grad_norm), 6),
+    }
+
+
+def record(s: Session, row: dict[str, Any], bar, task) -> None:
+    """One metrics row: into the training state (checkpointed), the loggers and the progress bar."""
+    row = {"step": s.state.step, **row}
+    s.state.metrics.append(row)
+    s.logger.log_metrics(row)
+    shown = [
+        f"loss {row['train_loss']:.3f}" if "train_loss" in row else "",
+        f"val {row['val_loss']:.3f}" if "val_loss" in row else "",
+        f"{row['tokens_per_s']:,.0f} tok/s" if "tokens_per_s" in row else "",
+    ]
+    bar.update(task, completed=s.state.step, status="  ".join(part for part in shown if part))

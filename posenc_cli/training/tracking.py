@@ -1,0 +1,203 @@
+"""Where a run's numbers go: metrics.csv always, plus the trackers the `logger` config group picks.
+
+The training loop talks to one `RunLogger` (config at the start, a metrics row per log interval,
+the summary at the end); `open_loggers` builds it from the config. TensorBoard and Weights & Biases
+are optional packages (`pip install 'posenc[track]'`), imported only when chosen.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from posenc_cli.core.atomic import write_text
+from posenc_cli.core.errors import UsageError
+
+METRICS_FILE = "metrics.csv"
+COLUMNS = ("step", "train_loss", "val_loss", "lr", "tokens_per_s", "grad_norm")
+WANDB_MODES = ("online", "offline", "disabled")
+TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logger name -> module it needs
+
+
+class RunLogger:
+    """What the training loop reports to. The base class ignores everything; trackers override."""
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        pass
+
+    def log_metrics(self, row: Mapping[str, Any]) -> None:
+        """One row: `step` plus the values measured at that step (None where not measured)."""
+
+    def log_summary(self, summary: Mapping[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class CSVLogger(RunLogger):
+    """metrics.csv in the run directory: one row per log or validation step, blank where not
+    measured. The whole file is rewritten atomically, so a killed run never leaves half a row."""
+
+    def __init__(self, run_dir: Path, rows: list[dict[str, Any]]):
+        self.path, self.rows = run_dir / METRICS_FILE, list(rows)  # rows: those before a resume
+
+    def log_metrics(self, row: Mapping[str, Any]) -> None:
+        self.rows.append(dict(row))
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, COLUMNS, restval="", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in self.rows)
+        write_text(self.path, buffer.getvalue())
+
+
+class TensorBoardLogger(RunLogger):
+    """torch's SummaryWriter into the run directory: one scalar tag per metrics.csv column."""
+
+    def __init__(self, run_dir: Path, start_step: int, subdir: str = "tensorboard"):
+        from torch.utils.tensorboard import SummaryWriter
+
+        # purge_step drops events a killed run logged after the checkpoint it resumes from
+        self.writer = SummaryWriter(str(run_dir / subdir), purge_step=start_step or None)
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        self.writer.add_text("config", code_block(config))
+
+    def log_metrics(self, row: Mapping[str, Any]) -> None:
+        for key, value in row.items():
+            if key != "step" and value is not None:
+                self.writer.add_scalar(key, value, row["step"])
+        self.writer.flush()
+
+    def log_summary(self, summary: Mapping[str, Any]) -> None:
+        self.writer.add_text("summary", code_block(summary))
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbLogger(RunLogger):
+    """A Weights & Biases run. mode=offline writes the run under `dir` and never touches the network
+    (`wandb sync DIR` uploads it later); wandb's console capture is off so the progress bar stays."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        name: str,
+        project: str = "posenc",
+        entity: str | None = None,
+        mode: str = "online",
+        group: str | None = None,
+        tags: list[str] | None = None,
+        dir: str | None = None,
+    ):
+        os.environ.setdefault("WANDB_SILENT", "true")
+        if mode != "online":  # no version check, no login prompt, no network
+            os.environ["WANDB_MODE"] = mode
+        import wandb
+
+        try:
+            self.run = wandb.init(
+                project=project,
+                entity=entity,
+                mode=mode,
+                group=group,
+                tags=list(tags or []),
+                name=name,
+                dir=str(dir or run_dir),
+                reinit="finish_previous",
+                settings=wandb.Settings(console="off", init_timeout=60, x_disable_stats=True),
+            )
+        except Exception as err:  # no network, no login, a bad entity: wandb's own error types vary
+            raise UsageError(
+                f"logger=wandb could not start a run ({' '.join(str(err).split())[:160]}); "
+                "logger.wandb.mode=offline logs without network or login"
+            ) from None
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        self.run.config.update(dict(config), allow_val_change=True)
+
+    def log_metrics(self, row: Mapping[str, Any]) -> None:
+        self.run.log({k: v for k, v in row.items() if k != "step" and v is not None}, step=row["step"])
+
+    def log_summary(self, summary: Mapping[str, Any]) -> None:
+        self.run.summary.update({k: v for k, v in summary.items() if v is not None})
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class Loggers(RunLogger):
+    """Several loggers behind one: each call goes to every one, in order."""
+
+    def __init__(self, loggers: list[RunLogger]):
+        self.loggers = loggers
+
+    def log_config(self, config):
+        for logger in self.loggers:
+            logger.log_config(config)
+
+    def log_metrics(self, row):
+        for logger in self.loggers:
+            logger.log_metrics(row)
+
+    def log_summary(self, summary):
+        for logger in self.loggers:
+            logger.log_summary(summary)
+
+    def close(self):
+        for logger in self.loggers:
+            logger.close()
+
+
+def check_loggers(chosen: Mapping[str, Any] | None) -> None:
+    """Refuse unknown loggers, bad wandb modes and missing packages before any job starts."""
+    import importlib.util
+
+    for name, options in (chosen or {}).items():
+        if name not in ("csv", *TRACKER_PACKAGES):
+            raise UsageError(
+                f"logger={name} is not known; choose csv, tensorboard, wandb or a list like "
+                "logger=[csv,tensorboard]"
+            )
+        if name in TRACKER_PACKAGES and importlib.util.find_spec(TRACKER_PACKAGES[name]) is None:
+            raise UsageError(
+                f"logger={name} needs the {TRACKER_PACKAGES[name]} package: pip install 'posenc[track]'"
+            )
+        if name == "wandb" and (options or {}).get("mode", "online") not in WANDB_MODES:
+            raise UsageError(
+                f"logger.wandb.mode={options['mode']} is not known; choose one of: {', '.join(WANDB_MODES)}"
+            )
+
+
+def open_loggers(
+    chosen: Mapping[str, Any] | None, run_dir: Path, rows: list[dict[str, Any]], name: str, start_step: int
+) -> RunLogger:
+    """metrics.csv plus every tracker in the `logger` config (csv alone adds nothing)."""
+    check_loggers(chosen)
+    loggers: list[RunLogger] = [CSVLogger(run_dir, rows)]
+    for tracker, options in (chosen or {}).items():
+        if tracker == "tensorboard":
+            loggers.append(TensorBoardLogger(run_dir, start_step, **(options or {})))
+        elif tracker == "wandb":
+            loggers.append(WandbLogger(run_dir, name, **(options or {})))
+    return Loggers(loggers)
+
+
+NOT_IN_RUN_NAMES = ("hydra", "logger", "train.threads", "train.resume", "device")  # how, not what, is run
+
+
+def run_name(overrides: list[str], run_dir: Path, in_sweep: bool) -> str:
+    """A sweep's runs are named after their overrides (`scheme=rope,seed=1`); a single run after its
+    directory. Overrides about where, how fast or to which tracker a run goes are left out."""
+    named = [o for o in overrides if not o.lstrip("+~").startswith(NOT_IN_RUN_NAMES)]
+    return ",".join(named) if in_sweep and named else run_dir.name
+
+
+def code_block(data: Mapping[str, Any]) -> str:
+    """Config or summary as a markdown code block (TensorBoard renders text as markdown)."""
+    return "```\n" + json.dumps(data, indent=2, default=str) + "\n```"
