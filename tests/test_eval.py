@@ -25,6 +25,7 @@ from posenc_cli.evaluation.perplexity import (
     plan_windows,
     scored_span,
 )
+from posenc_cli.evaluation.labels import Label
 from posenc_cli.report.tables import NO_VERDICT, comparison, has_learned, verdict
 
 
@@ -265,9 +266,9 @@ def test_across_tokenizers_quality_compares_perplexity_per_byte_not_per_token():
     with the same bits per byte are equally good, whatever their token perplexities."""
     rows = []
     for scheme, tokenizer, ppls, bpb in (
-        ("alibi [char]", "char", {128: 8.1, 1024: 8.0}, 3.0),
-        ("alibi [bpe]", "bpe", {128: 56.0, 1024: 55.0}, 3.0),
-        ("rope [bpe]", "bpe", {128: 54.0, 1024: 70.0}, 3.3),
+        (Label("alibi", tokenizer="char"), "char", {128: 8.1, 1024: 8.0}, 3.0),
+        (Label("alibi", tokenizer="bpe"), "bpe", {128: 56.0, 1024: 55.0}, 3.0),
+        (Label("rope", tokenizer="bpe"), "bpe", {128: 54.0, 1024: 70.0}, 3.3),
     ):
         for row in ppl_rows(scheme, ppls, train_len=128, unigram_ppl=500.0):
             rows.append(row | dict(tokenizer=tokenizer, bpb=bpb, bytes=4096.0, chars=4096.0))

@@ -19,7 +19,6 @@ from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.ui import fail
 
-
 # how `posenc --help` lists the commands: in the order a user meets them (each module registers its own)
 WORKFLOW_ORDER = ("train", "eval", "probe", "sample", "export", "schemes", "inspect", "bench")
 

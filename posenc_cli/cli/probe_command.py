@@ -67,7 +67,9 @@ def probe(
     loaded, why = load_targets(list(runs or []), "probe", hf_options(hf_context, target, dtype))
     for run in loaded:
         run.check_probe()  # a posenc run: its vocabulary, and its corpus unchanged since training
-        run.check_fits([L for L in {*wanted, run.train_len} if run.max_len is None or L <= run.max_len])
+        run.check_fits(
+            [L for L in {*wanted, run.train_len} if run.max_len is None or L <= run.max_len], target
+        )
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, lengths=wanted, depths=at_depths, trials=trials, seed=seed, device=target)
     labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix

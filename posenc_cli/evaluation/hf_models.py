@@ -32,6 +32,7 @@ import torch
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import passkey
+from posenc_cli.evaluation.labels import Label
 from posenc_cli.model import token_nll
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 
@@ -302,8 +303,8 @@ class HFModel:
 
     # -- RoPE scaling -----------------------------------------------------------------------------
     @property
-    def label(self) -> str:
-        return self.scheme
+    def label(self) -> Label:
+        return Label(model=short_name(self.path), scheme=self.base_scheme)
 
     def variants(self, methods: list[str], factor: float | None) -> list[RopeScaling | None]:
         """A rotary model once per RoPE scaling method (None: as published); any other model once."""
@@ -311,10 +312,14 @@ class HFModel:
             return [None]
         return [None if m == "none" else RopeScaling(m, self.train_len, factor) for m in methods]
 
-    def use_variant(self, scaling: RopeScaling | None) -> str:
+    def use_variant(self, scaling: RopeScaling | None) -> Label:
         """Evaluate with this scaling from now on; its label, e.g. 'pythia-160m (rope+yarn)'."""
         self.scaling = scaling
-        return self.scheme if scaling is None else f"{short_name(self.path)} (rope+{scaling.method})"
+        return (
+            self.label
+            if scaling is None
+            else Label(model=short_name(self.path), scheme="rope", variant=scaling.method)
+        )
 
     def build_rotary(self, seq_len: int) -> None:
         """Give every rotary module the frequencies of the current scaling at this sequence length."""

@@ -11,7 +11,7 @@ the same targets, the whole span, so perplexities at different lengths are over 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,9 +24,9 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.core.ui import announce
 from posenc_cli.data import token_window
 from posenc_cli.data.stream import read_text
+from posenc_cli.evaluation.labels import mixes_own_tokenizers, with_tokenizer
 from posenc_cli.model import token_nll
 from posenc_cli.model.positional import past_max_len
-from posenc_cli.report.tables import mixes_own_tokenizers, tokenizer_label
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where it is used: `posenc eval` only
@@ -233,12 +233,12 @@ def parse_overflow(text: str) -> list[str]:
 
 
 def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:
-    """(label suffix, context cap) pairs: a run with a position table once per choice, `+window` for the
+    """(label overflow, context cap) pairs: a run with a position table once per choice, `window` for the
     one scored past its table through windows of max_len tokens; any other run once, as it is."""
     limit = run.max_len
     if limit is None:
         return [("", None)]
-    return [("+window", limit) if choice == "window" else ("", None) for choice in overflows]
+    return [("window", limit) if choice == "window" else ("", None) for choice in overflows]
 
 
 def evaluate_runs(
@@ -279,17 +279,17 @@ def evaluate_runs(
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
     jobs = [
-        (run, variant, suffix, context)
+        (run, variant, overflow, context)
         for run in runs
         for variant in plans[id(run)][5]
-        for suffix, context in overflow_variants(run, learned_overflow)
+        for overflow, context in overflow_variants(run, learned_overflow)
     ]
     with ui.progress() as bar:
         task = bar.add_task("eval", total=sum(len(plans[id(job[0])][3]) for job in jobs), status="")
-        for run, variant, suffix, context in jobs:
+        for run, variant, overflow, context in jobs:
             tokens, weights, unigram_ppl, run_lengths, span, _ = plans[id(run)]
-            label = run.use_variant(variant) + suffix  # evaluation time only: the checkpoint is untouched
-            scheme = tokenizer_label(label, run.tokenizer_name) if mixed else label
+            label = run.use_variant(variant)  # evaluation time only: the checkpoint is untouched
+            scheme = with_tokenizer(replace(label, overflow=overflow), run.tokenizer_name, mixed)
             scorer = run.scorer(device)
             info[scheme] = run.facts()
             for length in run_lengths:

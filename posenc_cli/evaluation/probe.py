@@ -18,9 +18,9 @@ import torch
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import passkey
+from posenc_cli.evaluation.labels import mixes_own_tokenizers, with_tokenizer
 from posenc_cli.model import token_nll
 from posenc_cli.model.positional import past_max_len
-from posenc_cli.report.tables import mixes_own_tokenizers, tokenizer_label
 
 COLUMNS = ["run", "scheme", "seed", "train_len", "length", "depth", "trials", "accuracy", "key_nll"]
 
@@ -145,7 +145,7 @@ def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, se
         )
         for run in runs:
             scorer = run.scorer(device)
-            scheme = tokenizer_label(run.label, run.tokenizer_name) if mixed else run.label
+            scheme = with_tokenizer(run.label, run.tokenizer_name, mixed)
             for length in sorted(set(lengths) | {run.train_len}):
                 for depth in depths:
                     bar.update(task, status=f"{scheme} seed {run.seed} @ {length}, depth {depth:g}")

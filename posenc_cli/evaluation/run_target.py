@@ -12,11 +12,18 @@ import torch
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import token_window
+from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.perplexity import TOKENS_PER_FORWARD, LogitsScorer
 from posenc_cli.evaluation.probe import check_vocab, make_trials, without_episodes
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.positional.rope_scaling import METHODS
 from posenc_cli.rundir.loading import LoadedRun, run_corpus
+
+
+def scheme_label(model: GPT) -> Label:
+    """A posenc model's label: its scheme's name, and the options its scheme's label adds after it."""
+    scheme = model.scheme
+    return Label(scheme=scheme.name, variant=scheme.label[len(scheme.name) + 1 :])
 
 
 @dataclass
@@ -28,6 +35,12 @@ class RunTarget(LoadedRun):
     @classmethod
     def of(cls, run: LoadedRun) -> RunTarget:
         return cls(run.path, run.model, run.tokenizer, run.train_len, run.summary, run.checkpoint)
+
+    @property
+    def label(self) -> Label:
+        """The run as trained: `rope+yarn` for a run trained with that scaling, `sinusoidal+unscaled` for
+        one trained off its scale_embeddings default."""
+        return scheme_label(self.model)
 
     def model_with(self, **scheme_options: Any) -> GPT:
         """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none."""
@@ -99,10 +112,10 @@ class RunTarget(LoadedRun):
             for m in methods
         ]
 
-    def use_variant(self, options: dict) -> str:
+    def use_variant(self, options: dict) -> Label:
         """Evaluate with these scheme options from now on (the checkpoint is untouched); its label."""
         self.active = self.model_with(**options)
-        return self.active.scheme.label
+        return scheme_label(self.active)
 
     def check_probe(self) -> None:
         check_vocab(self.tokenizer, str(self.path))

@@ -17,7 +17,7 @@ import pandas as pd
 from posenc_cli.core.atomic import output_set, write_text, write_with
 from posenc_cli.core.plotting import pyplot, save_figure
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
-from posenc_cli.data.tokenizers import TOKENIZERS
+from posenc_cli.evaluation.labels import Label, as_label
 from posenc_cli.model.positional import SCHEMES, claim_for
 
 GRADES = (
@@ -138,44 +138,18 @@ def extrapolation(df: pd.DataFrame, longest: int) -> tuple[dict[str, Extrapolati
     return {s: Extrapolation(*f, best_longest_compared=best_compared) for s, f in facts.items()}, best
 
 
-def tokenizer_label(scheme: str, tokenizer: str) -> str:
-    """A column label when the table mixes tokenizers: "rope [bpe]". A Hugging Face model's label names
-    the model, whose tokenizer it is, so it stays as it is."""
-    return f"{scheme} [{tokenizer}]" if tokenizer in TOKENIZERS else scheme
-
-
-def mixes_own_tokenizers(runs) -> bool:
-    """Whether posenc's own runs among `runs` use more than one tokenizer (Hugging Face models are named
-    by their model, so they never need the label)."""
-    return len({run.tokenizer_name for run in runs if run.tokenizer_name in TOKENIZERS}) > 1
-
-
-def without_tokenizer(label: str) -> str:
-    """ "rope [bpe]" -> "rope": the scheme a column's claims and facts are about."""
-    return label.partition(" [")[0]
-
-
-def scheme_of(label: str) -> str:
-    """The scheme in a column label: 'rope+yarn' itself; 'rope [bpe]' -> 'rope'; a Hugging Face model's
-    'pythia-160m (rope+yarn)' -> 'rope+yarn'."""
-    label = without_tokenizer(label)
-    return label[label.rindex(" (") + 2 : -1] if label.endswith(")") and " (" in label else label
-
-
-def scheme_order(schemes: Iterable[str]) -> list[str]:
+def scheme_order(columns: Iterable[Label | str]) -> list[Label | str]:
     """SCHEMES' order, unknown schemes after, each `rope+yarn`-style variant after its base, each
     scheme's tokenizers side by side; Hugging Face models ('gpt2 (learned)') after posenc's runs, by name."""
     order = list(SCHEMES)
 
-    def key(label: str):
-        plain, _, tokenizer = label.partition(" [")
-        scheme = scheme_of(plain)
-        model = plain[: -len(scheme) - 3] if scheme != plain else ""
-        base, _, variant = scheme.partition("+")
-        rank = order.index(base) if base in order else len(order)
-        return model != "", model, rank, base, variant, tokenizer
+    def key(column: Label | str):
+        label = as_label(column)
+        rank = order.index(label.family) if label.family in order else len(order)
+        rest = label.positional[len(label.family) + 1 :]
+        return label.model != "", label.model, rank, label.family, rest, label.tokenizer
 
-    return sorted(dict.fromkeys(schemes), key=key)
+    return sorted(dict.fromkeys(columns), key=key)
 
 
 def mean_std(values: pd.Series, digits: int = 2) -> str:
@@ -193,7 +167,7 @@ def relative_length(length: int, train_len: int) -> str:
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["| " + " | ".join(str(c) for c in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
@@ -220,7 +194,7 @@ def ppl_pivot(df: pd.DataFrame, value: str = "ppl", digits: int = 2) -> tuple[li
         sub = df[df["scheme"] == scheme]
         ratio = [f"{chars_per_token(sub):.2f}"] if extra else []
         cells = [mean_std(sub[sub["eval_len"] == L][value], digits) for L in lengths]
-        rows.append([scheme, str(sub["seed"].nunique()), *ratio, *cells])
+        rows.append([str(scheme), str(sub["seed"].nunique()), *ratio, *cells])
     return header, rows
 
 
@@ -284,14 +258,14 @@ def comparison(
     if passkey is not None:
         rows += passkey_rows(passkey, schemes)
     rows.append(["extrapolation, measured"] + [evidence[s].verdict for s in schemes])
-    claims = [claim_for(scheme_of(s)) for s in schemes]
+    claims = [claim_for(as_label(s).positional) for s in schemes]
     rows.append(["extrapolation, chapters' claim"] + [claim.extrapolation for claim in claims])
     if lang == "zh":
         rows.append(["外推能力（章节原话）"] + [claim.extrapolation_zh for claim in claims])
     rows.append(
         ["positional parameters"] + [f"{info.get(s, {}).get('positional_params', 0):,}" for s in schemes]
     )
-    relative = [info.get(s, {}).get("relative", relative_kind(scheme_of(s))) for s in schemes]
+    relative = [info.get(s, {}).get("relative", relative_kind(as_label(s).positional)) for s in schemes]
     rows.append(["relative position", *relative])
     rows.append(
         ["used by"] + [info.get(s, {}).get("used_by", claim.used_by) for s, claim in zip(schemes, claims)]
@@ -531,10 +505,10 @@ def write_probe_outputs(
     return written
 
 
-def file_safe(label: str) -> str:
+def file_safe(label: Label | str) -> str:
     """A column label as part of a file name: 'rope+yarn' stays, 'EleutherAI/pythia-160m (rope)' ->
     'EleutherAI_pythia-160m_rope'."""
-    return re.sub(r"[^A-Za-z0-9+._-]+", "_", label).strip("_")
+    return re.sub(r"[^A-Za-z0-9+._-]+", "_", str(label)).strip("_")
 
 
 def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
@@ -551,11 +525,12 @@ def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
     )
 
 
-def scheme_style(label: str) -> dict:
+def scheme_style(label: Label | str) -> dict:
     """Colour and marker by scheme, line style by variant (`rope+yarn`, `sinusoidal+unscaled`): the same
-    in every figure whichever schemes it shows."""
-    base, _, variant = label.partition("+")
-    colour, marker = SCHEME_STYLES.get(base, UNKNOWN_STYLE)
+    in every figure whichever schemes it shows, a pretrained model's included."""
+    label = as_label(label)
+    colour, marker = SCHEME_STYLES.get(label.family, UNKNOWN_STYLE)
+    variant = label.positional[len(label.family) + 1 :]
     return {"color": colour, "marker": marker, "linestyle": VARIANT_LINES.get(variant, "--")}
 
 
@@ -621,7 +596,12 @@ def plot_by_length(
         else:
             bars, shift = stats["std"].fillna(0), 1.0
         ax.errorbar(
-            stats.index * shift, stats["mean"], yerr=bars, capsize=3, label=scheme, **scheme_style(scheme)
+            stats.index * shift,
+            stats["mean"],
+            yerr=bars,
+            capsize=3,
+            label=str(scheme),
+            **scheme_style(scheme),
         )
     ax.set_xscale("log", base=2)
     lengths = sorted(df[x].unique())

@@ -36,12 +36,6 @@ class LoadedRun:
         return self.model.cfg.scheme
 
     @property
-    def label(self) -> str:
-        """The scheme as reports name it: `rope+yarn` for a run trained with that scaling,
-        `sinusoidal+unscaled` for one trained off its scale_embeddings default."""
-        return self.model.scheme.label
-
-    @property
     def seed(self) -> int:
         return int(self.checkpoint.get("seed", self.summary.get("seed", 0)))
 
