@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SCHEMES ?= none,sinusoidal,learned,rope,alibi
 LENGTHS ?= 512,1024,2048
 
-.PHONY: demo test lint install clean
+.PHONY: demo test test-fast lint install clean
 
 demo: $(VENV)/.installed
 	$(BIN)/posenc train -m scheme=$(SCHEMES)
@@ -15,9 +15,15 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
 
+# the edit loop: the maths, configs and refusals, without trainings or subprocesses (under a minute)
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "not slow"
+
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports   # the layers of pyproject.toml [tool.importlinter]: imports only run downward
+	$(BIN)/python scripts/import_cycles.py   # and no cycle inside a layer, imports in functions counted
 
 install: $(VENV)/.installed
 

@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 from filelock import FileLock
 
+from posenc_cli.core.choices import CHAPTER_SCHEMES
 from posenc_cli.core.device import CPU_BF16, CPU_BF16_ENV
 
 # What `train.precision=auto` resolves to must not depend on the machine the suite runs on (AVX2: fp32;
@@ -33,8 +34,19 @@ os.environ[CPU_BF16_ENV] = "emulated"
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 SMOKE = ["experiment=smoke"]
-ALL_SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi"]
+ALL_SCHEMES = list(CHAPTER_SCHEMES)
 BEYOND_CHAPTERS = ["t5", "xpos", "kerple"]
+
+
+# fixtures that train runs (once per session) or build models: a test that asks for one is slow
+TRAINED_FIXTURES = {"smoke_sweep", "beyond_chapters_sweep", "broken_runs", "tiny"}
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Mark `slow` every test that reads trained runs; modules of end-to-end tests mark themselves."""
+    for item in items:
+        if TRAINED_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 def run_cli(

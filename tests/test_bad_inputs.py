@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import SMOKE, assert_one_line_error, assert_refused, invoke, posenc, run_cli
-from posenc_cli.rundir.record import FILENAME
+from posenc_cli.rundir.layout import CHECKPOINT
 
 
 def files_under(path: Path) -> set[Path]:
@@ -178,12 +178,12 @@ def broken_runs(smoke_sweep, workdir) -> dict[str, Path]:
     for name in ("truncated", "garbage", "stale"):
         runs[name] = workdir / name
         shutil.copytree(good, runs[name])
-    data = (good / FILENAME).read_bytes()
-    (runs["truncated"] / FILENAME).write_bytes(data[: len(data) // 2])
-    (runs["garbage"] / FILENAME).write_bytes(b"not a zip file" * 100)
-    payload = torch.load(good / FILENAME, weights_only=True)
+    data = (good / CHECKPOINT).read_bytes()
+    (runs["truncated"] / CHECKPOINT).write_bytes(data[: len(data) // 2])
+    (runs["garbage"] / CHECKPOINT).write_bytes(b"not a zip file" * 100)
+    payload = torch.load(good / CHECKPOINT, weights_only=True)
     payload["model_config"]["rotary_fraction"] = 0.5  # a field this version's model does not know
-    torch.save(payload, runs["stale"] / FILENAME)
+    torch.save(payload, runs["stale"] / CHECKPOINT)
     runs["good"] = good
     return runs
 

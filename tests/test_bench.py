@@ -17,6 +17,8 @@ from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
 from posenc_cli.model import GPT, ModelConfig
 
+pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
+
 
 def fake_peer(root):
     """A stand-in for ../shared/peers/nanogpt: a run.sh that logs like nanoGPT, and a text beside it."""

@@ -102,18 +102,21 @@ def test_runs_that_cannot_fit_in_memory_are_refused_before_they_start(args, fixe
     assert "GiB free" in refusal(args)
 
 
-def test_the_defaults_compose_validate_and_come_from_the_dataclasses():
+def test_what_hydra_composes_by_default_is_the_dataclasses_defaults():
+    """No yaml restates a default: the config `posenc train` composes with no overrides is the typed
+    defaults, and the pre-flight turns it into those dataclasses."""
+    from posenc_cli.config.hydra_args import composing, parse_hydra_args
+
     preflight([])
     preflight(["-m", "scheme=glob(*)", "seed=range(0,3)", "model.n_layer=choice(1,2)", "--cfg", "job"])
-    typed = validate(
-        {
-            "scheme": {"name": "rope", "base": 10000.0},
-            "model": dataclasses.asdict(ModelSize()),
-            "data": dataclasses.asdict(DATA["synthetic"]()),
-            "train": dataclasses.asdict(TrainConfig()),
-        }
-    )
-    assert isinstance(typed, PosencConfig) and typed.train == TrainConfig()
+    with composing(parse_hydra_args([])) as compose_point:
+        composed = compose_point([])
+    assert composed["train"] == dataclasses.asdict(TrainConfig())
+    assert composed["model"] == dataclasses.asdict(ModelSize())
+    assert composed["data"] == dataclasses.asdict(DATA["synthetic"]())
+    assert composed["scheme"]["name"] == "rope" and composed["seed"] == 0 and composed["device"] == "auto"
+    typed = validate(composed)
+    assert isinstance(typed, PosencConfig) and typed.train == TrainConfig() and typed.model == ModelSize()
     assert OPTIONS["model"]["tiny"] == ModelSize()  # the default model is the dataclass default
     assert "train.max_steps" in known_keys() and "scheme.n_buckets" in known_keys()
 

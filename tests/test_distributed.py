@@ -16,7 +16,10 @@ import torch
 
 from conftest import ROOT, SMOKE, run_cli
 from posenc_cli.core.device import CPU_BF16_ENV
-from posenc_cli.rundir.record import FILENAME, load_checkpoint
+from posenc_cli.rundir.layout import CHECKPOINT
+from posenc_cli.rundir.record import load_checkpoint
+
+pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
 
 STEPS = 6
 ARGS = [
@@ -82,7 +85,7 @@ def test_two_gloo_ranks_match_each_other_and_the_single_process_run(
     assert sorted(p.name for p in run.iterdir()) == [
         ".hydra",
         ".lock",
-        FILENAME,
+        CHECKPOINT,
         "metrics.csv",
         "summary.json",
         "train.log",
@@ -103,7 +106,7 @@ def test_two_gloo_ranks_match_each_other_and_the_single_process_run(
         assert (ours[column] - theirs[column]).abs().max() < tolerance, (column, ours[column], theirs[column])
         assert ours[column].isna().equals(theirs[column].isna()), column
     weights, reference = (
-        load_checkpoint(run / FILENAME)["model"],
-        load_checkpoint(tmp_path / "single" / FILENAME)["model"],
+        load_checkpoint(run / CHECKPOINT)["model"],
+        load_checkpoint(tmp_path / "single" / CHECKPOINT)["model"],
     )
     assert max(float((weights[k] - reference[k]).abs().max()) for k in weights) < tolerance

@@ -15,6 +15,7 @@ from torch import nn
 from conftest import evaluate, invoke, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.vocab import Vocab
+from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.perplexity import (
     LogitsScorer,
     bits_per_byte,
@@ -25,8 +26,8 @@ from posenc_cli.evaluation.perplexity import (
     plan_windows,
     scored_span,
 )
-from posenc_cli.evaluation.labels import Label
-from posenc_cli.report.tables import NO_VERDICT, comparison, has_learned, verdict
+from posenc_cli.report.tables import NO_VERDICT, comparison
+from posenc_cli.report.verdict import has_learned, verdict
 
 
 def scored_targets(windows, length):
@@ -477,7 +478,7 @@ def drawn_colours(df, monkeypatch):
     """{scheme: colour} of the lines plot_ppl_vs_length draws for df."""
     from matplotlib.colors import to_hex
 
-    from posenc_cli.report import tables as report
+    from posenc_cli.report import plots as report
 
     drawn = []
     monkeypatch.setattr(report, "save_figure", lambda fig, path: drawn.append(fig))
@@ -488,7 +489,7 @@ def drawn_colours(df, monkeypatch):
 
 
 def test_each_scheme_keeps_one_colour_blind_safe_colour_in_every_figure(monkeypatch):
-    from posenc_cli.report.tables import SCHEME_STYLES, scheme_style
+    from posenc_cli.report.plots import SCHEME_STYLES, scheme_style
 
     assert len({colour for colour, _ in SCHEME_STYLES.values()}) == len(SCHEME_STYLES)  # distinct per scheme
     everything = pd.DataFrame(sum((ppl_rows(s, {256: 3.0, 1024: 4.0}) for s in SCHEME_STYLES), []))
@@ -500,3 +501,20 @@ def test_each_scheme_keeps_one_colour_blind_safe_colour_in_every_figure(monkeypa
         scheme_style("rope+yarn")["color"] == scheme_style("rope")["color"]
     )  # a variant: its base's colour,
     assert scheme_style("rope+yarn")["linestyle"] != scheme_style("rope")["linestyle"]  # another line style
+
+
+def test_a_pretrained_model_and_its_scaled_variants_are_drawn_in_their_schemes_colour():
+    """A Hugging Face model's column is a Label whose scheme is its family's: rope's colour, not grey."""
+    from posenc_cli.report.plots import UNKNOWN_STYLE, scheme_style
+
+    smollm2 = Label("rope", model="smollm2")
+    yarn = Label("rope", variant="yarn", model="smollm2")
+    gpt2 = Label("learned", model="gpt2")
+    assert str(yarn) == "smollm2 (rope+yarn)" and str(Label("rope", tokenizer="bpe")) == "rope [bpe]"
+    assert scheme_style(smollm2)["color"] == scheme_style(yarn)["color"] == scheme_style("rope")["color"]
+    assert scheme_style(gpt2)["color"] == scheme_style("learned")["color"] != UNKNOWN_STYLE[0]
+    assert (
+        scheme_style(yarn)["linestyle"]
+        == scheme_style("rope+yarn")["linestyle"]
+        != scheme_style("rope")["linestyle"]
+    )

@@ -16,10 +16,13 @@ from posenc_cli.data import load_corpus, random_positions
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.positional.rope_scaling import RopeScaling
+from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.lineage import initial_state, lineage, source_checkpoint
 from posenc_cli.rundir.loading import LoadedRun
-from posenc_cli.rundir.record import FILENAME, save_checkpoint
+from posenc_cli.rundir.record import save_checkpoint
 from posenc_cli.training.preflight import preflight
+
+pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
 
 
 def saved_run(tmp_path: Path, scheme: str, block_size: int = 32, **options) -> tuple[Path, GPT]:
@@ -40,7 +43,7 @@ def saved_run(tmp_path: Path, scheme: str, block_size: int = 32, **options) -> t
     ).eval()
     run = tmp_path / f"run_{scheme}"
     save_checkpoint(
-        run / FILENAME,
+        run / CHECKPOINT,
         {
             "model_config": model.cfg.to_dict(),
             "vocab": list(vocab),

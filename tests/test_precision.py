@@ -9,11 +9,15 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 
 from conftest import SMOKE, assert_one_line_error, assert_refused, evaluate, posenc, run_cli, train
 from posenc_cli.core.device import effective_precision, native_bf16
-from posenc_cli.rundir.record import FILENAME, load_checkpoint
+from posenc_cli.rundir.layout import CHECKPOINT
+from posenc_cli.rundir.record import load_checkpoint
+
+pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
 
 CPU = torch.device("cpu")
 AUTO_ANSWERS = {"native": "bf16-autocast", "emulated": "fp32"}
@@ -46,7 +50,7 @@ def test_a_run_records_its_precision_and_a_resume_on_the_other_machine_kind_keep
     )
     assert resumed.returncode == 0, resumed.stderr
     assert summary(stopped)["precision"]["effective"] == AUTO_ANSWERS[cpu_bf16]  # not what `other` says
-    want, got = load_checkpoint(reference / FILENAME), load_checkpoint(stopped / FILENAME)
+    want, got = load_checkpoint(reference / CHECKPOINT), load_checkpoint(stopped / CHECKPOINT)
     assert got["step"] == 6 and got["precision"] == want["precision"]
     assert all(torch.equal(want["model"][k], got["model"][k]) for k in want["model"])
 

@@ -24,7 +24,7 @@ from posenc_cli.evaluation.probe import (
     score,
     without_episodes,
 )
-from posenc_cli.report.tables import passkey_by_depth
+from posenc_cli.report.passkey_tables import passkey_by_depth
 
 WORDS = "ba bode kalimu so tefa ri gunazo pe".split()
 VOCAB = Vocab.from_text("".join(sorted(passkey.needed_chars())) + "abcdefghijklmnopqrstuvwxyz")

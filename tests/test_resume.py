@@ -21,7 +21,10 @@ import torch
 
 from conftest import ROOT, SMOKE, assert_refused, invoke, posenc, run_cli
 from posenc_cli.core.errors import UsageError
-from posenc_cli.rundir.record import FILENAME, load_checkpoint
+from posenc_cli.rundir.layout import CHECKPOINT
+from posenc_cli.rundir.record import load_checkpoint
+
+pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
 
 # Misaligned intervals on purpose: checkpoints land between log lines and between evals.
 FAULT = [
@@ -50,7 +53,7 @@ def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
 
 def checkpoint_mtime(run: Path) -> int | None:
     try:
-        return (run / FILENAME).stat().st_mtime_ns
+        return (run / CHECKPOINT).stat().st_mtime_ns
     except FileNotFoundError:
         return None
 
@@ -76,7 +79,7 @@ def tensors(tree, prefix: str = "") -> dict[str, torch.Tensor]:
 
 def assert_same_training(reference: Path, run: Path) -> None:
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
-    ref, got = load_checkpoint(reference / FILENAME), load_checkpoint(run / FILENAME)
+    ref, got = load_checkpoint(reference / CHECKPOINT), load_checkpoint(run / CHECKPOINT)
     assert got["step"] == ref["step"]
     for part in ("model", "optimizer"):
         ref_t, got_t = tensors(ref[part]), tensors(got[part])
@@ -109,7 +112,7 @@ def test_sigkill_at_random_points_then_resume_gives_identical_weights_and_metric
         time.sleep(rng.uniform(0.0, 0.15))  # anywhere: mid-step, mid-eval, mid-checkpoint-write
         proc.kill()
         proc.communicate()
-        killed_at.append(load_checkpoint(run / FILENAME)["step"])
+        killed_at.append(load_checkpoint(run / CHECKPOINT)["step"])
         proc = start_cli("train", f"train.resume={run}", cwd=tmp_path)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
@@ -130,7 +133,7 @@ def test_ctrl_c_saves_says_how_to_resume_and_resume_matches(reference, tmp_path)
     assert f"checkpoint saved. Resume with: posenc train train.resume={run}" in stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "interrupted"
-    assert load_checkpoint(run / FILENAME)["step"] == summary["steps"] < 60  # saved where it stopped
+    assert load_checkpoint(run / CHECKPOINT)["step"] == summary["steps"] < 60  # saved where it stopped
 
     result = run_cli("train", f"train.resume={run}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -149,7 +152,7 @@ def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_s
     assert summary["status"] == "failed"
     bad_step = int(summary["message"].split(" at step ")[1].split(";")[0])
     assert f"at step {bad_step}" in result.stderr
-    kept = load_checkpoint(run / FILENAME)
+    kept = load_checkpoint(run / CHECKPOINT)
     assert kept["step"] == bad_step - 1
     assert all(torch.isfinite(t).all() for t in tensors(kept["model"]).values())
 
@@ -189,30 +192,31 @@ def test_a_checkpoint_crafted_to_run_code_is_refused_and_the_code_never_runs(ref
     run = tmp_path / "hostile"
     run.mkdir()
     (run / "summary.json").write_text((reference / "summary.json").read_text())
-    payload = {**torch.load(reference / FILENAME, weights_only=True), "optimizer": RunsCode(marker)}
-    torch.save(payload, run / FILENAME)
+    payload = {**torch.load(reference / CHECKPOINT, weights_only=True), "optimizer": RunsCode(marker)}
+    torch.save(payload, run / CHECKPOINT)
 
     with pytest.raises(UsageError, match="refused"):
-        load_checkpoint(run / FILENAME)
+        load_checkpoint(run / CHECKPOINT)
     assert_refused(
         *posenc("eval", str(run), "--lengths", "64", "--out", str(tmp_path / "eval")),
-        str(run / FILENAME),
+        str(run / CHECKPOINT),
         "refused",
     )
     assert not marker.exists(), "loading the checkpoint ran its code"
     assert not (tmp_path / "eval").exists()
 
-    torch.load(run / FILENAME, weights_only=False)  # the control: an unsafe load does run it
+    torch.load(run / CHECKPOINT, weights_only=False)  # the control: an unsafe load does run it
     assert marker.read_text() == "ran"
 
 
 def test_a_checkpoint_from_before_fused_adamw_resumes_exactly_on_the_path_it_was_trained_on():
     """Training uses fused AdamW where torch has it (faster, equal to ~1e-7 but not bitwise). A checkpoint
     saved by the for-loop AdamW carries that choice in its param groups, so resuming it stays exact."""
+    from posenc_cli.config.schema import TrainConfig
     from posenc_cli.model import GPT, ModelConfig, token_nll
-    from posenc_cli.training.loop import make_optimizer
+    from posenc_cli.training.session import make_optimizer
 
-    tc = {"lr": 1e-2, "weight_decay": 0.1}
+    tc = TrainConfig(lr=1e-2, weight_decay=0.1)
     torch.manual_seed(0)
     old = GPT(ModelConfig(vocab_size=11, block_size=8))
     x = torch.randint(0, 11, (4, 8))
@@ -224,10 +228,10 @@ def test_a_checkpoint_from_before_fused_adamw_resumes_exactly_on_the_path_it_was
 
     assert make_optimizer(old, tc).param_groups[0]["fused"]  # torch >= 2.4 has it on CPU
     groups = [  # make_optimizer's groups, as before it asked for fused=True
-        {"params": [p for p in old.parameters() if p.dim() >= 2], "weight_decay": tc["weight_decay"]},
+        {"params": [p for p in old.parameters() if p.dim() >= 2], "weight_decay": tc.weight_decay},
         {"params": [p for p in old.parameters() if p.dim() < 2], "weight_decay": 0.0},
     ]
-    old_optimizer = torch.optim.AdamW(groups, lr=tc["lr"], betas=(0.9, 0.95))
+    old_optimizer = torch.optim.AdamW(groups, lr=tc.lr, betas=(0.9, 0.95))
     for _ in range(2):
         step(old, old_optimizer)
     resumed = GPT(ModelConfig(vocab_size=11, block_size=8))

@@ -19,9 +19,11 @@ import yaml
 
 from conftest import ROOT, SMOKE, assert_one_line_error, assert_refused, posenc, run_cli
 from posenc_cli.core.atomic import MANIFEST, output_set
-from posenc_cli.rundir.claim import LOCK, claim_new
-from posenc_cli.rundir.record import FILENAME
+from posenc_cli.rundir.claim import claim_new
+from posenc_cli.rundir.layout import CHECKPOINT, LOCK
 from posenc_cli.rundir.selection import select_runs
+
+pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
 
 TINY = [
     *SMOKE,
@@ -143,7 +145,7 @@ def test_a_run_being_trained_refuses_a_second_writer(run):
 
 def test_a_foreign_checkpoint_is_refused(run, smoke_sweep):
     other = next(p for p in smoke_sweep.iterdir() if p.name.endswith("alibi_seed0"))
-    shutil.copy(other / FILENAME, run / FILENAME)
+    shutil.copy(other / CHECKPOINT, run / CHECKPOINT)
     assert_refused(*posenc("train", f"train.resume={run}"), "belongs to another run")
 
 
@@ -207,7 +209,7 @@ def test_an_unreadable_summary_is_one_line_and_skipped_among_many(run, smoke_swe
 )
 def test_a_checkpoint_with_wrong_field_types_is_one_line_naming_the_file(run, field, value):
     damage_checkpoint(run, field, value)
-    assert_refused(*posenc("eval", str(run), "--lengths", "64"), str(run / FILENAME))
+    assert_refused(*posenc("eval", str(run), "--lengths", "64"), str(run / CHECKPOINT))
 
 
 def test_the_same_run_named_twice_counts_once(run):
@@ -301,7 +303,7 @@ def test_outputs_never_go_into_a_run_directory_or_over_its_files(run):
         ["probe", str(run), "--out", str(run)],
         ["export", str(run), "--out", str(run)],
         ["sample", str(run), "--prompt", "the ", "--out", str(run / "summary.json")],
-        ["sample", str(run), "--prompt", "the ", "--out", str(run / FILENAME)],
+        ["sample", str(run), "--prompt", "the ", "--out", str(run / CHECKPOINT)],
     ):
         assert_refused(*posenc(*args), str(run))
     assert snapshot(run) == before
@@ -309,17 +311,17 @@ def test_outputs_never_go_into_a_run_directory_or_over_its_files(run):
 
 def damage_checkpoint(run: Path, field: str, value) -> None:
     """Give the run's checkpoint a field of the wrong type (None: remove the field)."""
-    payload = torch.load(run / FILENAME, weights_only=True)
+    payload = torch.load(run / CHECKPOINT, weights_only=True)
     if value is None:
         del payload[field]
     else:
         payload[field] = value
-    torch.save(payload, run / FILENAME)
+    torch.save(payload, run / CHECKPOINT)
 
 
 @pytest.mark.parametrize("field, value", [("model_config", [1]), ("train_len", "abc"), ("data", None)])
 def test_a_resume_never_trusts_a_checkpoint_with_wrong_field_types(run, field, value):
     damage_checkpoint(run, field, value)
     before = snapshot(run)
-    assert_refused(*posenc("train", f"train.resume={run}"), str(run / FILENAME), field)
+    assert_refused(*posenc("train", f"train.resume={run}"), str(run / CHECKPOINT), field)
     assert snapshot(run) == before

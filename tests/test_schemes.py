@@ -22,9 +22,14 @@ from posenc_cli.model.attention import biased_causal_attention
 from posenc_cli.model.positional import SCHEMES, build_scheme, scheme_options
 from posenc_cli.model.positional.alibi import alibi_slopes
 from posenc_cli.model.positional.composite import Composite
-from posenc_cli.model.positional.rope import interleaved_order
 from posenc_cli.model.positional.sinusoidal import sinusoidal_table
 from posenc_cli.model.positional.t5 import t5_bucket
+
+
+def interleaved_order(head_dim: int) -> torch.Tensor:
+    """Dimension order that takes a half-layout vector to the interleaved layout: x_int = x_half[order]."""
+    return torch.arange(head_dim).view(2, -1).T.flatten()
+
 
 DIM, HEADS, LENGTH = 32, 4, 24
 POSITIONS = torch.arange(LENGTH)

@@ -12,6 +12,8 @@ import pytest
 from conftest import SMOKE, evaluate, invoke, run_cli
 from posenc_cli.training.distributed import threads_per_job
 
+pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
+
 TINY = [*SMOKE, "device=cpu", "train.max_steps=4", "train.eval_interval=2", "train.log_interval=2"]
 CORES = len(os.sched_getaffinity(0))
 

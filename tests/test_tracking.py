@@ -13,6 +13,8 @@ from conftest import SMOKE, run_cli
 from posenc_cli.core.errors import UsageError
 from posenc_cli.training.tracking import COLUMNS, check_loggers, run_name
 
+pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
+
 STEPS, LOG, EVAL = 20, 5, 10  # experiment=smoke trains 20 steps and validates every 10
 
 

@@ -16,6 +16,8 @@ from conftest import ALL_SCHEMES, BEYOND_CHAPTERS, SHARED_DATA, invoke, train
 from posenc_cli.model.positional import SCHEMES
 from posenc_cli.rundir.loading import load_run
 
+pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
+
 
 def test_every_scheme_trains_and_leaves_a_complete_run_directory(smoke_sweep):
     runs = sorted(p for p in smoke_sweep.iterdir() if p.is_dir())

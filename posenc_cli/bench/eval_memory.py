@@ -13,6 +13,7 @@ import torch
 
 from posenc_cli.bench.processes import child_env, timed
 from posenc_cli.bench.train_speed import compose
+from posenc_cli.config.schema import check_keys
 from posenc_cli.core import ui
 from posenc_cli.data import load_corpus
 from posenc_cli.evaluation.perplexity import LogitsScorer, evaluate_length
@@ -28,7 +29,7 @@ def eval_case(cfg: dict[str, Any], vocab_size: int, length: int, n_tokens: int) 
     eval_in_subprocess)."""
 
     torch.manual_seed(cfg["seed"])
-    model = LogitsScorer(GPT(model_config(cfg, vocab_size)).eval())
+    model = LogitsScorer(GPT(model_config(check_keys(cfg), vocab_size)).eval())
     span = max(length, n_tokens // length * length)
     tokens = torch.randint(vocab_size, (span + 1,), generator=torch.Generator().manual_seed(0))
     idle_kib = peak_rss_kib()

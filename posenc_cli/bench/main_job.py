@@ -8,9 +8,10 @@ from pathlib import Path
 
 from posenc_cli.bench.processes import posenc, timed
 from posenc_cli.core import ui
+from posenc_cli.core.choices import CHAPTER_SCHEMES
 
 MAIN_JOB = (
-    ["train", "-m", "scheme=none,sinusoidal,learned,rope,alibi"],
+    ["train", "-m", "scheme=" + ",".join(CHAPTER_SCHEMES)],
     ["eval", "--lengths", "512,1024,2048"],
 )
 

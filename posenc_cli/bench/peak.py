@@ -6,7 +6,7 @@ import time
 
 import torch
 
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+GEMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def timed_mm(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -35,8 +35,8 @@ class Peak:
 
     def __init__(self, size: int, repeats: int, seconds: float = 1.0):
         self.repeats = repeats
-        self.flops = {name: 0.0 for name in PRECISIONS}
-        self.operands = {name: sized_operands(dtype, size, seconds) for name, dtype in PRECISIONS.items()}
+        self.flops = {name: 0.0 for name in GEMM_DTYPES}
+        self.operands = {name: sized_operands(dtype, size, seconds) for name, dtype in GEMM_DTYPES.items()}
 
     def measure(self) -> None:
         for name, (a, b) in self.operands.items():

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from posenc_cli.bench.processes import child_env, posenc, timed
 from posenc_cli.core import ui
+from posenc_cli.rundir.layout import SUMMARY
 
 DEFAULT_PEER = Path("../shared/peers/nanogpt")
 # nanoGPT's recipe in posenc's terms: 4 layers, 4 heads, 128 dims (model=small), block 64, batch 12
@@ -89,7 +90,7 @@ def run_posenc(steps: int, *, run_sh: Path, text: Path, work: Path) -> dict:
         cwd=work.parent,
         what="posenc train (nanoGPT's recipe)",
     )
-    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    summary = json.loads((run_dir / SUMMARY).read_text(encoding="utf-8"))
     return {
         "config": "posenc",
         "seconds": seconds,

@@ -16,6 +16,7 @@ import torch
 
 from posenc_cli.bench.peak import Peak, flops_per_token
 from posenc_cli.config.hydra_args import composing, parse_hydra_args
+from posenc_cli.config.schema import check_keys
 from posenc_cli.core import ui
 from posenc_cli.training.loop import train
 
@@ -39,7 +40,7 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
     tc["max_steps"] = tc["eval_interval"] * effort.train_intervals
     threads, work = torch.get_num_threads(), Path(tempfile.mkdtemp(prefix="posenc-bench-"))
     try:
-        summary = train(cfg, work)
+        summary = train(check_keys(cfg), work)
         rates = pd.read_csv(work / "metrics.csv")["tokens_per_s"].tolist()
     finally:
         torch.set_num_threads(threads)

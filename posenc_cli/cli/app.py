@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from posenc_cli.core import ui
+from posenc_cli.core.choices import CHAPTER_SCHEMES
 from posenc_cli.core.errors import UsageError
 
 HELP_OPTION_NAMES = ["-h", "--help"]
@@ -19,7 +20,9 @@ app = typer.Typer(
     rich_markup_mode="rich",
     context_settings={"help_option_names": HELP_OPTION_NAMES},
     help="Train small GPTs with different positional encodings and measure how far past their training "
-    "length each one holds up.\n\nQuick start: [bold]posenc train -m scheme=none,sinusoidal,learned,rope,alibi[/bold] "
+    "length each one holds up.\n\nQuick start: [bold]posenc train -m scheme="
+    + ",".join(CHAPTER_SCHEMES)
+    + "[/bold] "
     "then [bold]posenc eval --lengths 512,1024,2048[/bold].\n\n"
     "Shell completion (commands, options and train's config groups and keys): [bold]posenc --install-completion[/bold].",
 )

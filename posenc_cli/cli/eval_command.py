@@ -78,11 +78,13 @@ def eval_command(
     than every single run, otherwise the newest single run of each scheme under outputs/runs.
     """
     from posenc_cli.core.device import resolve_device
+    from posenc_cli.evaluation.eval_runs import evaluate_runs
     from posenc_cli.evaluation.hf_models import is_hf
-    from posenc_cli.evaluation.perplexity import evaluate_runs, parse_lengths, parse_overflow
+    from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
     from posenc_cli.evaluation.targets import load_targets
     from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
-    from posenc_cli.report.tables import ppl_pivot, write_eval_outputs
+    from posenc_cli.report.output_sets import write_eval_outputs
+    from posenc_cli.report.tables import ppl_pivot
     from posenc_cli.rundir.destinations import checked_out, default_out
 
     out_dir = checked_out(out)

@@ -14,6 +14,7 @@ from posenc_cli.cli import (  # noqa: F401 - each registers its command on the a
     schemes_command,
 )
 from posenc_cli.cli.app import HELP_OPTION_NAMES, app, reflow
+from posenc_cli.cli.completion import click_core, click_exceptions
 from posenc_cli.cli.train_command import TrainCommand
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
@@ -25,7 +26,6 @@ WORKFLOW_ORDER = ("train", "eval", "probe", "sample", "export", "schemes", "insp
 
 def command():
     """The click command behind `app`, with help texts reflowed and flags (--help too) shown bare."""
-    from posenc_cli.cli.completion import click_core
 
     group = typer.main.get_command(app)
     group.commands = {name: group.commands[name] for name in WORKFLOW_ORDER}
@@ -43,7 +43,6 @@ def command():
 
 def main() -> None:
     """The `posenc` entry point: parser errors, like every error a user can fix, are one line and exit 2."""
-    from posenc_cli.cli.completion import click_exceptions
 
     try:
         code = command().main(prog_name="posenc", standalone_mode=False)

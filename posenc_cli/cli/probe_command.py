@@ -56,7 +56,8 @@ def probe(
     from posenc_cli.evaluation.perplexity import parse_lengths
     from posenc_cli.evaluation.probe import parse_depths, probe_runs
     from posenc_cli.evaluation.targets import load_targets
-    from posenc_cli.report.tables import markdown_table, passkey_rows, scheme_order, write_probe_outputs
+    from posenc_cli.report.output_sets import write_probe_outputs
+    from posenc_cli.report.tables import markdown_table, passkey_rows, scheme_order
     from posenc_cli.rundir.destinations import checked_out, default_out
 
     out_dir = checked_out(out)

@@ -8,6 +8,7 @@ import typer
 from typer.core import TyperCommand
 
 from posenc_cli.cli.app import app, reflow
+from posenc_cli.core.choices import CHAPTER_SCHEMES, MULTIRUN_FLAGS
 
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
@@ -27,7 +28,7 @@ device (auto|cpu|cuda|mps) logger.wandb.project logger.wandb.entity logger.wandb
 Examples:
   posenc train scheme=rope
   posenc train scheme=alibi model.n_layer=2 train.max_steps=50
-  posenc train -m scheme=none,sinusoidal,learned,rope,alibi seed=0,1,2
+  posenc train -m scheme={chapter_schemes} seed=0,1,2
   posenc train data=text data.path=input.txt train.block_size=128
   posenc train data=text data.path=input.txt data.tokenizer=bpe data.vocab_size=2048
   posenc train data=bin data.train=train.bin data.val=val.bin   (meta.json beside them: dtype, vocab_size)
@@ -77,6 +78,7 @@ class TrainCommand(TyperCommand):
                 tokenizers=" | ".join(TOKENIZERS),
                 loggers=yaml_options("logger"),
                 experiments=yaml_options("experiment"),
+                chapter_schemes=",".join(CHAPTER_SCHEMES),
             )
         )
 
@@ -114,7 +116,7 @@ def train(ctx: typer.Context) -> None:
     if parsed.multirun and parsed.cfg:  # Hydra refuses -m with --cfg/--info; posenc answers both
         return print_sweep(args)
     if parsed.multirun and parsed.info:  # --info describes the app: the first job's composition
-        flags = [a for a in args if a not in ("-m", "--multirun") and a not in parsed.overrides]
+        flags = [a for a in args if a not in MULTIRUN_FLAGS and a not in parsed.overrides]
         args = [*first_sweep_point(args), *flags]
     if not distributed.under_torchrun():  # under torchrun rank 0 claims, in process_group
         args = claim(args, directory)

@@ -1,10 +1,10 @@
-"""The typed config: one dataclass per Hydra group, registered in Hydra's ConfigStore, and the pre-flight
-that checks every job of `posenc train` before Hydra starts one.
+"""The typed config: one dataclass per Hydra group, registered in Hydra's ConfigStore; training.preflight
+checks every job of `posenc train` with them before Hydra starts one.
 
 HOW TO ADD A KEY: add a field (type, default, a comment) to its group's dataclass below, and its range check
 to that dataclass's `__post_init__` with the errors.require_* helpers. Nothing else: Hydra takes the default
-from here, `--cfg job` shows it, a typo is refused naming the nearest key, every job is checked before it runs.
-A new option of a group (e.g. data=bin): a new dataclass and one line in OPTIONS. Scheme options are the
+from here, `--cfg job` shows it, a typo is refused naming the nearest key, every job is checked before it runs,
+and docs/reference/config.md lists it (scripts/config_reference.py). A new option of a group (e.g. data=bin): a new dataclass and one line in OPTIONS. Scheme options are the
 keyword arguments of the scheme class's __init__ (configs/scheme/*.yaml pick their defaults), checked there.
 """
 
@@ -34,17 +34,17 @@ POSITIONS = ("ordinary", "randomized")
 
 @dataclass
 class TrainConfig:
-    max_steps: int = 600
-    batch_size: int = 16
+    max_steps: int = 600  # optimizer steps of the run
+    batch_size: int = 16  # sequences per step (the global batch under torchrun)
     block_size: int = 256  # the training length; eval lengths are read against it
-    lr: float = 3.0e-3
-    min_lr: float = 3.0e-4
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    log_interval: int = 10
-    eval_interval: int = 100
-    eval_batches: int = 8
+    lr: float = 3.0e-3  # peak learning rate, reached after warmup_steps
+    min_lr: float = 3.0e-4  # where the cosine decay ends, at max_steps
+    warmup_steps: int = 50  # linear warm-up from 0 to lr
+    weight_decay: float = 0.1  # AdamW's, on matrices only (not biases, norms or gains)
+    grad_clip: float = 1.0  # the gradient's global norm is clipped to this
+    log_interval: int = 10  # steps per metrics.csv row (mean train loss since the last row)
+    eval_interval: int = 100  # steps per validation loss
+    eval_batches: int = 8  # validation batches, the same windows for every run
     checkpoint_interval: int = 100  # steps between checkpoints (the last step always saves)
     resume: Optional[str] = None  # a run directory to continue from (true: the newest under outputs/runs)
     precision: str = "auto"  # auto: bf16 autocast on native-bf16 hardware, else fp32 | fp32 | bf16
@@ -92,9 +92,9 @@ class TrainConfig:
 
 @dataclass
 class ModelSize:
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 128
+    n_layer: int = 2  # transformer blocks
+    n_head: int = 4  # attention heads (n_embd must divide by it)
+    n_embd: int = 128  # model width
     embed_std: float = 0.02  # init std of the (tied) token embedding; experiment=probe raises it
 
     def __post_init__(self) -> None:
@@ -108,15 +108,16 @@ class SyntheticData:
     """The embedded default corpus, generated from data.seed (see posenc_cli/data/synthetic.py)."""
 
     name: str = "synthetic"  # the generator's own defaults (SyntheticSpec) are the defaults here
-    seed: int = SyntheticSpec.seed
-    n_chars: int = SyntheticSpec.n_chars
-    val_fraction: float = 0.1
+    seed: int = SyntheticSpec.seed  # the generator's seed: the same seed, the same corpus
+    n_chars: int = SyntheticSpec.n_chars  # characters generated, both splits together
+    val_fraction: float = 0.1  # the last share of the text, held out for validation
     copy_rate: float = SyntheticSpec.copy_rate  # share of segments that repeat earlier text verbatim
     copy_min_distance: int = SyntheticSpec.copy_min_distance  # how far back a copy reaches (log-uniform)
-    copy_max_distance: int = SyntheticSpec.copy_max_distance
+    copy_max_distance: int = SyntheticSpec.copy_max_distance  # the farthest a copy reaches back
     passkey_rate: float = SyntheticSpec.passkey_rate  # share of segments that are passkey episodes; 0 = none
-    passkey_min_distance: int = SyntheticSpec.passkey_min_distance  # filler between key and question: keep
-    passkey_max_distance: int = SyntheticSpec.passkey_max_distance  # it inside train.block_size
+    passkey_min_distance: int = SyntheticSpec.passkey_min_distance  # least filler between key and question
+    # most filler between key and question: keep an episode inside train.block_size
+    passkey_max_distance: int = SyntheticSpec.passkey_max_distance
     tokenizer: str = "char"  # char | byte | bpe (see TextData)
     vocab_size: int = 4096  # bpe only
 
@@ -137,9 +138,9 @@ class SyntheticData:
 class TextData:
     """Any UTF-8 text file: data=text data.path=FILE. Tokenized once into data.cache_dir, then memory-mapped."""
 
-    name: str = "text"
-    path: Optional[str] = None
-    val_fraction: float = 0.1
+    name: str = "text"  # the corpus kind
+    path: Optional[str] = None  # the UTF-8 text file (required)
+    val_fraction: float = 0.1  # the last share of the text, held out for validation
     # char | byte (UTF-8 bytes, 256 ids) | bpe (byte-level BPE trained on the training split)
     tokenizer: str = "char"
     vocab_size: int = 4096  # bpe only
@@ -158,9 +159,9 @@ class BinData:
     ({"dtype": "uint16", "vocab_size": N, "tokenizer": "tokenizer.json"}) beside data.train or at data.meta.
     See posenc_cli/data/binary.py, which checks the files."""
 
-    name: str = "bin"
-    train: Optional[str] = None
-    val: Optional[str] = None
+    name: str = "bin"  # the corpus kind
+    train: Optional[str] = None  # the training split's ids (required)
+    val: Optional[str] = None  # the validation split's ids (required)
     meta: Optional[str] = None  # default: meta.json in data.train's folder
 
 
@@ -170,15 +171,15 @@ class HfData:
     data=hf data.name=wikitext data.config=wikitext-103-raw-v1 (a Hub name: needs a network), or
     data=hf data.name=DIR (a directory from save_to_disk)."""
 
-    kind: str = "hf"
+    kind: str = "hf"  # the corpus kind (data.name is the dataset's)
     name: Optional[str] = None  # the dataset: a Hub name or a save_to_disk directory
     config: Optional[str] = None  # the Hub dataset's configuration, if it has several
     split: str = "train"  # the split read; its last val_fraction is the validation split
-    text_field: str = "text"
-    val_fraction: float = 0.1
+    text_field: str = "text"  # the column holding the text
+    val_fraction: float = 0.1  # the last share of the text, held out for validation
     tokenizer: str = "char"  # char | byte | bpe (see TextData)
-    vocab_size: int = 4096
-    cache_dir: str = "outputs/cache"
+    vocab_size: int = 4096  # bpe only
+    cache_dir: str = "outputs/cache"  # token arrays keyed by the text's sha256 and the tokenizer
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -196,7 +197,7 @@ class PosencConfig:
     data: Any = MISSING
     train: TrainConfig = MISSING
     logger: Any = None  # configs/logger/*.yaml (csv, tensorboard, wandb), checked by tracking.check_loggers
-    seed: int = 0
+    seed: int = 0  # model init, batch order and positions; data.seed is the corpus's own
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
 
     def __post_init__(self) -> None:

@@ -7,3 +7,6 @@ LANGS = ("en", "zh")
 ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")  # posenc's own, for every rotary run
 HF_ROPE_SCALING = ("llama3",)  # transformers' own implementations, for `hf:` models only
 HF_DTYPES = ("fp32", "bf16")  # the weights of `hf:` models
+# the comparison the chapters' table asks for: their four schemes and the no-position baseline
+CHAPTER_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
+MULTIRUN_FLAGS = ("-m", "--multirun")  # Hydra's flags for a sweep

@@ -7,6 +7,13 @@ from pathlib import Path
 
 from posenc_cli.core.errors import UsageError
 
+OUTPUTS = Path(
+    "outputs"
+)  # where runs, sweeps, evaluations and caches land, relative to the working directory
+TIMESTAMP = (
+    "%Y-%m-%d_%H-%M-%S"  # a default directory's name: sorts by time (configs/config.yaml: Hydra's too)
+)
+
 
 def writable_place(option: str, out: str) -> Path:
     """`out` as a path whose nearest existing ancestor is a directory this process can create files in
@@ -36,4 +43,4 @@ def timestamped_dir(kind: str) -> Path:
     """The default output directory of a command: outputs/<kind>/<local time>."""
     import datetime
 
-    return Path("outputs") / kind / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    return OUTPUTS / kind / datetime.datetime.now().strftime(TIMESTAMP)

@@ -4,8 +4,10 @@ an `hf:` model), so that tables and figures read its parts instead of parsing a 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Iterable
 
 from posenc_cli.data.tokenizers import TOKENIZERS
+from posenc_cli.model.positional import SCHEMES
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,3 +61,17 @@ def mixes_own_tokenizers(targets) -> bool:
 def with_tokenizer(label: Label, tokenizer: str, mixed: bool) -> Label:
     """The label a column shows: with its tokenizer (`rope [bpe]`) where the table mixes posenc's own."""
     return replace(label, tokenizer=tokenizer) if mixed and tokenizer in TOKENIZERS else label
+
+
+def scheme_order(columns: Iterable[Label | str]) -> list[Label | str]:
+    """SCHEMES' order, unknown schemes after, each `rope+yarn`-style variant after its base, each
+    scheme's tokenizers side by side; Hugging Face models ('gpt2 (learned)') after posenc's runs, by name."""
+    order = list(SCHEMES)
+
+    def key(column: Label | str):
+        label = as_label(column)
+        rank = order.index(label.family) if label.family in order else len(order)
+        rest = label.positional[len(label.family) + 1 :]
+        return label.model != "", label.model, rank, label.family, rest, label.tokenizer
+
+    return sorted(dict.fromkeys(columns), key=key)

@@ -11,25 +11,20 @@ the same targets, the whole span, so perplexities at different lengths are over 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from posenc_cli.core import ui
 from posenc_cli.core.choices import EVAL_MODES as MODES
 from posenc_cli.core.device import autocast
 from posenc_cli.core.errors import UsageError
-from posenc_cli.core.ui import announce
 from posenc_cli.data import token_window
-from posenc_cli.data.stream import read_text
-from posenc_cli.evaluation.labels import mixes_own_tokenizers, with_tokenizer
 from posenc_cli.model import token_nll
-from posenc_cli.model.positional import past_max_len
 
 if TYPE_CHECKING:
-    import pandas as pd  # imported where it is used: `posenc eval` only
+    pass  # imported where it is used: `posenc eval` only
 
 TOKENS_PER_FORWARD = 16384  # windows are batched up to this many tokens per forward pass
 
@@ -230,127 +225,3 @@ def parse_overflow(text: str) -> list[str]:
         if choice not in OVERFLOWS:
             raise UsageError(f"--learned-overflow {choice} is not known; choose from: {', '.join(OVERFLOWS)}")
     return choices
-
-
-def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:
-    """(label overflow, context cap) pairs: a run with a position table once per choice, `window` for the
-    one scored past its table through windows of max_len tokens; any other run once, as it is."""
-    limit = run.max_len
-    if limit is None:
-        return [("", None)]
-    return [("window", limit) if choice == "window" else ("", None) for choice in overflows]
-
-
-def evaluate_runs(
-    runs,
-    *,
-    lengths: list[int],
-    mode: str,
-    stride: int | None,
-    max_tokens: int,
-    data_path: str | None,
-    device,
-    rope_scaling: tuple[str, ...] | list[str] = ("none",),
-    rope_factor: float | None = None,
-    why: str = "",
-    learned_overflow: tuple[str, ...] | list[str] = ("dash",),
-) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
-    """Every run at every length (its training length included), rotary runs once per RoPE scaling
-    method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
-    and per-scheme facts (positional parameters, relative-position kind, used by) for the report. Each
-    row carries the unigram perplexity of the tokens it scores (unigram_ppl): the bar a model must
-    clear to get a verdict. A run is a posenc run (`runs.LoadedRun`) or a Hugging Face model
-    (`hf.HFModel`): both tokenize, score windows and name their variants."""
-    import pandas as pd
-
-    eval_text = read_text(data_path, what="--data") if data_path else None
-    plans = {}  # run -> (tokens, weights, unigram ppl, lengths, span, variants): bad input is found before any work
-    mixed = mixes_own_tokenizers(runs)  # then columns say which: "rope [bpe]"
-    for run in runs:
-        tokens, weights = run.eval_tokens(eval_text)
-        run_lengths = sorted(set(lengths) | {run.train_len})
-        span = scored_span(len(tokens), run_lengths, max_tokens)
-        for length in run_lengths:
-            plan_windows(span, length, mode, stride)  # validates mode and stride
-        unigram_ppl = unigram_perplexity(token_window(tokens, 0, span + 1))
-        variants = run.variants(list(rope_scaling), rope_factor)  # validates the methods for this run
-        run.check_fits([L for L in run_lengths if not past_max_len(run.max_len, L)], device)
-        plans[id(run)] = (tokens, weights, unigram_ppl, run_lengths, span, variants)
-    announce([run.path for run in runs], why, "evaluating")
-    rows, position_rows, info = [], [], {}
-    jobs = [
-        (run, variant, overflow, context)
-        for run in runs
-        for variant in plans[id(run)][5]
-        for overflow, context in overflow_variants(run, learned_overflow)
-    ]
-    with ui.progress() as bar:
-        task = bar.add_task("eval", total=sum(len(plans[id(job[0])][3]) for job in jobs), status="")
-        for run, variant, overflow, context in jobs:
-            tokens, weights, unigram_ppl, run_lengths, span, _ = plans[id(run)]
-            label = run.use_variant(variant)  # evaluation time only: the checkpoint is untouched
-            scheme = with_tokenizer(replace(label, overflow=overflow), run.tokenizer_name, mixed)
-            scorer = run.scorer(device)
-            info[scheme] = run.facts()
-            for length in run_lengths:
-                bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
-                row = {
-                    "run": str(run.path),
-                    "scheme": scheme,
-                    "seed": run.seed,
-                    "train_len": run.train_len,
-                    "eval_len": length,
-                    "mode": mode,
-                    "tokens": 0,
-                    "nll": math.nan,
-                    "ppl": math.nan,
-                    "note": "",
-                    "tokenizer": run.tokenizer_name,
-                    "bytes": math.nan,
-                    "chars": math.nan,
-                    "bpb": math.nan,
-                    "unigram_ppl": unigram_ppl,
-                    "precision": run.training_precision,
-                }
-                unreadable = past_max_len(run.max_len, length)
-                if unreadable and context is None:
-                    row["note"] = f"{scheme} {unreadable}"
-                else:
-                    result = evaluate_length(
-                        scorer,
-                        tokens,
-                        span=span,
-                        length=length,
-                        mode=mode,
-                        stride=stride,
-                        context=context,
-                        weights=weights,
-                    )
-                    if context is not None and length > context:
-                        row["note"] = (
-                            f"{scheme} past max_len={context}: sliding windows of {context} tokens "
-                            f"(stride {context // 2}), so a token sees at most {context} tokens."
-                        )
-                    row.update(
-                        tokens=result.tokens,
-                        nll=result.nll,
-                        ppl=result.ppl,
-                        bytes=result.bytes,
-                        chars=result.chars,
-                        bpb=result.bpb,
-                    )
-                    position_rows += [
-                        {
-                            "run": str(run.path),
-                            "scheme": scheme,
-                            "seed": run.seed,
-                            "eval_len": length,
-                            "position": p,
-                            "nll": nll,
-                            "tokens": n,
-                        }
-                        for p, nll, n in position_buckets(result)
-                    ]
-                rows.append(row)
-                bar.advance(task)
-    return pd.DataFrame(rows), pd.DataFrame(position_rows), info

@@ -10,6 +10,7 @@ import torch
 
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.paths import OUTPUTS
 from posenc_cli.inspection.checks import SEED, Check, bias_by_distance, rotary_demo, run_checks
 from posenc_cli.inspection.figures import figure_attention, write_figures
 from posenc_cli.model.positional import SCHEMES, PositionalScheme, build_scheme, scheme_options
@@ -92,7 +93,7 @@ def inspect_scheme(
             )
         length = validated_length(length or run.train_len)
         scheme, label = run.model.scheme, f"{run.scheme} (trained)"
-    out = out or Path("outputs") / "inspect" / (run.path.name if run_dir else name)
+    out = out or OUTPUTS / "inspect" / (run.path.name if run_dir else name)
     length = min(length, scheme.max_len or length)  # a learned table has no rows past max_len
     result = Inspection(scheme, label, length, run_checks(scheme, length))
     result.figures = write_figures(scheme, length, out, label)

@@ -12,15 +12,9 @@ from pathlib import Path
 
 from posenc_cli.config.hydra_args import composing, output_key, parse_hydra_args, sweep_points
 from posenc_cli.core.errors import UsageError
-from posenc_cli.rundir.record import FILENAME
+from posenc_cli.rundir.layout import LOCK, holds_run
 
-LOCK = ".lock"
-RUN_MARKERS = ("summary.json", FILENAME, ".hydra")  # any of them: the directory holds a run
 _held: dict[Path, int] = {}  # run directory -> open lock file descriptor, for this process's lifetime
-
-
-def holds_run(path: Path) -> bool:
-    return any((path / marker).exists() for marker in RUN_MARKERS)
 
 
 def hold_lock(run_dir: Path) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import timestamped_dir, writable_place
-from posenc_cli.rundir.claim import claim_new, holds_run
+from posenc_cli.rundir.claim import claim_new
+from posenc_cli.rundir.layout import holds_run
 
 
 def checked_out(out: str | None) -> Path | None:

@@ -18,8 +18,9 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.data.tokenizers import run_tokenizer
 from posenc_cli.model import GPT
 from posenc_cli.model.gpt import rename_legacy_scheme_keys
+from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.loading import read_summary
-from posenc_cli.rundir.record import FILENAME, load_checkpoint
+from posenc_cli.rundir.record import load_checkpoint
 
 KEPT = {"scheme": "scheme", "n_layer": "model.n_layer", "n_head": "model.n_head", "n_embd": "model.n_embd"}
 
@@ -27,12 +28,12 @@ KEPT = {"scheme": "scheme", "n_layer": "model.n_layer", "n_head": "model.n_head"
 def source_checkpoint(value: Any) -> tuple[Path, dict[str, Any]]:
     """RUN's directory and its checkpoint; one line if it is not a run with a checkpoint."""
     path = Path(str(value))
-    if not (path / FILENAME).is_file():
+    if not (path / CHECKPOINT).is_file():
         raise UsageError(
-            f"train.init_from={value} is not a run directory with a {FILENAME}; "
+            f"train.init_from={value} is not a run directory with a {CHECKPOINT}; "
             "give the directory of a run that has saved a checkpoint"
         )
-    return path, load_checkpoint(path / FILENAME)
+    return path, load_checkpoint(path / CHECKPOINT)
 
 
 def saved_tokenizer(source: Path, saved: dict[str, Any]):

@@ -11,8 +11,8 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.data import Corpus, corpus_kind, load_corpus, require_same_corpus
 from posenc_cli.data.tokenizers import run_tokenizer
 from posenc_cli.model import GPT, ModelConfig
-from posenc_cli.rundir.record import FILENAME, check_fields, load_checkpoint, read_summary
-from posenc_cli.rundir.selection import is_run_dir
+from posenc_cli.rundir.layout import CHECKPOINT, is_run_dir
+from posenc_cli.rundir.record import check_fields, load_checkpoint, read_summary
 
 
 @dataclass
@@ -59,19 +59,19 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     path = Path(run_dir)
     if not path.is_dir():
         raise UsageError(
-            f"{path} is not a directory; give a run directory (one with {FILENAME} and summary.json)"
+            f"{path} is not a directory; give a run directory (one with {CHECKPOINT} and summary.json)"
         )
     if not is_run_dir(path):
-        raise UsageError(f"{path} is not a run: it has no {FILENAME} or summary.json")
-    payload = load_checkpoint(path / FILENAME)
-    check_fields(payload, path / FILENAME)
+        raise UsageError(f"{path} is not a run: it has no {CHECKPOINT} or summary.json")
+    payload = load_checkpoint(path / CHECKPOINT)
+    check_fields(payload, path / CHECKPOINT)
     try:
         model = GPT(ModelConfig(**payload["model_config"]))
         model.load_state_dict(payload["model"])
     except (TypeError, KeyError, RuntimeError, ValueError) as err:
         reason = " ".join(str(err).split())[:160]
         raise UsageError(
-            f"{path / FILENAME} no longer matches this version's model code ({reason})"
+            f"{path / CHECKPOINT} no longer matches this version's model code ({reason})"
         ) from None
     model.eval()
     stored = payload.get("tokenizer") or {"kind": "char", "chars": payload["vocab"]}  # older runs: chars only

@@ -13,10 +13,10 @@ import torch
 
 from posenc_cli.core.atomic import write_text, write_with
 from posenc_cli.core.errors import UsageError
+from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY
 
 FORMAT = "posenc-checkpoint"
 VERSION = 1
-FILENAME = "checkpoint.pt"
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -27,7 +27,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise UsageError(
-            f"no checkpoint at {path}; a run directory holds {FILENAME} once training has saved one"
+            f"no checkpoint at {path}; a run directory holds {CHECKPOINT} once training has saved one"
         )
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -74,7 +74,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
     """summary.json as a dict; one line naming the file when it is missing, corrupt or not an object."""
-    return read_json(run_dir / "summary.json")
+    return read_json(run_dir / SUMMARY)
 
 
 CHECKPOINT_FIELDS = {
@@ -105,4 +105,4 @@ def check_fields(payload: dict[str, Any], path: Path) -> None:
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    write_text(run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    write_text(run_dir / SUMMARY, json.dumps(summary, indent=2, default=str) + "\n")

@@ -7,10 +7,13 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from posenc_cli.core.choices import MULTIRUN_FLAGS
 from posenc_cli.core.errors import UsageError
-from posenc_cli.rundir.claim import holds_run, is_locked, override_key, resume_value, resuming
+from posenc_cli.core.paths import OUTPUTS
+from posenc_cli.rundir.claim import is_locked, override_key, resume_value, resuming
+from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY, holds_run
 from posenc_cli.rundir.loading import check_fields
-from posenc_cli.rundir.record import FILENAME, load_checkpoint, read_json
+from posenc_cli.rundir.record import load_checkpoint, read_json
 
 RESUMABLE = (
     "train.max_steps",
@@ -23,14 +26,14 @@ RESUMABLE = (
 )  # what a resume may change
 
 
-def resume_args(args: list[str], outputs: Path = Path("outputs")) -> list[str]:
+def resume_args(args: list[str], outputs: Path = OUTPUTS) -> list[str]:
     """`train.resume=RUN` continues RUN in place, as it was started: only RESUMABLE keys may change.
     `train.resume=true` means the newest run under outputs/runs. The directory is checked here, before
     Hydra runs; Hydra then writes nothing into it but the log it appends to (no .hydra/)."""
     if not resuming(args):  # a fresh run: a false-like train.resume is spelt as the one null value
         given = [a for a in args if override_key(a) == "train.resume"]
         return [a for a in args if a not in given] + (["train.resume=null"] if given else [])
-    if any(a in ("-m", "--multirun") for a in args):
+    if any(a in MULTIRUN_FLAGS for a in args):
         raise UsageError("train.resume continues one run; it cannot be part of a sweep (-m)")
     value = str(resume_value(args))
     if value in ("true", "True"):
@@ -42,7 +45,7 @@ def resume_args(args: list[str], outputs: Path = Path("outputs")) -> list[str]:
         value = str(newest[-1])
     run = Path(value)
     if not run.is_dir() or not holds_run(run):
-        raise UsageError(f"train.resume={run} is not a run directory (no summary.json or {FILENAME} in it)")
+        raise UsageError(f"train.resume={run} is not a run directory (no summary.json or {CHECKPOINT} in it)")
     for arg in args:
         key = override_key(arg)
         if (
@@ -68,14 +71,14 @@ def resume_args(args: list[str], outputs: Path = Path("outputs")) -> list[str]:
 def stored_record(run: Path) -> tuple[dict[str, Any], str]:
     """The config and run id posenc stored in `run`: the checkpoint's once there is one (the reference),
     else summary.json's (a run stopped before its first checkpoint)."""
-    summary = read_json(run / "summary.json")
-    source, record = run / "summary.json", summary
-    if (run / FILENAME).is_file():
-        source, record = run / FILENAME, load_checkpoint(run / FILENAME)
+    summary = read_json(run / SUMMARY)
+    source, record = run / SUMMARY, summary
+    if (run / CHECKPOINT).is_file():
+        source, record = run / CHECKPOINT, load_checkpoint(run / CHECKPOINT)
         check_fields(record, source)  # a damaged checkpoint is named, never resumed from
         if record.get("run_id") != summary.get("run_id"):
             raise UsageError(
-                f"{run / FILENAME} belongs to another run than {run / 'summary.json'} (their run ids "
+                f"{run / CHECKPOINT} belongs to another run than {run / 'summary.json'} (their run ids "
                 "differ); a run resumes only from its own checkpoint"
             )
     config, run_id = record.get("config"), record.get("run_id")

@@ -8,18 +8,16 @@ from pathlib import Path
 
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
-from posenc_cli.rundir.record import FILENAME, read_summary
-
-
-def is_run_dir(path: Path) -> bool:
-    return (path / "summary.json").is_file() or (path / FILENAME).is_file()
+from posenc_cli.core.paths import OUTPUTS
+from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY, is_run_dir
+from posenc_cli.rundir.record import read_summary
 
 
 def find_runs(path: Path) -> list[Path]:
     """A run directory itself, or every run directory below `path` (a sweep, or outputs/)."""
     if is_run_dir(path):
         return [path]
-    return sorted({p.parent for p in path.rglob("summary.json")} | {p.parent for p in path.rglob(FILENAME)})
+    return sorted({p.parent for p in path.rglob(SUMMARY)} | {p.parent for p in path.rglob(CHECKPOINT)})
 
 
 def latest_runs(outputs: Path) -> tuple[list[Path], str]:
@@ -42,7 +40,7 @@ def latest_runs(outputs: Path) -> tuple[list[Path], str]:
     return sorted(newest.values()), f"the latest single run of each scheme under {outputs / 'runs'}"
 
 
-def select_runs(paths: list[str], outputs: Path = Path("outputs")) -> tuple[list[Path], str]:
+def select_runs(paths: list[str], outputs: Path = OUTPUTS) -> tuple[list[Path], str]:
     """Run directories from paths, sweep directories or globs; the latest runs when none are given."""
     if not paths:
         return latest_runs(outputs)
@@ -55,7 +53,7 @@ def select_runs(paths: list[str], outputs: Path = Path("outputs")) -> tuple[list
             found = find_runs(match) if match.is_dir() else []
             if not found:
                 raise UsageError(
-                    f"{match} is not a run or a sweep: no summary.json or {FILENAME} in or below it"
+                    f"{match} is not a run or a sweep: no summary.json or {CHECKPOINT} in or below it"
                 )
             selected += [r for r in found if r.resolve() not in {s.resolve() for s in selected}]
     return selected, "the runs you named"

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from posenc_cli.core.choices import MULTIRUN_FLAGS
 from posenc_cli.core.errors import UsageError
 from posenc_cli.rundir.claim import claim
 
@@ -57,7 +58,7 @@ def process_group(args: list[str]) -> Iterator[list[str]]:
     if not under_torchrun():
         yield args
         return
-    if any(a in ("-m", "--multirun") for a in args):
+    if any(a in MULTIRUN_FLAGS for a in args):
         raise UsageError("-m (a sweep) cannot run under torchrun; start one torchrun per run instead")
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -31,8 +31,8 @@ def run_hydra_train() -> None:
         output_dir = Path(hydra_cfg.runtime.output_dir)
         name = run_name(list(hydra_cfg.overrides.task), output_dir, hydra_cfg.mode == RunMode.MULTIRUN)
         try:
-            validate(config)  # a large sweep's pre-flight checked every value, not every combination
-            summary = train_run(config, output_dir, name)
+            typed = validate(config)  # a large sweep's pre-flight checked every value, not every combination
+            summary = train_run(typed, output_dir, name)
         except UsageError as err:
             fail(err)
         if summary["status"] == "failed" and hydra_cfg.mode == RunMode.RUN:

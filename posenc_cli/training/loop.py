@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
+from posenc_cli.config.schema import PosencConfig, TrainConfig
 from posenc_cli.core import ui
 from posenc_cli.core.atomic import remove_leftovers, write_text
 from posenc_cli.core.device import (
@@ -23,8 +25,9 @@ from posenc_cli.data import load_corpus, random_batch, random_positions
 from posenc_cli.data.tokenizers import TOKENIZER_FILE
 from posenc_cli.model import GPT, token_nll
 from posenc_cli.rundir.claim import hold_lock
+from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.lineage import lineage
-from posenc_cli.rundir.record import FILENAME, write_summary
+from posenc_cli.rundir.record import write_summary
 from posenc_cli.rundir.resume import stored_record
 from posenc_cli.training import distributed
 from posenc_cli.training.session import (
@@ -47,12 +50,12 @@ from posenc_cli.training.tracking import open_loggers
 log = logging.getLogger("posenc.train")
 
 
-def lr_at(step: int, tc: Mapping[str, Any]) -> float:
+def lr_at(step: int, tc: TrainConfig) -> float:
     """Linear warm-up, then cosine decay from lr to min_lr over the remaining steps."""
-    if step < tc["warmup_steps"]:
-        return tc["lr"] * (step + 1) / tc["warmup_steps"]
-    progress = (step - tc["warmup_steps"]) / max(1, tc["max_steps"] - tc["warmup_steps"])
-    return tc["min_lr"] + 0.5 * (tc["lr"] - tc["min_lr"]) * (1 + math.cos(math.pi * min(1.0, progress)))
+    if step < tc.warmup_steps:
+        return tc.lr * (step + 1) / tc.warmup_steps
+    progress = (step - tc.warmup_steps) / max(1, tc.max_steps - tc.warmup_steps)
+    return tc.min_lr + 0.5 * (tc.lr - tc.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 @torch.no_grad()
@@ -68,27 +71,27 @@ def validation_loss(
     return float(total) / len(batches)
 
 
-def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = None) -> dict[str, Any]:
+def train(cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None) -> dict[str, Any]:
     """Train one run into `run_dir`; `run_name` names it in trackers (default: the directory's name)."""
-    tc = cfg["train"]
-    if tc.get("threads"):
-        torch.set_num_threads(int(tc["threads"]))
+    tc = cfg.train
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
     ctx = distributed.current()
-    distributed.check_batch(tc["batch_size"], ctx)
-    device = distributed.device_for(resolve_device(cfg["device"]), ctx)
-    run_id = stored_record(Path(tc["resume"]))[1] if tc.get("resume") else uuid.uuid4().hex
+    distributed.check_batch(tc.batch_size, ctx)
+    device = distributed.device_for(resolve_device(cfg.device), ctx)
+    run_id = stored_record(Path(tc.resume))[1] if tc.resume else uuid.uuid4().hex
     if ctx.is_main:  # the directory is this process's; a fresh one says at once which run it holds
         hold_lock(Path(run_dir))
-        if not tc.get("resume"):
+        if not tc.resume:
             write_summary(Path(run_dir), {"status": "running", "run_id": run_id, "config": recorded(cfg)})
-    corpus = load_corpus(cfg["data"])
-    check_lengths(corpus, tc["block_size"])
+    corpus = load_corpus(dataclasses.asdict(cfg.data))
+    check_lengths(corpus, tc.block_size)
 
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(cfg.seed)
     mc = model_config(cfg, len(corpus.tokenizer))
     model = GPT(mc)
-    if tc.get("init_from"):
-        init_weights(model, tc["init_from"], corpus)
+    if tc.init_from:
+        init_weights(model, tc.init_from, corpus)
     model = model.to(device)
     val_rng = torch.Generator().manual_seed(12345)  # the same validation windows for every run
     s = Session(
@@ -100,36 +103,35 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = No
         ctx=ctx,
         model=model,
         optimizer=make_optimizer(model, tc),
-        data_rng=torch.Generator().manual_seed(cfg["seed"]),
+        data_rng=torch.Generator().manual_seed(cfg.seed),
         val_batches=[
-            random_batch(corpus.val, tc["batch_size"], tc["block_size"], val_rng)
-            for _ in range(tc["eval_batches"])
+            random_batch(corpus.val, tc.batch_size, tc.block_size, val_rng) for _ in range(tc.eval_batches)
         ],
         run_id=run_id,
-        precision=effective_precision(device, tc["precision"]),
+        precision=effective_precision(device, tc.precision),
     )
-    if tc.get("resume"):
-        restore(s, Path(tc["resume"]) / FILENAME)
+    if tc.resume:
+        restore(s, Path(tc.resume) / CHECKPOINT)
         if ctx.is_main:
             remove_leftovers(s.run_dir)
 
     summary = {
         **describe(cfg, model, corpus, device),
-        "precision": precision_record(device, tc["precision"], s.precision),
+        "precision": precision_record(device, tc.precision, s.precision),
         "run_id": run_id,
         "config": recorded(cfg),
     }
-    if tc.get("init_from"):
-        source = Path(tc["init_from"]).resolve()
+    if tc.init_from:
+        source = Path(tc.init_from).resolve()
         summary.update(init_from=str(source), init_chain=lineage(source))
     if ctx.is_main:
         if corpus.tokenizer.kind == "bpe":
             write_text(s.run_dir / TOKENIZER_FILE, corpus.tokenizer.to_json())
         write_summary(s.run_dir, {**summary, "status": "running"})
         s.logger = open_loggers(
-            cfg.get("logger"), s.run_dir, s.state.metrics, run_name or s.run_dir.name, s.state.step
+            cfg.logger, s.run_dir, s.state.metrics, run_name or s.run_dir.name, s.state.step
         )
-        s.logger.log_config(cfg)
+        s.logger.log_config(recorded(cfg))
     status, message = "finished", None
     started, elapsed_before = time.perf_counter(), s.state.elapsed
     try:
@@ -165,7 +167,7 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = No
         wall_time_s=round(s.state.elapsed, 2),
         final_train_loss=last_measured(s.state.metrics, "train_loss"),
         final_val_loss=last_measured(s.state.metrics, "val_loss"),
-        tokens_per_s=round(s.state.step * tc["batch_size"] * tc["block_size"] / max(s.state.elapsed, 1e-9)),
+        tokens_per_s=round(s.state.step * tc.batch_size * tc.block_size / max(s.state.elapsed, 1e-9)),
     )
     if ctx.is_main:  # the other ranks hold the same state and stay quiet
         write_summary(s.run_dir, summary)
@@ -185,46 +187,44 @@ def train(cfg: Mapping[str, Any], run_dir: str | Path, run_name: str | None = No
 
 def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> None:
     """Train until max_steps; `net` is the model as trained (DDP-wrapped under torchrun)."""
-    tc, state, ctx = s.cfg["train"], s.state, s.ctx
-    rate = Throughput(tc["batch_size"] * tc["block_size"])
+    tc, state, ctx = s.cfg.train, s.state, s.ctx
+    rate = Throughput(tc.batch_size * tc.block_size)
     with ui.progress(disable=not ctx.is_main) as bar:
-        task = bar.add_task(f"train {s.mc.scheme}", total=tc["max_steps"], completed=state.step, status="")
-        while state.step < tc["max_steps"]:
-            if stop.agreed(state.step, tc["log_interval"], s.device, ctx):
+        task = bar.add_task(f"train {s.mc.scheme}", total=tc.max_steps, completed=state.step, status="")
+        while state.step < tc.max_steps:
+            if stop.agreed(state.step, tc.log_interval, s.device, ctx):
                 save(s, elapsed())
                 raise Stopped(f"stopped by {stop.received}")
             lr = lr_at(state.step, tc)
             for group in s.optimizer.param_groups:
                 group["lr"] = lr
-            x, y = random_batch(s.corpus.train, tc["batch_size"], tc["block_size"], s.data_rng)
+            x, y = random_batch(s.corpus.train, tc.batch_size, tc.block_size, s.data_rng)
             x, y = (
                 distributed.shard(x, ctx),
                 distributed.shard(y, ctx),
             )  # this rank's rows of the global batch
             positions = None  # 0..T-1
-            if tc.get("positions") == "randomized":
-                positions = random_positions(
-                    tc["batch_size"], tc["block_size"], tc["max_position"], s.data_rng
-                )
+            if tc.positions == "randomized":
+                positions = random_positions(tc.batch_size, tc.block_size, tc.max_position, s.data_rng)
                 positions = distributed.shard(positions, ctx).to(s.device)
             with autocast(s.device, s.precision):
                 loss = token_nll(net(x.to(s.device), positions), y.to(s.device)).mean()
             s.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(net.parameters(), tc["grad_clip"])
+            grad_norm = torch.nn.utils.clip_grad_norm_(net.parameters(), tc.grad_clip)
             s.optimizer.step()
             state.recent.append(loss.detach())
             state.step += 1
             rate.steps += 1
-            last = state.step == tc["max_steps"]
+            last = state.step == tc.max_steps
             row: dict[str, Any] = {}
-            if state.step % tc["log_interval"] == 0 or last:
+            if state.step % tc.log_interval == 0 or last:
                 row.update(training_metrics(s, lr, grad_norm, rate))
-            if (state.step % tc["eval_interval"] == 0 or last) and ctx.is_main:
+            if (state.step % tc.eval_interval == 0 or last) and ctx.is_main:
                 row["val_loss"] = round(validation_loss(s.model, s.val_batches, s.device, s.precision), 6)
             if row:
                 record(s, row, bar, task)
-            if state.step % tc["checkpoint_interval"] == 0 or last:
+            if state.step % tc.checkpoint_interval == 0 or last:
                 save(s, elapsed())
             if row:
                 rate.restart()  # tokens/s counts training steps, not validation or checkpoints

@@ -18,7 +18,7 @@ from posenc_cli.config.hydra_args import (
     sweep_points,
 )
 from posenc_cli.config.memory_model import check_run_memory, scheme_footprint
-from posenc_cli.config.schema import PosencConfig, check_keys
+from posenc_cli.config.schema import PosencConfig, SyntheticData, check_keys
 from posenc_cli.core.device import effective_precision, resolve_device, resumed_precision
 from posenc_cli.core.errors import (
     UsageError,
@@ -28,6 +28,7 @@ from posenc_cli.data import corpus_kind, load_corpus, require_same_corpus, strea
 from posenc_cli.data.binary import load_bin
 from posenc_cli.data.hf_datasets import hf_source
 from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.rundir.layout import SUMMARY
 from posenc_cli.rundir.lineage import check_same_model, initial_state, saved_tokenizer, source_checkpoint
 from posenc_cli.rundir.loading import read_summary
 from posenc_cli.rundir.resume import resumed_config
@@ -67,13 +68,13 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     if cache_dir is not None:  # the token cache is written while training: a bad place is found now
         if Path(writable_place("data.cache_dir", cache_dir)).is_file():
             raise UsageError(f"data.cache_dir={cache_dir} is a file; give a directory for the token cache")
-    in_memory = corpus_kind(cfg["data"]) == "synthetic"  # the others stream into a memory-mapped cache
+    in_memory = isinstance(typed_cfg.data, SyntheticData)  # the others stream into a memory-mapped cache
     check_run_memory(typed_cfg, n_chars if in_memory else None, device, positional)
     if tc.init_from:
-        validate_init_from(cfg)
-    if tc.resume and (Path(tc.resume) / "summary.json").is_file():  # a changed corpus: before tokenizing
+        validate_init_from(typed_cfg)
+    if tc.resume and (Path(tc.resume) / SUMMARY).is_file():  # a changed corpus: before tokenizing
         stored = read_summary(Path(tc.resume))
-        require_same_corpus(cfg["data"], stored.get("corpus_sha256"), tc.resume)
+        require_same_corpus(dataclasses.asdict(typed_cfg.data), stored.get("corpus_sha256"), tc.resume)
         saved = (
             stored.get("precision", {}).get("effective")
             if isinstance(stored.get("precision"), dict)
@@ -111,12 +112,11 @@ def preflight(args: list[str]) -> Path | None:
         return directory
 
 
-def validate_init_from(cfg: dict[str, Any]) -> None:
+def validate_init_from(cfg: PosencConfig) -> None:
     """train.init_from: RUN exists and its weights fit this run (same scheme, shape and vocabulary)."""
-
-    source, saved = source_checkpoint(cfg["train"]["init_from"])
-    same_data = saved.get("data") == cfg["data"]
-    tokenizer = saved_tokenizer(source, saved) if same_data else load_corpus(cfg["data"]).tokenizer
+    source, saved = source_checkpoint(cfg.train.init_from)
+    data = dataclasses.asdict(cfg.data)
+    tokenizer = saved_tokenizer(source, saved) if saved.get("data") == data else load_corpus(data).tokenizer
     with torch.device("meta"):
         model = GPT(model_config(cfg, len(tokenizer)))
     check_same_model(source, saved, model.cfg.to_dict(), tokenizer)

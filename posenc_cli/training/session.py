@@ -3,14 +3,16 @@ and checkpoints saved and restored so that a resume continues exactly."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
+from posenc_cli.config.schema import PosencConfig, TrainConfig
 from posenc_cli.core.device import (
     native_bf16,
     resumed_precision,
@@ -20,8 +22,9 @@ from posenc_cli.core.version import code_version
 from posenc_cli.data import Corpus
 from posenc_cli.data.tokenizers import run_payload
 from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.lineage import check_same_model, initial_state, source_checkpoint
-from posenc_cli.rundir.record import FILENAME, load_checkpoint, save_checkpoint
+from posenc_cli.rundir.record import load_checkpoint, save_checkpoint
 from posenc_cli.training import distributed
 from posenc_cli.training.tracking import RunLogger
 
@@ -43,15 +46,15 @@ class NonFiniteLoss(RuntimeError):
     pass
 
 
-def model_config(cfg: Mapping[str, Any], vocab_size: int) -> ModelConfig:
-    scheme = dict(cfg["scheme"])
+def model_config(cfg: PosencConfig, vocab_size: int) -> ModelConfig:
+    scheme = dict(cfg.scheme)
     return ModelConfig(
         vocab_size=vocab_size,
-        block_size=cfg["train"]["block_size"],
-        n_layer=cfg["model"]["n_layer"],
-        n_head=cfg["model"]["n_head"],
-        n_embd=cfg["model"]["n_embd"],
-        embed_std=cfg["model"]["embed_std"],
+        block_size=cfg.train.block_size,
+        n_layer=cfg.model.n_layer,
+        n_head=cfg.model.n_head,
+        n_embd=cfg.model.n_embd,
+        embed_std=cfg.model.embed_std,
         scheme=scheme.pop("name"),
         scheme_options=scheme,
     )
@@ -66,24 +69,24 @@ def check_lengths(corpus: Corpus, block_size: int) -> None:
         )
 
 
-def make_optimizer(model: GPT, tc: Mapping[str, Any]) -> torch.optim.AdamW:
+def make_optimizer(model: GPT, tc: TrainConfig) -> torch.optim.AdamW:
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [
-        {"params": decay, "weight_decay": tc["weight_decay"]},
+        {"params": decay, "weight_decay": tc.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
     try:  # one fused kernel instead of ~10 ops per parameter: whole runs 1.09x faster at nanoGPT's shapes
-        return torch.optim.AdamW(groups, lr=tc["lr"], betas=(0.9, 0.95), fused=True)
+        return torch.optim.AdamW(groups, lr=tc.lr, betas=(0.9, 0.95), fused=True)
     except RuntimeError:  # a device (or a torch before 2.4 on CPU) without the fused kernel
-        return torch.optim.AdamW(groups, lr=tc["lr"], betas=(0.9, 0.95))
+        return torch.optim.AdamW(groups, lr=tc.lr, betas=(0.9, 0.95))
 
 
 @dataclass(kw_only=True)
 class Session:
     """One run being trained: what the loop works on and what a checkpoint saves."""
 
-    cfg: Mapping[str, Any]
+    cfg: PosencConfig
     run_dir: Path
     mc: ModelConfig
     corpus: Corpus
@@ -126,13 +129,13 @@ def save(s: Session, elapsed: float) -> None:
     if not s.ctx.is_main:
         return
     save_checkpoint(
-        s.run_dir / FILENAME,
+        s.run_dir / CHECKPOINT,
         {
             "model_config": s.mc.to_dict(),
             "tokenizer": run_payload(s.corpus.tokenizer),
-            "train_len": s.cfg["train"]["block_size"],
-            "data": dict(s.cfg["data"]),
-            "seed": s.cfg["seed"],
+            "train_len": s.cfg.train.block_size,
+            "data": dataclasses.asdict(s.cfg.data),
+            "seed": s.cfg.seed,
             "step": s.state.step,
             "elapsed": s.state.elapsed,
             "config": recorded(s.cfg),
@@ -174,9 +177,7 @@ def restore(s: Session, path: Path) -> None:
             f"{path} was trained with a different model, scheme or corpus; resume with the run's own overrides"
         )
     if payload.get("precision") is not None:  # older checkpoints resume in what this machine resolves
-        s.precision = resumed_precision(
-            s.device, s.cfg["train"]["precision"], payload["precision"], str(s.run_dir)
-        )
+        s.precision = resumed_precision(s.device, s.cfg.train.precision, payload["precision"], str(s.run_dir))
         if s.precision == "bf16-autocast" and not native_bf16(s.device):
             log.warning(
                 f"{s.run_dir} computes in bf16-autocast, which {s.device} emulates: this resume is slow"
@@ -209,14 +210,14 @@ def init_weights(model: GPT, run: str, corpus: Corpus) -> None:
     log.info(f"initialised from {source} (its step {saved.get('step')})")
 
 
-def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
+def describe(cfg: PosencConfig, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
     scheme = model.scheme
     return {
         "scheme": model.scheme.label,
-        "seed": cfg["seed"],
-        "train_len": cfg["train"]["block_size"],
-        "positions": cfg["train"].get("positions", "ordinary"),
-        "max_position": cfg["train"].get("max_position"),
+        "seed": cfg.seed,
+        "train_len": cfg.train.block_size,
+        "positions": cfg.train.positions,
+        "max_position": cfg.train.max_position,
         "kind": scheme.kind,
         "relative": scheme.relative,
         "max_len": scheme.max_len,
@@ -233,6 +234,7 @@ def describe(cfg, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
     }
 
 
-def recorded(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def recorded(cfg: PosencConfig) -> dict[str, Any]:
     """The config as posenc records it with the run: what a resume rebuilds the run from."""
-    return {**cfg, "train": {**cfg["train"], "resume": None}}
+    plain = dataclasses.asdict(cfg)
+    return {**plain, "train": {**plain["train"], "resume": None}}

@@ -40,11 +40,6 @@ def spread_interleaved(per_pair: torch.Tensor) -> torch.Tensor:
 LAYOUTS = {"half": (rotate_half, spread_half), "interleaved": (rotate_interleaved, spread_interleaved)}
 
 
-def interleaved_order(head_dim: int) -> torch.Tensor:
-    """Dimension order that takes a half-layout vector to the interleaved layout: x_int = x_half[order]."""
-    return torch.arange(head_dim).view(2, -1).T.flatten()
-
-
 class RoPE(PositionalScheme):
     name = "rope"
     kind = "rotary"

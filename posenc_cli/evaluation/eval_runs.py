@@ -1,0 +1,204 @@
+"""`posenc eval`'s work: every target at every length, once per variant, into tidy ppl rows, per-position
+rows and the facts each column's report needs; every input is checked before any scoring."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where it is used: `posenc eval` only
+
+from posenc_cli.core import ui
+from posenc_cli.core.ui import announce
+from posenc_cli.data import token_window
+from posenc_cli.data.stream import read_text
+from posenc_cli.evaluation.labels import mixes_own_tokenizers, with_tokenizer
+from posenc_cli.evaluation.perplexity import (
+    evaluate_length,
+    plan_windows,
+    position_buckets,
+    scored_span,
+    unigram_perplexity,
+)
+from posenc_cli.model.positional import past_max_len
+
+
+def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:
+    """(label overflow, context cap) pairs: a run with a position table once per choice, `window` for the
+    one scored past its table through windows of max_len tokens; any other run once, as it is."""
+    limit = run.max_len
+    if limit is None:
+        return [("", None)]
+    return [("window", limit) if choice == "window" else ("", None) for choice in overflows]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What one eval target is scored on, worked out (and every input checked) before any scoring."""
+
+    tokens: Any  # the token ids scored
+    weights: Callable  # weights(start, n): the UTF-8 bytes and characters of tokens start..start+n-1
+    unigram_ppl: float  # the bar a model must clear to get a verdict
+    lengths: list[int]  # the evaluation lengths, its training length included
+    span: int  # targets scored at every length
+    variants: list  # what it is evaluated as: RoPE scalings, or itself once
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How every window is cut: the same for every target of one `posenc eval`."""
+
+    mode: str
+    stride: int | None
+    device: Any
+
+
+def plan_run(
+    run,
+    eval_text: str | None,
+    *,
+    lengths: list[int],
+    max_tokens: int,
+    scoring: Scoring,
+    rope_scaling,
+    rope_factor,
+) -> RunPlan:
+    tokens, weights = run.eval_tokens(eval_text)
+    run_lengths = sorted(set(lengths) | {run.train_len})
+    span = scored_span(len(tokens), run_lengths, max_tokens)
+    for length in run_lengths:
+        plan_windows(span, length, scoring.mode, scoring.stride)  # validates mode and stride
+    variants = run.variants(list(rope_scaling), rope_factor)  # validates the methods for this run
+    run.check_fits([L for L in run_lengths if not past_max_len(run.max_len, L)], scoring.device)
+    unigram = unigram_perplexity(token_window(tokens, 0, span + 1))
+    return RunPlan(tokens, weights, unigram, run_lengths, span, variants)
+
+
+def evaluate_runs(
+    runs,
+    *,
+    lengths: list[int],
+    mode: str,
+    stride: int | None,
+    max_tokens: int,
+    data_path: str | None,
+    device,
+    rope_scaling: tuple[str, ...] | list[str] = ("none",),
+    rope_factor: float | None = None,
+    why: str = "",
+    learned_overflow: tuple[str, ...] | list[str] = ("dash",),
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
+    """Every run at every length (its training length included), rotary runs once per RoPE scaling
+    method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
+    and per-scheme facts (positional parameters, relative-position kind, used by) for the report. Each
+    row carries the unigram perplexity of the tokens it scores (unigram_ppl): the bar a model must
+    clear to get a verdict. A run is a posenc run (`RunTarget`) or a Hugging Face model (`HFModel`):
+    both tokenize, score windows and name their variants."""
+    import pandas as pd
+
+    eval_text = read_text(data_path, what="--data") if data_path else None
+    scoring = Scoring(mode, stride, device)
+    plans = {  # bad input is found before any work
+        id(run): plan_run(
+            run,
+            eval_text,
+            lengths=lengths,
+            max_tokens=max_tokens,
+            scoring=scoring,
+            rope_scaling=rope_scaling,
+            rope_factor=rope_factor,
+        )
+        for run in runs
+    }
+    mixed = mixes_own_tokenizers(runs)  # then columns say which: "rope [bpe]"
+    announce([run.path for run in runs], why, "evaluating")
+    rows, position_rows, info = [], [], {}
+    jobs = [
+        (run, variant, overflow, context)
+        for run in runs
+        for variant in plans[id(run)].variants
+        for overflow, context in overflow_variants(run, learned_overflow)
+    ]
+    with ui.progress() as bar:
+        task = bar.add_task("eval", total=sum(len(plans[id(job[0])].lengths) for job in jobs), status="")
+        for run, variant, overflow, context in jobs:
+            plan = plans[id(run)]
+            label = run.use_variant(variant)  # evaluation time only: the checkpoint is untouched
+            scheme = with_tokenizer(replace(label, overflow=overflow), run.tokenizer_name, mixed)
+            scorer = run.scorer(device)
+            info[scheme] = run.facts()
+            for length in plan.lengths:
+                bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
+                row, positions = score_length(
+                    run, scheme, plan, scorer, length=length, context=context, scoring=scoring
+                )
+                rows.append(row)
+                position_rows += positions
+                bar.advance(task)
+    return pd.DataFrame(rows), pd.DataFrame(position_rows), info
+
+
+def score_length(
+    run, scheme, plan: RunPlan, scorer, *, length: int, context: int | None, scoring: Scoring
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One ppl.csv row of `run` at `length` (a note where it cannot be scored), and its per-position rows."""
+    row = {
+        "run": str(run.path),
+        "scheme": scheme,
+        "seed": run.seed,
+        "train_len": run.train_len,
+        "eval_len": length,
+        "mode": scoring.mode,
+        "tokens": 0,
+        "nll": math.nan,
+        "ppl": math.nan,
+        "note": "",
+        "tokenizer": run.tokenizer_name,
+        "bytes": math.nan,
+        "chars": math.nan,
+        "bpb": math.nan,
+        "unigram_ppl": plan.unigram_ppl,
+        "precision": run.training_precision,
+    }
+    unreadable = past_max_len(run.max_len, length)
+    if unreadable and context is None:
+        row["note"] = f"{scheme} {unreadable}"
+        return row, []
+    result = evaluate_length(
+        scorer,
+        plan.tokens,
+        span=plan.span,
+        length=length,
+        mode=scoring.mode,
+        stride=scoring.stride,
+        context=context,
+        weights=plan.weights,
+    )
+    if context is not None and length > context:
+        row["note"] = (
+            f"{scheme} past max_len={context}: sliding windows of {context} tokens "
+            f"(stride {context // 2}), so a token sees at most {context} tokens."
+        )
+    row.update(
+        tokens=result.tokens,
+        nll=result.nll,
+        ppl=result.ppl,
+        bytes=result.bytes,
+        chars=result.chars,
+        bpb=result.bpb,
+    )
+    positions = [
+        {
+            "run": str(run.path),
+            "scheme": scheme,
+            "seed": run.seed,
+            "eval_len": length,
+            "position": p,
+            "nll": nll,
+            "tokens": n,
+        }
+        for p, nll, n in position_buckets(result)
+    ]
+    return row, positions

@@ -1,0 +1,76 @@
+"""An evaluation's or a probe's output set: every table and figure written atomically into one directory,
+with a manifest of what this command wrote."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from posenc_cli.core.atomic import output_set, write_text, write_with
+from posenc_cli.evaluation.labels import Label, scheme_order
+from posenc_cli.report.cells import markdown_table
+from posenc_cli.report.passkey_tables import passkey_by_depth
+from posenc_cli.report.plots import (
+    plot_loss_by_position,
+    plot_ppl_vs_length,
+    plot_probe_heatmap,
+    plot_probe_summary,
+)
+from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot
+
+
+def write_probe_outputs(
+    passkey: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en"
+) -> list[Path]:
+    """probe.csv, passkey.md, one heatmap per scheme, the summary plot; comparison.md again if eval's
+    ppl.csv is here.
+    The set is complete once manifest.json is written."""
+    with output_set(out):
+        write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
+        written = [out / "probe.csv"]
+        for scheme in scheme_order(passkey["scheme"]):
+            plot_probe_heatmap(passkey, scheme, out / f"probe_{file_safe(scheme)}.png")
+            written += [out / f"probe_{file_safe(scheme)}.png", out / f"probe_{file_safe(scheme)}.svg"]
+        plot_probe_summary(passkey, out / "probe_summary.png")
+        written += [out / "probe_summary.png", out / "probe_summary.svg"]
+        write_text(out / "passkey.md", passkey_by_depth(passkey))
+        written.append(out / "passkey.md")
+        if (out / "ppl.csv").is_file():
+            write_text(
+                out / "comparison.md",
+                comparison(pd.read_csv(out / "ppl.csv"), info, lang=lang, passkey=passkey),
+            )
+            written.append(out / "comparison.md")
+    return written
+
+
+def file_safe(label: Label | str) -> str:
+    """A column label as part of a file name: 'rope+yarn' stays, 'EleutherAI/pythia-160m (rope)' ->
+    'EleutherAI_pythia-160m_rope'."""
+    return re.sub(r"[^A-Za-z0-9+._-]+", "_", str(label)).strip("_")
+
+
+def write_eval_outputs(
+    df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en"
+) -> list[Path]:
+    """The eval output set; complete once manifest.json is written (see atomic.output_set)."""
+    with output_set(out):
+        write_with(out / "ppl.csv", lambda p: df.to_csv(p, index=False))
+        write_with(out / "loss_by_position.csv", lambda p: positions.to_csv(p, index=False))
+        header, rows = ppl_pivot(df)
+        text = "# Perplexity by evaluation length\n\n" + markdown_table(header, rows)
+        if mixes_tokenizers(df):  # per-token perplexities of different tokenizers do not compare
+            header, rows = ppl_pivot(df, "bpb", digits=3)
+            text += "\n# Bits per byte by evaluation length\n\n" + markdown_table(header, rows)
+        write_text(out / "ppl.md", text)
+        passkey = pd.read_csv(out / "probe.csv") if (out / "probe.csv").is_file() else None
+        write_text(out / "comparison.md", comparison(df, info, lang=lang, passkey=passkey))
+        plot_ppl_vs_length(df, out / "ppl_vs_length.png")
+        if not positions.empty:
+            plot_loss_by_position(positions, int(df["train_len"].min()), out / "loss_by_position.png")
+    figures = ("ppl_vs_length", "loss_by_position") if not positions.empty else ("ppl_vs_length",)
+    return [out / n for n in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv")] + [
+        out / f"{name}.{ext}" for name in figures for ext in ("png", "svg")
+    ]

@@ -1,0 +1,124 @@
+"""The verdict rules, the science of the table: how a perplexity ratio becomes a grade, and when a model
+has learned enough to be graded at all."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from posenc_cli.evaluation.labels import scheme_order
+
+GRADES = (
+    "very strong",
+    "strong",
+    "medium",
+    "weak",
+    "fails",
+)  # best first; "fails", never the scheme name "none"
+
+
+# The upper bound of each grade's band. Stability: ppl(longest) / the scheme's own ppl at the training
+# length. Quality: ppl(longest) / the best scheme's ppl(longest), so above 1.25x is never "strong".
+STABILITY_BANDS = [
+    (1.10, "very strong"),
+    (1.50, "strong"),
+    (3.0, "medium"),
+    (10.0, "weak"),
+    (math.inf, "fails"),
+]
+
+
+QUALITY_BANDS = [(1.10, "very strong"), (1.25, "strong"), (2.0, "medium"), (5.0, "weak"), (math.inf, "fails")]
+
+
+# A run has learned when its ppl at the training length is at most this fraction of the unigram
+# perplexity of the text it scores (0.8: at least ln 1.25 = 0.22 nats a token below the unigram entropy).
+LEARNED_BELOW_UNIGRAM = 0.8
+
+
+NO_VERDICT = "no verdict"
+
+
+def grade(ratio: float, bands: list[tuple[float, str]]) -> str:
+    """The band a ratio falls in; a ratio that cannot be measured (past a learned table) fails."""
+    if not math.isfinite(ratio):
+        return "fails"
+    return next(word for bound, word in bands if ratio <= bound)
+
+
+def has_learned(train_ppl: float, unigram_ppl: float) -> bool:
+    """Clearly below the unigram perplexity at the training length (unknown unigram: given the benefit)."""
+    return not train_ppl > LEARNED_BELOW_UNIGRAM * unigram_ppl
+
+
+def verdict(stability: float, quality: float, learned: bool = True) -> str:
+    """The lower of the stability and the quality grade: a flat but poor model is not a strong extrapolator."""
+    if not learned:
+        return NO_VERDICT
+    return max(grade(stability, STABILITY_BANDS), grade(quality, QUALITY_BANDS), key=GRADES.index)
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """One scheme's row of evidence for its verdict (means over seeds)."""
+
+    train_ppl: float
+    longest_ppl: float
+    unigram_ppl: float
+    longest_compared: float  # what quality compares at the longest length (see `compared_perplexity`)
+    best_longest_compared: float  # the same for the best learned scheme
+
+    @property
+    def stability(self) -> float:
+        return self.longest_ppl / self.train_ppl
+
+    @property
+    def quality(self) -> float:
+        return self.longest_compared / self.best_longest_compared
+
+    @property
+    def learned(self) -> bool:
+        return has_learned(self.train_ppl, self.unigram_ppl)
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.stability, self.quality, self.learned)
+
+
+def per_byte(df: pd.DataFrame) -> bool:
+    """Whether the table mixes tokenizers: their tokens differ, so only perplexity per byte compares."""
+    return "tokenizer" in df and "bpb" in df and df["tokenizer"].fillna("char").nunique() > 1
+
+
+def compared_perplexity(df: pd.DataFrame) -> pd.Series:
+    """What quality compares across columns: token perplexity, or per UTF-8 byte (2^bpb) when the
+    table mixes tokenizers (a BPE token's perplexity is not a character's)."""
+    return 2.0 ** df["bpb"] if per_byte(df) else df["ppl"]
+
+
+def extrapolation(df: pd.DataFrame, longest: int) -> tuple[dict[str, Extrapolation], str | None]:
+    """Per scheme, the evidence for its verdict (against its own training length: models from the hub
+    have their own), and the best learned scheme at the longest length."""
+    means = df.groupby(["scheme", "eval_len"])["ppl"].mean()
+    compared = df.assign(compared=compared_perplexity(df)).groupby(["scheme", "eval_len"])["compared"].mean()
+    own = df.groupby("scheme")["train_len"].min()
+    unigram = df.groupby("scheme")["unigram_ppl"].mean() if "unigram_ppl" in df else {}
+    facts = {
+        s: (
+            means.get((s, own[s]), math.nan),
+            means.get((s, longest), math.nan),
+            unigram.get(s, math.nan),
+            compared.get((s, longest), math.nan),
+        )
+        for s in scheme_order(df["scheme"])
+    }
+    learned = {s: f[3] for s, f in facts.items() if has_learned(f[0], f[2]) and math.isfinite(f[3])}
+    best = min(learned, key=learned.get) if learned else None
+    best_compared = learned[best] if best else math.nan
+    return {s: Extrapolation(*f, best_longest_compared=best_compared) for s, f in facts.items()}, best
+
+
+def bands_text(bands: list[tuple[float, str]]) -> str:
+    return "(" + ", ".join(f"≤ {b:g}× {w}" if math.isfinite(b) else f"above: {w}" for b, w in bands) + ")"

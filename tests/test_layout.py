@@ -1,0 +1,65 @@
+"""The house's rules, checked: imports run downward with no cycle (import-linter's layers contract in
+pyproject.toml, and scripts/import_cycles.py), no internal import hides in a function body outside cli/,
+no two modules share a basename, and the docs that describe the code are generated from it or checked
+against it (the README's Layout, docs/reference/config.md)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "posenc_cli"
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_no_internal_import_sits_inside_a_function_outside_the_command_line():
+    """cli/ imports inside its commands so that `posenc --help` stays free of torch; nothing else needs to."""
+    hidden = []
+    for path in modules():
+        if path.relative_to(PACKAGE).parts[0] == "cli":
+            continue
+        for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                hidden += [
+                    f"{path.relative_to(ROOT)}:{node.lineno}"
+                    for node in ast.walk(function)
+                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("posenc_cli")
+                ]
+    assert not hidden, hidden
+
+
+def test_no_import_cycle_remains_counting_imports_inside_functions():
+    result = subprocess.run(
+        [sys.executable, "scripts/import_cycles.py"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0 and "no import cycle" in result.stdout, result.stdout
+
+
+def test_no_two_modules_share_a_basename():
+    names = Counter(p.stem for p in modules() if p.stem != "__init__")
+    packages = {p.parent.name for p in modules() if p.name == "__init__.py"}
+    assert [n for n, count in names.items() if count > 1] == []
+    assert sorted(names.keys() & packages) == []  # a module named like a package reads as that package
+
+
+def test_the_readme_layout_lists_exactly_the_packages_of_posenc_cli():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^- `posenc_cli/(\w+)/`", readme, flags=re.M))
+    present = {p.parent.name for p in PACKAGE.glob("*/__init__.py")} - {"configs"}
+    assert listed == present
+
+
+def test_the_config_reference_is_generated_from_the_dataclasses():
+    result = subprocess.run(
+        [sys.executable, "scripts/config_reference.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
