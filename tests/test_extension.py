@@ -13,12 +13,12 @@ import torch
 from conftest import SMOKE, assert_refused, evaluate, posenc, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import load_corpus, random_positions
+from posenc_cli.evaluation.run_target import RunTarget
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.lineage import initial_state, lineage, source_checkpoint
-from posenc_cli.rundir.loading import LoadedRun
 from posenc_cli.rundir.record import save_checkpoint
 from posenc_cli.training.preflight import preflight
 
@@ -94,7 +94,7 @@ def test_scaling_while_training_is_the_eval_formula():
     run = SimpleNamespace(
         model=SimpleNamespace(scheme=build_scheme("rope", 32, 2, 256)), train_len=256, path="run"
     )
-    (options,) = LoadedRun.variants(run, ["yarn"], 4.0)
+    (options,) = RunTarget.variants(run, ["yarn"], 4.0)
     at_eval = build_scheme("rope", 32, 2, 256, **options)
     assert trained.scaling == at_eval.scaling == RopeScaling("yarn", 256, 4.0)
     positions = torch.arange(2048)
@@ -106,9 +106,9 @@ def test_scaling_while_training_is_the_eval_formula():
 def test_a_baked_in_scaling_refuses_another_on_top():
     baked = build_scheme("xpos", 32, 2, 1024, scaling="linear", scaling_factor=4)
     run = SimpleNamespace(model=SimpleNamespace(scheme=baked), train_len=1024, path="ft")
-    assert LoadedRun.variants(run, ["none"], None) == [{}]  # evaluated as trained
+    assert RunTarget.variants(run, ["none"], None) == [{}]  # evaluated as trained
     with pytest.raises(UsageError, match="scheme.scaling=linear.*do not compose"):
-        LoadedRun.variants(run, ["none", "yarn"], None)
+        RunTarget.variants(run, ["none", "yarn"], None)
 
 
 def test_randomized_positions_are_sorted_distinct_in_range_and_seeded():

@@ -49,6 +49,7 @@ def bench(
     processes, alternated; evaluation tokens/s and peak memory at 1x/8x/32x the training length; with
     --main-job the README's main job. Writes bench.csv and bench.md. The numbers are this machine's,
     now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
+    # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.bench import run_bench, write_outputs
     from posenc_cli.model.positional import SCHEMES
     from posenc_cli.rundir.destinations import checked_out, default_out

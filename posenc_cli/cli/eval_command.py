@@ -77,6 +77,7 @@ def eval_command(
     loss_by_position.png. With no RUNS it takes the newest sweep under outputs/sweeps if it is newer
     than every single run, otherwise the newest single run of each scheme under outputs/runs.
     """
+    # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
     from posenc_cli.evaluation.eval_runs import evaluate_runs
     from posenc_cli.evaluation.hf_models import is_hf

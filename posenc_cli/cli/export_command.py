@@ -20,6 +20,7 @@ def export_command(
 ) -> None:
     """Write a run's model as model.safetensors + config.json: shareable, and loaded without pickle
     (posenc_cli.evaluation.export.load_export gives the same logits). Needs safetensors: pip install 'posenc\\[hf]'."""
+    # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.evaluation.export import CONFIG, WEIGHTS, export_run
 
     written = export_run(run, out)

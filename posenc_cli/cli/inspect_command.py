@@ -50,6 +50,7 @@ def inspect_command(
       posenc inspect rope --dim 64 --heads 2
       posenc inspect --run outputs/runs/RUN --layer 1 --head 2
     """
+    # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.inspection.inspect_scheme import inspect_scheme, print_report
     from posenc_cli.rundir.destinations import checked_out
 

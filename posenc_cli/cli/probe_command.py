@@ -51,6 +51,7 @@ def probe(
     scheme (probe_<scheme>.png), probe_summary.png, and rewrites comparison.md with "passkey @ L" rows
     when the output directory also holds eval's ppl.csv. Runs are chosen as in eval.
     """
+    # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
     from posenc_cli.core.ui import announce
     from posenc_cli.evaluation.perplexity import parse_lengths

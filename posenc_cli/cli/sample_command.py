@@ -45,6 +45,7 @@ def sample(
     Example:
       posenc sample outputs/runs/RUN --prompt "the pass key is" --tokens 1000 --temperature 0.8 --top-k 40 --seed 0
     """
+    # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.atomic import write_text
     from posenc_cli.core.device import resolve_device
     from posenc_cli.evaluation.sample import check_context_memory, check_sampling, generate, plan, stream_text

@@ -13,6 +13,7 @@ def schemes() -> None:
     """List every positional scheme: how it plugs in, what it costs, and what the chapters claim."""
     from rich import box
 
+    # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.model.positional import SCHEMES
 
     table = Table(title="Positional schemes", box=box.SIMPLE_HEAD)

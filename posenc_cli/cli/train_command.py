@@ -62,6 +62,7 @@ class TrainCommand(TyperCommand):
 
     @property
     def help(self) -> str:
+        # imported when the command runs, so that --help leaves torch unimported
         from posenc_cli.config.location import config_dir
         from posenc_cli.config.schema import DATA, OPTIONS
         from posenc_cli.data.tokenizers import TOKENIZERS
@@ -87,6 +88,7 @@ class TrainCommand(TyperCommand):
         pass
 
     def shell_complete(self, ctx, incomplete: str) -> list:
+        # imported when the command runs, so that --help leaves torch unimported
         from posenc_cli.cli.completion import CompletionItem, hydra_completions
 
         if incomplete.startswith("-"):
@@ -100,6 +102,7 @@ class TrainCommand(TyperCommand):
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def train(ctx: typer.Context) -> None:
+    # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.cli.completion import hydra_shell_completion
     from posenc_cli.config.hydra_args import first_sweep_point, parse_hydra_args, print_sweep
     from posenc_cli.rundir.claim import claim

@@ -21,6 +21,12 @@ from posenc_cli.report.plots import (
 from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot
 
 
+def read_results(path: Path) -> pd.DataFrame:
+    """A results csv this output set holds, its column labels as plain objects: they compare equal to
+    the Labels of the results being written beside them."""
+    return pd.read_csv(path, dtype={"scheme": object})
+
+
 def write_probe_outputs(
     passkey: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en"
 ) -> list[Path]:
@@ -40,7 +46,7 @@ def write_probe_outputs(
         if (out / "ppl.csv").is_file():
             write_text(
                 out / "comparison.md",
-                comparison(pd.read_csv(out / "ppl.csv"), info, lang=lang, passkey=passkey),
+                comparison(read_results(out / "ppl.csv"), info, lang=lang, passkey=passkey),
             )
             written.append(out / "comparison.md")
     return written
@@ -65,7 +71,7 @@ def write_eval_outputs(
             header, rows = ppl_pivot(df, "bpb", digits=3)
             text += "\n# Bits per byte by evaluation length\n\n" + markdown_table(header, rows)
         write_text(out / "ppl.md", text)
-        passkey = pd.read_csv(out / "probe.csv") if (out / "probe.csv").is_file() else None
+        passkey = read_results(out / "probe.csv") if (out / "probe.csv").is_file() else None
         write_text(out / "comparison.md", comparison(df, info, lang=lang, passkey=passkey))
         plot_ppl_vs_length(df, out / "ppl_vs_length.png")
         if not positions.empty:

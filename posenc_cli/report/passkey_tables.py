@@ -22,7 +22,9 @@ def passkey_rows(passkey: pd.DataFrame, schemes: list[str]) -> list[list[str]]:
     for L in sorted(by_length["length"].unique()):
         label = f"passkey @ {L}" + (" (training length)" if L == train_len else f" ({L / train_len:.3g}×)")
         cells = by_length[by_length.length == L]
-        rows.append([label] + [mean_std(cells[cells.scheme == s]["accuracy"], digits=0) for s in schemes])
+        rows.append(
+            [label] + [mean_std(cells[cells.scheme == str(s)]["accuracy"], digits=0) for s in schemes]
+        )
     return rows
 
 
@@ -46,7 +48,7 @@ def passkey_by_depth(passkey: pd.DataFrame) -> str:
         "question, 0.9 near it.\n"
     ]
     for scheme in scheme_order(passkey["scheme"]):
-        sub = passkey[passkey.scheme == scheme].assign(percent=lambda d: d["accuracy"] * 100)
+        sub = passkey[passkey.scheme == str(scheme)].assign(percent=lambda d: d["accuracy"] * 100)
         lengths = sorted(sub["length"].unique())
         header = ["depth"] + [f"{L} ({relative_length(L, train_len)})" for L in lengths]
         rows = [

@@ -45,7 +45,7 @@ def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
     colour map readable in grey and by red-green colour-blind readers, a colour bar, the number in each cell."""
     plt = pyplot()
     grid = (
-        passkey[passkey.scheme == scheme].pivot_table(
+        passkey[passkey.scheme == str(scheme)].pivot_table(
             index="depth", columns="length", values="accuracy", aggfunc="mean", dropna=False
         )
         * 100
@@ -68,7 +68,7 @@ def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
     ax.set_yticks(range(len(grid.index)), [f"{d:g}" for d in grid.index])
     ax.set_xlabel("prompt length (tokens)")
     ax.set_ylabel("key depth")
-    seeds = passkey[passkey.scheme == scheme]["seed"].nunique()
+    seeds = passkey[passkey.scheme == str(scheme)]["seed"].nunique()
     of_seeds = f", mean of {seeds} seeds" if seeds > 1 else ""
     ax.set_title(f"{scheme}: passkey retrieved (%){of_seeds}, trained at {int(passkey['train_len'].min())}")
     fig.colorbar(image, ax=ax, label="% retrieved")
@@ -167,7 +167,7 @@ def plot_by_length(
     fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
     schemes = scheme_order(df["scheme"])
     for i, scheme in enumerate(schemes):
-        stats = df[df.scheme == scheme].groupby(x)[y].agg(["mean", "std", "min", "max"])
+        stats = df[df.scheme == str(scheme)].groupby(x)[y].agg(["mean", "std", "min", "max"])
         stats = stats.dropna(subset=["mean"])
         if percent:
             bars = [stats["mean"] - stats["min"], stats["max"] - stats["mean"]]
@@ -204,7 +204,7 @@ def plot_loss_by_position(positions: pd.DataFrame, train_len: int, path: Path) -
     sub["nll_sum"] = sub["nll"] * sub["tokens"]
     fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
     for scheme in scheme_order(sub["scheme"]):
-        sums = sub[sub.scheme == scheme].groupby("bucket")[["nll_sum", "tokens"]].sum()
+        sums = sub[sub.scheme == str(scheme)].groupby("bucket")[["nll_sum", "tokens"]].sum()
         style = scheme_style(scheme) | {"marker": None}
         ax.plot(
             sums.index + width / 2, sums["nll_sum"] / sums["tokens"], label=scheme, linewidth=1.6, **style

@@ -43,7 +43,7 @@ def ppl_pivot(df: pd.DataFrame, value: str = "ppl", digits: int = 2) -> tuple[li
     header += [f"L={L}" + (" (train)" if L in set(df["train_len"]) else "") for L in lengths]
     rows = []
     for scheme in scheme_order(df["scheme"]):
-        sub = df[df["scheme"] == scheme]
+        sub = df[df["scheme"] == str(scheme)]
         ratio = [f"{chars_per_token(sub):.2f}"] if extra else []
         cells = [mean_std(sub[sub["eval_len"] == L][value], digits) for L in lengths]
         rows.append([str(scheme), str(sub["seed"].nunique()), *ratio, *cells])
@@ -52,7 +52,7 @@ def ppl_pivot(df: pd.DataFrame, value: str = "ppl", digits: int = 2) -> tuple[li
 
 def characters_covered(df: pd.DataFrame, schemes: list[str], length: int) -> str:
     """ "≈ a–b characters": what a window of `length` tokens covers on average, across the columns."""
-    covered = [length * chars_per_token(df[df.scheme == s]) for s in schemes]
+    covered = [length * chars_per_token(df[df.scheme == str(s)]) for s in schemes]
     covered = [c for c in covered if math.isfinite(c)]
     if not covered:
         return ""
@@ -64,13 +64,13 @@ def tokenizer_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> 
     """Tokenizer and characters per token of each column, and bits per byte when tokenizers mix
     (token perplexities of different tokenizers do not compare; bits per byte do)."""
     rows = [
-        ["tokenizer"] + [", ".join(sorted(df[df.scheme == s]["tokenizer"].unique())) for s in schemes],
-        ["characters per token"] + [f"{chars_per_token(df[df.scheme == s]):.2f}" for s in schemes],
+        ["tokenizer"] + [", ".join(sorted(df[df.scheme == str(s)]["tokenizer"].unique())) for s in schemes],
+        ["characters per token"] + [f"{chars_per_token(df[df.scheme == str(s)]):.2f}" for s in schemes],
     ]
     if df["tokenizer"].nunique() > 1:
         for L in lengths:
             at_length = df[df.eval_len == L]
-            bpb = [mean_std(at_length[at_length.scheme == s]["bpb"], digits=3) for s in schemes]
+            bpb = [mean_std(at_length[at_length.scheme == str(s)]["bpb"], digits=3) for s in schemes]
             rows.append([f"bpb @ {L}", *bpb])
     return rows
 
@@ -93,7 +93,9 @@ def comparison(
         where = [relative_length(L, train_len)]
         where += [characters_covered(df, schemes, L)] if subword(df) else []
         label = f"ppl @ {L} ({'; '.join(w for w in where if w)})"
-        rows.append([label] + [mean_std(df[(df.scheme == s) & (df.eval_len == L)]["ppl"]) for s in schemes])
+        rows.append(
+            [label] + [mean_std(df[(df.scheme == str(s)) & (df.eval_len == L)]["ppl"]) for s in schemes]
+        )
     evidence, best = extrapolation(df, longest)
     one_length = df["train_len"].nunique() == 1
     rows.append(
@@ -122,7 +124,7 @@ def comparison(
     rows.append(
         ["used by"] + [info.get(s, {}).get("used_by", claim.used_by) for s, claim in zip(schemes, claims)]
     )
-    seeds = {s: df[df.scheme == s]["seed"].nunique() for s in schemes}
+    seeds = {s: df[df.scheme == str(s)]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
     notes = [
         f"Perplexity on {scored_tokens(df)} ({mode} windows), the same tokens at every length; "
@@ -181,7 +183,7 @@ def precision_note(df: pd.DataFrame) -> str | None:
     by_precision = trained.groupby("precision")["scheme"].unique()
     if len(by_precision) < 2:
         return None
-    parts = [f"{p} ({', '.join(scheme_order(schemes))})" for p, schemes in by_precision.items()]
+    parts = [f"{p} ({', '.join(map(str, scheme_order(schemes)))})" for p, schemes in by_precision.items()]
     return (
         "the runs were trained in different precisions: "
         + "; ".join(parts)
