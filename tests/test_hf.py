@@ -195,7 +195,7 @@ def test_rope_scaling_is_the_model_loaded_with_that_rope_scaling(tiny, evaluated
     ],
 )
 def test_each_method_maps_to_transformers_rope_parameters(tiny, method, params):
-    from posenc_cli.evaluation.hf_models import load_hf_model
+    from posenc_cli.evaluation.hf_loading import load_hf_model
     from posenc_cli.model.positional.rope_scaling import RopeScaling
 
     ids = text_ids(tiny)[None, : CONTEXT * 2 + 1]
@@ -230,7 +230,7 @@ def test_bytes_are_the_text_the_scored_tokens_cover_and_bpb_follows(tiny, evalua
 
 
 def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
-    from posenc_cli.evaluation.hf_models import load_hf_model
+    from posenc_cli.evaluation.hf_loading import load_hf_model
 
     root = tiny["root"]
     result = run_cli(
@@ -271,7 +271,7 @@ def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
 
 
 def test_training_length_comes_from_the_config():
-    from posenc_cli.evaluation.hf_models import training_length
+    from posenc_cli.evaluation.hf_loading import training_length
 
     tf = transformers
     assert training_length(tf.GPT2Config(n_positions=1024)) == 1024
@@ -281,7 +281,7 @@ def test_training_length_comes_from_the_config():
 
 
 def test_memory_past_the_machine_is_refused_in_one_line(tiny, fixed_free_memory):
-    from posenc_cli.evaluation.hf_models import load_hf_model
+    from posenc_cli.evaluation.hf_loading import load_hf_model
 
     bloom = load_hf_model(f"hf:{tiny['root'] / 'bloom'}")
     bloom.check_fits([CONTEXT], bloom.device)
@@ -290,7 +290,7 @@ def test_memory_past_the_machine_is_refused_in_one_line(tiny, fixed_free_memory)
 
 
 def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path):
-    from posenc_cli.evaluation.hf_models import load_hf_model
+    from posenc_cli.evaluation.hf_loading import load_hf_model
 
     transformers.T5Config(d_model=32, num_layers=1, num_heads=2, d_ff=64).save_pretrained(tmp_path / "t5")
     with pytest.raises(UsageError, match="is a t5 model, not a causal LM"):
@@ -328,3 +328,19 @@ def test_export_loads_without_pickle_to_identical_logits(tiny, tmp_path):
     ids = torch.as_tensor(run.tokenizer.encode(tiny["text"][:200]), dtype=torch.long)[None]
     assert torch.equal(model(ids), run.model(ids))
     assert (tokenizer.payload(), train_len) == (run.tokenizer.payload(), run.train_len)
+
+
+def test_a_posenc_run_and_a_pretrained_model_are_both_eval_targets(tiny, smoke_sweep):
+    """evaluation.target.EvalTarget is what eval and probe ask of a model; both kinds provide all of it."""
+    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.evaluation.labels import Label
+    from posenc_cli.evaluation.run_target import RunTarget
+    from posenc_cli.evaluation.target import EvalTarget
+    from posenc_cli.rundir.loading import load_run
+
+    run = RunTarget.of(load_run(next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))))
+    for target in (run, load_hf_model(f"hf:{tiny['root'] / 'bloom'}")):
+        assert isinstance(target, EvalTarget), type(target)
+        assert isinstance(target.label, Label) and isinstance(
+            target.use_variant(target.variants(["none"], None)[0]), Label
+        )

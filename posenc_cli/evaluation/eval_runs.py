@@ -22,6 +22,7 @@ from posenc_cli.evaluation.perplexity import (
     scored_span,
     unigram_perplexity,
 )
+from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.model.positional import past_max_len
 
 
@@ -56,7 +57,7 @@ class Scoring:
 
 
 def plan_run(
-    run,
+    run: EvalTarget,
     eval_text: str | None,
     *,
     lengths: list[int],
@@ -77,7 +78,7 @@ def plan_run(
 
 
 def evaluate_runs(
-    runs,
+    runs: list[EvalTarget],
     *,
     lengths: list[int],
     mode: str,

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
 
@@ -38,7 +36,7 @@ from posenc_cli.model.positional.rope_scaling import RopeScaling
 
 PREFIX = "hf:"
 # model_type -> the chapters' scheme it uses
-SCHEMES = {
+MODEL_TYPE_SCHEMES = {
     "gpt2": "learned",
     "opt": "learned",
     "gpt_neo": "learned",
@@ -52,12 +50,7 @@ SCHEMES = {
     "bloom": "alibi",
     "mpt": "alibi",
 }
-CONTEXT_KEYS = ("n_positions", "max_position_embeddings", "max_seq_len", "seq_length", "n_ctx")
-# Configs that state no context: BLOOM was trained on 2,048-token sequences (BigScience 2022, §3.3)
-KNOWN_CONTEXT = {"bloom": 2048}
 LOGITS_CHUNK = 1024  # positions whose logits exist at once
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-NETWORK_TIMEOUT_S = 3.0
 
 
 def is_hf(name: str) -> bool:
@@ -75,103 +68,6 @@ def transformers_module():
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     return transformers
-
-
-def hub_reachable() -> bool:
-    """Whether the hub's host answers within a few seconds (no network here means no hub)."""
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE:
-        return False
-    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
-    try:
-        socket.create_connection((host, 443), timeout=NETWORK_TIMEOUT_S).close()
-        return True
-    except OSError:
-        return False
-
-
-def load_pretrained(loader, source: str, name: str, **kwargs):
-    """`loader.from_pretrained` from a local directory, the local cache, or the hub, in that order;
-    never waits on a network that is not there."""
-    if Path(source).expanduser().is_dir():
-        return loader.from_pretrained(str(Path(source).expanduser()), local_files_only=True, **kwargs)
-    try:
-        return loader.from_pretrained(source, local_files_only=True, **kwargs)
-    except OSError:
-        if not hub_reachable():
-            raise UsageError(
-                f"{name} is neither a local directory nor in the Hugging Face cache, and the hub cannot be "
-                "reached (no network, or HF_HUB_OFFLINE=1); give a local model directory"
-            ) from None
-    return loader.from_pretrained(source, **kwargs)
-
-
-def load_hf_model(
-    name: str, context: int | None = None, device: torch.device | str = "cpu", dtype: str = "fp32"
-) -> HFModel:
-    """`hf:ID_OR_PATH` -> HFModel; every way it can fail is one line."""
-    tf = transformers_module()
-    source = name[len(PREFIX) :]
-    if not source:
-        raise UsageError(
-            f"{name!r} names no model; give hf:ID (a hub id such as gpt2) or hf:PATH (a local directory)"
-        )
-    if dtype not in DTYPES:
-        raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
-    try:
-        config = load_pretrained(tf.AutoConfig, source, name)
-    except UsageError:
-        raise
-    except (OSError, ValueError, KeyError) as err:
-        raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
-    model_class = tf.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
-    if model_class is None:
-        raise UsageError(
-            f"{name} is a {config.model_type} model, not a causal LM; posenc evaluates causal LMs "
-            f"({', '.join(sorted(SCHEMES))})"
-        )
-    if config.model_type not in SCHEMES:
-        raise UsageError(
-            f"{name} is a {config.model_type} model, whose positional scheme posenc does not know; "
-            f"known: {', '.join(sorted(SCHEMES))}"
-        )
-    train_len = context or training_length(config)
-    if not train_len:
-        raise UsageError(f"{name}'s config states no context length; give it with --hf-context N")
-    attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
-    try:
-        tokenizer = load_pretrained(tf.AutoTokenizer, source, name)
-        model = load_pretrained(
-            tf.AutoModelForCausalLM,
-            source,
-            name,
-            config=config,
-            dtype=DTYPES[dtype],
-            attn_implementation=attention,
-        )
-    except UsageError:
-        raise
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
-        raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
-    if not getattr(tokenizer, "is_fast", False):
-        raise UsageError(
-            f"{name} has no fast tokenizer (tokenizer.json), which posenc needs to count bytes per token"
-        )
-    return HFModel(name, model.eval(), tokenizer, int(train_len), attention, torch.device(device))
-
-
-def first_line(err: Exception) -> str:
-    return " ".join(str(err).split("\n")[0].split())[:200]
-
-
-def training_length(config) -> int | None:
-    """The model's configured context: the first of CONTEXT_KEYS it sets, else what is known."""
-    for key in CONTEXT_KEYS:
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return KNOWN_CONTEXT.get(config.model_type)
 
 
 def short_name(name: str) -> str:
@@ -192,7 +88,7 @@ class HFModel:
         self.model, self.tokenizer, self.train_len, self.attention = model, tokenizer, train_len, attention
         self.device = device
         self.config = model.config
-        self.base_scheme = SCHEMES[self.config.model_type]
+        self.base_scheme = MODEL_TYPE_SCHEMES[self.config.model_type]
         self.scheme = f"{short_name(name)} ({self.base_scheme})"
         self.tokenizer_name = name
         self.rotary = {

@@ -19,6 +19,7 @@ from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import passkey
 from posenc_cli.evaluation.labels import mixes_own_tokenizers, with_tokenizer
+from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.model import token_nll
 from posenc_cli.model.positional import past_max_len
 
@@ -131,7 +132,9 @@ def score(scorer, trials: torch.Tensor, key_tokens: torch.Tensor) -> tuple[torch
     return torch.cat(hits), torch.cat(nlls)
 
 
-def probe_runs(runs, *, lengths: list[int], depths: list[float], trials: int, seed: int, device):
+def probe_runs(
+    runs: list[EvalTarget], *, lengths: list[int], depths: list[float], trials: int, seed: int, device
+):
     """Every run at every length (its training length included) and depth: one tidy row per cell. A run
     is a posenc run or a Hugging Face model; each builds its own trials (see their probe_trials)."""
     import pandas as pd

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from posenc_cli.evaluation.hf_models import is_hf, load_hf_model
+from posenc_cli.evaluation.hf_loading import load_hf_model
+from posenc_cli.evaluation.hf_models import is_hf
 from posenc_cli.evaluation.run_target import RunTarget
+from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.rundir.loading import load_run
 from posenc_cli.rundir.selection import finished_runs
 
 
-def load_targets(names: list[str], verb: str, hf_options: dict) -> tuple[list, str]:
+def load_targets(names: list[str], verb: str, hf_options: dict) -> tuple[list[EvalTarget], str]:
     """What eval and probe work on: the posenc runs among `names` (the latest runs when nothing is
     named) and each `hf:ID_OR_PATH`, loaded."""
 

@@ -20,7 +20,7 @@ from posenc_cli.model import GPT
 from posenc_cli.model.gpt import rename_legacy_scheme_keys
 from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.loading import read_summary
-from posenc_cli.rundir.record import load_checkpoint
+from posenc_cli.rundir.record import load_checkpoint, tokenizer_record
 
 KEPT = {"scheme": "scheme", "n_layer": "model.n_layer", "n_head": "model.n_head", "n_embd": "model.n_embd"}
 
@@ -39,7 +39,7 @@ def source_checkpoint(value: Any) -> tuple[Path, dict[str, Any]]:
 def saved_tokenizer(source: Path, saved: dict[str, Any]):
     """The tokenizer RUN was trained with (older checkpoints: their character list)."""
 
-    return run_tokenizer(saved.get("tokenizer") or {"kind": "char", "chars": saved["vocab"]}, source)
+    return run_tokenizer(tokenizer_record(saved), source)
 
 
 def check_same_model(source: Path, saved: dict[str, Any], model_cfg: dict[str, Any], tokenizer) -> None:

@@ -12,7 +12,7 @@ from posenc_cli.data import Corpus, corpus_kind, load_corpus, require_same_corpu
 from posenc_cli.data.tokenizers import run_tokenizer
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.layout import CHECKPOINT, is_run_dir
-from posenc_cli.rundir.record import check_fields, load_checkpoint, read_summary
+from posenc_cli.rundir.record import check_fields, load_checkpoint, read_summary, tokenizer_record
 
 
 @dataclass
@@ -74,8 +74,7 @@ def load_run(run_dir: str | Path) -> LoadedRun:
             f"{path / CHECKPOINT} no longer matches this version's model code ({reason})"
         ) from None
     model.eval()
-    stored = payload.get("tokenizer") or {"kind": "char", "chars": payload["vocab"]}  # older runs: chars only
-    tokenizer = run_tokenizer(stored, path)
+    tokenizer = run_tokenizer(tokenizer_record(payload), path)
     return LoadedRun(path, model, tokenizer, int(payload["train_len"]), read_summary(path), payload)
 
 

@@ -106,3 +106,9 @@ def check_fields(payload: dict[str, Any], path: Path) -> None:
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     write_text(run_dir / SUMMARY, json.dumps(summary, indent=2, default=str) + "\n")
+
+
+def tokenizer_record(payload: dict[str, Any]) -> dict[str, Any]:
+    """The tokenizer a checkpoint records; the one migration of old checkpoints, which stored only the
+    characters of a char vocabulary (`vocab`)."""
+    return payload.get("tokenizer") or {"kind": "char", "chars": payload["vocab"]}

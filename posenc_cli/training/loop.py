@@ -73,6 +73,39 @@ def validation_loss(
 
 def train(cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None) -> dict[str, Any]:
     """Train one run into `run_dir`; `run_name` names it in trackers (default: the directory's name)."""
+    s = start_session(cfg, Path(run_dir))
+    summary = announce_run(s, run_name)
+    started, elapsed_before = time.perf_counter(), s.state.elapsed
+    status, message = train_until_stopped(s, lambda: elapsed_before + time.perf_counter() - started)
+    s.state.elapsed = elapsed_before + time.perf_counter() - started
+    tc = cfg.train
+    summary.update(
+        status=status,
+        message=message,
+        steps=s.state.step,
+        wall_time_s=round(s.state.elapsed, 2),
+        final_train_loss=last_measured(s.state.metrics, "train_loss"),
+        final_val_loss=last_measured(s.state.metrics, "val_loss"),
+        tokens_per_s=round(s.state.step * tc.batch_size * tc.block_size / max(s.state.elapsed, 1e-9)),
+    )
+    if s.ctx.is_main:  # the other ranks hold the same state and stay quiet
+        write_summary(s.run_dir, summary)
+        s.logger.log_summary(summary)
+        s.logger.close()
+        if status == "finished":
+            log.info(
+                f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {s.state.step} steps "
+                f"({summary['wall_time_s']:.0f} s) -> {s.run_dir}"
+            )
+        else:
+            (log.error if status == "failed" else log.warning)(message)
+    if status == "interrupted":
+        raise SystemExit(130)
+    return summary
+
+
+def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
+    """The run's directory held, its corpus, model and optimizer built, a resume's checkpoint restored."""
     tc = cfg.train
     if tc.threads:
         torch.set_num_threads(tc.threads)
@@ -81,9 +114,9 @@ def train(cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None) -
     device = distributed.device_for(resolve_device(cfg.device), ctx)
     run_id = stored_record(Path(tc.resume))[1] if tc.resume else uuid.uuid4().hex
     if ctx.is_main:  # the directory is this process's; a fresh one says at once which run it holds
-        hold_lock(Path(run_dir))
+        hold_lock(run_dir)
         if not tc.resume:
-            write_summary(Path(run_dir), {"status": "running", "run_id": run_id, "config": recorded(cfg)})
+            write_summary(run_dir, {"status": "running", "run_id": run_id, "config": recorded(cfg)})
     corpus = load_corpus(dataclasses.asdict(cfg.data))
     check_lengths(corpus, tc.block_size)
 
@@ -96,7 +129,7 @@ def train(cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None) -
     val_rng = torch.Generator().manual_seed(12345)  # the same validation windows for every run
     s = Session(
         cfg=cfg,
-        run_dir=Path(run_dir),
+        run_dir=run_dir,
         mc=mc,
         corpus=corpus,
         device=device,
@@ -114,75 +147,54 @@ def train(cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None) -
         restore(s, Path(tc.resume) / CHECKPOINT)
         if ctx.is_main:
             remove_leftovers(s.run_dir)
+    return s
 
+
+def announce_run(s: Session, run_name: str | None) -> dict[str, Any]:
+    """The summary of a run being trained, written with status running; the trackers opened."""
+    cfg = s.cfg
     summary = {
-        **describe(cfg, model, corpus, device),
-        "precision": precision_record(device, tc.precision, s.precision),
-        "run_id": run_id,
+        **describe(cfg, s.model, s.corpus, s.device),
+        "precision": precision_record(s.device, cfg.train.precision, s.precision),
+        "run_id": s.run_id,
         "config": recorded(cfg),
     }
-    if tc.init_from:
-        source = Path(tc.init_from).resolve()
+    if cfg.train.init_from:
+        source = Path(cfg.train.init_from).resolve()
         summary.update(init_from=str(source), init_chain=lineage(source))
-    if ctx.is_main:
-        if corpus.tokenizer.kind == "bpe":
-            write_text(s.run_dir / TOKENIZER_FILE, corpus.tokenizer.to_json())
+    if s.ctx.is_main:
+        if s.corpus.tokenizer.kind == "bpe":
+            write_text(s.run_dir / TOKENIZER_FILE, s.corpus.tokenizer.to_json())
         write_summary(s.run_dir, {**summary, "status": "running"})
         s.logger = open_loggers(
             cfg.logger, s.run_dir, s.state.metrics, run_name or s.run_dir.name, s.state.step
         )
         s.logger.log_config(recorded(cfg))
-    status, message = "finished", None
-    started, elapsed_before = time.perf_counter(), s.state.elapsed
+    return summary
+
+
+def train_until_stopped(s: Session, elapsed) -> tuple[str, str | None]:
+    """(status, message): finished; failed at a non-finite loss; interrupted by a signal or Ctrl-C."""
     try:
         with StopSignals() as stop:
-            run_loop(
-                s,
-                distributed.wrap(model, device, ctx),
-                stop,
-                lambda: elapsed_before + time.perf_counter() - started,
-            )
+            run_loop(s, distributed.wrap(s.model, s.device, s.ctx), stop, elapsed)
     except NonFiniteLoss as err:
         kept = (
             f"the checkpoint of step {s.saved_step} is kept"
             if s.saved_step
             else "no checkpoint had been saved yet"
         )
-        status, message = "failed", f"training stopped: {err}; {kept} (try a lower train.lr)"
+        return "failed", f"training stopped: {err}; {kept} (try a lower train.lr)"
     except Stopped as stop:
-        status, message = (
-            "interrupted",
-            f"{stop} at step {s.state.step}; checkpoint saved. Resume with: posenc train train.resume={s.run_dir}",
+        return "interrupted", (
+            f"{stop} at step {s.state.step}; checkpoint saved. Resume with: posenc train train.resume={s.run_dir}"
         )
     except KeyboardInterrupt:
-        status, message = (
-            "interrupted",
-            f"stopped at once at step {s.state.step}; the last checkpoint is kept. Resume with: posenc train train.resume={s.run_dir}",
+        return "interrupted", (
+            f"stopped at once at step {s.state.step}; the last checkpoint is kept. "
+            f"Resume with: posenc train train.resume={s.run_dir}"
         )
-    s.state.elapsed = elapsed_before + time.perf_counter() - started
-    summary.update(
-        status=status,
-        message=message,
-        steps=s.state.step,
-        wall_time_s=round(s.state.elapsed, 2),
-        final_train_loss=last_measured(s.state.metrics, "train_loss"),
-        final_val_loss=last_measured(s.state.metrics, "val_loss"),
-        tokens_per_s=round(s.state.step * tc.batch_size * tc.block_size / max(s.state.elapsed, 1e-9)),
-    )
-    if ctx.is_main:  # the other ranks hold the same state and stay quiet
-        write_summary(s.run_dir, summary)
-        s.logger.log_summary(summary)
-        s.logger.close()
-        if status == "finished":
-            log.info(
-                f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {s.state.step} steps "
-                f"({summary['wall_time_s']:.0f} s) -> {s.run_dir}"
-            )
-        else:
-            (log.error if status == "failed" else log.warning)(message)
-    if status == "interrupted":
-        raise SystemExit(130)
-    return summary
+    return "finished", None
 
 
 def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> None:

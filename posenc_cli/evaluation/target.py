@@ -1,0 +1,63 @@
+"""The EvalTarget protocol: what `posenc eval` and `posenc probe` ask of a model, so that a posenc run
+(evaluation.run_target.RunTarget) and a pretrained `hf:` model (evaluation.hf_models.HFModel) are
+scored by the same code. A new kind of model implements this and is loaded in evaluation.targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import torch
+
+from posenc_cli.evaluation.labels import Label
+
+
+@runtime_checkable
+class EvalTarget(Protocol):
+    path: Path | str  # a run directory, or the hf: name: the `run` column of every result
+    train_len: int  # the length it was trained at: lengths are read against it
+    seed: int  # a posenc run's seed; 0 for a pretrained model
+    training_precision: str  # fp32, bf16-autocast, unrecorded; "" for a model posenc did not train
+    tokenizer_name: str  # its tokenizer: posenc's kind (char, byte, bpe) or the pretrained model's name
+
+    @property
+    def label(self) -> Label: ...  # the column as trained
+
+    @property
+    def max_len(self) -> int | None: ...  # the longest position it can represent; None: unbounded
+
+    def variants(self, methods: list[str], factor: float | None) -> list[Any]:
+        """What it is evaluated as, one item per --rope-scaling method (opaque: given back to use_variant);
+        a model that takes no scaling once. Refuses methods it cannot apply."""
+        ...
+
+    def use_variant(self, variant: Any) -> Label:
+        """Evaluate as `variant` from now on (nothing on disk changes); the column's label."""
+        ...
+
+    def eval_tokens(self, text: str | None) -> tuple[Any, Callable[[int, int], torch.Tensor]]:
+        """(token ids of `text`, or of its own validation text; weights(start, n): UTF-8 bytes and
+        characters of tokens start..start+n-1, a (2, n) tensor)."""
+        ...
+
+    def check_fits(self, lengths: list[int], device: torch.device) -> None:
+        """Refuse, in one line, lengths whose scoring would not fit in the device's free memory."""
+        ...
+
+    def scorer(self, device: Any) -> Any:
+        """What scores windows: token_nll(inputs, targets) and last_logits(inputs, n)."""
+        ...
+
+    def facts(self) -> dict[str, Any]:
+        """comparison.md's rows about the model: positional_params, relative (and used_by)."""
+        ...
+
+    def check_probe(self) -> None:
+        """Refuse, before any work, a model the passkey probe cannot ask (its vocabulary, its text)."""
+        ...
+
+    def probe_trials(
+        self, length: int, depth: float, trials: int, seed: int, cache: dict
+    ) -> list[tuple[Any, Any]]:
+        """[(trials x `length` token ids, the key's tokens per trial)] at `depth`, the same for a seed."""
+        ...
