@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from posenc_cli.core.device import EFFECTIVE_PRECISIONS
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import Corpus, corpus_kind, load_corpus, require_same_corpus
 from posenc_cli.data.tokenizers import run_tokenizer
@@ -42,8 +43,9 @@ class LoadedRun:
     @property
     def training_precision(self) -> str:
         """What the run computed in while training (fp32, bf16-autocast); `unrecorded` for runs made
-        before posenc recorded it."""
-        return str(self.checkpoint.get("precision") or "unrecorded")
+        before posenc recorded it, or whose record holds anything else."""
+        recorded = self.checkpoint.get("precision")
+        return recorded if recorded in EFFECTIVE_PRECISIONS else "unrecorded"
 
     @property
     def max_len(self) -> int | None:
