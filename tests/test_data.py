@@ -155,6 +155,7 @@ def test_a_saved_hugging_face_dataset_is_its_text_column(tmp_path):
         load_corpus({"kind": "hf", "name": str(directory), "text_field": "body"})
 
 
+@pytest.mark.slow  # trains runs or starts processes
 def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_the_cli(tmp_path, monkeypatch):
     directory, _ = saved_dataset(tmp_path)
     trained = run_cli(

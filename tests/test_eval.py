@@ -420,6 +420,7 @@ def test_the_schemes_beyond_the_chapters_evaluate_past_training_length(beyond_ch
     assert "| relative position | explicit | explicit | explicit | explicit |" in comparison
 
 
+@pytest.mark.slow  # trains runs or starts processes
 def test_trained_composite_and_interleaved_runs_evaluate_like_any_other(tmp_path):
     """End to end: sinusoidal+learned and the chapter's interleaved RoPE train, and eval scores them;
     --learned-overflow window fills the table's "—" with learned+window numbers, labelled so."""

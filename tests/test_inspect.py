@@ -251,6 +251,7 @@ def test_rotation_angles_are_read_from_the_hook():
     assert torch.allclose(angles[:, -1], (LENGTH - 1) * rope.inv_freq.to(angles.dtype), rtol=1e-4)
 
 
+@pytest.mark.slow  # trains runs or starts processes
 def test_figures_are_written(tmp_path: Path):
     expected = {
         "none": set(),

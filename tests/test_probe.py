@@ -127,6 +127,7 @@ def test_corpus_episodes_answer_their_own_key_at_distances_in_range():
     assert passkey.needed_chars() <= set(text[: int(len(text) * 0.9)])  # the training split has them all
 
 
+@pytest.mark.slow  # trains runs or starts processes
 def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path, monkeypatch):
     train = run_cli(
         "train",
