@@ -81,3 +81,20 @@ def test_an_unknown_cpu_bf16_answer_is_one_line(tmp_path):
     result = run_cli("train", *SMOKE, "train.precision=auto", cwd=tmp_path, env={"POSENC_CPU_BF16": "maybe"})
     assert_one_line_error(result, "POSENC_CPU_BF16=maybe", "native, emulated")
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(
+    "recorded, read",
+    [
+        ("fp32", "fp32"),
+        ("bf16-autocast", "bf16-autocast"),
+        (None, "unrecorded"),
+        ("fp16", "unrecorded"),
+        (["fp32"], "unrecorded"),
+    ],
+)
+def test_a_runs_training_precision_is_read_only_from_what_posenc_writes(recorded, read):
+    from posenc_cli.rundir.loading import LoadedRun
+
+    checkpoint = {} if recorded is None else {"precision": recorded}
+    assert LoadedRun(Path("run"), None, None, 1, {}, checkpoint).training_precision == read
