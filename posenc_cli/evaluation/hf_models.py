@@ -89,7 +89,6 @@ class HFModel:
         self.device = device
         self.config = model.config
         self.base_scheme = MODEL_TYPE_SCHEMES[self.config.model_type]
-        self.scheme = f"{short_name(name)} ({self.base_scheme})"
         self.tokenizer_name = name
         self.rotary = {
             n: m for n, m in model.named_modules() if hasattr(m, "rope_type") and hasattr(m, "inv_freq")

@@ -33,6 +33,12 @@ class Label:
         """The scheme a figure colours the column by: a composite takes its first part's colour."""
         return self.scheme.split("+")[0]
 
+    @property
+    def beyond_family(self) -> str:
+        """What the column adds to its family: `yarn` for rope+yarn, `learned` for sinusoidal+learned;
+        tables order and figures style the columns of one family by it."""
+        return self.positional[len(self.family) + 1 :]
+
     def __str__(self) -> str:
         text = f"{self.model} ({self.positional})" if self.model else self.positional
         return f"{text} [{self.tokenizer}]" if self.tokenizer else text
@@ -71,7 +77,6 @@ def scheme_order(columns: Iterable[Label | str]) -> list[Label | str]:
     def key(column: Label | str):
         label = as_label(column)
         rank = order.index(label.family) if label.family in order else len(order)
-        rest = label.positional[len(label.family) + 1 :]
-        return label.model != "", label.model, rank, label.family, rest, label.tokenizer
+        return label.model != "", label.model, rank, label.family, label.beyond_family, label.tokenizer
 
     return sorted(dict.fromkeys(columns), key=key)

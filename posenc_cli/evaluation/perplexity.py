@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,9 +21,6 @@ from posenc_cli.core.device import autocast
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import token_window
 from posenc_cli.model import token_nll
-
-if TYPE_CHECKING:
-    pass  # imported where it is used: `posenc eval` only
 
 TOKENS_PER_FORWARD = 16384  # windows are batched up to this many tokens per forward pass
 

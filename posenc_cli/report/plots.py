@@ -109,8 +109,7 @@ def scheme_style(label: Label | str) -> dict:
     in every figure whichever schemes it shows, a pretrained model's included."""
     label = as_label(label)
     colour, marker = SCHEME_STYLES.get(label.family, UNKNOWN_STYLE)
-    variant = label.positional[len(label.family) + 1 :]
-    return {"color": colour, "marker": marker, "linestyle": VARIANT_LINES.get(variant, "--")}
+    return {"color": colour, "marker": marker, "linestyle": VARIANT_LINES.get(label.beyond_family, "--")}
 
 
 def plain_log_axis(axis, values: Iterable[float]) -> None:

@@ -75,13 +75,9 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     if tc.resume and (Path(tc.resume) / SUMMARY).is_file():  # a changed corpus: before tokenizing
         stored = read_summary(Path(tc.resume))
         require_same_corpus(dataclasses.asdict(typed_cfg.data), stored.get("corpus_sha256"), tc.resume)
-        saved = (
-            stored.get("precision", {}).get("effective")
-            if isinstance(stored.get("precision"), dict)
-            else None
-        )
-        if saved is not None:  # the checkpoint's own record is checked again when the resume loads it
-            resumed_precision(device, tc.precision, saved, tc.resume)
+        record = stored.get("precision")
+        if isinstance(record, dict) and record.get("effective") is not None:  # the checkpoint's own
+            resumed_precision(device, tc.precision, record["effective"], tc.resume)  # is checked on load
     return typed_cfg
 
 
