@@ -182,7 +182,7 @@ def broken_runs(smoke_sweep, workdir) -> dict[str, Path]:
     (runs["truncated"] / CHECKPOINT).write_bytes(data[: len(data) // 2])
     (runs["garbage"] / CHECKPOINT).write_bytes(b"not a zip file" * 100)
     payload = torch.load(good / CHECKPOINT, weights_only=True)
-    payload["model_config"]["rotary_fraction"] = 0.5  # a field this version's model does not know
+    payload["record"]["model_config"]["rotary_fraction"] = 0.5  # a field this version's model does not know
     torch.save(payload, runs["stale"] / CHECKPOINT)
     runs["good"] = good
     return runs

@@ -106,7 +106,7 @@ def test_two_gloo_ranks_match_each_other_and_the_single_process_run(
         assert (ours[column] - theirs[column]).abs().max() < tolerance, (column, ours[column], theirs[column])
         assert ours[column].isna().equals(theirs[column].isna()), column
     weights, reference = (
-        load_checkpoint(run / CHECKPOINT)["model"],
-        load_checkpoint(tmp_path / "single" / CHECKPOINT)["model"],
+        load_checkpoint(run / CHECKPOINT).model,
+        load_checkpoint(tmp_path / "single" / CHECKPOINT).model,
     )
     assert max(float((weights[k] - reference[k]).abs().max()) for k in weights) < tolerance

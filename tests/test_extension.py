@@ -19,7 +19,7 @@ from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.lineage import initial_state, lineage, source_checkpoint
-from posenc_cli.rundir.record import save_checkpoint
+from posenc_cli.rundir.record import Checkpoint, RunRecord, save_checkpoint
 from posenc_cli.training.preflight import preflight
 
 pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
@@ -42,15 +42,32 @@ def saved_run(tmp_path: Path, scheme: str, block_size: int = 32, **options) -> t
         )
     ).eval()
     run = tmp_path / f"run_{scheme}"
+    record = RunRecord(
+        run_id=None,
+        model_config=model.cfg.to_dict(),
+        tokenizer={"kind": "char", "chars": list(vocab)},
+        train_len=block_size,
+        data=corpus_cfg,
+        seed=0,
+        corpus_sha256=None,
+        precision=None,
+        config=None,
+    )
+    empty = torch.zeros(0)
     save_checkpoint(
         run / CHECKPOINT,
-        {
-            "model_config": model.cfg.to_dict(),
-            "vocab": list(vocab),
-            "model": model.state_dict(),
-            "data": corpus_cfg,
-            "train_len": block_size,
-        },
+        Checkpoint(
+            record=record,
+            step=0,
+            elapsed=0.0,
+            metrics=[],
+            recent_losses=empty,
+            train_loss=0.0,
+            model=model.state_dict(),
+            optimizer=None,
+            data_rng=None,
+            torch_rng=None,
+        ),
     )
     return run, model
 

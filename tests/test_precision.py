@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -51,8 +52,8 @@ def test_a_run_records_its_precision_and_a_resume_on_the_other_machine_kind_keep
     assert resumed.returncode == 0, resumed.stderr
     assert summary(stopped)["precision"]["effective"] == AUTO_ANSWERS[cpu_bf16]  # not what `other` says
     want, got = load_checkpoint(reference / CHECKPOINT), load_checkpoint(stopped / CHECKPOINT)
-    assert got["step"] == 6 and got["precision"] == want["precision"]
-    assert all(torch.equal(want["model"][k], got["model"][k]) for k in want["model"])
+    assert got.step == 6 and got.record.precision == want.record.precision
+    assert all(torch.equal(want.model[k], got.model[k]) for k in want.model)
 
 
 def test_a_resume_that_asks_for_another_precision_is_refused_and_changes_nothing(tmp_path, monkeypatch):
@@ -96,5 +97,5 @@ def test_an_unknown_cpu_bf16_answer_is_one_line(tmp_path):
 def test_a_runs_training_precision_is_read_only_from_what_posenc_writes(recorded, read):
     from posenc_cli.rundir.loading import LoadedRun
 
-    checkpoint = {} if recorded is None else {"precision": recorded}
+    checkpoint = SimpleNamespace(record=SimpleNamespace(precision=recorded))
     assert LoadedRun(Path("run"), None, None, 1, {}, checkpoint).training_precision == read

@@ -80,9 +80,9 @@ def tensors(tree, prefix: str = "") -> dict[str, torch.Tensor]:
 def assert_same_training(reference: Path, run: Path) -> None:
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     ref, got = load_checkpoint(reference / CHECKPOINT), load_checkpoint(run / CHECKPOINT)
-    assert got["step"] == ref["step"]
+    assert got.step == ref.step
     for part in ("model", "optimizer"):
-        ref_t, got_t = tensors(ref[part]), tensors(got[part])
+        ref_t, got_t = tensors(getattr(ref, part)), tensors(getattr(got, part))
         assert ref_t.keys() == got_t.keys()
         different = [k for k in ref_t if not torch.equal(ref_t[k], got_t[k])]
         assert not different, f"{part} differs at {different[:5]}"
@@ -112,7 +112,7 @@ def test_sigkill_at_random_points_then_resume_gives_identical_weights_and_metric
         time.sleep(rng.uniform(0.0, 0.15))  # anywhere: mid-step, mid-eval, mid-checkpoint-write
         proc.kill()
         proc.communicate()
-        killed_at.append(load_checkpoint(run / CHECKPOINT)["step"])
+        killed_at.append(load_checkpoint(run / CHECKPOINT).step)
         proc = start_cli("train", f"train.resume={run}", cwd=tmp_path)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
@@ -133,7 +133,7 @@ def test_ctrl_c_saves_says_how_to_resume_and_resume_matches(reference, tmp_path)
     assert f"checkpoint saved. Resume with: posenc train train.resume={run}" in stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "interrupted"
-    assert load_checkpoint(run / CHECKPOINT)["step"] == summary["steps"] < 60  # saved where it stopped
+    assert load_checkpoint(run / CHECKPOINT).step == summary["steps"] < 60  # saved where it stopped
 
     result = run_cli("train", f"train.resume={run}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -153,8 +153,8 @@ def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_s
     bad_step = int(summary["message"].split(" at step ")[1].split(";")[0])
     assert f"at step {bad_step}" in result.stderr
     kept = load_checkpoint(run / CHECKPOINT)
-    assert kept["step"] == bad_step - 1
-    assert all(torch.isfinite(t).all() for t in tensors(kept["model"]).values())
+    assert kept.step == bad_step - 1
+    assert all(torch.isfinite(t).all() for t in tensors(kept.model).values())
 
     monkeypatch.chdir(tmp_path)
     options = [

@@ -143,10 +143,22 @@ def test_a_run_being_trained_refuses_a_second_writer(run):
         os.close(fd)
 
 
-def test_a_foreign_checkpoint_is_refused(run, smoke_sweep):
+def test_a_foreign_checkpoint_is_refused_by_every_command_that_reads_a_run(run, smoke_sweep, tmp_path):
     other = next(p for p in smoke_sweep.iterdir() if p.name.endswith("alibi_seed0"))
     shutil.copy(other / CHECKPOINT, run / CHECKPOINT)
-    assert_refused(*posenc("train", f"train.resume={run}"), "belongs to another run")
+    before = snapshot(run)
+    for args in (
+        ["train", f"train.resume={run}"],
+        ["train", *SMOKE, f"train.init_from={run}", f"hydra.run.dir={tmp_path / 'child'}"],
+        ["eval", str(run), "--lengths", "64", "--out", str(tmp_path / "ev")],
+        ["probe", str(run), "--out", str(tmp_path / "pr")],
+        ["export", str(run), "--out", str(tmp_path / "ex")],
+        ["sample", str(run), "--prompt", "the "],
+        ["inspect", "--run", str(run)],
+    ):
+        assert_refused(*posenc(*args), "belongs to another run")
+    assert snapshot(run) == before
+    assert not any((tmp_path / name).exists() for name in ("child", "ev", "pr", "ex"))
 
 
 def test_resume_never_reads_hydra_files_so_they_cannot_run_code(run):
@@ -313,9 +325,9 @@ def damage_checkpoint(run: Path, field: str, value) -> None:
     """Give the run's checkpoint a field of the wrong type (None: remove the field)."""
     payload = torch.load(run / CHECKPOINT, weights_only=True)
     if value is None:
-        del payload[field]
+        del payload["record"][field]
     else:
-        payload[field] = value
+        payload["record"][field] = value
     torch.save(payload, run / CHECKPOINT)
 
 

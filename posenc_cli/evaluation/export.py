@@ -40,7 +40,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         "model_config": run.model.cfg.to_dict(),
         "tokenizer": run.tokenizer.payload(),
         "train_len": run.train_len,
-        "data": run.checkpoint.get("data"),
+        "data": run.record.data,
     }
     write_with(out / WEIGHTS, lambda p: st.save_model(run.model, str(p)))  # tied head stored once
     write_text(out / CONFIG, json.dumps(config, indent=2, ensure_ascii=False) + "\n")

@@ -18,33 +18,35 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.data.tokenizers import run_tokenizer
 from posenc_cli.model import GPT
 from posenc_cli.model.gpt import rename_legacy_scheme_keys
-from posenc_cli.rundir.layout import CHECKPOINT
-from posenc_cli.rundir.loading import read_summary
-from posenc_cli.rundir.record import load_checkpoint, tokenizer_record
+from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY
+from posenc_cli.rundir.record import Checkpoint, check_own_checkpoint, load_checkpoint, read_summary
 
 KEPT = {"scheme": "scheme", "n_layer": "model.n_layer", "n_head": "model.n_head", "n_embd": "model.n_embd"}
 
 
-def source_checkpoint(value: Any) -> tuple[Path, dict[str, Any]]:
-    """RUN's directory and its checkpoint; one line if it is not a run with a checkpoint."""
+def source_checkpoint(value: Any) -> tuple[Path, Checkpoint]:
+    """RUN's directory and its own checkpoint; one line if it is not a run with a checkpoint, or its
+    checkpoint was copied in from another run."""
     path = Path(str(value))
     if not (path / CHECKPOINT).is_file():
         raise UsageError(
             f"train.init_from={value} is not a run directory with a {CHECKPOINT}; "
             "give the directory of a run that has saved a checkpoint"
         )
-    return path, load_checkpoint(path / CHECKPOINT)
+    checkpoint = load_checkpoint(path / CHECKPOINT)
+    if (path / SUMMARY).is_file():
+        check_own_checkpoint(path, checkpoint, read_summary(path))
+    return path, checkpoint
 
 
-def saved_tokenizer(source: Path, saved: dict[str, Any]):
-    """The tokenizer RUN was trained with (older checkpoints: their character list)."""
+def saved_tokenizer(source: Path, saved: Checkpoint):
+    """The tokenizer RUN was trained with."""
+    return run_tokenizer(saved.record.tokenizer, source)
 
-    return run_tokenizer(tokenizer_record(saved), source)
 
-
-def check_same_model(source: Path, saved: dict[str, Any], model_cfg: dict[str, Any], tokenizer) -> None:
+def check_same_model(source: Path, saved: Checkpoint, model_cfg: dict[str, Any], tokenizer) -> None:
     """The scheme, shape and vocabulary that init_from keeps; one line naming the first difference."""
-    old = saved["model_config"]
+    old = saved.record.model_config
     for key, override in KEPT.items():
         if old.get(key) != model_cfg[key]:
             raise UsageError(
@@ -60,9 +62,9 @@ def check_same_model(source: Path, saved: dict[str, Any], model_cfg: dict[str, A
         )
 
 
-def initial_state(source: Path, saved: dict[str, Any], model: GPT) -> dict[str, torch.Tensor]:
+def initial_state(source: Path, saved: Checkpoint, model: GPT) -> dict[str, torch.Tensor]:
     """RUN's weights shaped for `model` (a meta-device model is enough to check that they fit)."""
-    state = dict(saved["model"])
+    state = dict(saved.model)
     rename_legacy_scheme_keys(model, state, "")
     scheme_state = {key[len("scheme.") :]: value for key, value in state.items() if key.startswith("scheme.")}
     state.update({"scheme." + key: value for key, value in model.scheme.extend_state(scheme_state).items()})

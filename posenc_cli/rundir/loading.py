@@ -13,7 +13,13 @@ from posenc_cli.data import Corpus, corpus_kind, load_corpus, require_same_corpu
 from posenc_cli.data.tokenizers import run_tokenizer
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.layout import CHECKPOINT, is_run_dir
-from posenc_cli.rundir.record import check_fields, load_checkpoint, read_summary, tokenizer_record
+from posenc_cli.rundir.record import (
+    Checkpoint,
+    RunRecord,
+    check_own_checkpoint,
+    load_checkpoint,
+    read_summary,
+)
 
 
 @dataclass
@@ -26,7 +32,11 @@ class LoadedRun:
     tokenizer: Any  # a data.tokenizers.TokenizerBase
     train_len: int
     summary: dict[str, Any]
-    checkpoint: dict[str, Any]
+    checkpoint: Checkpoint
+
+    @property
+    def record(self) -> RunRecord:
+        return self.checkpoint.record
 
     @property
     def tokenizer_name(self) -> str:
@@ -38,13 +48,13 @@ class LoadedRun:
 
     @property
     def seed(self) -> int:
-        return int(self.checkpoint.get("seed", self.summary.get("seed", 0)))
+        return self.record.seed
 
     @property
     def training_precision(self) -> str:
         """What the run computed in while training (fp32, bf16-autocast); `unrecorded` for runs made
         before posenc recorded it, or whose record holds anything else."""
-        recorded = self.checkpoint.get("precision")
+        recorded = self.record.precision
         return recorded if recorded in EFFECTIVE_PRECISIONS else "unrecorded"
 
     @property
@@ -53,7 +63,7 @@ class LoadedRun:
 
     def data_key(self) -> str:
         """What runs trained on the same corpus share: its data config and the tokenizer's fingerprint."""
-        return repr((sorted(self.checkpoint["data"].items()), self.tokenizer.fingerprint))
+        return repr((sorted(self.record.data.items()), self.tokenizer.fingerprint))
 
 
 def load_run(run_dir: str | Path) -> LoadedRun:
@@ -65,19 +75,20 @@ def load_run(run_dir: str | Path) -> LoadedRun:
         )
     if not is_run_dir(path):
         raise UsageError(f"{path} is not a run: it has no {CHECKPOINT} or summary.json")
-    payload = load_checkpoint(path / CHECKPOINT)
-    check_fields(payload, path / CHECKPOINT)
+    checkpoint = load_checkpoint(path / CHECKPOINT)
+    summary = read_summary(path)
+    check_own_checkpoint(path, checkpoint, summary)
     try:
-        model = GPT(ModelConfig(**payload["model_config"]))
-        model.load_state_dict(payload["model"])
+        model = GPT(ModelConfig(**checkpoint.record.model_config))
+        model.load_state_dict(checkpoint.model)
     except (TypeError, KeyError, RuntimeError, ValueError) as err:
         reason = " ".join(str(err).split())[:160]
         raise UsageError(
             f"{path / CHECKPOINT} no longer matches this version's model code ({reason})"
         ) from None
     model.eval()
-    tokenizer = run_tokenizer(tokenizer_record(payload), path)
-    return LoadedRun(path, model, tokenizer, int(payload["train_len"]), read_summary(path), payload)
+    tokenizer = run_tokenizer(checkpoint.record.tokenizer, path)
+    return LoadedRun(path, model, tokenizer, checkpoint.record.train_len, summary, checkpoint)
 
 
 _corpora: dict[str, Corpus] = {}  # one load per distinct data config and tokenizer in a command
@@ -87,7 +98,7 @@ def run_corpus(run: LoadedRun) -> Corpus:
     """The corpus a run was trained on, rebuilt from its data config with the run's tokenizer (shared by
     runs on the same data and tokenizer) and checked against the sha256 the run recorded (stream.scan's,
     the token cache's key): a corpus changed since training is refused, never scored."""
-    data, stored = run.checkpoint["data"], run.checkpoint.get("corpus_sha256")
+    data, stored = run.record.data, run.record.corpus_sha256
     if run.data_key() not in _corpora:
         if corpus_kind(data) != "synthetic":  # a changed file is refused before it is tokenized
             require_same_corpus(data, stored, str(run.path))

@@ -1,4 +1,6 @@
-"""Checkpoints: written atomically, read with weights_only=True so a file can never run code."""
+"""The run record: what a run is (its identity, `RunRecord`) and where its training stands (`Checkpoint`),
+written atomically in one file and read back with weights_only=True, so a file can never run code.
+This module is the one reader and the one writer of checkpoint.pt and summary.json."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import json
 import pickle
 import re
 import zipfile
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +19,127 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY
 
 FORMAT = "posenc-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: the record as one typed block; version 1 (flat fields) is migrated when read
+READABLE_VERSIONS = (1, 2)
 
 
-def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
-    write_with(path, lambda tmp: torch.save({"format": FORMAT, "version": VERSION, **payload}, tmp))
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """What a run is: every command that reads a run checks these, and a resume must match them."""
+
+    run_id: str | None  # None only in checkpoints written before posenc gave runs an id
+    model_config: dict[str, Any]  # model.ModelConfig.to_dict()
+    tokenizer: dict[str, Any]  # data.tokenizers.run_payload: the tokenizer or its fingerprint
+    train_len: int
+    data: dict[str, Any]  # the data config, as asdict(cfg.data)
+    seed: int
+    corpus_sha256: str | None  # the corpus as stream.scan read it (None: in-memory synthetic data)
+    precision: str | None  # effective precision (core.device); None before posenc recorded it
+    config: dict[str, Any] | None  # the whole config a resume rebuilds the run from
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+@dataclass(kw_only=True)
+class Checkpoint:
+    """A run's record with the state its training stopped in: enough for a resume to continue exactly."""
+
+    record: RunRecord
+    step: int
+    elapsed: float
+    metrics: list[dict[str, Any]]
+    recent_losses: torch.Tensor
+    train_loss: float
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any] | None  # None only in old checkpoints, which can be read but not resumed
+    data_rng: torch.Tensor | None
+    torch_rng: torch.Tensor | None
+
+
+_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str, type(None)),
+    "model_config": (dict,),
+    "tokenizer": (dict,),
+    "train_len": (int,),
+    "data": (dict,),
+    "seed": (int,),
+    "corpus_sha256": (str, type(None)),
+    "precision": (str, type(None)),
+    "config": (dict, type(None)),
+}
+_STATE_TYPES: dict[str, tuple[type, ...]] = {
+    "step": (int,),
+    "elapsed": (float, int),
+    "metrics": (list,),
+    "recent_losses": (torch.Tensor, list),
+    "train_loss": (float, int),
+    "model": (dict,),
+    "optimizer": (dict, type(None)),
+    "data_rng": (torch.Tensor, type(None)),
+    "torch_rng": (torch.Tensor, type(None)),
+}
+
+
+def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> None:
+    payload = {"format": FORMAT, "version": VERSION, **asdict_shallow(checkpoint)}
+    payload["record"] = asdict(checkpoint.record)
+    write_with(path, lambda tmp: torch.save(payload, tmp))
+
+
+def asdict_shallow(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields as a dict without copying its tensors (dataclasses.asdict deep-copies)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """The checkpoint at `path`, its every field checked: one line naming the file when it is missing,
+    unsafe, corrupt, of another version, or damaged."""
     path = Path(path)
+    payload = _load_payload(path)
+    if payload.get("version") == 1:
+        payload = _migrated_v1(payload)
+    record = payload.get("record")
+    if not isinstance(record, dict):
+        raise UsageError(f"{path} is damaged: it has no run record")
+    _check_types(record, _RECORD_TYPES, path)
+    _check_types(payload, _STATE_TYPES, path)
+    if record["train_len"] <= 0:
+        raise UsageError(f"{path} is damaged: its training length {record['train_len']} is not positive")
+    if record["tokenizer"].get("kind") is None:
+        raise UsageError(f"{path} is damaged: its tokenizer record names no kind")
+    state = {name: payload[name] for name in _STATE_TYPES}
+    state["recent_losses"] = torch.as_tensor(state["recent_losses"], dtype=torch.float32)
+    return Checkpoint(record=RunRecord(**{name: record[name] for name in _RECORD_TYPES}), **state)
+
+
+def _check_types(values: dict[str, Any], types: dict[str, tuple[type, ...]], path: Path) -> None:
+    for name, kinds in types.items():
+        value = values.get(name)
+        if (
+            name not in values
+            or not isinstance(value, kinds)
+            or (isinstance(value, bool) and bool not in kinds)
+        ):
+            raise UsageError(
+                f"{path} is damaged: its field {name!r} is {type(value).__name__ if name in values else 'missing'}, "
+                f"not {' or '.join(k.__name__ for k in kinds if k is not type(None))}"
+            )
+
+
+def _migrated_v1(payload: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 kept the record's fields beside the state, and before that a char run's characters
+    as `vocab`: the one migration of old checkpoints."""
+    old = dict(payload)
+    if "tokenizer" not in old and isinstance(old.get("vocab"), list):
+        chars = old["vocab"]
+        old["tokenizer"] = (
+            {"kind": "char", "chars": chars} if chars and all(isinstance(c, str) for c in chars) else None
+        )
+    record = {name: old.pop(name, None) for name in _RECORD_TYPES}
+    defaults = {"step": 0, "elapsed": 0.0, "metrics": [], "recent_losses": [], "train_loss": float("nan")}
+    state = {name: old.get(name, defaults.get(name)) for name in _STATE_TYPES}
+    return {**state, "record": record}
+
+
+def _load_payload(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UsageError(
             f"no checkpoint at {path}; a run directory holds {CHECKPOINT} once training has saved one"
@@ -50,9 +165,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise UsageError(f"{path} is not a posenc checkpoint (format {FORMAT!r} expected)")
-    if payload.get("version") != VERSION:
+    if payload.get("version") not in READABLE_VERSIONS:
         raise UsageError(
-            f"{path} has checkpoint version {payload.get('version')}; this posenc reads version {VERSION}"
+            f"{path} has checkpoint version {payload.get('version')}; this posenc reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
     return payload
 
@@ -77,38 +193,16 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     return read_json(run_dir / SUMMARY)
 
 
-CHECKPOINT_FIELDS = {
-    "model_config": dict,
-    "model": dict,
-    "tokenizer": dict,
-    "train_len": int,
-    "data": dict,
-    "seed": int,
-}
-
-
-def check_fields(payload: dict[str, Any], path: Path) -> None:
-    """The fields a loaded run reads, each present with its type: one line naming the file otherwise."""
-    older = "tokenizer" not in payload and isinstance(payload.get("vocab"), list)  # chars only, checked below
-    for name, kind in CHECKPOINT_FIELDS.items():
-        if name == "tokenizer" and older:
-            if not payload["vocab"] or not all(isinstance(c, str) for c in payload["vocab"]):
-                raise UsageError(f"{path} is damaged: its vocabulary is not a list of characters")
-            continue
-        value = payload.get(name)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise UsageError(
-                f"{path} is damaged: its field {name!r} is {type(value).__name__}, not {kind.__name__}"
-            )
-    if payload["train_len"] <= 0:
-        raise UsageError(f"{path} is damaged: its training length {payload['train_len']} is not positive")
-
-
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     write_text(run_dir / SUMMARY, json.dumps(summary, indent=2, default=str) + "\n")
 
 
-def tokenizer_record(payload: dict[str, Any]) -> dict[str, Any]:
-    """The tokenizer a checkpoint records; the one migration of old checkpoints, which stored only the
-    characters of a char vocabulary (`vocab`)."""
-    return payload.get("tokenizer") or {"kind": "char", "chars": payload["vocab"]}
+def check_own_checkpoint(run_dir: Path, checkpoint: Checkpoint, summary: dict[str, Any]) -> None:
+    """A checkpoint copied in from another run is refused wherever a run is read: its run id must be
+    the one summary.json names (old runs that recorded no id in either are read as before)."""
+    theirs, ours = checkpoint.record.run_id, summary.get("run_id")
+    if theirs != ours and (theirs is not None or ours is not None):
+        raise UsageError(
+            f"{run_dir / CHECKPOINT} belongs to another run than {run_dir / SUMMARY} (run id "
+            f"{theirs} vs {ours}); a run is read only with its own checkpoint"
+        )

@@ -12,8 +12,7 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import OUTPUTS
 from posenc_cli.rundir.claim import is_locked, override_key, resume_value, resuming
 from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY, holds_run
-from posenc_cli.rundir.loading import check_fields
-from posenc_cli.rundir.record import load_checkpoint, read_json
+from posenc_cli.rundir.record import check_own_checkpoint, load_checkpoint, read_json
 
 RESUMABLE = (
     "train.max_steps",
@@ -72,16 +71,11 @@ def stored_record(run: Path) -> tuple[dict[str, Any], str]:
     """The config and run id posenc stored in `run`: the checkpoint's once there is one (the reference),
     else summary.json's (a run stopped before its first checkpoint)."""
     summary = read_json(run / SUMMARY)
-    source, record = run / SUMMARY, summary
-    if (run / CHECKPOINT).is_file():
-        source, record = run / CHECKPOINT, load_checkpoint(run / CHECKPOINT)
-        check_fields(record, source)  # a damaged checkpoint is named, never resumed from
-        if record.get("run_id") != summary.get("run_id"):
-            raise UsageError(
-                f"{run / CHECKPOINT} belongs to another run than {run / 'summary.json'} (their run ids "
-                "differ); a run resumes only from its own checkpoint"
-            )
-    config, run_id = record.get("config"), record.get("run_id")
+    source, config, run_id = run / SUMMARY, summary.get("config"), summary.get("run_id")
+    if (run / CHECKPOINT).is_file():  # a damaged or foreign checkpoint is named, never resumed from
+        checkpoint = load_checkpoint(run / CHECKPOINT)
+        check_own_checkpoint(run, checkpoint, summary)
+        source, config, run_id = run / CHECKPOINT, checkpoint.record.config, checkpoint.record.run_id
     if not isinstance(config, dict) or not isinstance(run_id, str):
         raise UsageError(
             f"{source} has no config record (written by an older posenc, or edited); it cannot be resumed"

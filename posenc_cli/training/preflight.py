@@ -30,7 +30,7 @@ from posenc_cli.data.hf_datasets import hf_source
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.layout import SUMMARY
 from posenc_cli.rundir.lineage import check_same_model, initial_state, saved_tokenizer, source_checkpoint
-from posenc_cli.rundir.loading import read_summary
+from posenc_cli.rundir.record import read_summary
 from posenc_cli.rundir.resume import resumed_config
 from posenc_cli.training.session import model_config
 from posenc_cli.training.tracking import check_loggers
@@ -112,7 +112,7 @@ def validate_init_from(cfg: PosencConfig) -> None:
     """train.init_from: RUN exists and its weights fit this run (same scheme, shape and vocabulary)."""
     source, saved = source_checkpoint(cfg.train.init_from)
     data = dataclasses.asdict(cfg.data)
-    tokenizer = saved_tokenizer(source, saved) if saved.get("data") == data else load_corpus(data).tokenizer
+    tokenizer = saved_tokenizer(source, saved) if saved.record.data == data else load_corpus(data).tokenizer
     with torch.device("meta"):
         model = GPT(model_config(cfg, len(tokenizer)))
     check_same_model(source, saved, model.cfg.to_dict(), tokenizer)

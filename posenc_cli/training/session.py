@@ -24,7 +24,7 @@ from posenc_cli.data.tokenizers import run_payload
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.lineage import check_same_model, initial_state, source_checkpoint
-from posenc_cli.rundir.record import load_checkpoint, save_checkpoint
+from posenc_cli.rundir.record import Checkpoint, RunRecord, load_checkpoint, save_checkpoint
 from posenc_cli.training import distributed
 from posenc_cli.training.tracking import RunLogger
 
@@ -130,76 +130,101 @@ def save(s: Session, elapsed: float) -> None:
         return
     save_checkpoint(
         s.run_dir / CHECKPOINT,
-        {
-            "model_config": s.mc.to_dict(),
-            "tokenizer": run_payload(s.corpus.tokenizer),
-            "train_len": s.cfg.train.block_size,
-            "data": dataclasses.asdict(s.cfg.data),
-            "seed": s.cfg.seed,
-            "step": s.state.step,
-            "elapsed": s.state.elapsed,
-            "config": recorded(s.cfg),
-            "run_id": s.run_id,
-            "precision": s.precision,
-            "corpus_sha256": s.corpus.sha256,
-            "metrics": s.state.metrics,
-            "recent_losses": recent,
-            "train_loss": s.state.train_loss,
-            "model": s.model.state_dict(),
-            "optimizer": s.optimizer.state_dict(),
-            "data_rng": s.data_rng.get_state(),
-            "torch_rng": torch.get_rng_state(),
-        },
+        Checkpoint(
+            record=run_record(s),
+            step=s.state.step,
+            elapsed=s.state.elapsed,
+            metrics=s.state.metrics,
+            recent_losses=recent,
+            train_loss=s.state.train_loss,
+            model=s.model.state_dict(),
+            optimizer=s.optimizer.state_dict(),
+            data_rng=s.data_rng.get_state(),
+            torch_rng=torch.get_rng_state(),
+        ),
+    )
+
+
+def run_record(s: Session) -> RunRecord:
+    """What this run is: a resume must rebuild the same record, and every reader checks it."""
+    return RunRecord(
+        run_id=s.run_id,
+        model_config=s.mc.to_dict(),
+        tokenizer=run_payload(s.corpus.tokenizer),
+        train_len=s.cfg.train.block_size,
+        data=dataclasses.asdict(s.cfg.data),
+        seed=s.cfg.seed,
+        corpus_sha256=s.corpus.sha256,
+        precision=s.precision,
+        config=recorded(s.cfg),
     )
 
 
 def restore(s: Session, path: Path) -> None:
     """Continue from `path`: weights, optimizer, step, RNG streams, metrics so far. A run killed before
-    its first checkpoint simply starts again."""
+    its first checkpoint simply starts again. The checkpoint must be this run's, on this data, with this
+    model and tokenizer: anything else is refused, naming what differs."""
     if not path.is_file():
         log.warning(f"{path.parent} has no checkpoint yet; training it from step 0")
         return
-    payload = load_checkpoint(path)
-    if payload.get("run_id") != s.run_id:
-        raise UsageError(
-            f"{path} belongs to another run (its run id differs); a run resumes only from its own checkpoint"
+    saved = load_checkpoint(path)
+    check_resumable(saved.record, run_record(s), path)
+    if saved.record.precision is not None:  # older checkpoints resume in what this machine resolves
+        s.precision = resumed_precision(
+            s.device, s.cfg.train.precision, saved.record.precision, str(s.run_dir)
         )
-    if payload.get("corpus_sha256") != s.corpus.sha256:
-        raise UsageError(
-            f"{path} was trained on another corpus than data now gives (its sha256 differs); "
-            "the data it was trained on has changed"
-        )
-    saved = payload.get("model_config")
-    if (
-        saved is None or ModelConfig(**saved).to_dict() != s.mc.to_dict()
-    ):  # older checkpoints lack newer fields
-        raise UsageError(
-            f"{path} was trained with a different model, scheme or corpus; resume with the run's own overrides"
-        )
-    if payload.get("precision") is not None:  # older checkpoints resume in what this machine resolves
-        s.precision = resumed_precision(s.device, s.cfg.train.precision, payload["precision"], str(s.run_dir))
         if s.precision == "bf16-autocast" and not native_bf16(s.device):
             log.warning(
                 f"{s.run_dir} computes in bf16-autocast, which {s.device} emulates: this resume is slow"
             )
-    try:
-        s.model.load_state_dict(payload["model"])
-        s.optimizer.load_state_dict(payload["optimizer"])
-        s.data_rng.set_state(payload["data_rng"])
-        torch.set_rng_state(payload["torch_rng"])
-        s.state = TrainState(
-            step=payload["step"],
-            elapsed=payload["elapsed"],
-            metrics=list(payload["metrics"]),
-            recent=[loss.to(s.device) for loss in payload["recent_losses"]],
-            train_loss=payload["train_loss"],
+    if saved.optimizer is None or saved.data_rng is None or saved.torch_rng is None:
+        raise UsageError(
+            f"{path} was written by an older posenc without its optimizer state; it cannot be resumed"
         )
-        s.saved_step = s.state.step
+    try:
+        s.model.load_state_dict(saved.model)
+        s.optimizer.load_state_dict(saved.optimizer)
+        s.data_rng.set_state(saved.data_rng)
+        torch.set_rng_state(saved.torch_rng)
     except (KeyError, RuntimeError, ValueError, TypeError) as err:
         raise UsageError(
             f"{path} cannot be resumed by this version of posenc ({' '.join(str(err).split())[:120]})"
         ) from None
+    s.state = TrainState(
+        step=saved.step,
+        elapsed=float(saved.elapsed),
+        metrics=list(saved.metrics),
+        recent=[loss.to(s.device) for loss in saved.recent_losses],
+        train_loss=float(saved.train_loss),
+    )
+    s.saved_step = s.state.step
     log.info(f"resumed from {path} at step {s.state.step}")
+
+
+def check_resumable(saved: RunRecord, now: RunRecord, path: Path) -> None:
+    """The checkpoint's record against the one this resume rebuilt: the first difference, in one line."""
+    if saved.run_id != now.run_id:
+        raise UsageError(
+            f"{path} belongs to another run (its run id differs); a run resumes only from its own checkpoint"
+        )
+    if saved.corpus_sha256 != now.corpus_sha256:
+        raise UsageError(
+            f"{path} was trained on another corpus than data now gives (its sha256 differs); "
+            "the data it was trained on has changed"
+        )
+    if saved.tokenizer != now.tokenizer:
+        raise UsageError(
+            f"{path} was trained with another tokenizer than data now gives (its fingerprint differs: "
+            "a cached tokenizer was changed); a run resumes only with its own tokenizer"
+        )
+    try:
+        same_model = ModelConfig(**saved.model_config).to_dict() == now.model_config
+    except TypeError:  # a field this version's model does not know
+        same_model = False
+    if not same_model:
+        raise UsageError(
+            f"{path} was trained with a different model, scheme or corpus; resume with the run's own overrides"
+        )
 
 
 def init_weights(model: GPT, run: str, corpus: Corpus) -> None:
@@ -207,7 +232,7 @@ def init_weights(model: GPT, run: str, corpus: Corpus) -> None:
     source, saved = source_checkpoint(run)
     check_same_model(source, saved, model.cfg.to_dict(), corpus.tokenizer)
     model.load_state_dict(initial_state(source, saved, model))
-    log.info(f"initialised from {source} (its step {saved.get('step')})")
+    log.info(f"initialised from {source} (its step {saved.step})")
 
 
 def describe(cfg: PosencConfig, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
