@@ -49,6 +49,7 @@ BAD_VALUES = {  # override -> what the one line must name
     "scheme.base=nan": "scheme.base",
     "train.lr=inf": "train.lr",
     "train.warmup_steps=-1": "train.warmup_steps",
+    "train.min_lr=1.0 train.lr=1e-5": "train.min_lr=1.0 is above train.lr=1e-05",
     "train.precision=fp8": "fp8",
     "train.threads=0": "train.threads",
     "train.max_steps=true": "train.max_steps",
@@ -154,7 +155,9 @@ def test_a_10000_point_sweep_checks_a_bounded_spread_of_points_with_every_small_
         ("experiment=smoke data.val_fraction=0.9999999", "smaller split has 0"),  # an empty training split
         ("experiment=smoke scheme=learned scheme.max_len=10", "scheme.max_len=10 is below train.block_size"),
         ("experiment=smoke scheme=sinusoidal+learned scheme.parts.1.max_len=10", "scheme.max_len=10"),
-        ("scheme.scaling=linear scheme.scaling_factor=inf", "finite"),
+        ("scheme.scaling=linear scheme.scaling_factor=inf", "a number in (0, 10000]"),
+        ("scheme.scaling=yarn scheme.scaling_factor=1e300", "a number in (0, 10000]"),  # once OverflowError
+        ("experiment=smoke train.positions=randomized train.max_position=2000000000", "randomized positions"),
         ("scheme.scaling_factor=4", "scheme.scaling_factor applies only with a RoPE scaling"),
         ("scheme=learned train.positions=randomized train.max_position=100000000000", "scheme's positions"),
         ("+train.max_steps=5", "An item is already at 'train.max_steps'"),

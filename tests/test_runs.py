@@ -337,3 +337,95 @@ def test_a_resume_never_trusts_a_checkpoint_with_wrong_field_types(run, field, v
     before = snapshot(run)
     assert_refused(*posenc("train", f"train.resume={run}"), str(run / CHECKPOINT), field)
     assert snapshot(run) == before
+
+
+def test_a_resume_may_restate_the_runs_own_values_and_a_change_names_both(run):
+    from posenc_cli.rundir.resume import resume_args
+    from posenc_cli.training.preflight import preflight
+
+    restated = [f"train.resume={run}", *SMOKE, "scheme=rope", "seed=0", "train.max_steps=30"]
+    assert preflight(resume_args(restated)) == run
+    before = snapshot(run)
+    assert_refused(
+        *posenc("train", f"train.resume={run}", "scheme=rope", "scheme.base=500"),
+        "its scheme.base is 10000",
+        "gives 500",
+    )
+    assert_refused(*posenc("train", f"train.resume={run}", *SMOKE, "seed=1"), "its seed is 0", "gives 1")
+    assert snapshot(run) == before
+
+
+def test_a_trained_run_whose_checkpoint_was_deleted_is_never_retrained_from_step_0(run):
+    (run / CHECKPOINT).unlink()
+    before = snapshot(run)
+    assert_refused(*posenc("train", f"train.resume={run}"), "trained 20 steps", "is missing")
+    assert snapshot(run) == before
+
+
+def test_a_run_file_replaced_by_a_directory_is_one_line_and_nothing_changes(run):
+    (run / "metrics.csv").unlink()
+    (run / "metrics.csv").mkdir()
+    before = snapshot(run)
+    assert_refused(*posenc("train", f"train.resume={run}"), "metrics.csv is not a file")
+    assert snapshot(run) == before
+
+
+def test_a_run_whose_path_has_hydras_special_characters_resumes_with_the_command_it_prints(tmp_path):
+    import shlex
+
+    from posenc_cli.config.hydra_args import hydra_quoted
+
+    place = tmp_path / 'c,r=[x]{y}(z) é it\'s q"b\\s'  # every character Hydra's grammar treats specially
+    args = [*TINY, "train.max_steps=2", "train.warmup_steps=1", f"hydra.run.dir={hydra_quoted(str(place))}"]
+    assert run_cli("train", *args, cwd=tmp_path).returncode == 0
+    refused = run_cli("train", *args, cwd=tmp_path)  # a second start prints how to continue it
+    assert refused.returncode == 2, refused.stderr
+    printed = " ".join(refused.stderr.split()).split("continue it with: ")[1].split("  (or")[0]
+    command = shlex.split(printed.split(" (or choose")[0])
+    assert command[:2] == ["posenc", "train"]
+    resumed = run_cli(*command[1:], "train.max_steps=3", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((place / "summary.json").read_text())["steps"] == 3
+
+
+def test_a_resume_keeps_every_code_version_that_trained_the_run(run):
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "code_version": "posenc 0.0.1"}))
+    result = run_cli("train", f"train.resume={run}", "train.max_steps=22", "train.threads=1", cwd=run.parent)
+    assert result.returncode == 0, result.stderr
+    after = json.loads((run / "summary.json").read_text())
+    assert after["code_versions"] == ["posenc 0.0.1", summary["code_version"]]
+    assert after["code_version"] == summary["code_version"] and after["checkpoint_step"] == 22
+
+
+def test_a_fresh_run_that_fails_after_claiming_its_directory_is_marked_failed_and_resumable(tmp_path):
+    (tmp_path / "two.txt").write_text("ab" * 40)
+    args = ["data=text", "data.path=two.txt", "data.tokenizer=bpe", "train.block_size=4"]
+    result = run_cli("train", *TINY, *args, "hydra.run.dir=r", cwd=tmp_path)  # too few tokens, known late
+    assert result.returncode == 2 and "does not fit the corpus" in result.stderr
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "failed to start" in summary["message"]
+    assert "posenc train train.resume=" in summary["message"]
+    assert not (tmp_path / "r" / CHECKPOINT).exists()
+
+
+def test_init_from_a_run_still_being_trained_is_refused(run, tmp_path):
+    fd = os.open(run / LOCK, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert_refused(
+            *posenc("train", *SMOKE, f"train.init_from={run}", f"hydra.run.dir={tmp_path / 'child'}"),
+            "is being trained right now",
+        )
+    finally:
+        os.close(fd)
+    assert not (tmp_path / "child").exists()
+
+
+def test_a_refused_init_from_tokenizes_no_corpus(run, tmp_path):
+    (tmp_path / "text.txt").write_text("some other text " * 200)
+    cache = tmp_path / "cache"
+    args = ["data=text", "data.path=text.txt", f"data.cache_dir={cache}", "model.n_embd=64"]
+    code, stderr = posenc("train", *SMOKE, *args, f"train.init_from={run}", "hydra.run.dir=child")
+    assert_refused(code, stderr, "model.n_embd")
+    assert not list(cache.rglob("tokens-*")) and not (tmp_path / "child").exists()

@@ -121,3 +121,24 @@ def test_sweep_runs_are_named_after_their_overrides():
     assert run_name(overrides, Path("sweep/1_rope_seed1"), in_sweep=True) == "scheme=rope,seed=1"
     assert run_name(overrides, Path("runs/2026_rope_seed1"), in_sweep=False) == "2026_rope_seed1"
     assert run_name(["hydra.sweep.dir=s"], Path("s/0_rope_seed0"), in_sweep=True) == "0_rope_seed0"
+
+
+def test_a_resumed_tensorboard_log_keeps_the_checkpoints_step_and_drops_what_followed_it(tmp_path):
+    """A run killed after its step-4 checkpoint had logged steps 5 and 6; the resume logs them again.
+    Every step appears once, the checkpoint's own included."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from posenc_cli.training.tracking import TensorBoardLogger
+
+    first = TensorBoardLogger(tmp_path, 0)
+    for step in range(1, 7):
+        first.log_metrics({"step": step, "train_loss": float(step)})
+    first.close()
+    resumed = TensorBoardLogger(tmp_path, 4)
+    for step in (5, 6):
+        resumed.log_metrics({"step": step, "train_loss": 10.0 + step})
+    resumed.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    logged = [(e.step, e.value) for e in events.Scalars("train_loss")]
+    assert logged == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 15.0), (6, 16.0)]

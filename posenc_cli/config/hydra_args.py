@@ -211,3 +211,24 @@ def spread(values: list[str], most: int) -> list[str]:
     if len(values) <= most:
         return values
     return [values[round(i * (len(values) - 1) / (most - 1))] for i in range(most)]
+
+
+def hydra_quoted(value: str) -> str:
+    """`value` as Hydra's override grammar reads it back unchanged: as it is when plain (a path of
+    letters, digits and `_/.-+`), else double-quoted, escaping only what Hydra unescapes (quotes, and
+    backslashes before a quote or at the end)."""
+    if re.fullmatch(r"[A-Za-z0-9_/.+-]+", value) and not value.startswith("+"):
+        return value
+    escaped = re.sub(r'(\\*)"', lambda m: m.group(1) * 2 + '\\"', value)
+    return '"' + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped) + '"'
+
+
+def override_value(arg: str) -> str:
+    """The value of one `key=value` override as Hydra reads it (quotes and escapes undone); the text
+    after `=` when Hydra cannot parse it (a sweep, or a bad override the pre-flight names)."""
+    raw = arg.split("=", 1)[1]
+    try:
+        value = OverridesParser.create().parse_overrides([arg])[0].value()
+    except HydraException:
+        return raw
+    return value if isinstance(value, str) else raw

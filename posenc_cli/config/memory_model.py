@@ -55,6 +55,10 @@ def memory_needed(cfg: PosencConfig, n_chars: int | None, positional: int = 0) -
         * tc.batch_size
         * (tc.block_size + 1),
         "data (the corpus)": float(BYTES_PER_CORPUS_CHAR * (n_chars or 0)),  # None: memory-mapped
+        # data.random_positions: a float key and an int64 argsort index per (sequence, position)
+        "train.batch_size x train.max_position (randomized positions)": 12.0
+        * tc.batch_size
+        * (tc.max_position or 0),
     }
 
 

@@ -71,6 +71,11 @@ class TrainConfig:
         require_number("train.grad_clip", self.grad_clip, above=0)
         require_number("train.min_lr", self.min_lr, at_least=0)
         require_number("train.weight_decay", self.weight_decay, at_least=0)
+        if self.min_lr > self.lr:
+            raise UsageError(
+                f"train.min_lr={self.min_lr} is above train.lr={self.lr}: the cosine decay would raise the "
+                f"learning rate; use train.min_lr <= {self.lr}"
+            )
         if self.threads is not None:
             require_positive_int("train.threads", self.threads)
         if self.precision not in PRECISIONS:

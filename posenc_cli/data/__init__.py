@@ -6,6 +6,7 @@ own tokenizer) and returns a `Corpus` whose splits are numpy arrays, memory-mapp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -90,25 +91,55 @@ def require_same_corpus(
         )
 
 
+def corpus_tokenizer(data_cfg: Mapping[str, Any]):
+    """The tokenizer `load_corpus` would train (or read from the cache) for this corpus, without
+    tokenizing the corpus: what init_from compares with its run's vocabulary before any work."""
+    if corpus_kind(data_cfg) == "bin":
+        return load_bin(data_cfg).tokenizer
+    text = read_text_plan(data_cfg)
+    return stream.tokenizer_for(dict(data_cfg), text.source, text.sha, text.cut, text.n_chars, text.cache)
+
+
+@dataclass(frozen=True)
+class TextPlan:
+    """A text corpus read once (its sha256 and length): where it splits, where its tokens are cached."""
+
+    source: Any  # a stream.TextSource
+    stats: dict[str, Any]
+    sha: str
+    n_chars: int
+    cut: int
+    cache: Path | None  # None: the generated corpus, tokenized in memory
+
+
+def read_text_plan(data_cfg: Mapping[str, Any]) -> TextPlan:
+    check_tokenizer_options(data_cfg)
+    source, stats = text_source(data_cfg)
+    sha, n_chars = stream.scan(source)
+    cut = stream.split_point(n_chars, data_cfg.get("val_fraction", 0.1))
+    cache = (
+        None if corpus_kind(data_cfg) == "synthetic" else Path(data_cfg.get("cache_dir") or "outputs/cache")
+    )
+    return TextPlan(source, stats, sha, n_chars, cut, cache)
+
+
 def load_corpus(data_cfg: Mapping[str, Any], tokenizer=None) -> Corpus:
     """The corpus `data_cfg` describes, tokenized by `tokenizer` (a run's) or by one trained on its
     training split. Files and datasets go through the token cache; the generated corpus stays in memory."""
     kind = corpus_kind(data_cfg)
     if kind == "bin":
         return load_bin(data_cfg, tokenizer)
-    check_tokenizer_options(data_cfg)
-    source, stats = text_source(data_cfg)
-    sha, n_chars = stream.scan(source)
-    cut = stream.split_point(n_chars, data_cfg.get("val_fraction", 0.1))
-    cache = None if kind == "synthetic" else Path(data_cfg.get("cache_dir") or "outputs/cache")
-    tokenizer = tokenizer or stream.tokenizer_for(dict(data_cfg), source, sha, cut, n_chars, cache)
-    train, val, meta = stream.token_arrays(tokenizer, source, sha, cut, n_chars, cache)
+    text = read_text_plan(data_cfg)
+    where = (text.source, text.sha, text.cut, text.n_chars, text.cache)
+    tokenizer = tokenizer or stream.tokenizer_for(dict(data_cfg), *where)
+    train, val, meta = stream.token_arrays(tokenizer, *where)
+    stats = text.stats
     stats.update(
-        sha256=sha,
-        chars=n_chars,
+        sha256=text.sha,
+        chars=text.n_chars,
         train_tokens=len(train),
         val_tokens=len(val),
-        chars_per_token=round(n_chars / max(len(train) + len(val), 1), 4),
+        chars_per_token=round(text.n_chars / max(len(train) + len(val), 1), 4),
         val_unk_chars=meta["val"]["unk"],
         unigram_entropy_nats=meta["train"]["unigram_entropy_nats"],
     )

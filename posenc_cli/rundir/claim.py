@@ -8,9 +8,17 @@ or training writes anything.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
-from posenc_cli.config.hydra_args import composing, output_key, parse_hydra_args, sweep_points
+from posenc_cli.config.hydra_args import (
+    composing,
+    hydra_quoted,
+    output_key,
+    override_value,
+    parse_hydra_args,
+    sweep_points,
+)
 from posenc_cli.core.errors import UsageError
 from posenc_cli.rundir.layout import LOCK, holds_run
 
@@ -50,11 +58,17 @@ def is_locked(run_dir: Path) -> bool:
     return False
 
 
+def resume_command(run_dir: Path) -> str:
+    """The command that continues `run_dir`, quoted for the shell and for Hydra (a path with `,` `=`
+    `[` or spaces included)."""
+    return "posenc train " + shlex.quote(f"train.resume={hydra_quoted(str(run_dir))}")
+
+
 def refuse_started_run(run_dir: Path) -> None:
     if holds_run(run_dir):
         raise UsageError(
             f"{run_dir} already holds a run, which is never started over; continue it with: "
-            f"posenc train train.resume={run_dir}  (or choose another hydra.run.dir)"
+            f"{resume_command(run_dir)}  (or choose another hydra.run.dir)"
         )
 
 
@@ -131,7 +145,7 @@ def override_key(arg: str) -> str:
 
 def resume_value(args: list[str]) -> str | None:
     """The last train.resume value given, however it was prefixed (+, ++), or None."""
-    given = [a.split("=", 1)[1] for a in args if "=" in a and override_key(a) == "train.resume"]
+    given = [override_value(a) for a in args if "=" in a and override_key(a) == "train.resume"]
     return given[-1] if given else None
 
 

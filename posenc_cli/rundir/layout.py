@@ -16,6 +16,8 @@ CHECKPOINT = "checkpoint.pt"
 SUMMARY = "summary.json"
 METRICS = "metrics.csv"
 LOCK = ".lock"
+LOG = "train.log"
+RUN_FILES = (SUMMARY, CHECKPOINT, METRICS, LOG)  # what a resume reads or appends to
 RUN_MARKERS = (SUMMARY, CHECKPOINT, ".hydra")  # any of them: the directory holds a run, never started over
 
 

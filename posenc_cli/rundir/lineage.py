@@ -18,6 +18,7 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.data.tokenizers import run_tokenizer
 from posenc_cli.model import GPT
 from posenc_cli.model.gpt import rename_legacy_scheme_keys
+from posenc_cli.rundir.claim import is_locked
 from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY
 from posenc_cli.rundir.record import Checkpoint, check_own_checkpoint, load_checkpoint, read_summary
 
@@ -33,6 +34,11 @@ def source_checkpoint(value: Any) -> tuple[Path, Checkpoint]:
             f"train.init_from={value} is not a run directory with a {CHECKPOINT}; "
             "give the directory of a run that has saved a checkpoint"
         )
+    if is_locked(path):
+        raise UsageError(
+            f"train.init_from={value} is being trained right now, so its checkpoint is still moving on; "
+            "wait for it to finish (or stop it) and start from it then"
+        )
     checkpoint = load_checkpoint(path / CHECKPOINT)
     if (path / SUMMARY).is_file():
         check_own_checkpoint(path, checkpoint, read_summary(path))
@@ -46,6 +52,12 @@ def saved_tokenizer(source: Path, saved: Checkpoint):
 
 def check_same_model(source: Path, saved: Checkpoint, model_cfg: dict[str, Any], tokenizer) -> None:
     """The scheme, shape and vocabulary that init_from keeps; one line naming the first difference."""
+    check_same_shape(source, saved, model_cfg)
+    check_same_vocabulary(source, saved, tokenizer)
+
+
+def check_same_shape(source: Path, saved: Checkpoint, model_cfg: dict[str, Any]) -> None:
+    """The scheme and the model's shape, which init_from keeps (checked before any corpus is read)."""
     old = saved.record.model_config
     for key, override in KEPT.items():
         if old.get(key) != model_cfg[key]:
@@ -54,6 +66,9 @@ def check_same_model(source: Path, saved: Checkpoint, model_cfg: dict[str, Any],
                 f"{override}={model_cfg[key]}; init_from keeps the scheme, model shape and vocabulary: "
                 f"use {override}={old.get(key)} or train from scratch"
             )
+
+
+def check_same_vocabulary(source: Path, saved: Checkpoint, tokenizer) -> None:
     theirs = saved_tokenizer(source, saved)
     if theirs.fingerprint != tokenizer.fingerprint:
         raise UsageError(

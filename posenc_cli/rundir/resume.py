@@ -7,11 +7,12 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from posenc_cli.config.hydra_args import hydra_quoted
 from posenc_cli.core.choices import MULTIRUN_FLAGS
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import OUTPUTS
 from posenc_cli.rundir.claim import is_locked, override_key, resume_value, resuming
-from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY, holds_run
+from posenc_cli.rundir.layout import CHECKPOINT, RUN_FILES, SUMMARY, holds_run
 from posenc_cli.rundir.record import check_own_checkpoint, load_checkpoint, read_json
 
 RESUMABLE = (
@@ -22,6 +23,7 @@ RESUMABLE = (
     "train.checkpoint_interval",
     "train.precision",
     "device",
+    "logger",
 )  # what a resume may change
 
 
@@ -45,18 +47,15 @@ def resume_args(args: list[str], outputs: Path = OUTPUTS) -> list[str]:
     run = Path(value)
     if not run.is_dir() or not holds_run(run):
         raise UsageError(f"train.resume={run} is not a run directory (no summary.json or {CHECKPOINT} in it)")
-    for arg in args:
+    for arg in args:  # posenc keys may restate the run's values (checked once composed: restated_values)
         key = override_key(arg)
-        if (
-            ("=" in arg or arg.startswith("~"))
-            and not arg.startswith("-")
-            and key not in (*RESUMABLE, "train.resume")
-            and not key.startswith("hydra/launcher")
-        ):
+        if key.startswith("hydra.") and ("=" in arg or arg.startswith("~")) and not arg.startswith("-"):
             raise UsageError(
-                f"train.resume={run} continues the run as it was started, so {key} cannot be "
-                f"given; what may change: {', '.join(RESUMABLE)}"
+                f"train.resume={run} continues the run in its own directory, so {key} cannot be given"
             )
+    for name in RUN_FILES:
+        if (run / name).exists() and not (run / name).is_file():
+            raise UsageError(f"{run / name} is not a file; a run's {name} must be a file for it to resume")
     stored_record(run)  # readable, consistent, and this posenc's: checked before anything runs
     if is_locked(run):
         raise UsageError(
@@ -64,7 +63,8 @@ def resume_args(args: list[str], outputs: Path = OUTPUTS) -> list[str]:
             "or stop it and then resume"
         )
     kept = [a for a in args if override_key(a) != "train.resume"]
-    return [*kept, f"train.resume={run}", f"hydra.run.dir={run}", "hydra.output_subdir=null"]
+    where = hydra_quoted(str(run))
+    return [*kept, f"train.resume={where}", f"hydra.run.dir={where}", "hydra.output_subdir=null"]
 
 
 def stored_record(run: Path) -> tuple[dict[str, Any], str]:
@@ -72,6 +72,11 @@ def stored_record(run: Path) -> tuple[dict[str, Any], str]:
     else summary.json's (a run stopped before its first checkpoint)."""
     summary = read_json(run / SUMMARY)
     source, config, run_id = run / SUMMARY, summary.get("config"), summary.get("run_id")
+    if not (run / CHECKPOINT).is_file() and saved_a_checkpoint(summary):
+        raise UsageError(
+            f"{run} has trained {summary.get('steps', 'some')} steps but its {CHECKPOINT} is missing; a run "
+            f"that saved a checkpoint is never retrained from step 0: restore {CHECKPOINT}, or train a new run"
+        )
     if (run / CHECKPOINT).is_file():  # a damaged or foreign checkpoint is named, never resumed from
         checkpoint = load_checkpoint(run / CHECKPOINT)
         check_own_checkpoint(run, checkpoint, summary)
@@ -81,6 +86,12 @@ def stored_record(run: Path) -> tuple[dict[str, Any], str]:
             f"{source} has no config record (written by an older posenc, or edited); it cannot be resumed"
         )
     return config, run_id
+
+
+def saved_a_checkpoint(summary: dict[str, Any]) -> bool:
+    """Whether the run's summary says it saved a checkpoint (a finished run always has: its last step
+    saves); only a run stopped before its first checkpoint may start again from step 0."""
+    return summary.get("checkpoint_step") is not None or summary.get("status") == "finished"
 
 
 def resumed_config(composed: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -94,3 +105,51 @@ def resumed_config(composed: dict[str, Any], overrides: list[str]) -> dict[str, 
             (config[group] if group else config)[leaf] = (composed[group] if group else composed)[leaf]
     config["train"]["resume"] = str(run)
     return config
+
+
+def restated_values(
+    composed: dict[str, Any], defaults: dict[str, Any], overrides: list[str], stored: dict[str, Any]
+) -> None:
+    """A resume may restate the run's own values (`scheme=rope` on a rope run); a change is refused,
+    naming the key, the run's value and the given one. What the overrides set: every leaf they make
+    differ from the defaults, and every leaf under a key they name."""
+    named = {override_key(o) for o in overrides if "=" in o or o.startswith("~")}
+    run = composed["train"]["resume"]
+    for removed in (o for o in overrides if o.startswith("~")):
+        raise UsageError(
+            f"train.resume={run} continues the run as it was trained, so {removed} cannot remove a key"
+        )
+    for key, value in leaves(composed):
+        if any(key == k or key.startswith(k + ".") for k in (*RESUMABLE, "train.resume")):
+            continue
+        set_here = any(key == n or key.startswith(n + ".") for n in named)
+        if not set_here and value == leaf(defaults, key):
+            continue
+        was = leaf(stored, key)
+        if was != value:
+            raise UsageError(
+                f"train.resume={run} continues the run as it was trained: its {key} is {was!r}, this "
+                f"command gives {value!r}; drop it (what may change: {', '.join(RESUMABLE)})"
+            )
+
+
+MISSING_LEAF = "(not recorded)"
+
+
+def leaves(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) of every non-mapping value in `tree`."""
+    found = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            found += leaves(value, f"{prefix}{key}.")
+        else:
+            found.append((f"{prefix}{key}", value))
+    return found
+
+
+def leaf(tree: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return MISSING_LEAF
+        tree = tree[part]
+    return tree

@@ -24,10 +24,10 @@ from posenc_cli.core.device import (
 from posenc_cli.data import load_corpus, random_batch, random_positions
 from posenc_cli.data.tokenizers import TOKENIZER_FILE
 from posenc_cli.model import GPT, token_nll
-from posenc_cli.rundir.claim import hold_lock
-from posenc_cli.rundir.layout import CHECKPOINT
+from posenc_cli.rundir.claim import hold_lock, resume_command
+from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY
 from posenc_cli.rundir.lineage import lineage
-from posenc_cli.rundir.record import write_summary
+from posenc_cli.rundir.record import read_summary, write_summary
 from posenc_cli.rundir.resume import stored_record
 from posenc_cli.training import distributed
 from posenc_cli.training.session import (
@@ -73,8 +73,13 @@ def validation_loss(
 
 def train(cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None) -> dict[str, Any]:
     """Train one run into `run_dir`; `run_name` names it in trackers (default: the directory's name)."""
-    s = start_session(cfg, Path(run_dir))
-    summary = announce_run(s, run_name)
+    try:
+        s = start_session(cfg, Path(run_dir))
+        summary = announce_run(s, run_name)
+    except BaseException as err:
+        if not cfg.train.resume:
+            mark_failed_start(Path(run_dir), err)
+        raise
     started, elapsed_before = time.perf_counter(), s.state.elapsed
     status, message = train_until_stopped(s, lambda: elapsed_before + time.perf_counter() - started)
     s.state.elapsed = elapsed_before + time.perf_counter() - started
@@ -83,6 +88,7 @@ def train(cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None) -
         status=status,
         message=message,
         steps=s.state.step,
+        checkpoint_step=s.saved_step,
         wall_time_s=round(s.state.elapsed, 2),
         final_train_loss=last_measured(s.state.metrics, "train_loss"),
         final_val_loss=last_measured(s.state.metrics, "val_loss"),
@@ -102,6 +108,21 @@ def train(cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None) -
     if status == "interrupted":
         raise SystemExit(130)
     return summary
+
+
+def mark_failed_start(run_dir: Path, err: BaseException) -> None:
+    """A fresh run that failed after claiming its directory (a check that only the start can make) is
+    marked failed, never left "running": it can be resumed (with another `logger`, say) or deleted."""
+    if not distributed.current().is_main or not (run_dir / SUMMARY).is_file():
+        return
+    summary = read_summary(run_dir)
+    if summary.get("status") == "running":
+        reason = " ".join(str(err).split()) or type(err).__name__
+        message = (
+            f"the run failed to start, having trained nothing ({reason}); delete {run_dir}, or resume it "
+            f"once the cause is gone: {resume_command(run_dir)}"
+        )
+        write_summary(run_dir, {**summary, "status": "failed", "message": message})
 
 
 def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
@@ -159,13 +180,25 @@ def announce_run(s: Session, run_name: str | None) -> dict[str, Any]:
         "run_id": s.run_id,
         "config": recorded(cfg),
     }
+    if cfg.train.warmup_steps > cfg.train.max_steps:  # a smoke test's choice, a real run's mistake
+        log.warning(
+            f"train.warmup_steps={cfg.train.warmup_steps} is longer than train.max_steps="
+            f"{cfg.train.max_steps}: the learning rate never reaches train.lr={cfg.train.lr}"
+        )
+    if cfg.train.resume:  # every code version that trained the run, oldest first
+        before = read_summary(s.run_dir)
+        history = [
+            v for v in before.get("code_versions") or [before.get("code_version")] if isinstance(v, str)
+        ]
+        summary["code_versions"] = history + [v for v in [summary["code_version"]] if v not in history]
     if cfg.train.init_from:
         source = Path(cfg.train.init_from).resolve()
         summary.update(init_from=str(source), init_chain=lineage(source))
     if s.ctx.is_main:
         if s.corpus.tokenizer.kind == "bpe":
             write_text(s.run_dir / TOKENIZER_FILE, s.corpus.tokenizer.to_json())
-        write_summary(s.run_dir, {**summary, "status": "running"})
+        s.summary = summary
+        write_summary(s.run_dir, {**summary, "status": "running", "checkpoint_step": s.saved_step})
         s.logger = open_loggers(
             cfg.logger, s.run_dir, s.state.metrics, run_name or s.run_dir.name, s.state.step
         )
@@ -187,12 +220,12 @@ def train_until_stopped(s: Session, elapsed) -> tuple[str, str | None]:
         return "failed", f"training stopped: {err}; {kept} (try a lower train.lr)"
     except Stopped as stop:
         return "interrupted", (
-            f"{stop} at step {s.state.step}; checkpoint saved. Resume with: posenc train train.resume={s.run_dir}"
+            f"{stop} at step {s.state.step}; checkpoint saved. Resume with: {resume_command(s.run_dir)}"
         )
     except KeyboardInterrupt:
         return "interrupted", (
             f"stopped at once at step {s.state.step}; the last checkpoint is kept. "
-            f"Resume with: posenc train train.resume={s.run_dir}"
+            f"Resume with: {resume_command(s.run_dir)}"
         )
     return "finished", None
 

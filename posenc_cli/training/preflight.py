@@ -24,14 +24,20 @@ from posenc_cli.core.errors import (
     UsageError,
 )
 from posenc_cli.core.paths import writable_place
-from posenc_cli.data import corpus_kind, load_corpus, require_same_corpus, stream
+from posenc_cli.data import corpus_kind, corpus_tokenizer, require_same_corpus, stream
 from posenc_cli.data.binary import load_bin
 from posenc_cli.data.hf_datasets import hf_source
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.layout import SUMMARY
-from posenc_cli.rundir.lineage import check_same_model, initial_state, saved_tokenizer, source_checkpoint
+from posenc_cli.rundir.lineage import (
+    check_same_shape,
+    check_same_vocabulary,
+    initial_state,
+    saved_tokenizer,
+    source_checkpoint,
+)
 from posenc_cli.rundir.record import read_summary
-from posenc_cli.rundir.resume import resumed_config
+from posenc_cli.rundir.resume import restated_values, resumed_config, stored_record
 from posenc_cli.training.session import model_config
 from posenc_cli.training.tracking import check_loggers
 
@@ -104,19 +110,26 @@ def preflight(args: list[str]) -> Path | None:
                     cfg = OmegaConf.to_container(whole, resolve=True)
             else:
                 cfg = compose_point(overrides)
-            validate(resumed_config(cfg, overrides) if cfg["train"]["resume"] else cfg)
+            if cfg["train"]["resume"]:
+                restated_values(
+                    cfg, compose_point([]), overrides, stored_record(Path(cfg["train"]["resume"]))[0]
+                )
+                cfg = resumed_config(cfg, overrides)
+            validate(cfg)
         return directory
 
 
 def validate_init_from(cfg: PosencConfig) -> None:
     """train.init_from: RUN exists and its weights fit this run (same scheme, shape and vocabulary)."""
     source, saved = source_checkpoint(cfg.train.init_from)
-    data = dataclasses.asdict(cfg.data)
-    tokenizer = saved_tokenizer(source, saved) if saved.record.data == data else load_corpus(data).tokenizer
+    theirs = saved_tokenizer(source, saved)
     with torch.device("meta"):
-        model = GPT(model_config(cfg, len(tokenizer)))
-    check_same_model(source, saved, model.cfg.to_dict(), tokenizer)
+        model = GPT(model_config(cfg, len(theirs)))
+    check_same_shape(source, saved, model.cfg.to_dict())  # before any corpus is read or tokenized
     initial_state(source, saved, model)
+    data = dataclasses.asdict(cfg.data)
+    if saved.record.data != data:  # another corpus: its vocabulary must be RUN's
+        check_same_vocabulary(source, saved, corpus_tokenizer(data))
 
 
 def corpus_size(data: Any) -> tuple[int | None, int | None]:

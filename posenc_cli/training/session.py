@@ -24,7 +24,7 @@ from posenc_cli.data.tokenizers import run_payload
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.lineage import check_same_model, initial_state, source_checkpoint
-from posenc_cli.rundir.record import Checkpoint, RunRecord, load_checkpoint, save_checkpoint
+from posenc_cli.rundir.record import Checkpoint, RunRecord, load_checkpoint, save_checkpoint, write_summary
 from posenc_cli.training import distributed
 from posenc_cli.training.tracking import RunLogger
 
@@ -65,7 +65,11 @@ def check_lengths(corpus: Corpus, block_size: int) -> None:
     if block_size + 1 > shortest:
         raise UsageError(
             f"train.block_size={block_size} does not fit the corpus: its smaller split has {shortest} tokens; "
-            f"use train.block_size <= {shortest - 1} or a larger corpus"
+            + (
+                f"use train.block_size <= {shortest - 1} or a larger corpus"
+                if shortest > 1
+                else "use a larger corpus"
+            )
         )
 
 
@@ -100,6 +104,7 @@ class Session:
     precision: str  # effective (fp32 | bf16-autocast): resolved once, kept by every resume
     state: TrainState = field(default_factory=TrainState)
     saved_step: int | None = None  # the step of the newest checkpoint on disk
+    summary: dict[str, Any] = field(default_factory=dict)  # summary.json while it trains (announce_run)
     logger: RunLogger = field(default_factory=RunLogger)  # metrics.csv and trackers (rank 0 only)
 
 
@@ -143,6 +148,8 @@ def save(s: Session, elapsed: float) -> None:
             torch_rng=torch.get_rng_state(),
         ),
     )
+    if s.summary:  # the summary says a checkpoint exists: a lost checkpoint.pt is never trained over
+        write_summary(s.run_dir, {**s.summary, "status": "running", "checkpoint_step": s.saved_step})
 
 
 def run_record(s: Session) -> RunRecord:

@@ -16,8 +16,8 @@ from typing import Any, Mapping
 
 from posenc_cli.core.atomic import write_text
 from posenc_cli.core.errors import UsageError
+from posenc_cli.rundir.layout import METRICS
 
-METRICS_FILE = "metrics.csv"
 COLUMNS = ("step", "train_loss", "val_loss", "lr", "tokens_per_s", "grad_norm")
 WANDB_MODES = ("online", "offline", "disabled")
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logger name -> module it needs
@@ -44,7 +44,7 @@ class CSVLogger(RunLogger):
     measured. The whole file is rewritten atomically, so a killed run never leaves half a row."""
 
     def __init__(self, run_dir: Path, rows: list[dict[str, Any]]):
-        self.path, self.rows = run_dir / METRICS_FILE, list(rows)  # rows: those before a resume
+        self.path, self.rows = run_dir / METRICS, list(rows)  # rows: those before a resume
 
     def log_metrics(self, row: Mapping[str, Any]) -> None:
         self.rows.append(dict(row))
@@ -61,8 +61,9 @@ class TensorBoardLogger(RunLogger):
     def __init__(self, run_dir: Path, start_step: int, subdir: str = "tensorboard"):
         from torch.utils.tensorboard import SummaryWriter
 
-        # purge_step drops events a killed run logged after the checkpoint it resumes from
-        self.writer = SummaryWriter(str(run_dir / subdir), purge_step=start_step or None)
+        # purge_step drops events a killed run logged after the checkpoint it resumes from (the
+        # checkpoint's own step was logged before it was saved, and is kept)
+        self.writer = SummaryWriter(str(run_dir / subdir), purge_step=start_step + 1 if start_step else None)
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         self.writer.add_text("config", code_block(config))

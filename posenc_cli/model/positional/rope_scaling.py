@@ -66,6 +66,9 @@ def yarn_temperature(s: float) -> float:
     return 0.1 * math.log(s) + 1 if s > 1 else 1.0
 
 
+MAX_FACTOR = 1e4  # beyond any published extension (LongRoPE: 512x); larger ones overflow the maths
+
+
 @dataclass(frozen=True)
 class RopeScaling:
     """One extension method for a rotary model first trained at `train_len` (L) tokens.
@@ -86,11 +89,11 @@ class RopeScaling:
                 f"RoPE scaling {self.method!r} (--rope-scaling, scheme.scaling) is not known; "
                 f"choose from: {', '.join(METHODS)} (hf: models also {', '.join(HF_ONLY)})"
             )
-        factor_ok = isinstance(self.factor, (int, float)) and math.isfinite(self.factor) and self.factor > 0
+        factor_ok = isinstance(self.factor, (int, float)) and 0 < self.factor <= MAX_FACTOR
         if self.factor is not None and not factor_ok:
             raise UsageError(
-                f"the RoPE scale factor (--rope-factor, scheme.scaling_factor) must be a finite "
-                f"positive number, got {self.factor!r}"
+                f"the RoPE scale factor (--rope-factor, scheme.scaling_factor) must be a number in "
+                f"(0, {MAX_FACTOR:g}], got {self.factor!r}"
             )
         if not 0 < self.alpha < self.beta:
             raise UsageError(
