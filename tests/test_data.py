@@ -254,6 +254,9 @@ def test_a_truncated_cached_val_bin_is_rebuilt_and_said_so_and_gives_the_clean_t
     again = load_corpus(data)
     assert np.array_equal(again.val, clean)  # so its perplexity is the clean one's
     assert f"{val} is not what was written" in caplog.text and "rebuilding" in caplog.text
+    meta = val.parent / "meta.json"
+    meta.write_text(meta.read_text().replace('"uint16"', '"uint32"'))  # the same bytes read as other ids
+    assert np.array_equal(load_corpus(data).val, clean) and "dtype 'uint32'" in caplog.text
 
 
 def test_a_same_size_overwrite_of_a_cached_array_is_found_by_its_hash_once_its_mtime_changes(

@@ -5,7 +5,8 @@ its UTF-8 bytes) and counts its characters, the split is a character offset, the
 on pieces of the training split, and one more pass writes the ids as uint16 (uint32 past 65,536 ids)
 into `data.cache_dir`. Entries are keyed by the text's sha256, the split and the tokenizer's
 fingerprint, so an edited file or another tokenizer can never reuse stale tokens; an entry appears
-whole or not at all (written beside, then renamed).
+whole or not at all (written beside, then renamed), and is never trusted unread: its meta.json
+records each array's size, sha256 and mtime, checked on every use (`verified_meta`).
 
     <cache_dir>/<sha256[:24]>/tokenizer-<kind>-<vocab>-<cut>-<sample>.json   one trained on that split
     <cache_dir>/<sha256[:24]>/tokens-<key[:24]>/{train,val}.bin, meta.json
@@ -37,7 +38,14 @@ from posenc_cli.core import ui
 from posenc_cli.core.atomic import write_text
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.binary import file_sha256
-from posenc_cli.data.tokenizers import PIECE_CHARS, BpeTokenizer, ByteTokenizer, from_payload, text_pieces
+from posenc_cli.data.tokenizers import (
+    PIECE_CHARS,
+    BpeTokenizer,
+    ByteTokenizer,
+    from_payload,
+    short,
+    text_pieces,
+)
 from posenc_cli.data.vocab import UNK, Vocab, code_points
 
 FORMAT = 2  # 2: pieces of 256k characters (was 1M), so a cache of format 1 is rebuilt, never mixed
@@ -265,10 +273,11 @@ def token_arrays(tokenizer, source: TextSource, sha: str, cut: int, n_chars: int
     folder = cache / sha[:24] / f"tokens-{key[:24]}"
     folder.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_builds(folder.parent)
-    meta = verified_meta(folder, key)
+    dtype = dtype_for(len(tokenizer)).name
+    meta = verified_meta(folder, key, dtype)
     if meta is None:
         build_entry(tokenizer, source, cut, n_chars, folder=folder, key=key)
-        meta = verified_meta(folder, key)
+        meta = verified_meta(folder, key, dtype)
         if meta is None:  # torn down again at once: a disk that does not keep what is written
             raise UsageError(f"the token cache entry {folder} cannot be verified right after it was written")
     train, val = (memmap(folder / f"{split}.bin", meta["dtype"]) for split in ("train", "val"))
@@ -307,7 +316,7 @@ def file_facts(path: Path) -> dict:
     return {"size": stat.st_size, "sha256": file_sha256(path), "mtime_ns": stat.st_mtime_ns}
 
 
-def verified_meta(folder: Path, key: str) -> dict | None:
+def verified_meta(folder: Path, key: str, dtype: str) -> dict | None:
     """The entry's meta when every array is as it was written: its size always, its sha256 whenever its
     mtime or size differs from the recorded ones (then the new mtime is recorded). None when there is no
     entry; None and a warning naming the file when it is damaged, which the caller rebuilds."""
@@ -319,8 +328,8 @@ def verified_meta(folder: Path, key: str) -> dict | None:
         files = meta.get("files")
         if not isinstance(files, dict):
             return damaged(path, "it records no size and sha256 of its arrays: an older posenc wrote it")
-        if meta.get("key") != key or meta.get("dtype") not in ("uint16", "uint32"):
-            return damaged(path, "it describes another entry")
+        if meta.get("key") != key or meta.get("dtype") != dtype:
+            return damaged(path, f"it describes another entry (key, or dtype {short(meta.get('dtype'))})")
         touched = False
         for split in ("train", "val"):
             array, recorded = folder / f"{split}.bin", files[split]
