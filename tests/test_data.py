@@ -3,8 +3,11 @@ cache, pre-tokenized arrays and Hugging Face datasets."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,9 +17,9 @@ from hypothesis import strategies as st
 
 from conftest import SMOKE, assert_refused, evaluate, invoke, posenc, run_cli, train
 from posenc_cli.core.errors import UsageError
-from posenc_cli.data import check_tokenizer_options, load_corpus, passkey, stream
+from posenc_cli.data import check_tokenizer_options, load_corpus, passkey, require_same_corpus, stream
 from posenc_cli.data.synthetic import SyntheticSpec, copy_length_nats, generate, log_uniform_int_nats
-from posenc_cli.data.tokenizers import BpeTokenizer, ByteTokenizer, from_payload, text_pieces
+from posenc_cli.data.tokenizers import BpeTokenizer, ByteTokenizer, from_payload, run_tokenizer, text_pieces
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.evaluation.probe import make_trials
 
@@ -237,3 +240,133 @@ def test_the_floor_adds_the_copy_events_to_the_fresh_text():
     assert 0 < made.event_entropy < 0.2 and made.entropy_floor == pytest.approx(
         fresh_part + made.event_entropy
     )
+
+
+def cache_entry(corpus) -> Path:
+    return Path(corpus.val.filename).parent
+
+
+def test_a_truncated_cached_val_bin_is_rebuilt_and_said_so_and_gives_the_clean_tokens(tmp_path, caplog):
+    data = {**write_corpus(tmp_path, TEXT), "tokenizer": "char"}
+    clean = np.array(load_corpus(data).val)
+    val = cache_entry(load_corpus(data)) / "val.bin"
+    val.write_bytes(val.read_bytes()[:-10])
+    again = load_corpus(data)
+    assert np.array_equal(again.val, clean)  # so its perplexity is the clean one's
+    assert f"{val} is not what was written" in caplog.text and "rebuilding" in caplog.text
+    meta = val.parent / "meta.json"
+    meta.write_text(meta.read_text().replace('"uint16"', '"uint32"'))  # the same bytes read as other ids
+    assert np.array_equal(load_corpus(data).val, clean) and "dtype 'uint32'" in caplog.text
+
+
+def test_a_same_size_overwrite_of_a_cached_array_is_found_by_its_hash_once_its_mtime_changes(
+    tmp_path, caplog, monkeypatch
+):
+    data = {**write_corpus(tmp_path, TEXT), "tokenizer": "char"}
+    first = load_corpus(data)
+    clean, val = np.array(first.val), cache_entry(first) / "val.bin"
+    stat = val.stat()
+    os.utime(val, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched, content the same
+    built = []
+    encode = stream.encode_splits
+    monkeypatch.setattr(stream, "encode_splits", lambda *a: built.append(1) or encode(*a))
+    load_corpus(data)
+    assert built == [] and "not what was written" not in caplog.text  # re-hashed, equal: kept
+    recorded = json.loads((val.parent / "meta.json").read_text())["files"]["val"]["mtime_ns"]
+    assert recorded == val.stat().st_mtime_ns  # and its new mtime recorded: not hashed again next time
+    val.write_bytes(bytes(reversed(val.read_bytes())))  # same size, other ids
+    again = load_corpus(data)
+    assert built == [1] and np.array_equal(again.val, clean) and "sha256 differs" in caplog.text
+
+
+def test_an_edited_cached_tokenizer_is_not_used_but_trained_again_and_said_so(tmp_path, caplog):
+    data = {**write_corpus(tmp_path, TEXT), "tokenizer": "char"}
+    first = load_corpus(data)
+    (cached,) = (tmp_path / "cache").glob("*/tokenizer-char-*.json")
+    stored = json.loads(cached.read_text())
+    stored["tokenizer"]["chars"] = list(reversed(stored["tokenizer"]["chars"]))  # ids mean other characters
+    cached.write_text(json.dumps(stored))
+    again = load_corpus(data)
+    assert again.tokenizer.fingerprint == first.tokenizer.fingerprint
+    assert again.tokenizer.decode(again.val) == first.tokenizer.decode(first.val)
+    assert f"cached tokenizer {cached} is not what was written" in caplog.text
+    cached.write_bytes(b"\xff\xfe not json")  # unreadable: trained again too, never a traceback
+    assert load_corpus(data).tokenizer.fingerprint == first.tokenizer.fingerprint
+
+
+def test_a_bin_meta_whose_dtype_or_vocabulary_changed_is_another_corpus_for_a_run_trained_on_it(tmp_path):
+    ids = np.zeros(400, dtype=np.uint16)
+    ids[::2] = (
+        np.arange(200) % 50
+    )  # read as uint32, the same bytes are valid ids too: only the fingerprint tells
+    ids.tofile(tmp_path / "train.bin")
+    ids.tofile(tmp_path / "val.bin")
+    data = {"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")}
+    (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 256}))
+    trained_on = load_corpus(data).sha256
+    for meta in ({"dtype": "uint32", "vocab_size": 256}, {"dtype": "uint16", "vocab_size": 300}):
+        (tmp_path / "meta.json").write_text(json.dumps(meta))
+        with pytest.raises(UsageError, match="run was trained on another text than data=bin"):
+            require_same_corpus(data, trained_on, "run")
+
+
+@pytest.mark.parametrize(
+    "payload, needle",
+    [
+        ({"kind": "char"}, "chars must be a non-empty list of characters, got None"),
+        ({"kind": "char", "chars": 5}, "chars must be a non-empty list of characters, got 5"),
+        ({"kind": "char", "chars": ["ab", "c"]}, "more than one character"),
+        ({"kind": "ids", "vocab_size": "x"}, "vocab_size must be a positive integer, got 'x'"),
+        ({"kind": "bpe"}, "holds no tokenizer.json text"),
+        ({"kind": "bpe", "json": "{not json"}, "is not a byte-level BPE tokenizer.json"),
+        (["char"], "names tokenizer kind None"),
+    ],
+)
+def test_a_malformed_tokenizer_payload_is_one_line_naming_where_it_was_read(payload, needle):
+    with pytest.raises(UsageError, match="^the-file") as refused:
+        from_payload(payload, "the-file")
+    assert needle in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_tokenizer_json_that_is_not_utf8_is_one_line_naming_it(tmp_path):
+    (tmp_path / "tokenizer.json").write_bytes(b'{"model": "\xff\xfe"}')
+    with pytest.raises(UsageError, match="tokenizer.json is not UTF-8 text"):
+        run_tokenizer({"kind": "bpe", "fingerprint": "0"}, tmp_path)
+    (tmp_path / "meta.json").write_text(
+        json.dumps({"dtype": "uint16", "vocab_size": 256, "tokenizer": "tokenizer.json"})
+    )
+    np.zeros(8, dtype=np.uint16).tofile(tmp_path / "ids.bin")
+    code, stderr = posenc(
+        "train", *SMOKE, "data=bin", f"data.train={tmp_path / 'ids.bin'}", f"data.val={tmp_path / 'ids.bin'}"
+    )
+    assert_refused(code, stderr, "tokenizer.json is not UTF-8 text")
+
+
+@pytest.mark.parametrize("values, found", [([1, 2, 3], "int64"), ([["a"], ["b"], ["c"]], "List")])
+def test_a_hugging_face_column_that_is_not_text_is_refused_naming_it_and_its_type(tmp_path, values, found):
+    from datasets import Dataset
+
+    Dataset.from_dict({"text": values}).save_to_disk(str(tmp_path / "dataset"))
+    with pytest.raises(UsageError, match=f"data.text_field=text of data.name=.* holds {found}, not strings"):
+        load_corpus({"kind": "hf", "name": str(tmp_path / "dataset"), "cache_dir": str(tmp_path / "cache")})
+
+
+def test_stale_cache_builds_are_removed_while_one_a_live_process_holds_stays(tmp_path):
+    data = {**write_corpus(tmp_path, TEXT), "tokenizer": "char"}
+    entry_dir = cache_entry(load_corpus(data)).parent
+    killed, building, unlocked = (entry_dir / f".tokens-abc.{n}" for n in ("killed", "live", "old"))
+    for leftover in (killed, building, unlocked):
+        leftover.mkdir()
+        (leftover / "train.bin").write_bytes(b"\0" * 64)
+    (killed / stream.BUILD_LOCK).touch()  # its builder died, and its lock with it
+    (building / stream.BUILD_LOCK).touch()
+    os.utime(unlocked, (1, 1))  # no lock file, long ago: killed after its last write
+    held = os.open(building / stream.BUILD_LOCK, os.O_RDWR)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another open file description: as another process's lock
+        load_corpus(data)
+        assert not killed.exists() and not unlocked.exists() and building.is_dir()
+    finally:
+        os.close(held)
+    load_corpus(data)
+    assert not building.exists()

@@ -15,7 +15,7 @@ from torch import nn
 from conftest import evaluate, invoke, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.vocab import Vocab
-from posenc_cli.evaluation.labels import Label
+from posenc_cli.evaluation.labels import Label, scheme_order
 from posenc_cli.evaluation.perplexity import (
     LogitsScorer,
     bits_per_byte,
@@ -26,7 +26,7 @@ from posenc_cli.evaluation.perplexity import (
     plan_windows,
     scored_span,
 )
-from posenc_cli.report.tables import NO_VERDICT, comparison
+from posenc_cli.report.tables import NO_VERDICT, comparison, ppl_pivot
 from posenc_cli.report.verdict import has_learned, verdict
 
 
@@ -390,6 +390,8 @@ def test_eval_end_to_end(smoke_sweep, tmp_path, monkeypatch):
     )
     assert (df[df.scheme != "learned"]["tokens"] == 1024).all()
     assert "—" in (out / "comparison.md").read_text() and "max_len=64" in (out / "comparison.md").read_text()
+    assert df["differs"].isna().all()  # a sweep's runs differ in their scheme alone: no note, as before
+    assert "different trainings" not in (out / "comparison.md").read_text()
     # with no run named it picks the latest sweep under ./outputs
     monkeypatch.chdir(smoke_sweep.parents[2])
     again = invoke("eval", "--lengths", "128", "--max-tokens", "512", "--out", str(tmp_path / "ev2"))
@@ -518,4 +520,71 @@ def test_a_pretrained_model_and_its_scaled_variants_are_drawn_in_their_schemes_c
         scheme_style(yarn)["linestyle"]
         == scheme_style("rope+yarn")["linestyle"]
         != scheme_style("rope")["linestyle"]
+    )
+
+
+def test_a_run_whose_loss_is_not_finite_is_a_cell_saying_so_and_never_leaves_the_mean():
+    diverged = ppl_rows("rope", {256: math.nan, 1024: math.nan}, seed=1)
+    df = pd.DataFrame(ppl_rows("rope", {256: 4.0, 1024: 5.0}) + diverged + ppl_rows("nope", {256: math.nan}))
+    lines = table_rows(comparison(df, {}))
+    assert lines["ppl @ 256 (training length)"] == [
+        "nan (non-finite loss in 1 of 2 seeds)",
+        "nan (non-finite loss)",
+    ]
+    assert lines["extrapolation, measured"][0] == "fails"  # the finite seed alone is not the evidence
+    header, rows = ppl_pivot(df)
+    assert rows[0][2:] == ["nan (non-finite loss in 1 of 2 seeds)"] * 2
+
+
+def test_a_label_shows_what_sets_its_runs_apart_and_sorts_lengths_by_size():
+    short, long = (Label("rope", distinct=(("train.block_size", v),)) for v in ("64", "128"))
+    assert str(long) == "rope (train.block_size=128)" and long != Label("rope")
+    assert scheme_order([long, short, Label("alibi")]) == [short, long, Label("alibi")]
+
+
+@pytest.fixture(scope="module")
+def rope_trainings(tmp_path_factory):
+    """rope at block_size 64 (seeds 0 and 1) and 128 (seed 0); the newest single runs of rope (4 steps)
+    and alibi (6 steps) under outputs/runs, as the default eval selects them."""
+    cwd = tmp_path_factory.mktemp("pooling")
+    train(cwd, "scheme=rope", "train.max_steps=4", run="outputs/runs/2026-01-01_00-00-01_rope")
+    train(cwd, "scheme=alibi", "train.max_steps=6", run="outputs/runs/2026-01-01_00-00-02_alibi")
+    train(cwd, "scheme=rope", "train.max_steps=4", "seed=1", run="seed1")
+    train(cwd, "scheme=rope", "train.max_steps=4", "train.block_size=128", run="long")
+    return cwd
+
+
+@pytest.mark.slow
+def test_runs_that_differ_in_block_size_are_two_columns_never_seeds_and_the_note_names_it(rope_trainings):
+    rope = "outputs/runs/2026-01-01_00-00-01_rope"
+    df = evaluate(rope_trainings, rope, "long", "--lengths", "256", "--max-tokens", "512")
+    assert set(df["scheme"]) == {"rope (train.block_size=64)", "rope (train.block_size=128)"}
+    text = (rope_trainings / "eval" / "comparison.md").read_text(encoding="utf-8")
+    lines = table_rows(text)
+    assert lines[""] == ["rope (train.block_size=64)", "rope (train.block_size=128)"]
+    assert "±" not in text and "one seed each" in text
+    assert "ppl @ 256 (" not in text  # no "2×" of a training length that is not both columns'
+    assert (
+        "they differ in train.block_size (rope (train.block_size=64) 64; rope (train.block_size=128) 128)"
+        in text
+    )
+
+
+@pytest.mark.slow
+def test_runs_equal_but_for_the_seed_still_pool_as_seeds(rope_trainings):
+    rope = "outputs/runs/2026-01-01_00-00-01_rope"
+    df = evaluate(rope_trainings, rope, "seed1", "--lengths", "128", "--max-tokens", "512")
+    assert set(df["scheme"]) == {"rope"} and df["differs"].isna().all()
+    text = (rope_trainings / "eval" / "comparison.md").read_text(encoding="utf-8")
+    assert "±" in table_rows(text)["ppl @ 128 (2×)"][0] and "rope n=2" in text
+    assert "different trainings" not in text
+
+
+@pytest.mark.slow
+def test_the_default_eval_says_when_the_latest_runs_budgets_differ(rope_trainings):
+    df = evaluate(rope_trainings, "--lengths", "128", "--max-tokens", "512")
+    assert set(df["scheme"]) == {"rope", "alibi"}
+    text = (rope_trainings / "eval" / "comparison.md").read_text(encoding="utf-8")
+    assert "they differ in train.max_steps (alibi 6; rope 4)" in text or (
+        "they differ in train.max_steps (rope 4; alibi 6)" in text
     )

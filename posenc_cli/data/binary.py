@@ -22,7 +22,7 @@ import numpy as np
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.corpus import Corpus
-from posenc_cli.data.tokenizers import BpeTokenizer, IdsOnly, from_payload
+from posenc_cli.data.tokenizers import BpeTokenizer, IdsOnly, from_payload, read_json_text
 
 DTYPES = ("uint16", "uint32")
 
@@ -60,7 +60,7 @@ def meta_tokenizer(meta: dict[str, Any], path: Path):
         file = path.parent / str(given)
         if not file.is_file():
             raise UsageError(f"{path}: tokenizer file {file} does not exist")
-        tokenizer = BpeTokenizer.from_json(file.read_text(encoding="utf-8"), str(file))
+        tokenizer = BpeTokenizer.from_json(read_json_text(file), str(file))
     if len(tokenizer) != meta["vocab_size"]:
         raise UsageError(
             f"{path}: its tokenizer has {len(tokenizer):,} ids but vocab_size is {meta['vocab_size']:,}"
@@ -92,6 +92,19 @@ def file_sha256(*paths: Path) -> str:
     return digest.hexdigest()
 
 
+def bin_sha256(meta: dict[str, Any], meta_path: Path, train: Path, val: Path) -> str:
+    """The corpus's fingerprint: its id files and what says how to read them (the meta's dtype,
+    vocabulary size and tokenizer, or the tokenizer file it names), so that a meta edited after training
+    is another corpus, never the same ids read another way."""
+    given = meta.get("tokenizer")
+    if isinstance(given, str) and (meta_path.parent / given).is_file():
+        given = {"file_sha256": file_sha256(meta_path.parent / given)}
+    reading = {"dtype": meta["dtype"], "vocab_size": meta["vocab_size"], "tokenizer": given}
+    digest = hashlib.sha256(json.dumps(reading, sort_keys=True).encode())
+    digest.update(file_sha256(train, val).encode())
+    return digest.hexdigest()
+
+
 def load_bin(data_cfg: Mapping[str, Any], tokenizer=None):
 
     if not data_cfg.get("train") or not data_cfg.get("val"):
@@ -110,6 +123,6 @@ def load_bin(data_cfg: Mapping[str, Any], tokenizer=None):
         "val": str(data_cfg["val"]),
         "train_tokens": len(train),
         "val_tokens": len(val),
-        "sha256": file_sha256(Path(train.filename), Path(val.filename)),
+        "sha256": bin_sha256(meta, meta_path, Path(train.filename), Path(val.filename)),
     }
     return Corpus("bin", train, val, tokenizer, stats)

@@ -15,6 +15,13 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.data.stream import TextSource
 
 ROWS_PER_BLOCK = 1000
+TEXT_TYPES = ("string", "large_string")  # the Arrow types of a text column
+
+
+def column_type(feature) -> str:
+    """A column's type as a message names it: its Arrow dtype (int64, string), or the feature's kind
+    (List, Sequence, ClassLabel...) when it is not a plain value."""
+    return getattr(feature, "dtype", None) if type(feature).__name__ == "Value" else type(feature).__name__
 
 
 def load_dataset(data_cfg: Mapping[str, Any]):
@@ -56,6 +63,12 @@ def hf_source(data_cfg: Mapping[str, Any]) -> tuple[TextSource, dict[str, Any]]:
         raise UsageError(
             f"data.text_field={field} is not a column of data.name={data_cfg['name']}; "
             f"its columns are: {', '.join(dataset.column_names)}"
+        )
+    found = column_type(dataset.features[field])
+    if found not in TEXT_TYPES:
+        raise UsageError(
+            f"data.text_field={field} of data.name={data_cfg['name']} holds {found}, not strings; "
+            "name a column of text (its words would otherwise be trained on as Python reprs)"
         )
 
     def blocks():

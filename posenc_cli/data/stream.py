@@ -5,7 +5,8 @@ its UTF-8 bytes) and counts its characters, the split is a character offset, the
 on pieces of the training split, and one more pass writes the ids as uint16 (uint32 past 65,536 ids)
 into `data.cache_dir`. Entries are keyed by the text's sha256, the split and the tokenizer's
 fingerprint, so an edited file or another tokenizer can never reuse stale tokens; an entry appears
-whole or not at all (written beside, then renamed).
+whole or not at all (written beside, then renamed), and is never trusted unread: its meta.json
+records each array's size, sha256 and mtime, checked on every use (`verified_meta`).
 
     <cache_dir>/<sha256[:24]>/tokenizer-<kind>-<vocab>-<cut>-<sample>.json   one trained on that split
     <cache_dir>/<sha256[:24]>/tokens-<key[:24]>/{train,val}.bin, meta.json
@@ -14,21 +15,37 @@ whole or not at all (written beside, then renamed).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
 
+try:
+    import fcntl
+except ImportError:  # no advisory locks on this platform: stale builds are then left for the user
+    fcntl = None
+
 from posenc_cli.core import ui
 from posenc_cli.core.atomic import write_text
 from posenc_cli.core.errors import UsageError
-from posenc_cli.data.tokenizers import PIECE_CHARS, BpeTokenizer, ByteTokenizer, from_payload, text_pieces
+from posenc_cli.data.binary import file_sha256
+from posenc_cli.data.tokenizers import (
+    PIECE_CHARS,
+    BpeTokenizer,
+    ByteTokenizer,
+    from_payload,
+    short,
+    text_pieces,
+)
 from posenc_cli.data.vocab import UNK, Vocab, code_points
 
 FORMAT = 2  # 2: pieces of 256k characters (was 1M), so a cache of format 1 is rebuilt, never mixed
@@ -36,6 +53,9 @@ BLOCK_BYTES = 16 << 20
 BPE_TRAIN_CHARS = 32_000_000  # BPE learns its merges from at most this much of the training split
 BATCH_PIECES = 1  # pieces encoded at once: each holds ~100 bytes a token until it is written (peak RSS)
 MAX_CODE_POINT = 0x110000
+BUILD_LOCK = ".building"  # held (fcntl) inside a cache entry's build directory while it is built
+UNLOCKED_GRACE_S = 60  # a build directory without its lock file yet is a build just starting
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -150,17 +170,34 @@ def train_tokenizer(kind: str, vocab_size: int, source: TextSource, cut: int, n_
 
 
 def tokenizer_for(data: dict, source: TextSource, sha: str, cut: int, n_chars: int, cache: Path | None):
-    """The tokenizer `data.tokenizer` asks for, trained on this split once and then read from the cache."""
+    """The tokenizer `data.tokenizer` asks for, trained on this split once and then read from the cache,
+    where it is stored with its fingerprint: a cached tokenizer that is not what was stored is rebuilt."""
     kind, vocab_size = data.get("tokenizer", "char"), data.get("vocab_size", 4096)
     if cache is None or kind == "byte":
         return train_tokenizer(kind, vocab_size, source, cut, n_chars)
     size, sample = (vocab_size, min(cut, BPE_TRAIN_CHARS)) if kind == "bpe" else (0, cut)
     path = cache / sha[:24] / f"tokenizer-{kind}-{size}-{cut}-{sample}.json"
-    if path.is_file():
-        return from_payload(json.loads(path.read_text(encoding="utf-8")), str(path))
+    cached = cached_tokenizer(path, kind) if path.exists() else None
+    if cached is not None:
+        return cached
     tokenizer = train_tokenizer(kind, vocab_size, source, cut, n_chars)
-    write_text(path, json.dumps(tokenizer.payload()))
+    write_text(path, json.dumps({"fingerprint": tokenizer.fingerprint, "tokenizer": tokenizer.payload()}))
     return tokenizer
+
+
+def cached_tokenizer(path: Path, kind: str):
+    """The tokenizer cached at `path` if it is the one stored there (of `kind`, its fingerprint the
+    stored one); None and a warning naming the file otherwise."""
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        tokenizer = from_payload(stored["tokenizer"], str(path))
+        if tokenizer.kind == kind and tokenizer.fingerprint == stored["fingerprint"]:
+            return tokenizer
+        why = "it is not the tokenizer stored there (its fingerprint differs)"
+    except (OSError, ValueError, KeyError, TypeError, UsageError) as err:
+        why = f"it is unreadable ({' '.join(str(err).split())[:120]})"
+    log.warning(f"the cached tokenizer {path} is not what was written ({why}); training it again")
+    return None
 
 
 def dtype_for(vocab_size: int) -> np.dtype:
@@ -216,8 +253,8 @@ def encode_splits(tokenizer, source: TextSource, cut: int, n_chars: int, folder:
 
 
 def token_arrays(tokenizer, source: TextSource, sha: str, cut: int, n_chars: int, cache: Path | None):
-    """(train ids, val ids, meta): memory-mapped from the cache (built there first if missing), or in
-    memory when there is no cache (the generated corpus)."""
+    """(train ids, val ids, meta): memory-mapped from the cache (built there first if missing, rebuilt
+    if damaged: see `verified_meta`), or in memory when there is no cache (the generated corpus)."""
     if cache is None:
         arrays, meta = encode_splits(tokenizer, source, cut, n_chars, None)
         return arrays["train"], arrays["val"], meta
@@ -234,21 +271,110 @@ def token_arrays(tokenizer, source: TextSource, sha: str, cut: int, n_chars: int
         ).encode()
     ).hexdigest()
     folder = cache / sha[:24] / f"tokens-{key[:24]}"
-    if not (folder / "meta.json").is_file():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-        try:
-            _, meta = encode_splits(tokenizer, source, cut, n_chars, building)
-            write_text(building / "meta.json", json.dumps({**meta, "key": key}, indent=1) + "\n")
-            try:
-                os.rename(building, folder)
-            except OSError:  # another job built the same entry meanwhile: theirs is identical
-                pass
-        finally:
-            shutil.rmtree(building, ignore_errors=True)
-    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_builds(folder.parent)
+    dtype = dtype_for(len(tokenizer)).name
+    meta = verified_meta(folder, key, dtype)
+    if meta is None:
+        build_entry(tokenizer, source, cut, n_chars, folder=folder, key=key)
+        meta = verified_meta(folder, key, dtype)
+        if meta is None:  # torn down again at once: a disk that does not keep what is written
+            raise UsageError(f"the token cache entry {folder} cannot be verified right after it was written")
     train, val = (memmap(folder / f"{split}.bin", meta["dtype"]) for split in ("train", "val"))
     return train, val, meta
+
+
+def build_entry(tokenizer, source: TextSource, cut: int, n_chars: int, *, folder: Path, key: str) -> None:
+    """Write the entry beside `folder` and rename it into place, the arrays' sizes, sha256 and mtimes in
+    its meta.json. The build directory stays locked (`BUILD_LOCK`) while this process builds it, so that
+    `remove_stale_builds` removes only what a killed build left."""
+    building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    lock = os.open(building / BUILD_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        _, meta = encode_splits(tokenizer, source, cut, n_chars, building)
+        meta["files"] = {split: file_facts(building / f"{split}.bin") for split in ("train", "val")}
+        write_text(building / "meta.json", json.dumps({**meta, "key": key}, indent=1) + "\n")
+        (building / BUILD_LOCK).unlink()
+        if folder.exists():  # a damaged entry: moved aside (a reader's open maps stay valid), then removed
+            aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+            os.rename(folder, aside / "damaged")
+            shutil.rmtree(aside, ignore_errors=True)
+        try:
+            os.rename(building, folder)
+        except OSError:  # another job built the same entry meanwhile: theirs is identical
+            pass
+    finally:
+        os.close(lock)
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def file_facts(path: Path) -> dict:
+    """What meta.json records of a cached array, to verify it by: size, sha256 and mtime."""
+    stat = path.stat()
+    return {"size": stat.st_size, "sha256": file_sha256(path), "mtime_ns": stat.st_mtime_ns}
+
+
+def verified_meta(folder: Path, key: str, dtype: str) -> dict | None:
+    """The entry's meta when every array is as it was written: its size always, its sha256 whenever its
+    mtime or size differs from the recorded ones (then the new mtime is recorded). None when there is no
+    entry; None and a warning naming the file when it is damaged, which the caller rebuilds."""
+    path = folder / "meta.json"
+    if not folder.is_dir():
+        return None
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        files = meta.get("files")
+        if not isinstance(files, dict):
+            return damaged(path, "it records no size and sha256 of its arrays: an older posenc wrote it")
+        if meta.get("key") != key or meta.get("dtype") != dtype:
+            return damaged(path, f"it describes another entry (key, or dtype {short(meta.get('dtype'))})")
+        touched = False
+        for split in ("train", "val"):
+            array, recorded = folder / f"{split}.bin", files[split]
+            stat = array.stat()
+            if stat.st_size != recorded["size"]:
+                return damaged(array, f"{stat.st_size:,} bytes, {recorded['size']:,} when it was written")
+            if stat.st_mtime_ns != recorded["mtime_ns"]:
+                if file_sha256(array) != recorded["sha256"]:
+                    return damaged(array, "its content changed since it was written (sha256 differs)")
+                recorded["mtime_ns"], touched = stat.st_mtime_ns, True
+    except FileNotFoundError as err:
+        return damaged(Path(err.filename or path), "it is missing")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        return damaged(path, f"it is unreadable ({type(err).__name__})")
+    if touched:
+        write_text(path, json.dumps(meta, indent=1) + "\n")
+    return meta
+
+
+def damaged(path: Path, why: str) -> None:
+    log.warning(f"the token cache file {path} is not what was written ({why}); rebuilding its entry")
+    return None
+
+
+def remove_stale_builds(directory: Path) -> None:
+    """Remove the build directories (`.tokens-*`) that a killed build left; one whose lock a live
+    process holds is being built and stays (so does one too young to have taken its lock yet)."""
+    for leftover in directory.glob(".tokens-*"):
+        try:
+            lock = os.open(leftover / BUILD_LOCK, os.O_RDWR)
+        except FileNotFoundError:  # no lock file: a build killed after its last write, or one just begun
+            with contextlib.suppress(OSError):  # gone meanwhile: renamed into place by its builder
+                if time.time() - leftover.stat().st_mtime > UNLOCKED_GRACE_S:
+                    shutil.rmtree(leftover, ignore_errors=True)
+            continue
+        except OSError:
+            continue
+        try:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(leftover, ignore_errors=True)
+        except OSError:  # locked: a live build
+            pass
+        finally:
+            os.close(lock)
 
 
 def memmap(path: Path, dtype: str) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.tokenizer_base import TokenizerBase
-from posenc_cli.data.vocab import Vocab
+from posenc_cli.data.vocab import UNK, Vocab
 
 TOKENIZERS = ("char", "byte", "bpe")
 PIECE_CHARS = 1 << 18  # BPE encodes text in pieces cut after a newline (`text_pieces`); small = less memory
@@ -204,24 +204,65 @@ class IdsOnly(TokenizerBase):
         return {"kind": "ids", "vocab_size": self.vocab_size}
 
 
-def from_payload(payload: dict, where: str):
-    """The tokenizer a checkpoint, cache entry or meta json describes."""
-
-    kind = payload.get("kind")
+def from_payload(payload, where: str):
+    """The tokenizer a checkpoint, cache entry or meta json describes; one line naming `where` and what
+    is wrong when the payload is not one (no chars, chars that are not characters, a vocab_size that
+    is not a positive integer, a BPE json that is not text)."""
+    kind = payload.get("kind") if isinstance(payload, dict) else None
     if kind == "char":
-        return Vocab(tuple(payload["chars"]))
+        chars = payload.get("chars")
+        if not isinstance(chars, list) or not chars or not all(isinstance(c, str) and c for c in chars):
+            raise UsageError(
+                f"{where}: its char tokenizer's chars must be a non-empty list of characters, got {short(chars)}"
+            )
+        if (
+            len(set(chars)) != len(chars)
+            or any(len(c) != 1 for c in chars[:-1])
+            or not (len(chars[-1]) == 1 or chars[-1] == UNK)
+        ):
+            raise UsageError(
+                f"{where}: its char tokenizer's chars repeat or hold more than one character each"
+            )
+        return Vocab(tuple(chars))
     if kind == "byte":
         return ByteTokenizer()
     if kind == "bpe":
+        if not isinstance(payload.get("json"), str):
+            raise UsageError(
+                f"{where}: its bpe tokenizer holds no tokenizer.json text, got {short(payload.get('json'))}"
+            )
         return BpeTokenizer.from_json(payload["json"], where)
     if kind == "ids":
-        return IdsOnly(int(payload["vocab_size"]))
+        size = payload.get("vocab_size")
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            raise UsageError(
+                f"{where}: its ids tokenizer's vocab_size must be a positive integer, got {short(size)}"
+            )
+        return IdsOnly(size)
     raise UsageError(
-        f"{where} names tokenizer kind {kind!r}; this posenc knows {', '.join(TOKENIZERS)} and ids"
+        f"{where} names tokenizer kind {short(kind)}; this posenc knows {', '.join(TOKENIZERS)} and ids"
     )
 
 
+def short(value) -> str:
+    """A value as an error message quotes it: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 TOKENIZER_FILE = "tokenizer.json"  # a bpe run's tokenizer, in its run directory
+
+
+def read_json_text(path: Path) -> str:
+    """A tokenizer.json's text; one line naming the file when it cannot be read as UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(
+            f"{path} is not UTF-8 text (bad byte at offset {err.start}); it is not a tokenizer.json"
+        ) from None
+    except OSError as err:
+        raise UsageError(f"{path} cannot be read ({err.strerror})") from None
 
 
 def run_payload(tokenizer) -> dict:
@@ -242,7 +283,7 @@ def run_tokenizer(stored: dict, run_dir: Path):
             f"{run_dir} was trained with a BPE tokenizer but has no {TOKENIZER_FILE}; "
             "copy the run directory whole"
         )
-    tokenizer = BpeTokenizer.from_json(path.read_text(encoding="utf-8"), str(path))
+    tokenizer = BpeTokenizer.from_json(read_json_text(path), str(path))
     if tokenizer.fingerprint != stored.get("fingerprint"):
         raise UsageError(
             f"{path} is not the tokenizer {run_dir} was trained with (its fingerprint differs); "

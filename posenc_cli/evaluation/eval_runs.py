@@ -14,7 +14,7 @@ from posenc_cli.core import ui
 from posenc_cli.core.ui import announce
 from posenc_cli.data import token_window
 from posenc_cli.data.stream import read_text
-from posenc_cli.evaluation.labels import mixes_own_tokenizers, with_tokenizer
+from posenc_cli.evaluation.labels import distinctions, mixes_own_tokenizers, with_tokenizer
 from posenc_cli.evaluation.perplexity import (
     evaluate_length,
     plan_windows,
@@ -24,6 +24,8 @@ from posenc_cli.evaluation.perplexity import (
 )
 from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.model.positional import past_max_len
+
+NON_FINITE = "non-finite loss"  # a row's note where the model's loss is nan or inf: its cell says so
 
 
 def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:
@@ -114,6 +116,7 @@ def evaluate_runs(
         for run in runs
     }
     mixed = mixes_own_tokenizers(runs)  # then columns say which: "rope [bpe]"
+    apart = distinctions(runs, mixed)  # runs pool as seeds only when equal but the seed
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
     jobs = [
@@ -127,7 +130,8 @@ def evaluate_runs(
         for run, variant, overflow, context in jobs:
             plan = plans[id(run)]
             label = run.use_variant(variant)  # evaluation time only: the checkpoint is untouched
-            scheme = with_tokenizer(replace(label, overflow=overflow), run.tokenizer_name, mixed)
+            distinct = replace(label, overflow=overflow, distinct=apart[id(run)].within)
+            scheme = with_tokenizer(distinct, run.tokenizer_name, mixed)
             scorer = run.scorer(device)
             info[scheme] = run.facts()
             for length in plan.lengths:
@@ -135,7 +139,7 @@ def evaluate_runs(
                 row, positions = score_length(
                     run, scheme, plan, scorer, length=length, context=context, scoring=scoring
                 )
-                rows.append(row)
+                rows.append({**row, "differs": apart[id(run)].differs})
                 position_rows += positions
                 bar.advance(task)
     return pd.DataFrame(rows), pd.DataFrame(position_rows), info
@@ -182,6 +186,8 @@ def score_length(
             f"{scheme} past max_len={context}: sliding windows of {context} tokens "
             f"(stride {context // 2}), so a token sees at most {context} tokens."
         )
+    if not math.isfinite(result.ppl):
+        row["note"] = NON_FINITE
     row.update(
         tokens=result.tokens,
         nll=result.nll,

@@ -1,13 +1,16 @@
 """What names a column of a result: a structured `Label`, made where the model is known (a posenc run or
-an `hf:` model), so that tables and figures read its parts instead of parsing a string."""
+an `hf:` model), so that tables and figures read its parts instead of parsing a string; and which runs
+are one column: seeds of one setting (`run_setting`, `distinctions`), never different trainings."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Iterable
 
 from posenc_cli.data.tokenizers import TOKENIZERS
 from posenc_cli.model.positional import SCHEMES
+from posenc_cli.rundir.loading import LoadedRun
 
 
 @dataclass(frozen=True, eq=False)
@@ -22,6 +25,8 @@ class Label:
     model: str = ""  # a pretrained model's short name (hf:); "" for posenc's own runs
     overflow: str = ""  # window: a position table scored past its end through windows of its size
     tokenizer: str = ""  # set where a table mixes posenc's tokenizers
+    distinct: tuple[tuple[str, str], ...] = ()  # (key, value) that set this column's runs apart from
+    # other runs of its scheme in the table (run_setting): `rope (train.block_size=128)`
 
     @property
     def positional(self) -> str:
@@ -41,6 +46,8 @@ class Label:
 
     def __str__(self) -> str:
         text = f"{self.model} ({self.positional})" if self.model else self.positional
+        if self.distinct:
+            text += " (" + ", ".join(f"{key}={value}" for key, value in self.distinct) + ")"
         return f"{text} [{self.tokenizer}]" if self.tokenizer else text
 
     def __eq__(self, other: object) -> bool:
@@ -77,6 +84,127 @@ def scheme_order(columns: Iterable[Label | str]) -> list[Label | str]:
     def key(column: Label | str):
         label = as_label(column)
         rank = order.index(label.family) if label.family in order else len(order)
-        return label.model != "", label.model, rank, label.family, label.beyond_family, label.tokenizer
+        distinct = tuple((k, natural(v)) for k, v in label.distinct)
+        return (
+            label.model != "",
+            label.model,
+            rank,
+            label.family,
+            label.beyond_family,
+            label.tokenizer,
+            distinct,
+        )
 
     return sorted(dict.fromkeys(columns), key=key)
+
+
+def natural(value: str) -> tuple:
+    """A setting's value as it sorts: numbers by size (64 before 128), then text."""
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def differing(settings: Iterable[dict[str, str]], *, skip: str | None = None) -> list[str]:
+    """The keys whose values differ among `settings` (a key some settings lack is compared among those
+    that have it: a run recorded before a key existed), but those starting with `skip`."""
+    values: dict[str, set[str]] = {}
+    for setting in settings:
+        for key, value in setting.items():
+            values.setdefault(key, set()).add(value)
+    return sorted(k for k, v in values.items() if len(v) > 1 and not (skip and k.startswith(skip)))
+
+
+# Recorded config keys that do not change what a run learns, left out when runs are compared (a seed is
+# the one key that makes runs seeds of one model; precision is footnoted by the report instead).
+NOT_LEARNED = (
+    "seed",
+    "device",
+    "logger",
+    "train.threads",
+    "train.log_interval",
+    "train.eval_interval",
+    "train.eval_batches",
+    "train.checkpoint_interval",
+    "train.resume",
+    "train.precision",
+    "data.cache_dir",
+)
+NOT_LEARNED_PREFIXES = tuple(f"{key}." for key in NOT_LEARNED)  # logger.csv, logger.wandb.project
+
+
+def flat(config: dict, prefix: str = "") -> dict[str, str]:
+    """A nested config as `train.block_size` -> its value as text (json for all but strings)."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{name}."))
+        else:
+            out[name] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return out
+
+
+def run_setting(run: LoadedRun) -> dict[str, str]:
+    """What a run was trained as, but its seed: its recorded config without NOT_LEARNED, its corpus and
+    its tokenizer. Runs with equal settings are seeds of one model; a run from before posenc recorded
+    its config is described by what its record has (model, scheme, training length, data)."""
+    record = run.record
+    config = record.config
+    if config is None:
+        model = dict(record.model_config)
+        scheme = {"name": model.pop("scheme", None), **(model.pop("scheme_options", None) or {})}
+        model.pop("vocab_size", None), model.pop("block_size", None)  # the tokenizer's; the training length
+        config = {
+            "scheme": scheme,
+            "model": model,
+            "train": {"block_size": record.train_len},
+            "data": record.data,
+        }
+    setting = {
+        k: v
+        for k, v in flat(config).items()
+        if not k.startswith(NOT_LEARNED_PREFIXES) and k not in NOT_LEARNED
+    }
+    setting["corpus"] = (record.corpus_sha256 or "generated")[:12]
+    setting["tokenizer"] = run.tokenizer.fingerprint[:12]
+    return setting
+
+
+@dataclass(frozen=True)
+class Distinction:
+    """What sets one run apart in a table: `within`, the (key, value) pairs that part it from other
+    runs of its scheme (its column's Label.distinct; no pairs: it pools with them as seeds), and
+    `differs`, json of every key in which it differs from any other run of the table (ppl.csv's column,
+    which comparison.md's note reads)."""
+
+    within: tuple[tuple[str, str], ...] = ()
+    differs: str = ""
+
+
+def distinctions(runs: list, mixed: bool) -> dict[int, Distinction]:
+    """Per run (by id): runs are seeds of one column only when their settings are equal but the seed
+    (run_setting); scheme options are compared within a scheme only. Models posenc did not
+    train have no setting and are set apart by their names."""
+    settings = {id(run): run_setting(run) for run in runs if isinstance(run, LoadedRun)}
+    groups: dict[str, list[dict[str, str]]] = {}
+    for run in runs:
+        if id(run) in settings:
+            groups.setdefault(str(with_tokenizer(run.label, run.tokenizer_name, mixed)), []).append(
+                settings[id(run)]
+            )
+    across = differing(settings.values(), skip="scheme.")
+    found = {}
+    for run in runs:
+        setting = settings.get(id(run))
+        if setting is None:
+            found[id(run)] = Distinction()
+            continue
+        within = differing(groups[str(with_tokenizer(run.label, run.tokenizer_name, mixed))])
+        keys = [k for k in sorted(set(across) | set(within)) if k in setting]
+        found[id(run)] = Distinction(
+            tuple((k, setting[k]) for k in within if k in setting),
+            json.dumps({k: setting[k] for k in keys}) if keys else "",
+        )
+    return found

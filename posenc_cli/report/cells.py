@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
+
+from posenc_cli.evaluation.eval_runs import NON_FINITE
 
 BEYOND_TABLE = "—"
 
@@ -17,6 +20,18 @@ def mean_std(values: pd.Series, digits: int = 2) -> str:
     if len(values) == 1:
         return f"{values.iloc[0]:.{digits}f}"
     return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
+
+
+def result_cell(rows: pd.DataFrame, value: str = "ppl", digits: int = 2) -> str:
+    """mean ± std of `value` over these rows (the seeds of one column at one length). A scored row whose
+    loss is not finite is never dropped from the mean: the cell says so instead of a number."""
+    scored = rows["tokens"] > 0 if "tokens" in rows else pd.Series(True, index=rows.index)
+    failed = int((scored & ~np.isfinite(rows["nll" if "nll" in rows else "ppl"])).sum())
+    if failed == len(rows) and failed:
+        return f"nan ({NON_FINITE})"
+    if failed:
+        return f"nan ({NON_FINITE} in {failed} of {len(rows)} seeds)"
+    return mean_std(rows[value], digits)
 
 
 def relative_length(length: int, train_len: int) -> str:

@@ -5,13 +5,20 @@ Everything here is derived from a tidy DataFrame, so an eval directory can be de
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
 
 from posenc_cli.evaluation.labels import as_label, scheme_order
 from posenc_cli.model.positional import SCHEMES, claim_for
-from posenc_cli.report.cells import BEYOND_TABLE, markdown_table, mean_std, relative_length, times
+from posenc_cli.report.cells import (
+    BEYOND_TABLE,
+    markdown_table,
+    relative_length,
+    result_cell,
+    times,
+)
 from posenc_cli.report.passkey_tables import passkey_note, passkey_rows
 from posenc_cli.report.verdict import (
     LEARNED_BELOW_UNIGRAM,
@@ -45,7 +52,7 @@ def ppl_pivot(df: pd.DataFrame, value: str = "ppl", digits: int = 2) -> tuple[li
     for scheme in scheme_order(df["scheme"]):
         sub = df[df["scheme"] == str(scheme)]
         ratio = [f"{chars_per_token(sub):.2f}"] if extra else []
-        cells = [mean_std(sub[sub["eval_len"] == L][value], digits) for L in lengths]
+        cells = [result_cell(sub[sub["eval_len"] == L], value, digits) for L in lengths]
         rows.append([str(scheme), str(sub["seed"].nunique()), *ratio, *cells])
     return header, rows
 
@@ -70,7 +77,7 @@ def tokenizer_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> 
     if df["tokenizer"].nunique() > 1:
         for L in lengths:
             at_length = df[df.eval_len == L]
-            bpb = [mean_std(at_length[at_length.scheme == str(s)]["bpb"], digits=3) for s in schemes]
+            bpb = [result_cell(at_length[at_length.scheme == str(s)], "bpb", digits=3) for s in schemes]
             rows.append([f"bpb @ {L}", *bpb])
     return rows
 
@@ -86,18 +93,17 @@ def comparison(
     """The chapters' table, with measured numbers beside the claims (and passkey rows from a probe)."""
     schemes = scheme_order(df["scheme"])
     lengths = sorted(df["eval_len"].unique())
-    train_len = int(df["train_len"].min())
+    own = df.groupby("scheme")["train_len"].min()  # each column's training length
     longest = max(lengths)
     rows: list[list[str]] = []
     for L in lengths:
-        where = [relative_length(L, train_len)]
+        where = [length_relation(df, L)]
         where += [characters_covered(df, schemes, L)] if subword(df) else []
-        label = f"ppl @ {L} ({'; '.join(w for w in where if w)})"
-        rows.append(
-            [label] + [mean_std(df[(df.scheme == str(s)) & (df.eval_len == L)]["ppl"]) for s in schemes]
-        )
+        label = f"ppl @ {L}" + (f" ({'; '.join(w for w in where if w)})" if any(where) else "")
+        rows.append([label] + [result_cell(df[(df.scheme == str(s)) & (df.eval_len == L)]) for s in schemes])
     evidence, best = extrapolation(df, longest)
     one_length = df["train_len"].nunique() == 1
+    train_len = int(own.min()) if one_length else "its training length"
     rows.append(
         [f"stability: ppl({longest}) / own ppl({train_len if one_length else 'training length'})"]
         + [times(evidence[s].stability) for s in schemes]
@@ -151,7 +157,7 @@ def comparison(
         "is never strong.",
     ]
     notes += [
-        f"{NO_VERDICT} for {s}: its ppl at {train_len} ({e.train_ppl:.2f}) is not clearly below the unigram "
+        f"{NO_VERDICT} for {s}: its ppl at {own[s]} ({e.train_ppl:.2f}) is not clearly below the unigram "
         f"perplexity of the text ({e.unigram_ppl:.2f}; clearly: at most {LEARNED_BELOW_UNIGRAM:g}×), so it "
         "has not learned enough to grade; its numbers stand as measured."
         for s, e in evidence.items()
@@ -159,10 +165,9 @@ def comparison(
     ]
     if passkey is not None:
         notes.append(passkey_note(passkey))
-    mixed = precision_note(df)
-    notes += [mixed] if mixed else []
+    notes += [note for note in (differences_note(df), precision_note(df)) if note]
     notes += sorted(set(df[df["ppl"].notna()]["note"].dropna()) - {""})  # how a number was measured
-    beyond = set(df[df["ppl"].isna()]["note"].dropna()) - {""}  # why there is no number
+    beyond = set(df[df["ppl"].isna() & (df["tokens"] == 0)]["note"].dropna()) - {""}  # why no number
     if beyond:
         notes.append(f"{BEYOND_TABLE}: " + "; ".join(sorted(beyond)) + ".")
     return (
@@ -172,6 +177,49 @@ def comparison(
         + "\n".join(f"- {n}" for n in notes)
         + "\n"
     )
+
+
+def length_relation(df: pd.DataFrame, length: int) -> str:
+    """How a row names an evaluation length: its multiple of the training length ("2×") where the
+    columns share one; where they do not, the columns whose training length it is (or nothing)."""
+    own = df.groupby("scheme")["train_len"].min()
+    if own.nunique() == 1:
+        return relative_length(length, int(own.iloc[0]))
+    trained = [str(s) for s in scheme_order(own.index) if own[s] == length]
+    return f"training length of {', '.join(trained)}" if trained else ""
+
+
+def differences_note(df: pd.DataFrame) -> str | None:
+    """A footnote naming what the columns' runs differ in besides their scheme (eval's `differs` column:
+    training length, steps, corpus...), so that different trainings are never read as like for like;
+    None when they differ in nothing else (or the ppl.csv is from before eval recorded it)."""
+    if "differs" not in df.columns:
+        return None
+    columns = df.groupby("scheme")["differs"].first()
+    settings = {s: setting_of(columns[s]) for s in scheme_order(columns.index)}
+    settings = {s: setting for s, setting in settings.items() if setting}
+    keys = sorted({key for setting in settings.values() for key in setting})
+    if not keys:
+        return None
+    parts = [
+        f"{key} ({'; '.join(f'{s} {setting[key]}' for s, setting in settings.items() if key in setting)})"
+        for key in keys
+    ]
+    return (
+        "the columns are different trainings, not one setting with another scheme: they differ in "
+        + ", ".join(parts)
+        + ". Runs are pooled as seeds only when their recorded configs are equal but the seed."
+    )
+
+
+def setting_of(differs) -> dict[str, str]:
+    """A `differs` cell as the keys and values it names: {} for an empty cell (nan, read back from a
+    csv) or one that is not eval's json (a hand-edited csv)."""
+    try:
+        setting = json.loads(differs) if isinstance(differs, str) and differs else {}
+    except json.JSONDecodeError:
+        return {}
+    return setting if isinstance(setting, dict) else {}
 
 
 def precision_note(df: pd.DataFrame) -> str | None:

@@ -98,11 +98,17 @@ def compared_perplexity(df: pd.DataFrame) -> pd.Series:
     return 2.0 ** df["bpb"] if per_byte(df) else df["ppl"]
 
 
+def mean_of_all(values: pd.Series) -> float:
+    """The mean over seeds, nan if any seed's is: a diverged seed is never left out of the evidence."""
+    return float(values.mean(skipna=False))
+
+
 def extrapolation(df: pd.DataFrame, longest: int) -> tuple[dict[str, Extrapolation], str | None]:
     """Per scheme, the evidence for its verdict (against its own training length: models from the hub
     have their own), and the best learned scheme at the longest length."""
-    means = df.groupby(["scheme", "eval_len"])["ppl"].mean()
-    compared = df.assign(compared=compared_perplexity(df)).groupby(["scheme", "eval_len"])["compared"].mean()
+    means = df.groupby(["scheme", "eval_len"])["ppl"].agg(mean_of_all)
+    compared = df.assign(compared=compared_perplexity(df)).groupby(["scheme", "eval_len"])["compared"]
+    compared = compared.agg(mean_of_all)
     own = df.groupby("scheme")["train_len"].min()
     unigram = df.groupby("scheme")["unigram_ppl"].mean() if "unigram_ppl" in df else {}
     facts = {
