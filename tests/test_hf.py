@@ -339,7 +339,7 @@ def test_hf_models_that_once_raised_a_traceback_are_one_line(tmp_path):
 
     pickled = small_gpt2(tmp_path / "pickled")
     (pickled / "model.safetensors").unlink()
-    (pickled / "pytorch_model.bin").write_bytes(pickle.dumps({"x": Payload()}))
+    (pickled / "pytorch_model.bin").write_bytes(pickle.dumps({"x": Payload()}, protocol=2))
     with pytest.raises(UsageError, match="hold more than plain tensors"):
         load_hf_model(f"hf:{pickled}")
     assert not (tmp_path / "ran").exists()
