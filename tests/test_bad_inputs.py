@@ -303,7 +303,7 @@ def test_every_output_path_and_sampling_option_is_checked_before_any_work(
         ([*sample, "--temperature", "inf"], "--temperature"),
         ([*sample, "--seed", "-1"], "--seed"),
         ([*sample, "--seed", str(2**64)], "--seed"),
-        (["sample", good, "--prompt", "the ", "--tokens", str(10**11)], "GiB"),  # a context no memory holds
+        (["sample", good, "--prompt", "the ", "--tokens", str(10**11)], "1000000"),
         (["probe", good, "--seed", str(2**64)], "--seed"),
         (["eval", good, "--rope-factor", "2"], "--rope-scaling"),
         (["inspect", "rope", "--layer", "1"], "--run"),
@@ -318,3 +318,30 @@ def test_every_output_path_and_sampling_option_is_checked_before_any_work(
         assert_refused(*posenc(*args), needle)
     assert files_under(workdir) == before
     assert (workdir / "afile").read_text() == "x"
+
+
+def test_values_that_once_raised_a_traceback_are_one_line_before_any_work(workdir):
+    """Superscript digits (str.isdigit accepts them, int refuses them), a RoPE factor whose s^(d/(d-2))
+    overflows, a probe with no bound on its trials, an --out through a symbolic link that leads nowhere
+    (a loop, a dangling link, a path under either), a sample file inside a run directory: each is
+    refused in one line before any run is read (none of these runs exists), and nothing is written."""
+    (workdir / "loop").symlink_to("loop")
+    (workdir / "dangling").symlink_to("nowhere")
+    (workdir / "fake_run").mkdir()
+    (workdir / "fake_run" / "summary.json").write_text("{}")
+    cases = [
+        (["eval", "r", "--lengths", "²"], "'²' is not a positive integer"),
+        (["eval", "r", "--lengths", "256,¹"], "'¹' is not a positive integer"),
+        (["probe", "r", "--lengths", "2⁵⁶"], "is not a positive integer"),
+        (["eval", "r", "--rope-scaling", "ntk", "--rope-factor", "1e300"], "<= 1e+06"),
+        (["probe", "r", "--trials", "100000000"], "--trials must be an integer between 1 and 10000"),
+        (["sample", "r", "--prompt", "a", "--out", "fake_run/x.txt"], "inside the run directory"),
+        (["eval", "r", "--out", "fake_run/sub"], "inside the run in"),
+    ]
+    for command in (["eval", "r"], ["probe", "r"], ["export", "r"], ["sample", "r", "--prompt", "a"]):
+        for out in ("loop", "loop/x", "dangling", "dangling/x/y"):
+            cases.append(([*command, "--out", out], "leads nowhere"))
+    before = files_under(workdir)
+    for args, needle in cases:
+        assert_refused(*posenc(*args), needle)
+    assert files_under(workdir) == before

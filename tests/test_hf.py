@@ -10,6 +10,7 @@ the scored tokens cover; an export loads to identical logits.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -302,6 +303,52 @@ def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path):
         load_hf_model(f"hf:{tmp_path / 'b'}")  # transformers has a causal head for it; posenc has no label
 
 
+def small_gpt2(directory: Path, *, tokenizer: bool = True) -> Path:
+    """A 1-layer GPT-2 with a 256-position table (and a byte-level tokenizer unless told otherwise)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=280, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(["the grass is green"], trainer)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+    config = transformers.GPT2Config(vocab_size=len(fast), n_positions=256, n_embd=16, n_layer=1, n_head=2)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(directory)
+    if tokenizer:
+        fast.save_pretrained(directory)
+    return directory
+
+
+def test_hf_models_that_once_raised_a_traceback_are_one_line(tmp_path):
+    """--hf-context past a learned table (IndexError), pickled weights with a payload (UnpicklingError;
+    the payload never runs), no tokenizer ("it has 0 tokens"), a RoPE factor that overflows."""
+    import pickle
+
+    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.evaluation.hf_models import HFModel
+
+    good = small_gpt2(tmp_path / "gpt2")
+    with pytest.raises(UsageError, match="--hf-context 1024 is past .* table of 256 learned positions"):
+        load_hf_model(f"hf:{good}", context=1024)
+    with pytest.raises(UsageError, match="has no tokenizer"):
+        load_hf_model(f"hf:{small_gpt2(tmp_path / 'bare', tokenizer=False)}")
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (tmp_path / "ran",))
+
+    pickled = small_gpt2(tmp_path / "pickled")
+    (pickled / "model.safetensors").unlink()
+    (pickled / "pytorch_model.bin").write_bytes(pickle.dumps({"x": Payload()}, protocol=2))
+    with pytest.raises(UsageError, match="hold more than plain tensors"):
+        load_hf_model(f"hf:{pickled}")
+    assert not (tmp_path / "ran").exists()
+    rotary = HFModel.__new__(HFModel)
+    rotary.base_scheme, rotary.train_len = "rope", 256
+    with pytest.raises(UsageError, match="<= 1e\\+06"):
+        rotary.variants(["ntk"], 1e300)
+
+
 def test_missing_data_and_missing_model_are_one_line(tiny, tmp_path):
     assert_one_line_error(run_cli("eval", f"hf:{tiny['root'] / 'gpt2'}", cwd=tmp_path), "needs --data FILE")
     missing = run_cli(
@@ -322,7 +369,11 @@ def test_export_loads_without_pickle_to_identical_logits(tiny, tmp_path):
 
     result = run_cli("export", str(tiny["run"]), "--out", str(tmp_path / "export"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == [
+        "config.json",
+        "manifest.json",
+        "model.safetensors",
+    ]
     model, tokenizer, train_len = load_export(tmp_path / "export")
     run = load_run(tiny["run"])
     ids = torch.as_tensor(run.tokenizer.encode(tiny["text"][:200]), dtype=torch.long)[None]

@@ -246,11 +246,12 @@ def test_eval_and_probe_refuse_a_corpus_file_that_changed_since_training(tmp_pat
 
 def test_an_output_set_is_complete_only_with_its_manifest_and_stale_temporaries_go(tmp_path):
     out = tmp_path / "ev"
-    with output_set(out):
+    with output_set(out, ["run"]) as result:
         (out / "a.csv").write_text("1")
-    assert json.loads((out / MANIFEST).read_text())["files"] == ["a.csv"]
-    (out / ".b.png.123.tmp").write_text("half")  # what a kill -9 mid-write leaves
-    with pytest.raises(RuntimeError), output_set(out):
+        result.written.append(out / "a.csv")
+    assert list(json.loads((out / MANIFEST).read_text())["files"]) == ["a.csv"]
+    (out / ".posenc-tmp-b.png.123.tmp").write_text("half")  # what a kill -9 mid-write leaves
+    with pytest.raises(RuntimeError), output_set(out, ["run"]):
         (out / "a.csv").write_text("2")
         raise RuntimeError("killed before the set was complete")
     assert not (out / MANIFEST).exists() and not list(out.glob(".*.tmp"))

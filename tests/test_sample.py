@@ -53,6 +53,15 @@ def test_top_k_never_picks_outside_the_k_most_likely_and_temperature_zero_is_gre
     assert pick(logits, 0.0, None, generator) == 1
 
 
+def test_a_temperature_that_underflows_samples_as_greedy_never_fails():
+    """logits / 1e-40 overflowed to inf and torch.multinomial refused the NaNs; shifted first, it is greedy."""
+    logits = torch.tensor([0.0, 30.0, 1.0, 29.0, -1.0])
+    generator = torch.Generator().manual_seed(0)
+    for temperature in (1e-40, 1e-300, 5e-324):
+        assert {pick(logits, temperature, None, generator) for _ in range(20)} == {1}
+        assert pick(logits, temperature, 2, generator) == 1
+
+
 def test_learned_stops_at_its_table_unless_the_window_slides(smoke_sweep):
     run = load_run(run_of(smoke_sweep, "learned"))
     limit = run.model.scheme.max_len

@@ -55,7 +55,7 @@ def eval_command(
     rope_factor: Optional[float] = typer.Option(
         None,
         "--rope-factor",
-        help="Scale factor s for --rope-scaling (default: eval length / training length; dynamic: 1, it scales with the length itself).",
+        help="Scale factor s for --rope-scaling, at most 1e6 (default: eval length / training length; dynamic: 1, it scales with the length itself).",
     ),
     learned_overflow: str = typer.Option(
         "dash",
@@ -80,18 +80,18 @@ def eval_command(
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
     from posenc_cli.evaluation.eval_runs import evaluate_runs
-    from posenc_cli.evaluation.hf_models import is_hf
+    from posenc_cli.evaluation.hf_models import MAX_ROPE_FACTOR, is_hf
     from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
     from posenc_cli.evaluation.targets import load_targets
     from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
     from posenc_cli.report.output_sets import write_eval_outputs
     from posenc_cli.report.tables import ppl_pivot
-    from posenc_cli.rundir.destinations import checked_out, default_out
+    from posenc_cli.rundir.destinations import default_out, owned_out
 
-    out_dir = checked_out(out)
+    out_dir = owned_out(out)
     wanted = parse_lengths(lengths)
     if rope_factor is not None:
-        require_number("--rope-factor", rope_factor, above=0)
+        require_number("--rope-factor", rope_factor, above=0, at_most=MAX_ROPE_FACTOR)
     methods = parse_rope_scaling(rope_scaling, rope_factor)
     overflows = parse_overflow(learned_overflow)
     if stride is not None:

@@ -18,10 +18,13 @@ def export_command(
         None, help="Directory for model.safetensors and config.json (default: the run directory)."
     ),
 ) -> None:
-    """Write a run's model as model.safetensors + config.json: shareable, and loaded without pickle
-    (posenc_cli.evaluation.export.load_export gives the same logits). Needs safetensors: pip install 'posenc\\[hf]'."""
+    """Write a run's model as model.safetensors + config.json (and manifest.json, their hashes and the
+    run's id, written last): shareable, and loaded without pickle (posenc_cli.evaluation.export.load_export
+    gives the same logits, and refuses an export whose files do not match its manifest). A run being
+    trained is refused. Needs safetensors: pip install 'posenc\\[hf]'."""
     # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.core.atomic import MANIFEST
     from posenc_cli.evaluation.export import CONFIG, WEIGHTS, export_run
 
     written = export_run(run, out)
-    ui.err.print(f"wrote {WEIGHTS}, {CONFIG} to {written}")
+    ui.err.print(f"wrote {WEIGHTS}, {CONFIG}, {MANIFEST} to {written}")

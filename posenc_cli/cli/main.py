@@ -17,6 +17,7 @@ from posenc_cli.cli.app import HELP_OPTION_NAMES, app, reflow
 from posenc_cli.cli.completion import click_core, click_exceptions
 from posenc_cli.cli.train_command import TrainCommand
 from posenc_cli.core import ui
+from posenc_cli.core.atomic import release_directories
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.ui import fail
 
@@ -42,7 +43,16 @@ def command():
 
 
 def main() -> None:
-    """The `posenc` entry point: parser errors, like every error a user can fix, are one line and exit 2."""
+    """The `posenc` entry point: parser errors, like every error a user can fix, are one line and exit 2.
+    The output directories a command owned are given up however it ends (one it made and left empty,
+    a refusal's, goes)."""
+    try:
+        dispatch()
+    finally:
+        release_directories()
+
+
+def dispatch() -> None:
 
     try:
         code = command().main(prog_name="posenc", standalone_mode=False)

@@ -9,7 +9,7 @@ import typer
 from posenc_cli.cli.app import DEVICE_HELP, app, choice, hf_options
 from posenc_cli.core import ui
 from posenc_cli.core.choices import DEVICES, HF_DTYPES, LANGS
-from posenc_cli.core.errors import require_positive_int, require_seed
+from posenc_cli.core.errors import require_seed
 
 
 @app.command()
@@ -28,7 +28,9 @@ def probe(
         "0.1,0.5,0.9",
         help="Comma list of relative depths of the key sentence in the filler (0 = start, 1 = end).",
     ),
-    trials: int = typer.Option(50, help="Trials per run, length and depth (a fresh key and filler each)."),
+    trials: int = typer.Option(
+        50, help="Trials per run, length and depth (a fresh key and filler each; at most 10,000)."
+    ),
     seed: int = typer.Option(0, help="Seed for keys and filler: the same trials for every run."),
     out: Optional[str] = typer.Option(
         None,
@@ -55,15 +57,15 @@ def probe(
     from posenc_cli.core.device import resolve_device
     from posenc_cli.core.ui import announce
     from posenc_cli.evaluation.perplexity import parse_lengths
-    from posenc_cli.evaluation.probe import parse_depths, probe_runs
+    from posenc_cli.evaluation.probe import check_trials, parse_depths, probe_runs
     from posenc_cli.evaluation.targets import load_targets
     from posenc_cli.report.output_sets import write_probe_outputs
     from posenc_cli.report.tables import markdown_table, passkey_rows, scheme_order
-    from posenc_cli.rundir.destinations import checked_out, default_out
+    from posenc_cli.rundir.destinations import default_out, owned_out
 
-    out_dir = checked_out(out)
+    out_dir = owned_out(out)
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
-    require_positive_int("--trials", trials)
+    check_trials(trials)
     require_seed("--seed", seed)
     target = resolve_device(device)
     loaded, why = load_targets(list(runs or []), "probe", hf_options(hf_context, target, dtype))

@@ -19,8 +19,15 @@ def sample(
     prompt: str = typer.Option(
         ..., "--prompt", "-p", help="Text to continue; every character must be in the run's vocabulary."
     ),
-    tokens: int = typer.Option(200, "--tokens", "-n", help="How many tokens to generate."),
-    temperature: float = typer.Option(0.8, "--temperature", "-t", help="Softmax temperature; 0 is greedy."),
+    tokens: int = typer.Option(
+        200, "--tokens", "-n", help="How many tokens to generate (at most 1,000,000)."
+    ),
+    temperature: float = typer.Option(
+        0.8,
+        "--temperature",
+        "-t",
+        help="Softmax temperature; 0 is greedy, and a tiny one (1e-40) samples as greedy does.",
+    ),
     top_k: Optional[int] = typer.Option(
         None, "--top-k", "-k", help="Sample only from the k most likely tokens (default: all)."
     ),
@@ -49,12 +56,19 @@ def sample(
     from posenc_cli.core.atomic import write_text
     from posenc_cli.core.device import resolve_device
     from posenc_cli.evaluation.sample import check_context_memory, check_sampling, generate, plan, stream_text
+    from posenc_cli.rundir.claim import is_locked
     from posenc_cli.rundir.destinations import checked_out_file
     from posenc_cli.rundir.loading import load_run
 
     out = checked_out_file(out)
     check_sampling(temperature, top_k, seed)
     loaded = load_run(run)
+    if is_locked(run):  # its checkpoint moves on while it trains: this text is of the one read just now
+        ui.err.print(
+            f"posenc: warning: {run} is being trained right now; sampling its latest checkpoint",
+            highlight=False,
+            soft_wrap=True,
+        )
     if not prompt:
         raise UsageError("--prompt is empty; give at least one character of the run's vocabulary")
     try:

@@ -23,7 +23,7 @@ CPU_BF16 = ("native", "emulated")
 
 def resolve_device(name: str) -> torch.device:
     kind, _, index = str(name).partition(":")
-    if kind not in DEVICES or (index and (kind == "auto" or not index.isdigit())):
+    if kind not in DEVICES or (index and (kind == "auto" or not (index.isascii() and index.isdigit()))):
         raise UsageError(
             f"device={name} is not known; choose one of: {', '.join(DEVICES)} (cuda:N also works)"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from posenc_cli.core.atomic import TMP_PREFIX
 from posenc_cli.core.errors import UsageError
 
 OUTPUTS = Path(
@@ -18,12 +19,18 @@ TIMESTAMP = (
 def writable_place(option: str, out: str) -> Path:
     """`out` as a path whose nearest existing ancestor is a directory this process can create files in
     (a temporary directory is made and removed there: permission bits lie to root and on read-only or
-    special file systems)."""
+    special file systems), and no symbolic link on the way that leads nowhere."""
     import tempfile
 
     if not out.strip():
         raise UsageError(f"{option} is empty; give a path to write to (or leave {option} out)")
     path = Path(out)
+    for link in (path, *path.parents):
+        if link.is_symlink() and not link.exists():  # exists() follows the link: dangling, or a loop
+            raise UsageError(
+                f"{option} {out}: {link} is a symbolic link that leads nowhere (dangling, or a loop); "
+                "give a real path"
+            )
     existing = next(p for p in (path, *path.parents) if p.exists() or p == Path("."))
     if path != existing and not existing.is_dir():
         raise UsageError(
@@ -31,7 +38,7 @@ def writable_place(option: str, out: str) -> Path:
         )
     where = existing if existing.is_dir() else existing.parent
     try:
-        Path(tempfile.mkdtemp(prefix=".posenc-write-check-", dir=where)).rmdir()
+        Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}write-check-", dir=where)).rmdir()
     except OSError as err:
         raise UsageError(
             f"{option} {out}: {where} is not writable ({err.strerror}); give another path"

@@ -1,21 +1,24 @@
 """A run's model for sharing: `model.safetensors` (weights, no pickle) and `config.json` (posenc's
-model config, tokenizer and training length). `load_export` rebuilds the same model from the two
-files alone, so nothing that loads it can run code."""
+model config, tokenizer, training length and the run's id), one output set whose `manifest.json`,
+written last, holds both files' sha256 and size and the run id. `load_export` rebuilds the same model
+from the two files alone, so nothing that loads it can run code, and only when the manifest vouches
+for both: an export killed mid-write (B's weights beside A's config) is refused, never loaded."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from posenc_cli.core.atomic import write_text, write_with
+from posenc_cli.core.atomic import MANIFEST, hashed_entry, output_set, read_manifest, write_text, write_with
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.tokenizers import from_payload
 from posenc_cli.model import GPT, ModelConfig
-from posenc_cli.rundir.destinations import checked_out
+from posenc_cli.rundir.claim import is_locked
+from posenc_cli.rundir.destinations import owned_out
 from posenc_cli.rundir.loading import load_run
 
 FORMAT = "posenc-model"
-VERSION = 1
+VERSION = 2  # 2: the run id, and a manifest of hashes
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 
@@ -32,30 +35,45 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Write RUN's model as model.safetensors + config.json into `out` (default: the run directory)."""
 
     st = safetensors_torch()
-    out = checked_out(None if out is None else str(out)) or Path(run_dir)
+    out = owned_out(None if out is None else str(out)) or Path(run_dir)
+    if is_locked(Path(run_dir)):
+        raise UsageError(
+            f"{run_dir} is being trained right now, so its checkpoint moves on; export it once training stops"
+        )
     run = load_run(run_dir)
+    run_id = run.record.run_id or f"unnamed run in {Path(run_dir).resolve()}"  # a run from before run ids
     config = {
         "format": FORMAT,
         "version": VERSION,
+        "run_id": run_id,
         "model_config": run.model.cfg.to_dict(),
         "tokenizer": run.tokenizer.payload(),
         "train_len": run.train_len,
         "data": run.record.data,
     }
-    write_with(out / WEIGHTS, lambda p: st.save_model(run.model, str(p)))  # tied head stored once
-    write_text(out / CONFIG, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    with output_set(out, [run_id], run_id=run_id) as result:
+        write_with(out / WEIGHTS, lambda p: st.save_model(run.model, str(p)))  # tied head stored once
+        write_text(out / CONFIG, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        result.written += [out / WEIGHTS, out / CONFIG]
     return out
 
 
-def load_export(directory: str | Path) -> tuple[GPT, object, int]:
-    """(model, tokenizer, training length) from an export directory."""
-    st = safetensors_torch()
-    directory = Path(directory)
-    for name in (CONFIG, WEIGHTS):
+def not_an_export(directory: Path, why: str) -> UsageError:
+    return UsageError(
+        f"{directory} is not a complete posenc export: {why} (write one with posenc export RUN)"
+    )
+
+
+def verified_config(directory: Path) -> dict:
+    """config.json of an export whose manifest lists both files with their sha256 and size and the same
+    run id as the config: a half-written or mixed export is refused."""
+    for name in (CONFIG, WEIGHTS, MANIFEST):
         if not (directory / name).is_file():
-            raise UsageError(
-                f"{directory} is not a posenc export: it has no {name} (write one with posenc export RUN)"
-            )
+            raise not_an_export(directory, f"it has no {name}")
+    manifest = read_manifest(directory)
+    for name in (CONFIG, WEIGHTS):
+        if manifest.get("files", {}).get(name) != hashed_entry(directory / name):
+            raise not_an_export(directory, f"its {name} is not the one its {MANIFEST} lists")
     try:
         config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -64,7 +82,25 @@ def load_export(directory: str | Path) -> tuple[GPT, object, int]:
         raise UsageError(
             f"{directory / CONFIG} is not a posenc model config (format {FORMAT!r} version {VERSION})"
         )
-    model = GPT(ModelConfig(**config["model_config"]))
+    if config.get("run_id") is None or config.get("run_id") != manifest.get("run_id"):
+        raise not_an_export(
+            directory, f"its {CONFIG} is of run {config.get('run_id')!r}, its {MANIFEST} of another"
+        )
+    return config
+
+
+def load_export(directory: str | Path) -> tuple[GPT, object, int]:
+    """(model, tokenizer, training length) from an export directory."""
+    st = safetensors_torch()
+    directory = Path(directory)
+    config = verified_config(directory)
+    try:
+        model = GPT(ModelConfig(**config["model_config"]))
+        train_len = int(config["train_len"])
+    except (TypeError, ValueError, KeyError) as err:
+        raise UsageError(
+            f"{directory / CONFIG} has a wrong model config ({type(err).__name__}: {err})"
+        ) from None
     try:
         missing, unexpected = st.load_model(model, str(directory / WEIGHTS), strict=False)
     except Exception as err:  # safetensors' own error type for a truncated or foreign file
@@ -74,4 +110,4 @@ def load_export(directory: str | Path) -> tuple[GPT, object, int]:
             f"{directory / WEIGHTS} does not match its config.json "
             f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
         )
-    return model.eval(), from_payload(config["tokenizer"], str(directory / CONFIG)), int(config["train_len"])
+    return model.eval(), from_payload(config["tokenizer"], str(directory / CONFIG)), train_len

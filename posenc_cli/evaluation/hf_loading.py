@@ -3,6 +3,7 @@ reachable; its training length from its config; every failure one line."""
 
 from __future__ import annotations
 
+import pickle
 import socket
 from pathlib import Path
 from urllib.parse import urlparse
@@ -87,6 +88,12 @@ def load_hf_model(
     train_len = context or training_length(config)
     if not train_len:
         raise UsageError(f"{name}'s config states no context length; give it with --hf-context N")
+    table = training_length(config)
+    if MODEL_TYPE_SCHEMES[config.model_type] == "learned" and table and train_len > table:
+        raise UsageError(
+            f"--hf-context {train_len} is past {name}'s table of {table} learned positions, which it cannot "
+            f"be scored beyond; give --hf-context <= {table}"
+        )
     attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
     try:
         tokenizer = load_pretrained(tf.AutoTokenizer, source, name)
@@ -100,8 +107,19 @@ def load_hf_model(
         )
     except UsageError:
         raise
+    except pickle.UnpicklingError:  # torch's weights-only loader refused it: its code never ran
+        raise UsageError(
+            f"{name} cannot be loaded: its pickled weights (pytorch_model.bin) hold more than plain tensors, "
+            "and posenc loads only plain tensors (nothing in the file was run); use a copy saved as "
+            "model.safetensors"
+        ) from None
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
+    if len(tokenizer) <= len(set(tokenizer.all_special_ids)):  # transformers makes an empty one
+        raise UsageError(
+            f"{name} has no tokenizer (tokenizer.json, or vocabulary files, beside its config.json); "
+            "posenc scores a model in its own tokenizer, so add the one it was trained with"
+        )
     if not getattr(tokenizer, "is_fast", False):
         raise UsageError(
             f"{name} has no fast tokenizer (tokenizer.json), which posenc needs to count bytes per token"

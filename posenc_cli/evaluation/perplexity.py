@@ -190,7 +190,7 @@ def parse_lengths(text: str) -> list[int]:
     parts = [p.strip() for p in str(text).split(",")]
     lengths = []
     for part in parts:
-        if not part.isdigit() or int(part) <= 0:
+        if not (part.isascii() and part.isdigit()) or int(part) <= 0:  # '²' isdigit(), int() refuses it
             raise UsageError(
                 f"--lengths {text!r}: {part!r} is not a positive integer; give a comma list such as 512,1024,2048"
             )

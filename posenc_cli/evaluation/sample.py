@@ -15,8 +15,10 @@ from typing import Iterator
 import torch
 
 from posenc_cli.core.device import free_memory
-from posenc_cli.core.errors import UsageError, require_positive_int, require_seed
+from posenc_cli.core.errors import UsageError, require_int, require_positive_int, require_seed
 from posenc_cli.rundir.loading import LoadedRun
+
+MAX_TOKENS = 1_000_000  # --tokens: a million steps is hours on a small model already
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class SamplePlan:
 
 def plan(run: LoadedRun, prompt_len: int, tokens: int, window: int | None) -> SamplePlan:
     """Check the lengths against the scheme's limit before anything is generated."""
-    require_positive_int("--tokens", tokens)
+    require_int("--tokens", tokens, at_least=1, at_most=MAX_TOKENS)
     limit = run.model.scheme.max_len  # None: the scheme computes any position
     if window is not None:
         require_positive_int("--window", window)
@@ -92,13 +94,15 @@ def generate(
 
 
 def pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> int:
-    """Sample from softmax(logits / temperature) restricted to the top_k most likely tokens."""
+    """Sample from softmax(logits / temperature) restricted to the top_k most likely tokens. The logits
+    are shifted to a maximum of 0 first and divided in float64, so a tiny temperature (1e-40) cannot
+    overflow: it samples among the most likely tokens only, as greedy does."""
     if temperature == 0:
         return int(logits.argmax())
     if top_k is not None and top_k < len(logits):
         kth = torch.topk(logits, top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits / temperature, dim=-1)
+    probs = torch.softmax((logits - logits.max()).double() / temperature, dim=-1)
     return int(torch.multinomial(probs, 1, generator=generator))
 
 

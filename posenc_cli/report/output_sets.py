@@ -1,8 +1,11 @@
 """An evaluation's or a probe's output set: every table and figure written atomically into one directory,
-with a manifest of what this command wrote."""
+with a manifest of what this command wrote. eval and probe share a directory on purpose: comparison.md
+gains passkey rows from probe.csv (and probe rewrites it from ppl.csv), but only from a file the set
+found there listed, with the same sha256, about the same runs (core.atomic.OutputSet.trusted_input)."""
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 
@@ -21,19 +24,18 @@ from posenc_cli.report.plots import (
 from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot
 
 
-def read_results(path: Path) -> pd.DataFrame:
-    """A results csv this output set holds, its column labels as plain objects: they compare equal to
-    the Labels of the results being written beside them."""
-    return pd.read_csv(path, dtype={"scheme": object})
+def read_results(data: bytes) -> pd.DataFrame:
+    """A results csv an earlier set of this directory wrote, its column labels as plain objects: they
+    compare equal to the Labels of the results being written beside them."""
+    return pd.read_csv(io.BytesIO(data), dtype={"scheme": object})
 
 
 def write_probe_outputs(
     passkey: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en"
 ) -> list[Path]:
     """probe.csv, passkey.md, one heatmap per scheme, the summary plot; comparison.md again if eval's
-    ppl.csv is here.
-    The set is complete once manifest.json is written."""
-    with output_set(out):
+    ppl.csv of the same runs is here. The set is complete once manifest.json is written."""
+    with output_set(out, list(passkey["run"].unique())) as result:
         write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
         written = [out / "probe.csv"]
         for scheme in scheme_order(passkey["scheme"]):
@@ -43,12 +45,11 @@ def write_probe_outputs(
         written += [out / "probe_summary.png", out / "probe_summary.svg"]
         write_text(out / "passkey.md", passkey_by_depth(passkey))
         written.append(out / "passkey.md")
-        if (out / "ppl.csv").is_file():
-            write_text(
-                out / "comparison.md",
-                comparison(read_results(out / "ppl.csv"), info, lang=lang, passkey=passkey),
-            )
+        ppl = result.trusted_input("ppl.csv")
+        if ppl is not None:
+            write_text(out / "comparison.md", comparison(read_results(ppl), info, lang=lang, passkey=passkey))
             written.append(out / "comparison.md")
+        result.written += written
     return written
 
 
@@ -62,7 +63,11 @@ def write_eval_outputs(
     df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en"
 ) -> list[Path]:
     """The eval output set; complete once manifest.json is written (see atomic.output_set)."""
-    with output_set(out):
+    figures = ("ppl_vs_length", "loss_by_position") if not positions.empty else ("ppl_vs_length",)
+    written = [out / n for n in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv")] + [
+        out / f"{name}.{ext}" for name in figures for ext in ("png", "svg")
+    ]
+    with output_set(out, list(df["run"].unique())) as result:
         write_with(out / "ppl.csv", lambda p: df.to_csv(p, index=False))
         write_with(out / "loss_by_position.csv", lambda p: positions.to_csv(p, index=False))
         header, rows = ppl_pivot(df)
@@ -71,12 +76,11 @@ def write_eval_outputs(
             header, rows = ppl_pivot(df, "bpb", digits=3)
             text += "\n# Bits per byte by evaluation length\n\n" + markdown_table(header, rows)
         write_text(out / "ppl.md", text)
-        passkey = read_results(out / "probe.csv") if (out / "probe.csv").is_file() else None
+        probe = result.trusted_input("probe.csv")
+        passkey = read_results(probe) if probe is not None else None
         write_text(out / "comparison.md", comparison(df, info, lang=lang, passkey=passkey))
         plot_ppl_vs_length(df, out / "ppl_vs_length.png")
         if not positions.empty:
             plot_loss_by_position(positions, int(df["train_len"].min()), out / "loss_by_position.png")
-    figures = ("ppl_vs_length", "loss_by_position") if not positions.empty else ("ppl_vs_length",)
-    return [out / n for n in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv")] + [
-        out / f"{name}.{ext}" for name in figures for ext in ("png", "svg")
-    ]
+        result.written += written
+    return written

@@ -1,44 +1,66 @@
-"""Where a command may write: --out checked before any work (never a run's own directory or file), and
-the default output directory, claimed for this command alone."""
+"""Where a command may write: --out checked before any work (never a run's own directory, nor anything
+inside one), the output directory owned by this command alone while it writes, and the default output
+directory, claimed for this command alone."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from posenc_cli.core.atomic import own_directory
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import timestamped_dir, writable_place
 from posenc_cli.rundir.claim import claim_new
 from posenc_cli.rundir.layout import holds_run
 
 
+def run_holding(path: Path) -> Path | None:
+    """The run directory that `path` is, or lies inside (symbolic links followed), if any."""
+    resolved = path.resolve()
+    return next((p for p in (resolved, *resolved.parents) if p.is_dir() and holds_run(p)), None)
+
+
 def checked_out(out: str | None) -> Path | None:
     """--out as given, checked before any work: not empty, not a file, not under a file, not a run's own
-    directory, and writable (tried, not guessed from permission bits). Nothing is left behind here; None
-    (the default) stays None."""
+    directory nor inside one, and writable (tried, not guessed from permission bits). Nothing is left
+    behind here; None (the default) stays None."""
 
     if out is None:
         return None
     path = writable_place("--out", out)
     if path.exists() and not path.is_dir():
         raise UsageError(f"--out {out} is a file; give a directory to write to")
-    if path.is_dir() and holds_run(path):
+    run = run_holding(path)
+    if run is not None:
         raise UsageError(
-            f"--out {out} holds a run, whose directory only training writes; give another directory"
+            f"--out {out} is inside the run in {run}, whose directory only training writes; give another directory"
+            if run != path.resolve()
+            else f"--out {out} holds a run, whose directory only training writes; give another directory"
         )
+    return path
+
+
+def owned_out(out: str | None) -> Path | None:
+    """checked_out, then the directory owned by this command until it ends (a second posenc writer of
+    it is refused in one line, before either does any work; see core.atomic.own_directory)."""
+    path = checked_out(out)
+    if path is not None:
+        own_directory(path)
     return path
 
 
 def checked_out_file(out: str | Path | None, option: str = "--out") -> Path | None:
     """A file to write (sample --out), checked before any work: not empty, not a directory, not under a
-    file, not one of a run's own files, in a writable place. An ordinary existing file is replaced."""
+    file, not in a run's directory, in a writable place. An ordinary existing file is replaced."""
 
     if out is None:
         return None
     path = writable_place(option, str(out))
     if path.is_dir() or str(out).endswith("/"):
         raise UsageError(f"{option} {out} is a directory; give the path of a file to write")
-    if path.exists() and holds_run(path.parent):
-        raise UsageError(f"{option} {out} is a file of the run in {path.parent}; give another path")
+    run = run_holding(path.parent)
+    if run is not None:
+        what = "a file of the run" if path.exists() else "inside the run directory"
+        raise UsageError(f"{option} {out} is {what} in {run}, which only training writes; give another path")
     return path
 
 
