@@ -206,7 +206,7 @@ def test_eval_refuses_bad_runs_and_lengths_in_one_line_and_writes_nothing(broken
 
 def test_resuming_with_another_model_is_refused(broken_runs, workdir):
     assert_refused(
-        *posenc("train", f"train.resume={broken_runs['good']}", "model.n_layer=2"), "model.n_layer cannot"
+        *posenc("train", f"train.resume={broken_runs['good']}", "model.n_layer=2"), "its model.n_layer is"
     )
 
 
@@ -333,7 +333,7 @@ def test_values_that_once_raised_a_traceback_are_one_line_before_any_work(workdi
         (["eval", "r", "--lengths", "²"], "'²' is not a positive integer"),
         (["eval", "r", "--lengths", "256,¹"], "'¹' is not a positive integer"),
         (["probe", "r", "--lengths", "2⁵⁶"], "is not a positive integer"),
-        (["eval", "r", "--rope-scaling", "ntk", "--rope-factor", "1e300"], "<= 1e+06"),
+        (["eval", "r", "--rope-scaling", "ntk", "--rope-factor", "1e300"], "<= 10000"),
         (["probe", "r", "--trials", "100000000"], "--trials must be an integer between 1 and 10000"),
         (["sample", "r", "--prompt", "a", "--out", "fake_run/x.txt"], "inside the run directory"),
         (["eval", "r", "--out", "fake_run/sub"], "inside the run in"),

@@ -80,10 +80,10 @@ def eval_command(
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
     from posenc_cli.evaluation.eval_runs import evaluate_runs
-    from posenc_cli.evaluation.hf_models import MAX_ROPE_FACTOR, is_hf
+    from posenc_cli.evaluation.hf_models import is_hf
     from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
     from posenc_cli.evaluation.targets import load_targets
-    from posenc_cli.model.positional.rope_scaling import parse_rope_scaling
+    from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, parse_rope_scaling
     from posenc_cli.report.output_sets import write_eval_outputs
     from posenc_cli.report.tables import ppl_pivot
     from posenc_cli.rundir.destinations import default_out, owned_out
@@ -91,7 +91,7 @@ def eval_command(
     out_dir = owned_out(out)
     wanted = parse_lengths(lengths)
     if rope_factor is not None:
-        require_number("--rope-factor", rope_factor, above=0, at_most=MAX_ROPE_FACTOR)
+        require_number("--rope-factor", rope_factor, above=0, at_most=MAX_FACTOR)
     methods = parse_rope_scaling(rope_scaling, rope_factor)
     overflows = parse_overflow(learned_overflow)
     if stride is not None:

@@ -51,9 +51,6 @@ MODEL_TYPE_SCHEMES = {
     "mpt": "alibi",
 }
 LOGITS_CHUNK = 1024  # positions whose logits exist at once
-# The largest RoPE scale factor (--rope-factor) posenc evaluates with: far past any useful extension
-# (a 16-token model stretched to 16M), and small enough that s^(d/(d-2)) <= s^2 stays a finite float.
-MAX_ROPE_FACTOR = 1e6
 
 
 def is_hf(name: str) -> bool:
@@ -208,8 +205,6 @@ class HFModel:
         """A rotary model once per RoPE scaling method (None: as published); any other model once."""
         if self.base_scheme != "rope":
             return [None]
-        if factor is not None and not 0 < factor <= MAX_ROPE_FACTOR:
-            raise UsageError(f"--rope-factor must be a number > 0 and <= {MAX_ROPE_FACTOR:g}, got {factor!r}")
         return [None if m == "none" else RopeScaling(m, self.train_len, factor) for m in methods]
 
     def use_variant(self, scaling: RopeScaling | None) -> Label:

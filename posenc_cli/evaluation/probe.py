@@ -11,6 +11,7 @@ the prompt per key digit, a continuous measure that needs no decoding.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -18,7 +19,7 @@ import torch
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError, require_int
 from posenc_cli.data import passkey
-from posenc_cli.evaluation.labels import mixes_own_tokenizers, with_tokenizer
+from posenc_cli.evaluation.labels import distinctions, mixes_own_tokenizers, with_tokenizer
 from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.model import token_nll
 from posenc_cli.model.positional import past_max_len
@@ -142,6 +143,7 @@ def probe_runs(
 
     fillers: dict[str, torch.Tensor] = {}
     mixed = mixes_own_tokenizers(runs)  # label columns as eval does: "rope [bpe]"
+    apart = distinctions(runs, mixed)  # seeds of one model share a column, other trainings never do
     rows = []
     with ui.progress() as bar:
         task = bar.add_task(
@@ -149,7 +151,8 @@ def probe_runs(
         )
         for run in runs:
             scorer = run.scorer(device)
-            scheme = with_tokenizer(run.label, run.tokenizer_name, mixed)
+            label = replace(run.label, distinct=apart[id(run)].within)
+            scheme = with_tokenizer(label, run.tokenizer_name, mixed)
             for length in sorted(set(lengths) | {run.train_len}):
                 for depth in depths:
                     bar.update(task, status=f"{scheme} seed {run.seed} @ {length}, depth {depth:g}")
