@@ -197,9 +197,8 @@ def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_th
     assert (byte_rows["bytes"] == byte_rows["tokens"]).all()
     assert "| bpb @ 96 |" in (out / "comparison.md").read_text()
     probe = pd.read_csv(out / "probe.csv")
-    assert {"rope [bpe]", "rope [byte]", "rope [char]"} <= set(probe["scheme"]) and (
-        probe["key_nll"] > 0
-    ).all()
+    assert {"rope [byte]", "rope [char]"} <= set(probe["scheme"]) and (probe["key_nll"] > 0).all()
+    assert set(probe["scheme"]) == set(ppl["scheme"]) and len(set(ppl["scheme"])) == 4  # two bpe corpora
     summary = json.loads((bpe_run / "summary.json").read_text())
     assert summary["tokenizer"] == "bpe" and summary["corpus_chars_per_token"] > 1.5
     (bpe_run / "tokenizer.json").write_text(BPE.to_json())  # another tokenizer than the run's

@@ -148,14 +148,19 @@ def test_a_checkpoint_is_read_only_beside_the_summary_of_its_own_run(theirs, our
         ("run_id", "other", "belongs to another run"),
         ("corpus_sha256", "0" * 64, "another corpus"),
         ("tokenizer", {"kind": "char", "chars": ["a", "c", "b"]}, "another tokenizer"),
-        ("model_config", {"vocab_size": 3, "scheme": "alibi"}, "different model"),
+        ("model_config", {"vocab_size": 3, "block_size": 8, "scheme": "alibi"}, "different model"),
     ],
 )
 def test_a_resume_refuses_a_checkpoint_whose_record_differs_from_the_one_it_rebuilt(field, value, needle):
     from posenc_cli.model import ModelConfig
     from posenc_cli.training.session import check_resumable
 
-    now = RunRecord(**{**RECORD.__dict__, "model_config": ModelConfig(vocab_size=3, scheme="rope").to_dict()})
+    now = RunRecord(
+        **{
+            **RECORD.__dict__,
+            "model_config": ModelConfig(vocab_size=3, block_size=8, scheme="rope").to_dict(),
+        }
+    )
     check_resumable(now, now, Path("c.pt"))
     saved = RunRecord(**{**now.__dict__, field: value})
     with pytest.raises(UsageError, match=needle):
