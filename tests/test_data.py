@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SMOKE, assert_refused, evaluate, invoke, posenc, run_cli, train
+from conftest import ROOT, SMOKE, assert_refused, evaluate, invoke, posenc, run_cli, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import check_tokenizer_options, load_corpus, passkey, require_same_corpus, stream
 from posenc_cli.data.synthetic import SyntheticSpec, copy_length_nats, generate, log_uniform_int_nats
@@ -369,3 +369,28 @@ def test_stale_cache_builds_are_removed_while_one_a_live_process_holds_stays(tmp
         os.close(held)
     load_corpus(data)
     assert not building.exists()
+
+
+@pytest.mark.slow
+def test_a_cache_build_killed_with_sigkill_leaves_nothing_the_next_load_keeps(tmp_path):
+    """A real process builds the token cache of a large text and is SIGKILLed mid-build: the next load
+    removes its build directory (its lock died with it) and builds a complete, verified entry."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = {**write_corpus(tmp_path, TEXT * 20000), "tokenizer": "char", "cache_dir": str(tmp_path / "c")}
+    script = f"from posenc_cli.data import load_corpus; load_corpus({data!r})"
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "c").rglob(".tokens-*/train.bin")):
+        assert proc.poll() is None, "the build finished before it could be killed: make the text larger"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert list((tmp_path / "c").rglob(".tokens-*")), "nothing was left to clean"
+    corpus = load_corpus(data)
+    assert not list((tmp_path / "c").rglob(".tokens-*"))
+    assert len(corpus.train) + len(corpus.val) == len(TEXT) * 20000
