@@ -14,11 +14,20 @@ from posenc_cli.evaluation.labels import Label
 
 @runtime_checkable
 class EvalTarget(Protocol):
-    path: Path | str  # a run directory, or the hf: name: the `run` column of every result
-    train_len: int  # the length it was trained at: lengths are read against it
-    seed: int  # a posenc run's seed; 0 for a pretrained model
-    training_precision: str  # fp32, bf16-autocast, unrecorded; "" for a model posenc did not train
-    tokenizer_name: str  # its tokenizer: posenc's kind (char, byte, bpe) or the pretrained model's name
+    @property
+    def path(self) -> Path | str: ...  # a run directory, or the hf: name: the `run` column of every result
+
+    @property
+    def train_len(self) -> int: ...  # the length it was trained at: lengths are read against it
+
+    @property
+    def seed(self) -> int: ...  # a posenc run's seed; 0 for a pretrained model
+
+    @property
+    def training_precision(self) -> str: ...  # fp32, bf16-autocast, unrecorded; "" if posenc did not train it
+
+    @property
+    def tokenizer_name(self) -> str: ...  # posenc's tokenizer kind (char, byte, bpe) or the model's name
 
     @property
     def label(self) -> Label: ...  # the column as trained
