@@ -376,7 +376,7 @@ def test_a_run_whose_path_has_hydras_special_characters_resumes_with_the_command
 
     from posenc_cli.config.hydra_args import hydra_quoted
 
-    place = tmp_path / 'c,r=[x]{y}(z) é it\'s q"b\\s'  # every character Hydra's grammar treats specially
+    place = tmp_path / "c,r=[x]{y}(z) é it's q\"b\\s"  # every character Hydra's grammar treats specially
     args = [*TINY, "train.max_steps=2", "train.warmup_steps=1", f"hydra.run.dir={hydra_quoted(str(place))}"]
     assert run_cli("train", *args, cwd=tmp_path).returncode == 0
     refused = run_cli("train", *args, cwd=tmp_path)  # a second start prints how to continue it
@@ -395,7 +395,9 @@ def test_a_resume_keeps_every_code_version_that_trained_the_run(run):
     result = run_cli("train", f"train.resume={run}", "train.max_steps=22", "train.threads=1", cwd=run.parent)
     assert result.returncode == 0, result.stderr
     after = json.loads((run / "summary.json").read_text())
-    assert after["code_versions"] == ["posenc 0.0.1", after["code_version"]] and after["checkpoint_step"] == 22
+    assert (
+        after["code_versions"] == ["posenc 0.0.1", after["code_version"]] and after["checkpoint_step"] == 22
+    )
 
 
 def test_a_fresh_run_that_fails_after_claiming_its_directory_is_marked_failed_and_resumable(tmp_path):

@@ -133,7 +133,7 @@ def evaluate_runs(
             scheme = with_tokenizer(distinct, run.tokenizer_name, mixed)
             info[scheme] = run.facts()
             scored, positions = score_variant(
-                run, scheme, plans[id(run)], context=context, scoring=scoring, progress=(bar, task)
+                run, scheme, plans[id(run)], context=context, scoring=scoring, bar=bar, task=task
             )
             rows += [{**row, "differs": apart[id(run)].differs} for row in scored]
             position_rows += positions
@@ -141,10 +141,9 @@ def evaluate_runs(
 
 
 def score_variant(
-    run, scheme: str, plan: RunPlan, *, context: int | None, scoring: Scoring, progress
+    run, scheme: str, plan: RunPlan, *, context: int | None, scoring: Scoring, bar, task
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One variant of `run` at each of its lengths: ppl rows and per-position rows, the bar advanced."""
-    bar, task = progress
     scorer = run.scorer(scoring.device)
     rows, position_rows = [], []
     for length in plan.lengths:
