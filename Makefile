@@ -24,6 +24,7 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports   # the layers of pyproject.toml [tool.importlinter]: imports only run downward
 	$(BIN)/python scripts/import_cycles.py   # and no cycle inside a layer, imports in functions counted
+	$(BIN)/python scripts/function_sizes.py   # no function over 60 lines, keyword-only past the third
 	$(BIN)/mypy --follow-imports=silent --ignore-missing-imports scripts/eval_targets_conform.py   # eval targets
 
 install: $(VENV)/.installed

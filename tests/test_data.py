@@ -90,7 +90,7 @@ def test_the_cache_is_reused_for_the_same_text_and_never_stale_when_it_changes(t
     first = load_corpus(data)
     built = []
     encode = stream.encode_splits
-    monkeypatch.setattr(stream, "encode_splits", lambda *a: built.append(1) or encode(*a))
+    monkeypatch.setattr(stream, "encode_splits", lambda *a, **k: built.append(1) or encode(*a, **k))
     again = load_corpus(data)
     assert built == [] and again.train.filename == first.train.filename  # read back, not rebuilt
     changed = TEXT.replace("lazy dog", "lazy cat")  # same length, other content
@@ -124,7 +124,7 @@ def test_pre_tokenized_arrays_with_a_meta_json(tmp_path):
 def test_passkey_trials_score_the_tokens_that_cover_the_key(kind):
     tokenizer = ByteTokenizer() if kind == "byte" else BPE
     trials, key_tokens, keys = make_trials(
-        tokenizer.encode(TEXT.replace("40913", "")), tokenizer, 160, 0.5, 6, seed=1
+        tokenizer.encode(TEXT.replace("40913", "")), tokenizer, 160, depth=0.5, trials=6, seed=1
     )
     assert trials.shape == (6, 160)
     for trial, n, key in zip(trials, key_tokens.tolist(), keys):
@@ -268,7 +268,7 @@ def test_a_same_size_overwrite_of_a_cached_array_is_found_by_its_hash_once_its_m
     os.utime(val, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched, content the same
     built = []
     encode = stream.encode_splits
-    monkeypatch.setattr(stream, "encode_splits", lambda *a: built.append(1) or encode(*a))
+    monkeypatch.setattr(stream, "encode_splits", lambda *a, **k: built.append(1) or encode(*a, **k))
     load_corpus(data)
     assert built == [] and "not what was written" not in caplog.text  # re-hashed, equal: kept
     recorded = json.loads((val.parent / "meta.json").read_text())["files"]["val"]["mtime_ns"]

@@ -107,12 +107,12 @@ def test_a_grown_learned_table_repeats_the_trained_rows(tmp_path):
 def test_scaling_while_training_is_the_eval_formula():
     """One implementation: the options a fine-tune gives (block 1,024, factor 4) and the options eval's
     --rope-scaling gives a 256-token run build the same RopeScaling, hence the same rotations."""
-    trained = build_scheme("rope", 32, 2, 1024, scaling="yarn", scaling_factor=4)
+    trained = build_scheme("rope", 32, 2, block_size=1024, scaling="yarn", scaling_factor=4)
     run = SimpleNamespace(
-        model=SimpleNamespace(scheme=build_scheme("rope", 32, 2, 256)), train_len=256, path="run"
+        model=SimpleNamespace(scheme=build_scheme("rope", 32, 2, block_size=256)), train_len=256, path="run"
     )
     (options,) = RunTarget.variants(run, ["yarn"], 4.0)
-    at_eval = build_scheme("rope", 32, 2, 256, **options)
+    at_eval = build_scheme("rope", 32, 2, block_size=256, **options)
     assert trained.scaling == at_eval.scaling == RopeScaling("yarn", 256, 4.0)
     positions = torch.arange(2048)
     for got, want in zip(trained.cos_sin(positions), at_eval.cos_sin(positions)):
@@ -121,7 +121,7 @@ def test_scaling_while_training_is_the_eval_formula():
 
 
 def test_a_baked_in_scaling_refuses_another_on_top():
-    baked = build_scheme("xpos", 32, 2, 1024, scaling="linear", scaling_factor=4)
+    baked = build_scheme("xpos", 32, 2, block_size=1024, scaling="linear", scaling_factor=4)
     run = SimpleNamespace(model=SimpleNamespace(scheme=baked), train_len=1024, path="ft")
     assert RunTarget.variants(run, ["none"], None) == [{}]  # evaluated as trained
     with pytest.raises(UsageError, match="scheme.scaling=linear.*do not compose"):

@@ -216,7 +216,7 @@ def test_checks_dispatch_on_kind_and_hooks_not_names():
     claims = [c.claim for c in ins.run_checks(make(Renamed), LENGTH)]
     assert any("m − n" in c for c in claims) and any("norms" in c for c in claims)
     for name in SCHEMES:
-        checks = ins.run_checks(build_scheme(name, DIM, HEADS, LENGTH), LENGTH)
+        checks = ins.run_checks(build_scheme(name, DIM, HEADS, block_size=LENGTH), LENGTH)
         # the chapter's "farther → larger difference" is false past the wrap of the fastest pairs
         assert checks and all(c.passed or c.claim.startswith("farther") for c in checks), (name, checks)
 
@@ -225,7 +225,7 @@ def test_farther_differs_more_holds_until_the_fastest_pairs_wrap():
     """Mean over x of ‖R_k x − x‖² is Σ_i 2(1 − cos kθ_i)·E‖x_i‖²: it rises while Σ_i θ_i sin(kθ_i) > 0,
     which for d = 8 (θ = 1, 0.1, 0.01, 0.001) ends between k = 3 and 4, and for d = 32 between 4 and 5."""
     for dim, holds_to in ((DIM, 3), (128, 4)):
-        check = ins.check_farther_differs_more(build_scheme("rope", dim, HEADS, 128), 128)
+        check = ins.check_farther_differs_more(build_scheme("rope", dim, HEADS, block_size=128), 128)
         assert not check.passed and check.measured == f"holds up to k = {holds_to}"
     curve = ins.difference_by_distance(make(RoPE), LENGTH)
     assert curve[0] == 0 and (curve[:4].diff() > 0).all() and curve[4] < curve[3]

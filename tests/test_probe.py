@@ -36,7 +36,7 @@ OVERHEAD = len(passkey.key_sentence("00000")) + len(passkey.QUESTION) + passkey.
 @pytest.mark.parametrize("depth", [0.0, 0.1, 0.5, 0.9, 1.0])
 def test_prompt_has_exact_length_key_at_depth_and_question_last(length, depth):
     key = "40913"
-    trial, n_key = build_trial(FILLER[5:], key, depth, length, VOCAB)
+    trial, n_key = build_trial(FILLER[5:], key, depth, length=length, tokenizer=VOCAB)
     assert len(trial) == length and n_key == passkey.KEY_DIGITS
     text = VOCAB.decode(trial[:-n_key])
     assert text.endswith(" " + passkey.QUESTION) and VOCAB.decode(trial[-n_key:]) == key
@@ -50,8 +50,8 @@ def test_prompt_has_exact_length_key_at_depth_and_question_last(length, depth):
 
 
 def test_trials_are_reproducible_and_keys_vary():
-    a_trials, a_lengths, a_keys = make_trials(FILLER, VOCAB, 200, 0.5, 8, seed=3)
-    b_trials, b_lengths, b_keys = make_trials(FILLER, VOCAB, 200, 0.5, 8, seed=3)
+    a_trials, a_lengths, a_keys = make_trials(FILLER, VOCAB, 200, depth=0.5, trials=8, seed=3)
+    b_trials, b_lengths, b_keys = make_trials(FILLER, VOCAB, 200, depth=0.5, trials=8, seed=3)
     assert torch.equal(a_trials, b_trials) and torch.equal(a_lengths, b_lengths) and a_keys == b_keys
     assert a_trials.shape == (8, 200) and (a_lengths == passkey.KEY_DIGITS).all()
     assert [VOCAB.decode(t[-passkey.KEY_DIGITS :]) for t in a_trials] == a_keys and len(set(a_keys)) > 1
@@ -88,7 +88,7 @@ def greedy_key(model, prompt: torch.Tensor) -> torch.Tensor:
 def test_score_matches_greedy_decoding_and_the_nll_by_hand():
     model = SpellsKey("12345", VOCAB)
     keys = ["12345", "12399", "54321", "12345"]
-    trials = torch.stack([build_trial(FILLER, k, 0.5, 128, VOCAB)[0] for k in keys])
+    trials = torch.stack([build_trial(FILLER, k, 0.5, length=128, tokenizer=VOCAB)[0] for k in keys])
     hits, nll = score(LogitsScorer(model), trials, torch.full((len(keys),), passkey.KEY_DIGITS))
     assert hits.tolist() == [True, False, False, True]
     n = passkey.KEY_DIGITS

@@ -71,8 +71,10 @@ def test_default_factor_is_eval_length_over_training_length():
 
 
 def test_linear_scaling_makes_position_s_m_look_like_position_m():
-    plain_cos, plain_sin = build_scheme("rope", 32, 4, L).cos_sin(torch.arange(100))
-    cos, sin = build_scheme("rope", 32, 4, L, scaling="linear", scaling_factor=S).cos_sin(torch.arange(400))
+    plain_cos, plain_sin = build_scheme("rope", 32, 4, block_size=L).cos_sin(torch.arange(100))
+    cos, sin = build_scheme("rope", 32, 4, block_size=L, scaling="linear", scaling_factor=S).cos_sin(
+        torch.arange(400)
+    )
     torch.testing.assert_close(cos[::4], plain_cos)
     torch.testing.assert_close(sin[::4], plain_sin)
 
@@ -80,8 +82,8 @@ def test_linear_scaling_makes_position_s_m_look_like_position_m():
 def test_yarn_temperature_multiplies_logits_by_its_square():
     q, k = torch.randn(2, 1, 4, 1, 8)
     positions = torch.zeros(1, dtype=torch.long)  # angle 0: only the temperature acts
-    plain = (lambda a, b: (a * b).sum(-1))(*build_scheme("rope", 32, 4, L).rotate(q, k, positions))
-    yarn = build_scheme("rope", 32, 4, L, scaling="yarn", scaling_factor=S, scaling_len=L)
+    plain = (lambda a, b: (a * b).sum(-1))(*build_scheme("rope", 32, 4, block_size=L).rotate(q, k, positions))
+    yarn = build_scheme("rope", 32, 4, block_size=L, scaling="yarn", scaling_factor=S, scaling_len=L)
     scaled = (lambda a, b: (a * b).sum(-1))(*yarn.rotate(q, k, positions))
     torch.testing.assert_close(scaled, plain * yarn_temperature(S) ** 2)
     assert yarn_temperature(S) == pytest.approx(0.1 * math.log(4) + 1)

@@ -11,7 +11,7 @@ import torch
 
 from conftest import run_cli
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.sample import SamplePlan, generate, pick, plan
+from posenc_cli.evaluation.sample import SamplePlan, Sampling, generate, pick, plan
 from posenc_cli.rundir.loading import load_run
 
 PROMPT = "the "
@@ -36,7 +36,9 @@ def run_of(sweep: Path, scheme: str) -> Path:
 
 def sampled(run, seed: int, tokens: int = 80, window: int | None = None) -> list[int]:
     ids = run.tokenizer.encode(PROMPT)
-    return list(generate(run, ids, tokens, 0.8, 5, seed, window, torch.device("cpu")))
+    return list(
+        generate(run, ids, tokens, sampling=Sampling(0.8, 5, seed), window=window, device=torch.device("cpu"))
+    )
 
 
 def test_a_seed_gives_the_same_tokens_and_another_seed_others(smoke_sweep):
@@ -49,8 +51,8 @@ def test_a_seed_gives_the_same_tokens_and_another_seed_others(smoke_sweep):
 def test_top_k_never_picks_outside_the_k_most_likely_and_temperature_zero_is_greedy():
     logits = torch.tensor([0.0, 3.0, 1.0, 2.0, -1.0])
     generator = torch.Generator().manual_seed(0)
-    assert {pick(logits, 5.0, 2, generator) for _ in range(200)} == {1, 3}
-    assert pick(logits, 0.0, None, generator) == 1
+    assert {pick(logits, 5.0, 2, generator=generator) for _ in range(200)} == {1, 3}
+    assert pick(logits, 0.0, None, generator=generator) == 1
 
 
 def test_a_temperature_that_underflows_samples_as_greedy_never_fails():
@@ -58,8 +60,8 @@ def test_a_temperature_that_underflows_samples_as_greedy_never_fails():
     logits = torch.tensor([0.0, 30.0, 1.0, 29.0, -1.0])
     generator = torch.Generator().manual_seed(0)
     for temperature in (1e-40, 1e-300, 5e-324):
-        assert {pick(logits, temperature, None, generator) for _ in range(20)} == {1}
-        assert pick(logits, temperature, 2, generator) == 1
+        assert {pick(logits, temperature, None, generator=generator) for _ in range(20)} == {1}
+        assert pick(logits, temperature, 2, generator=generator) == 1
 
 
 def test_learned_stops_at_its_table_unless_the_window_slides(smoke_sweep):

@@ -38,7 +38,7 @@ CASES = [*SCHEMES, "sinusoidal+learned", "rope+alibi"]  # every scheme, and comp
 
 def fresh(name: str, dim: int = DIM, heads: int = HEADS, length: int = LENGTH, **options):
     torch.manual_seed(0)  # the same initial parameters wherever a scheme is built
-    return build_scheme(name, dim, heads, length, **options)
+    return build_scheme(name, dim, heads, block_size=length, **options)
 
 
 def where(law) -> list[str]:
@@ -354,7 +354,7 @@ def test_rope_rejects_an_odd_head_dim_and_an_unknown_layout():
     with pytest.raises(UsageError, match="even head_dim"):
         build_scheme("rope", 12, 4, block_size=8)  # head_dim 3
     with pytest.raises(UsageError, match="scheme.layout=diagonal"):
-        build_scheme("rope", 16, 2, 8, layout="diagonal")
+        build_scheme("rope", 16, 2, block_size=8, layout="diagonal")
 
 
 @pytest.mark.parametrize(
@@ -392,13 +392,13 @@ def test_alibi_bias_matrix_by_hand():
 def test_alibi_slope_rules(n_head, paper, chapter):
     """The paper's 2^(−8h/H) and the chapter's 1/2^h: different at H = 4, the same sequence at H = 8."""
     for rule, expected in (("paper", paper), ("chapter", chapter)):
-        scheme = build_scheme("alibi", 8 * n_head, n_head, 16, slopes=rule)
+        scheme = build_scheme("alibi", 8 * n_head, n_head, block_size=16, slopes=rule)
         assert scheme.slopes.tolist() == pytest.approx(expected)
         assert torch.allclose(
             scheme.bias(torch.arange(5)), -torch.tensor(expected)[:, None] * torch.arange(5.0)
         )
     with pytest.raises(UsageError, match="scheme.slopes=bloom.*paper, chapter"):
-        build_scheme("alibi", 16, 2, 8, slopes="bloom")
+        build_scheme("alibi", 16, 2, block_size=8, slopes="bloom")
 
 
 def test_t5_buckets_by_hand():
@@ -410,7 +410,7 @@ def test_t5_buckets_by_hand():
 
 
 def test_t5_bias_is_its_table_read_at_each_distance_bucket():
-    t5 = build_scheme("t5", 32, 4, 64)
+    t5 = build_scheme("t5", 32, 4, block_size=64)
     torch.nn.init.normal_(t5.table.weight)
     positions = torch.arange(300)
     bias = t5.bias(positions[:, None] - positions[None, :])
@@ -431,7 +431,7 @@ def same_vectors_everywhere(scheme, q: torch.Tensor, k: torch.Tensor, T: int) ->
 
 
 def test_xpos_is_rope_times_a_decay_in_distance():
-    xpos, rope = build_scheme("xpos", 32, 2, 64), build_scheme("rope", 32, 2, 64)
+    xpos, rope = build_scheme("xpos", 32, 2, block_size=64), build_scheme("rope", 32, 2, block_size=64)
     j = 1  # one rotary pair: dims j and j + 8 of a 16-dim head
     q, k = torch.zeros(16), torch.zeros(16)
     q[[j, j + 8]], k[[j, j + 8]] = torch.tensor([0.6, -0.8]), torch.tensor([1.0, 0.3])
@@ -445,7 +445,7 @@ def test_xpos_is_rope_times_a_decay_in_distance():
 
 
 def test_kerple_bias_is_minus_p_log_one_plus_a_distance():
-    kerple = build_scheme("kerple", 32, 2, 64)
+    kerple = build_scheme("kerple", 32, 2, block_size=64)
     with torch.no_grad():
         kerple.log_p.copy_(torch.tensor([2.0, 0.5]).log())
         kerple.log_a.copy_(torch.tensor([0.5, 3.0]).log())
@@ -456,7 +456,7 @@ def test_kerple_bias_is_minus_p_log_one_plus_a_distance():
 
 
 def test_kerple_bias_is_a_non_positive_decreasing_function_of_distance():
-    kerple = build_scheme("kerple", 32, 4, 64)
+    kerple = build_scheme("kerple", 32, 4, block_size=64)
     positions = torch.arange(500)
     bias = kerple.bias(positions[:, None] - positions[None, :])
     assert (bias <= 0).all() and (bias.diagonal(dim1=1, dim2=2) == 0).all()
@@ -561,10 +561,10 @@ def reference_attention(q, k, v, positions, scheme) -> torch.Tensor:
 def test_query_blocks_equal_the_plain_reference(name, block, monkeypatch):
     torch.manual_seed(0)
     B, H, T, D = 2, 4, 37, 8  # T prime: the last query block is shorter than the others
-    scheme = build_scheme(name, H * D, H, T)
+    scheme = build_scheme(name, H * D, H, block_size=T)
     q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
     monkeypatch.setattr(attention_module, "MASK_BUDGET", H * T * block)  # forces blocks of `block` queries
-    got = biased_causal_attention(q, k, v, scheme)
+    got = biased_causal_attention(q, k, v, scheme=scheme)
     torch.testing.assert_close(
         got, reference_attention(q, k, v, torch.arange(T), scheme), rtol=1e-5, atol=1e-5
     )
@@ -585,12 +585,12 @@ def test_learned_bias_gradients_equal_the_reference(name, block, monkeypatch):
     the gradients autograd gives through softmax(q·kᵀ/√d + bias)·v written out."""
     torch.manual_seed(0)
     B, H, T, D = 3, 4, 37, 8  # B odd: the backward's last batch chunk is short
-    scheme = build_scheme(name, H * D, H, T)
+    scheme = build_scheme(name, H * D, H, block_size=T)
     for p in scheme.parameters():
         torch.nn.init.normal_(p)
     q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
     monkeypatch.setattr(attention_module, "MASK_BUDGET", H * T * block)
-    got = gradients(lambda q, k, v: biased_causal_attention(q, k, v, scheme), scheme, q, k, v)
+    got = gradients(lambda q, k, v: biased_causal_attention(q, k, v, scheme=scheme), scheme, q, k, v)
     expected = gradients(
         lambda q, k, v: reference_attention(q, k, v, torch.arange(T), scheme), scheme, q, k, v
     )
@@ -604,11 +604,11 @@ def test_learned_bias_gradients_under_bf16_autocast_stay_close(name):
     """bf16 training (train.precision=auto on bf16 CPUs): the same gradients to bf16 precision."""
     torch.manual_seed(0)
     B, H, T, D = 2, 4, 64, 16
-    scheme = build_scheme(name, H * D, H, T)
+    scheme = build_scheme(name, H * D, H, block_size=T)
     q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got = gradients(
-            lambda q, k, v: biased_causal_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), scheme),
+            lambda q, k, v: biased_causal_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), scheme=scheme),
             scheme,
             q,
             k,
@@ -627,10 +627,10 @@ def test_per_sequence_positions_bias_by_their_differences(name):
     in values and in the gradients of q, k, v and a learned bias (its own CPU backward, one mask per row)."""
     torch.manual_seed(0)
     B, H, T, D = 3, 2, 19, 8
-    scheme = build_scheme(name, H * D, H, T)
+    scheme = build_scheme(name, H * D, H, block_size=T)
     positions = torch.stack([torch.randperm(200)[:T].sort().values for _ in range(B)])
     q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
-    got = biased_causal_attention(q, k, v, scheme, positions)
+    got = biased_causal_attention(q, k, v, scheme=scheme, positions=positions)
     want = torch.stack([reference_attention(q[b], k[b], v[b], positions[b], scheme) for b in range(B)])
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     weights = torch.randn_like(want)

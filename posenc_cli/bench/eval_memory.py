@@ -24,7 +24,7 @@ from posenc_cli.training.session import model_config
 EVAL_MULTIPLES = (1, 8, 32)  # evaluation lengths, in multiples of the training length
 
 
-def eval_case(cfg: dict[str, Any], vocab_size: int, length: int, n_tokens: int) -> dict[str, float]:
+def eval_case(cfg: dict[str, Any], vocab_size: int, length: int, *, n_tokens: int) -> dict[str, float]:
     """Score `n_tokens` random tokens in windows of `length`; run in a fresh process (see
     eval_in_subprocess)."""
 
@@ -56,14 +56,21 @@ def peak_rss_kib() -> int:
         return maxrss // 1024 if sys.platform == "darwin" else maxrss
 
 
-def eval_in_subprocess(cfg: dict[str, Any], vocab_size: int, length: int, n_tokens: int) -> dict[str, float]:
+def eval_in_subprocess(
+    cfg: dict[str, Any], vocab_size: int, length: int, *, n_tokens: int
+) -> dict[str, float]:
     """eval_case in a new interpreter, so the peak RSS is this case's and no other's."""
     code = (
         "import json, sys; from posenc_cli.bench.eval_memory import eval_case; "
-        "print(json.dumps(eval_case(*json.loads(sys.argv[1]))))"
+        "print(json.dumps(eval_case(**json.loads(sys.argv[1]))))"
     )
     _, stdout = timed(
-        [sys.executable, "-c", code, json.dumps([cfg, vocab_size, length, n_tokens])],
+        [
+            sys.executable,
+            "-c",
+            code,
+            json.dumps({"cfg": cfg, "vocab_size": vocab_size, "length": length, "n_tokens": n_tokens}),
+        ],
         cwd=None,
         what=f"evaluation case {cfg['scheme']['name']} @ {length}",
         env=child_env(),
@@ -86,7 +93,7 @@ def bench_eval(schemes: list[str], effort) -> list[dict]:
                 bar.update(task, status=f"{scheme} @ {length}")
                 options = {k: v for k, v in cfg["scheme"].items() if k != "name"}
                 limit = build_scheme(
-                    scheme, cfg["model"]["n_embd"], cfg["model"]["n_head"], train_len, **options
+                    scheme, cfg["model"]["n_embd"], cfg["model"]["n_head"], block_size=train_len, **options
                 ).max_len
                 row = {
                     "section": "eval",
@@ -98,7 +105,7 @@ def bench_eval(schemes: list[str], effort) -> list[dict]:
                 if unreadable := past_max_len(limit, length):
                     row["note"] = unreadable
                 else:
-                    row.update(eval_in_subprocess(cfg, vocab_size, length, effort.eval_tokens))
+                    row.update(eval_in_subprocess(cfg, vocab_size, length, n_tokens=effort.eval_tokens))
                 rows.append(row)
                 bar.advance(task)
     return rows

@@ -69,88 +69,121 @@ def mfu_text(mfu: float) -> str:
 
 
 def targets(df: pd.DataFrame) -> list[list[str]]:
-    """This run's numbers against configs/bench_targets.yaml: [target, measured, met]."""
-
+    """This run's numbers against configs/bench_targets.yaml: [target, measured, met], for each target
+    whose section was run."""
     goal = load_targets()
-    rows = []
-    train = df[df["section"] == "train"]
-    if len(train):
-        worst = train.loc[train["mfu"].idxmin()]
-        rows.append(
-            [
-                f"training MFU ≥ {goal['train_mfu']:.0%} for every scheme (default config, against the "
-                "peak of its precision)",
-                f"lowest {mfu_text(worst['mfu'])} ({worst['scheme']}, {worst['precision']})",
-                worst["mfu"] >= goal["train_mfu"],
-            ]
-        )
-    biased = train[train["scheme"].map(lambda s: SCHEMES[s].adds_bias)]
-    if len(biased) and train["vs_rope"].notna().any():
-        worst = biased.loc[biased["vs_rope"].idxmin()]
-        rows.append(
-            [
-                f"bias schemes within {1 - goal['bias_vs_rope']:.0%} of rope's training tokens/s",
-                f"lowest {worst['vs_rope']:.2f}× rope ({worst['scheme']})",
-                worst["vs_rope"] >= goal["bias_vs_rope"],
-            ]
-        )
-    ratio = speedup(df)
-    if ratio is not None:
-        rows.append(
-            [
-                f"posenc train ≥ {goal['nanogpt_speedup']}× nanoGPT's speed at its CPU recipe "
-                "(whole process)",
-                f"{ratio:.2f}× (median of pairs)",
-                ratio >= goal["nanogpt_speedup"],
-            ]
-        )
-    longest = df[
-        (df["section"] == "eval") & (df["multiple"] == max(EVAL_MULTIPLES)) & df["peak_rss_mib"].notna()
-    ]
-    if len(longest):
-        worst = longest.loc[longest["peak_rss_mib"].idxmax()]
-        gib = worst["peak_rss_mib"] / 1024
-        rows.append(
-            [
-                f"eval peak RSS at {max(EVAL_MULTIPLES)}× the training length < {goal['eval_rss_gib']} GiB",
-                f"highest {gib:.2f} GiB ({worst['scheme']})",
-                gib < goal["eval_rss_gib"],
-            ]
-        )
-    evals = df[(df["section"] == "eval") & df["vs_rope"].notna()]
-    if len(evals):
-        worst = evals.loc[evals["vs_rope"].idxmin()]
-        slowdown = 1 / worst["vs_rope"]
-        rows.append(
-            [
-                f"eval: no scheme > {goal['eval_slowdown']:.0f}× slower per token than rope",
-                f"slowest {slowdown:.2f}× ({worst['scheme']} @ {int(worst['length'])})",
-                slowdown <= goal["eval_slowdown"],
-            ]
-        )
-    total = df[(df["section"] == "main_job") & (df["config"] == "total")]
-    if len(total):
-        seconds = total["seconds"].iloc[0]
-        rows.append(
-            [
-                f"README main job ≤ {goal['main_job_s'] / 60:g} min",
-                f"{seconds / 60:.1f} min",
-                seconds <= goal["main_job_s"],
-            ]
-        )
+    checks = (train_mfu, bias_vs_rope, nanogpt_speedup, eval_rss, eval_slowdown, main_job)
+    rows = [row for check in checks if (row := check(df, goal)) is not None]
     return [[target, measured, "yes" if met else "**no**"] for target, measured, met in rows]
 
 
+def train_mfu(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
+    train = df[df["section"] == "train"]
+    if not len(train):
+        return None
+    worst = train.loc[train["mfu"].idxmin()]
+    return [
+        f"training MFU ≥ {goal['train_mfu']:.0%} for every scheme (default config, against the "
+        "peak of its precision)",
+        f"lowest {mfu_text(worst['mfu'])} ({worst['scheme']}, {worst['precision']})",
+        worst["mfu"] >= goal["train_mfu"],
+    ]
+
+
+def bias_vs_rope(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
+    train = df[df["section"] == "train"]
+    biased = train[train["scheme"].map(lambda s: SCHEMES[s].adds_bias)]
+    if not (len(biased) and train["vs_rope"].notna().any()):
+        return None
+    worst = biased.loc[biased["vs_rope"].idxmin()]
+    return [
+        f"bias schemes within {1 - goal['bias_vs_rope']:.0%} of rope's training tokens/s",
+        f"lowest {worst['vs_rope']:.2f}× rope ({worst['scheme']})",
+        worst["vs_rope"] >= goal["bias_vs_rope"],
+    ]
+
+
+def nanogpt_speedup(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
+    ratio = speedup(df)
+    if ratio is None:
+        return None
+    return [
+        f"posenc train ≥ {goal['nanogpt_speedup']}× nanoGPT's speed at its CPU recipe (whole process)",
+        f"{ratio:.2f}× (median of pairs)",
+        ratio >= goal["nanogpt_speedup"],
+    ]
+
+
+def eval_rss(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
+    longest = df[
+        (df["section"] == "eval") & (df["multiple"] == max(EVAL_MULTIPLES)) & df["peak_rss_mib"].notna()
+    ]
+    if not len(longest):
+        return None
+    worst = longest.loc[longest["peak_rss_mib"].idxmax()]
+    gib = worst["peak_rss_mib"] / 1024
+    return [
+        f"eval peak RSS at {max(EVAL_MULTIPLES)}× the training length < {goal['eval_rss_gib']} GiB",
+        f"highest {gib:.2f} GiB ({worst['scheme']})",
+        gib < goal["eval_rss_gib"],
+    ]
+
+
+def eval_slowdown(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
+    evals = df[(df["section"] == "eval") & df["vs_rope"].notna()]
+    if not len(evals):
+        return None
+    worst = evals.loc[evals["vs_rope"].idxmin()]
+    slowdown = 1 / worst["vs_rope"]
+    return [
+        f"eval: no scheme > {goal['eval_slowdown']:.0f}× slower per token than rope",
+        f"slowest {slowdown:.2f}× ({worst['scheme']} @ {int(worst['length'])})",
+        slowdown <= goal["eval_slowdown"],
+    ]
+
+
+def main_job(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
+    total = df[(df["section"] == "main_job") & (df["config"] == "total")]
+    if not len(total):
+        return None
+    seconds = total["seconds"].iloc[0]
+    return [
+        f"README main job ≤ {goal['main_job_s'] / 60:g} min",
+        f"{seconds / 60:.1f} min",
+        seconds <= goal["main_job_s"],
+    ]
+
+
+def num(value, fmt: str) -> str:
+    return "—" if pd.isna(value) else format(value, fmt)
+
+
 def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
-
-    def num(value, fmt: str) -> str:
-        return "—" if pd.isna(value) else format(value, fmt)
-
-    gemm = df[df["section"] == "gemm"]
-    peaks = ", ".join(
-        f"{r.precision} **{r.gflops:.1f} GFLOP/s** ({r.config.split()[0]})" for r in gemm.itertuples()
+    """bench.md: one section per part of the bench, in the order it runs."""
+    sections = (
+        header(df, info),
+        training_section(df),
+        levers_section(df),
+        peer_section(df, info),
+        eval_section(df),
+        main_job_section(df),
+        [
+            "## Targets",
+            "",
+            f"From configs/{TARGETS_FILE}.",
+            "",
+            markdown_table(["target", "measured", "met"], targets(df)),
+        ],
     )
-    lines = [
+    return "\n".join(line for section in sections for line in section)
+
+
+def header(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
+    peaks = ", ".join(
+        f"{r.precision} **{r.gflops:.1f} GFLOP/s** ({r.config.split()[0]})"
+        for r in df[df["section"] == "gemm"].itertuples()
+    )
+    return [
         f"# posenc bench, {info['date']}",
         "",
         f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['isa']}), "
@@ -159,6 +192,29 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
         "",
         f"GEMM peaks (best square matmul of the run, smaller where one would take over a second): {peaks}.",
         "",
+    ]
+
+
+def training_section(df: pd.DataFrame) -> list[str]:
+    columns = ["scheme", "n_layer × d_model", "T", "batch", "steps", "precision", "tokens/s", "whole loop"]
+    columns += ["GFLOP/s", "MFU", "vs rope"]
+    rows = [
+        [
+            r.scheme,
+            f"{int(r.n_layer)} × {int(r.n_embd)}",
+            int(r.length),
+            int(r.batch),
+            int(r.steps),
+            r.precision,
+            f"{r.tokens_per_s:,.0f}",
+            f"{r.loop_tokens_per_s:,.0f}",
+            f"{r.gflops:.1f}",
+            mfu_text(r.mfu),
+            num(r.vs_rope, ".2f"),
+        ]
+        for r in df[df["section"] == "train"].itertuples()
+    ]
+    return [
         "## Training",
         "",
         "`posenc train`'s own training function at the default configuration, with its logging, "
@@ -168,150 +224,99 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
         "(6·N + 12·n_layer·d_model·T) / the GEMM peak of the precision the run computes in; N = "
         "non-positional parameters, tied embedding counted once.",
         "",
+        markdown_table(columns, rows),
     ]
-    train = df[df["section"] == "train"]
-    lines.append(
-        markdown_table(
-            [
-                "scheme",
-                "n_layer × d_model",
-                "T",
-                "batch",
-                "steps",
-                "precision",
-                "tokens/s",
-                "whole loop",
-                "GFLOP/s",
-                "MFU",
-                "vs rope",
-            ],
-            [
-                [
-                    r.scheme,
-                    f"{int(r.n_layer)} × {int(r.n_embd)}",
-                    int(r.length),
-                    int(r.batch),
-                    int(r.steps),
-                    r.precision,
-                    f"{r.tokens_per_s:,.0f}",
-                    f"{r.loop_tokens_per_s:,.0f}",
-                    f"{r.gflops:.1f}",
-                    mfu_text(r.mfu),
-                    num(r.vs_rope, ".2f"),
-                ]
-                for r in train.itertuples()
-            ],
-        )
-    )
+
+
+def levers_section(df: pd.DataFrame) -> list[str]:
     levers = df[df["section"] == "lever"]
-    if len(levers):
-        lines += [
-            "## Levers (default config, not on by default)",
-            "",
-            "Each setting through the same training path as the baseline.",
-            "",
-        ]
-        lines.append(
-            markdown_table(
-                ["scheme", "lever", "precision", "tokens/s", "vs baseline", "MFU"],
-                [
-                    [
-                        r.scheme,
-                        r.lever,
-                        r.precision,
-                        f"{r.tokens_per_s:,.0f}",
-                        f"{r.vs_baseline:.2f}",
-                        mfu_text(r.mfu),
-                    ]
-                    for r in levers.itertuples()
-                ],
-            )
-        )
-    lines += ["## Beside nanoGPT", ""]
+    if not len(levers):
+        return []
+    rows = [
+        [r.scheme, r.lever, r.precision, f"{r.tokens_per_s:,.0f}", f"{r.vs_baseline:.2f}", mfu_text(r.mfu)]
+        for r in levers.itertuples()
+    ]
+    return [
+        "## Levers (default config, not on by default)",
+        "",
+        "Each setting through the same training path as the baseline.",
+        "",
+        markdown_table(["scheme", "lever", "precision", "tokens/s", "vs baseline", "MFU"], rows),
+    ]
+
+
+def peer_section(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
     peer = df[df["section"] == "peer"]
-    if len(peer):
-        ratio = speedup(df)
-        lines += [
-            f"Whole processes, start-up included, alternated pair by pair: nanoGPT's README CPU recipe "
-            f"(`run.sh {int(peer['steps'].iloc[0])}`) against `posenc train {' '.join(RECIPE)} "
-            f"data.path=… train.max_steps={int(peer['steps'].iloc[0])}` with posenc's default intervals. "
-            f"posenc's speed / nanoGPT's: **{ratio:.2f}×** (median over pairs of the wall-time ratio).",
-            "",
+    if not len(peer):
+        return ["## Beside nanoGPT", "", info.get("peer", "Not run (--nanogpt none)."), ""]
+    steps = int(peer["steps"].iloc[0])
+    rows = [
+        [
+            int(r.pair) + 1,
+            r.config,
+            f"{r.seconds:.1f}",
+            f"{r.tokens_per_s:,.0f}",
+            num(r.train_loss, ".3f"),
+            num(r.val_loss, ".3f"),
+            r.note,
         ]
-        lines.append(
-            markdown_table(
-                ["pair", "program", "seconds", "tokens/s", "train loss", "val loss", "note"],
-                [
-                    [
-                        int(r.pair) + 1,
-                        r.config,
-                        f"{r.seconds:.1f}",
-                        f"{r.tokens_per_s:,.0f}",
-                        num(r.train_loss, ".3f"),
-                        num(r.val_loss, ".3f"),
-                        r.note,
-                    ]
-                    for r in peer.itertuples()
-                ],
-            )
-        )
-    else:
-        lines += [info.get("peer", "Not run (--nanogpt none)."), ""]
-    lines += [
+        for r in peer.itertuples()
+    ]
+    return [
+        "## Beside nanoGPT",
+        "",
+        f"Whole processes, start-up included, alternated pair by pair: nanoGPT's README CPU recipe "
+        f"(`run.sh {steps}`) against `posenc train {' '.join(RECIPE)} "
+        f"data.path=… train.max_steps={steps}` with posenc's default intervals. "
+        f"posenc's speed / nanoGPT's: **{speedup(df):.2f}×** (median over pairs of the wall-time ratio).",
+        "",
+        markdown_table(["pair", "program", "seconds", "tokens/s", "train loss", "val loss", "note"], rows),
+    ]
+
+
+def eval_section(df: pd.DataFrame) -> list[str]:
+    columns = [
+        "scheme",
+        "length",
+        "× train",
+        "tokens/s",
+        "vs rope",
+        "peak RSS (MiB)",
+        "RSS growth (MiB)",
+        "note",
+    ]
+    rows = [
+        [
+            r.scheme,
+            int(r.length),
+            int(r.multiple),
+            num(r.tokens_per_s, ",.0f"),
+            num(r.vs_rope, ".2f"),
+            num(r.peak_rss_mib, ",.0f"),
+            num(r.eval_rss_mib, ",.0f"),
+            "" if pd.isna(r.note) else r.note,
+        ]
+        for r in df[df["section"] == "eval"].itertuples()
+    ]
+    return [
         "## Evaluation",
         "",
         "Default model, untrained weights, every case in a fresh process. "
         "RSS growth = peak RSS minus the process's peak before evaluating.",
         "",
+        markdown_table(columns, rows),
     ]
-    evals = df[df["section"] == "eval"]
-    lines.append(
-        markdown_table(
-            [
-                "scheme",
-                "length",
-                "× train",
-                "tokens/s",
-                "vs rope",
-                "peak RSS (MiB)",
-                "RSS growth (MiB)",
-                "note",
-            ],
-            [
-                [
-                    r.scheme,
-                    int(r.length),
-                    int(r.multiple),
-                    num(r.tokens_per_s, ",.0f"),
-                    num(r.vs_rope, ".2f"),
-                    num(r.peak_rss_mib, ",.0f"),
-                    num(r.eval_rss_mib, ",.0f"),
-                    "" if pd.isna(r.note) else r.note,
-                ]
-                for r in evals.itertuples()
-            ],
-        )
-    )
+
+
+def main_job_section(df: pd.DataFrame) -> list[str]:
     main = df[df["section"] == "main_job"]
-    if len(main):
-        lines += ["## README main job", ""]
-        lines.append(
-            markdown_table(
-                ["command", "seconds"],
-                [
-                    [f"posenc {r.config}" if r.config != "total" else "total", f"{r.seconds:.0f}"]
-                    for r in main.itertuples()
-                ],
-            )
-        )
-    lines += [
-        "## Targets",
-        "",
-        f"From configs/{TARGETS_FILE}.",
-        "",
-        markdown_table(["target", "measured", "met"], targets(df)),
+    if not len(main):
+        return []
+    rows = [
+        [f"posenc {r.config}" if r.config != "total" else "total", f"{r.seconds:.0f}"]
+        for r in main.itertuples()
     ]
-    return "\n".join(lines)
+    return ["## README main job", "", markdown_table(["command", "seconds"], rows)]
 
 
 def write_outputs(df: pd.DataFrame, info: dict[str, Any], out: Path) -> str:

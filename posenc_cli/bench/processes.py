@@ -17,7 +17,7 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def timed(
-    args: list[str], cwd: Path | None, what: str, env: dict[str, str] | None = None
+    args: list[str], cwd: Path | None, what: str, *, env: dict[str, str] | None = None
 ) -> tuple[float, str]:
     """Wall seconds of the whole process and its stdout; its stderr's tail in the error if it fails."""
     start = time.perf_counter()

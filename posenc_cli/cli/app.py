@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from posenc_cli.core import ui
-from posenc_cli.core.choices import CHAPTER_SCHEMES
+from posenc_cli.core.choices import CHAPTER_SCHEMES, DEVICES
 from posenc_cli.core.errors import UsageError
 
 HELP_OPTION_NAMES = ["-h", "--help"]
@@ -81,6 +81,25 @@ def posenc(
 
 
 DEVICE_HELP = "Where the model runs (auto: cuda, then mps, then cpu; cuda:N also works)."
+
+
+def device_option() -> Any:
+    """--device, as every command that runs a model declares it."""
+    return choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+")
+
+
+def runs_argument(hf_note: str = "") -> Any:
+    """RUNS, as eval and probe take them; hf_note: what an hf: model needs besides its name."""
+    return typer.Argument(
+        None,
+        help="Run directories, sweep directories, globs, or hf:ID_OR_PATH (a Hugging Face causal LM"
+        f"{hf_note}) (default: the latest runs).",
+    )
+
+
+def lengths_option(default: str, help: str) -> Any:
+    """--lengths (-l): a comma list of lengths, as eval and probe take it."""
+    return typer.Option(default, "--lengths", "-l", help=help)
 
 
 def hf_options(context: int | None, device, dtype: str) -> dict:

@@ -8,23 +8,17 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from posenc_cli.cli.app import DEVICE_HELP, app, choice, hf_options
+from posenc_cli.cli.app import app, choice, device_option, hf_options, lengths_option, runs_argument
 from posenc_cli.core import ui
-from posenc_cli.core.choices import DEVICES, EVAL_MODES, HF_DTYPES, HF_ROPE_SCALING, LANGS, ROPE_SCALING
+from posenc_cli.core.choices import EVAL_MODES, HF_DTYPES, HF_ROPE_SCALING, LANGS, ROPE_SCALING
 from posenc_cli.core.errors import UsageError, require_number, require_positive_int
 
 
 @app.command("eval")
 def eval_command(
-    runs: List[str] = typer.Argument(
-        None,
-        help="Run directories, sweep directories, globs, or hf:ID_OR_PATH (a Hugging Face causal LM: hub id or local directory; needs --data) (default: the latest runs).",
-    ),
-    lengths: str = typer.Option(
-        "512,1024,2048",
-        "--lengths",
-        "-l",
-        help="Comma list of evaluation lengths; each run's training length is always added.",
+    runs: List[str] = runs_argument(": hub id or local directory; needs --data"),
+    lengths: str = lengths_option(
+        "512,1024,2048", "Comma list of evaluation lengths; each run's training length is always added."
     ),
     mode: str = choice(
         "nonoverlap",
@@ -43,7 +37,7 @@ def eval_command(
         None,
         help="Evaluate on this UTF-8 text file instead of each run's validation split (required for hf: models, tokenized by each model's own tokenizer).",
     ),
-    device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
+    device: str = device_option(),
     lang: str = choice("en", LANGS, "en, or zh to add the chapters' own words to comparison.md.", "--lang"),
     rope_scaling: str = choice(
         "none",
@@ -80,35 +74,17 @@ def eval_command(
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
     from posenc_cli.evaluation.eval_runs import evaluate_runs
-    from posenc_cli.evaluation.hf_models import is_hf
     from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
     from posenc_cli.evaluation.targets import load_targets
-    from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, parse_rope_scaling
     from posenc_cli.report.output_sets import write_eval_outputs
-    from posenc_cli.report.tables import ppl_pivot
     from posenc_cli.rundir.destinations import default_out, owned_out
 
     out_dir = owned_out(out)
-    wanted = parse_lengths(lengths)
-    if rope_factor is not None:
-        require_number("--rope-factor", rope_factor, above=0, at_most=MAX_FACTOR)
-    methods = parse_rope_scaling(rope_scaling, rope_factor)
-    overflows = parse_overflow(learned_overflow)
-    if stride is not None:
-        if mode != "sliding":
-            raise UsageError(
-                f"--stride {stride} is only used with --mode sliding; drop it or add --mode sliding"
-            )
-        require_positive_int("--stride", stride)
-    require_positive_int("--max-tokens", max_tokens)
+    wanted, overflows = parse_lengths(lengths), parse_overflow(learned_overflow)
+    methods = rope_methods(rope_scaling, rope_factor)
+    check_windows(mode, stride, max_tokens)
     target = resolve_device(device)
-    named = list(runs or [])
-    hf_named = [r for r in named if is_hf(r)]
-    if hf_named and data is None:
-        raise UsageError(
-            f"{hf_named[0]} needs --data FILE: the text to evaluate it on (its own tokenizer is used)"
-        )
-    loaded, why = load_targets(named, "evaluate", hf_options(hf_context, target, dtype))
+    loaded, why = load_targets(named_runs(runs, data), "evaluate", hf_options(hf_context, target, dtype))
     df, positions, info = evaluate_runs(
         loaded,
         lengths=wanted,
@@ -123,7 +99,48 @@ def eval_command(
         learned_overflow=overflows,
     )
     out = out_dir or default_out("eval")
-    written = write_eval_outputs(df, positions, info, out, lang=lang)
+    show_eval(df, out, write_eval_outputs(df, positions, info, out, lang=lang), mode=mode)
+
+
+def rope_methods(rope_scaling: str, rope_factor: float | None) -> list[str]:
+    """--rope-scaling's methods, with --rope-factor bounded."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, parse_rope_scaling
+
+    if rope_factor is not None:
+        require_number("--rope-factor", rope_factor, above=0, at_most=MAX_FACTOR)
+    return parse_rope_scaling(rope_scaling, rope_factor)
+
+
+def check_windows(mode: str, stride: int | None, max_tokens: int) -> None:
+    if stride is not None:
+        if mode != "sliding":
+            raise UsageError(
+                f"--stride {stride} is only used with --mode sliding; drop it or add --mode sliding"
+            )
+        require_positive_int("--stride", stride)
+    require_positive_int("--max-tokens", max_tokens)
+
+
+def named_runs(runs: List[str] | None, data: Path | None) -> list[str]:
+    """RUNS as given; an hf: model needs --data, the text it is scored on in its own tokenizer."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.evaluation.hf_models import is_hf
+
+    named = list(runs or [])
+    hf_named = [r for r in named if is_hf(r)]
+    if hf_named and data is None:
+        raise UsageError(
+            f"{hf_named[0]} needs --data FILE: the text to evaluate it on (its own tokenizer is used)"
+        )
+    return named
+
+
+def show_eval(df, out: Path, written: list[Path], *, mode: str) -> None:
+    """The perplexity table and comparison.md on stdout, what was written on stderr."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.report.tables import ppl_pivot
+
     header, rows = ppl_pivot(df)
     table = Table(title=f"Perplexity ({mode}, {int(df['tokens'].max()):,} tokens per length)")
     for column in header:

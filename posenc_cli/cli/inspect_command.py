@@ -55,14 +55,7 @@ def inspect_command(
     from posenc_cli.rundir.destinations import checked_out
 
     options = {key: value for key, value in (("layout", layout), ("slopes", slopes)) if value is not None}
-    for option, value, most in (("--dim", dim, 8192), ("--heads", heads, 256), ("--length", length, 8192)):
-        if value is not None:  # the checks build length x length matrices: bounded so they fit
-            require_int(option, value, at_least=2 if option != "--heads" else 1, at_most=most)
-    for option, value in (("--layer", layer), ("--head", head)):
-        if value is not None and run is None:
-            raise UsageError(f"{option} {value} applies only with --run RUN_DIR; add --run or drop {option}")
-    if dim is not None and dim % 2:
-        raise UsageError(f"--dim {dim} must be even (positions are encoded in pairs of dimensions)")
+    check_options(dim, heads, length, run=run, layer=layer, head=head)
     print_report(
         inspect_scheme(
             name=scheme,
@@ -76,3 +69,24 @@ def inspect_command(
             options=options,
         )
     )
+
+
+def check_options(
+    dim: int | None,
+    heads: int | None,
+    length: int | None,
+    *,
+    run: Path | None,
+    layer: int | None,
+    head: int | None,
+) -> None:
+    """Sizes bounded so the checks' length x length matrices fit, --layer and --head only with --run,
+    and an even width (positions are encoded in pairs of dimensions)."""
+    for option, value, most in (("--dim", dim, 8192), ("--heads", heads, 256), ("--length", length, 8192)):
+        if value is not None:
+            require_int(option, value, at_least=2 if option != "--heads" else 1, at_most=most)
+    for option, value in (("--layer", layer), ("--head", head)):
+        if value is not None and run is None:
+            raise UsageError(f"{option} {value} applies only with --run RUN_DIR; add --run or drop {option}")
+    if dim is not None and dim % 2:
+        raise UsageError(f"--dim {dim} must be even (positions are encoded in pairs of dimensions)")

@@ -6,23 +6,17 @@ from typing import List, Optional
 
 import typer
 
-from posenc_cli.cli.app import DEVICE_HELP, app, choice, hf_options
+from posenc_cli.cli.app import app, choice, device_option, hf_options, lengths_option, runs_argument
 from posenc_cli.core import ui
-from posenc_cli.core.choices import DEVICES, HF_DTYPES, LANGS
+from posenc_cli.core.choices import HF_DTYPES, LANGS
 from posenc_cli.core.errors import require_seed
 
 
 @app.command()
 def probe(
-    runs: List[str] = typer.Argument(
-        None,
-        help="Run directories, sweep directories, globs, or hf:ID_OR_PATH (a Hugging Face causal LM) (default: the latest runs).",
-    ),
-    lengths: str = typer.Option(
-        "256,512,1024,2048",
-        "--lengths",
-        "-l",
-        help="Comma list of trial lengths; each run's training length is always added.",
+    runs: List[str] = runs_argument(),
+    lengths: str = lengths_option(
+        "256,512,1024,2048", "Comma list of trial lengths; each run's training length is always added."
     ),
     depths: str = typer.Option(
         "0.1,0.5,0.9",
@@ -36,7 +30,7 @@ def probe(
         None,
         help="Output directory (default: outputs/probe/<time>). Use eval's --out to get passkey rows in its comparison.md.",
     ),
-    device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
+    device: str = device_option(),
     lang: str = choice(
         "en", LANGS, "en, or zh: as eval's --lang, for the comparison.md it rewrites.", "--lang"
     ),
@@ -60,7 +54,6 @@ def probe(
     from posenc_cli.evaluation.probe import check_trials, parse_depths, probe_runs
     from posenc_cli.evaluation.targets import load_targets
     from posenc_cli.report.output_sets import write_probe_outputs
-    from posenc_cli.report.tables import markdown_table, passkey_rows, scheme_order
     from posenc_cli.rundir.destinations import default_out, owned_out
 
     out_dir = owned_out(out)
@@ -69,17 +62,31 @@ def probe(
     require_seed("--seed", seed)
     target = resolve_device(device)
     loaded, why = load_targets(list(runs or []), "probe", hf_options(hf_context, target, dtype))
-    for run in loaded:
-        run.check_probe()  # a posenc run: its vocabulary, and its corpus unchanged since training
-        run.check_fits(
-            [L for L in {*wanted, run.train_len} if run.max_len is None or L <= run.max_len], target
-        )
+    check_probe_targets(loaded, wanted, target)
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, lengths=wanted, depths=at_depths, trials=trials, seed=seed, device=target)
     labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
     info = {labels[str(r.path)]: r.facts() for r in loaded}
     out = out_dir or default_out("probe")
     written = write_probe_outputs(df, info, out, lang=lang)
+    show_probe(df, written, out)
+
+
+def check_probe_targets(loaded: list, lengths: list[int], device) -> None:
+    """Before any trial: a posenc run's vocabulary and corpus (unchanged since training), and each
+    target's memory at its lengths."""
+    for run in loaded:
+        run.check_probe()
+        run.check_fits(
+            [L for L in {*lengths, run.train_len} if run.max_len is None or L <= run.max_len], device
+        )
+
+
+def show_probe(df, written: list, out) -> None:
+    """The retrieval table on stdout, what was written on stderr."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.report.tables import markdown_table, passkey_rows, scheme_order
+
     schemes = scheme_order(df["scheme"])
     ui.out.print(
         markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False

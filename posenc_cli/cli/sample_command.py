@@ -7,9 +7,8 @@ from typing import Optional
 
 import typer
 
-from posenc_cli.cli.app import DEVICE_HELP, app, choice
+from posenc_cli.cli.app import app, device_option
 from posenc_cli.core import ui
-from posenc_cli.core.choices import DEVICES
 from posenc_cli.core.errors import UsageError
 
 
@@ -41,7 +40,7 @@ def sample(
     out: Optional[str] = typer.Option(
         None, "--out", "-o", help="Also write the prompt and the generated text to this file."
     ),
-    device: str = choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+"),
+    device: str = device_option(),
 ) -> None:
     """Generate text from a trained run, streamed to the terminal, past its training length if asked.
 
@@ -53,43 +52,69 @@ def sample(
       posenc sample outputs/runs/RUN --prompt "the pass key is" --tokens 1000 --temperature 0.8 --top-k 40 --seed 0
     """
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.core.atomic import write_text
     from posenc_cli.core.device import resolve_device
-    from posenc_cli.evaluation.sample import check_context_memory, check_sampling, generate, plan, stream_text
-    from posenc_cli.rundir.claim import is_locked
+    from posenc_cli.evaluation.sample import check_context_memory, check_sampling, generate, plan
     from posenc_cli.rundir.destinations import checked_out_file
     from posenc_cli.rundir.loading import load_run
 
     out = checked_out_file(out)
-    check_sampling(temperature, top_k, seed)
+    sampling = check_sampling(temperature, top_k, seed)
     loaded = load_run(run)
-    if is_locked(run):  # its checkpoint moves on while it trains: this text is of the one read just now
+    warn_if_training(run)
+    prompt_ids = encoded(prompt, loaded)
+    steps = plan(loaded, len(prompt_ids), tokens, window=window)
+    target = resolve_device(device)
+    check_context_memory(loaded, window or len(prompt_ids) + steps.tokens, target)
+    ids = generate(loaded, prompt_ids, steps.tokens, sampling=sampling, window=window, device=target)
+    finish(stream(loaded, prompt, ids), out=out, stopped_early=steps.stopped_early)
+
+
+def warn_if_training(run: Path) -> None:
+    """A run being trained moves its checkpoint on: this text is of the one read just now."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.rundir.claim import is_locked
+
+    if is_locked(run):
         ui.err.print(
             f"posenc: warning: {run} is being trained right now; sampling its latest checkpoint",
             highlight=False,
             soft_wrap=True,
         )
+
+
+def encoded(prompt: str, loaded):
+    """--prompt as the run's token ids; a character outside its vocabulary is refused by name."""
     if not prompt:
         raise UsageError("--prompt is empty; give at least one character of the run's vocabulary")
     try:
-        prompt_ids = loaded.tokenizer.encode(prompt)
+        return loaded.tokenizer.encode(prompt)
     except UsageError as err:
         raise UsageError(f"--prompt: {err}") from None
-    steps = plan(loaded, len(prompt_ids), tokens, window)
-    target = resolve_device(device)
-    check_context_memory(loaded, window or len(prompt_ids) + steps.tokens, target)
+
+
+def stream(loaded, prompt: str, ids) -> str:
+    """The prompt and each piece of text as it is generated, on stdout; returns the whole text."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.evaluation.sample import stream_text
+
     ui.out.file.write(prompt)
     pieces = [prompt]
-    for piece in stream_text(
-        loaded, generate(loaded, prompt_ids, steps.tokens, temperature, top_k, seed, window, target)
-    ):
+    for piece in stream_text(loaded, ids):
         ui.out.file.write(piece)
         ui.out.file.flush()
         pieces.append(piece)
     ui.out.file.write("\n")
+    return "".join(pieces)
+
+
+def finish(text: str, *, out: Path | None, stopped_early: str | None) -> None:
+    """The text to --out if given; why it stopped short, and what was written, on stderr."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.core.atomic import write_text
+
     if out:
-        write_text(out, "".join(pieces))
-    if steps.stopped_early:
-        ui.err.print(steps.stopped_early, highlight=False, soft_wrap=True)
+        write_text(out, text)
+    if stopped_early:
+        ui.err.print(stopped_early, highlight=False, soft_wrap=True)
     if out:
         ui.err.print(f"wrote {out}", highlight=False)

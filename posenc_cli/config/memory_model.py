@@ -29,7 +29,7 @@ def scheme_footprint(
         name = options.pop("name")
         with torch.device("meta"):
             try:
-                built = build_scheme(name, n_embd, n_head, block_size, **options)
+                built = build_scheme(name, n_embd, n_head, block_size=block_size, **options)
             except TypeError as err:
                 raise UsageError(f"scheme={name}: {one_line(err)}") from None
         size = sum(t.numel() for t in [*built.parameters(), *built.buffers()])

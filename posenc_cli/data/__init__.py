@@ -97,7 +97,9 @@ def corpus_tokenizer(data_cfg: Mapping[str, Any]):
     if corpus_kind(data_cfg) == "bin":
         return load_bin(data_cfg).tokenizer
     text = read_text_plan(data_cfg)
-    return stream.tokenizer_for(dict(data_cfg), text.source, text.sha, text.cut, text.n_chars, text.cache)
+    return stream.tokenizer_for(
+        dict(data_cfg), text.source, text.sha, cut=text.cut, n_chars=text.n_chars, cache=text.cache
+    )
 
 
 @dataclass(frozen=True)
@@ -130,9 +132,9 @@ def load_corpus(data_cfg: Mapping[str, Any], tokenizer=None) -> Corpus:
     if kind == "bin":
         return load_bin(data_cfg, tokenizer)
     text = read_text_plan(data_cfg)
-    where = (text.source, text.sha, text.cut, text.n_chars, text.cache)
-    tokenizer = tokenizer or stream.tokenizer_for(dict(data_cfg), *where)
-    train, val, meta = stream.token_arrays(tokenizer, *where)
+    where = dict(cut=text.cut, n_chars=text.n_chars, cache=text.cache)
+    tokenizer = tokenizer or stream.tokenizer_for(dict(data_cfg), text.source, text.sha, **where)
+    train, val, meta = stream.token_arrays(tokenizer, text.source, text.sha, **where)
     stats = text.stats
     stats.update(
         sha256=text.sha,

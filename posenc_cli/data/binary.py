@@ -68,7 +68,7 @@ def meta_tokenizer(meta: dict[str, Any], path: Path):
     return tokenizer
 
 
-def ids_file(data_cfg: Mapping[str, Any], split: str, dtype: str, vocab_size: int) -> np.ndarray:
+def ids_file(data_cfg: Mapping[str, Any], split: str, dtype: str, *, vocab_size: int) -> np.ndarray:
     path = Path(str(data_cfg[split])).expanduser()
     if not path.is_file():
         raise UsageError(f"data.{split}={data_cfg[split]} does not exist; give a file of {dtype} token ids")
@@ -92,7 +92,7 @@ def file_sha256(*paths: Path) -> str:
     return digest.hexdigest()
 
 
-def bin_sha256(meta: dict[str, Any], meta_path: Path, train: Path, val: Path) -> str:
+def bin_sha256(meta: dict[str, Any], meta_path: Path, *, train: Path, val: Path) -> str:
     """The corpus's fingerprint: its id files and what says how to read them (the meta's dtype,
     vocabulary size and tokenizer, or the tokenizer file it names), so that a meta edited after training
     is another corpus, never the same ids read another way."""
@@ -117,12 +117,14 @@ def load_bin(data_cfg: Mapping[str, Any], tokenizer=None):
     )
     meta = read_meta(meta_path)
     tokenizer = tokenizer or meta_tokenizer(meta, meta_path)
-    train, val = (ids_file(data_cfg, split, meta["dtype"], meta["vocab_size"]) for split in ("train", "val"))
+    train, val = (
+        ids_file(data_cfg, split, meta["dtype"], vocab_size=meta["vocab_size"]) for split in ("train", "val")
+    )
     stats = {
         "train": str(data_cfg["train"]),
         "val": str(data_cfg["val"]),
         "train_tokens": len(train),
         "val_tokens": len(val),
-        "sha256": bin_sha256(meta, meta_path, Path(train.filename), Path(val.filename)),
+        "sha256": bin_sha256(meta, meta_path, train=Path(train.filename), val=Path(val.filename)),
     }
     return Corpus("bin", train, val, tokenizer, stats)

@@ -157,7 +157,7 @@ def unigram_entropy(counts: np.ndarray) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def train_tokenizer(kind: str, vocab_size: int, source: TextSource, cut: int, n_chars: int):
+def train_tokenizer(kind: str, vocab_size: int, source: TextSource, *, cut: int, n_chars: int):
     """A tokenizer fitted on the training split [0, cut); char adds <unk> if validation has new characters."""
     if kind == "byte":
         return ByteTokenizer()
@@ -169,18 +169,18 @@ def train_tokenizer(kind: str, vocab_size: int, source: TextSource, cut: int, n_
     return Vocab(tuple(chars) + ((UNK,) if unseen.any() else ()))
 
 
-def tokenizer_for(data: dict, source: TextSource, sha: str, cut: int, n_chars: int, cache: Path | None):
+def tokenizer_for(data: dict, source: TextSource, sha: str, *, cut: int, n_chars: int, cache: Path | None):
     """The tokenizer `data.tokenizer` asks for, trained on this split once and then read from the cache,
     where it is stored with its fingerprint: a cached tokenizer that is not what was stored is rebuilt."""
     kind, vocab_size = data.get("tokenizer", "char"), data.get("vocab_size", 4096)
     if cache is None or kind == "byte":
-        return train_tokenizer(kind, vocab_size, source, cut, n_chars)
+        return train_tokenizer(kind, vocab_size, source, cut=cut, n_chars=n_chars)
     size, sample = (vocab_size, min(cut, BPE_TRAIN_CHARS)) if kind == "bpe" else (0, cut)
     path = cache / sha[:24] / f"tokenizer-{kind}-{size}-{cut}-{sample}.json"
     cached = cached_tokenizer(path, kind) if path.exists() else None
     if cached is not None:
         return cached
-    tokenizer = train_tokenizer(kind, vocab_size, source, cut, n_chars)
+    tokenizer = train_tokenizer(kind, vocab_size, source, cut=cut, n_chars=n_chars)
     write_text(path, json.dumps({"fingerprint": tokenizer.fingerprint, "tokenizer": tokenizer.payload()}))
     return tokenizer
 
@@ -204,7 +204,7 @@ def dtype_for(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def write_split(tokenizer, source: TextSource, start: int, end: int, out, strict: bool, bar, task) -> dict:
+def write_split(tokenizer, source: TextSource, start: int, *, end: int, out, strict: bool, bar, task) -> dict:
     """Encode characters [start, end) into `out` (a binary file, or a list of arrays); their counts."""
     dtype, counts = dtype_for(len(tokenizer)), {"tokens": 0, "bytes": 0, "chars": 0, "unk": 0}
     characters = np.zeros(MAX_CODE_POINT, dtype=np.int64)
@@ -231,7 +231,7 @@ def write_split(tokenizer, source: TextSource, start: int, end: int, out, strict
     return counts
 
 
-def encode_splits(tokenizer, source: TextSource, cut: int, n_chars: int, folder: Path | None):
+def encode_splits(tokenizer, source: TextSource, cut: int, *, n_chars: int, folder: Path | None):
     """Both splits' ids (into folder/{train,val}.bin, or in memory) and meta: counts and the dtype."""
     results, meta = (
         {},
@@ -244,19 +244,23 @@ def encode_splits(tokenizer, source: TextSource, cut: int, n_chars: int, folder:
             )
             if folder is None:
                 arrays: list[np.ndarray] = []
-                meta[split] = write_split(tokenizer, source, start, end, arrays, split == "train", bar, task)
+                meta[split] = write_split(
+                    tokenizer, source, start, end=end, out=arrays, strict=split == "train", bar=bar, task=task
+                )
                 results[split] = np.concatenate(arrays) if arrays else np.zeros(0, dtype_for(len(tokenizer)))
             else:
                 with open(folder / f"{split}.bin", "wb") as f:
-                    meta[split] = write_split(tokenizer, source, start, end, f, split == "train", bar, task)
+                    meta[split] = write_split(
+                        tokenizer, source, start, end=end, out=f, strict=split == "train", bar=bar, task=task
+                    )
     return results, meta
 
 
-def token_arrays(tokenizer, source: TextSource, sha: str, cut: int, n_chars: int, cache: Path | None):
+def token_arrays(tokenizer, source: TextSource, sha: str, *, cut: int, n_chars: int, cache: Path | None):
     """(train ids, val ids, meta): memory-mapped from the cache (built there first if missing, rebuilt
     if damaged: see `verified_meta`), or in memory when there is no cache (the generated corpus)."""
     if cache is None:
-        arrays, meta = encode_splits(tokenizer, source, cut, n_chars, None)
+        arrays, meta = encode_splits(tokenizer, source, cut, n_chars=n_chars, folder=None)
         return arrays["train"], arrays["val"], meta
     key = hashlib.sha256(
         json.dumps(
@@ -276,7 +280,7 @@ def token_arrays(tokenizer, source: TextSource, sha: str, cut: int, n_chars: int
     dtype = dtype_for(len(tokenizer)).name
     meta = verified_meta(folder, key, dtype)
     if meta is None:
-        build_entry(tokenizer, source, cut, n_chars, folder=folder, key=key)
+        build_entry(tokenizer, source, cut, n_chars=n_chars, folder=folder, key=key)
         meta = verified_meta(folder, key, dtype)
         if meta is None:  # torn down again at once: a disk that does not keep what is written
             raise UsageError(f"the token cache entry {folder} cannot be verified right after it was written")
@@ -284,7 +288,7 @@ def token_arrays(tokenizer, source: TextSource, sha: str, cut: int, n_chars: int
     return train, val, meta
 
 
-def build_entry(tokenizer, source: TextSource, cut: int, n_chars: int, *, folder: Path, key: str) -> None:
+def build_entry(tokenizer, source: TextSource, cut: int, *, n_chars: int, folder: Path, key: str) -> None:
     """Write the entry beside `folder` and rename it into place, the arrays' sizes, sha256 and mtimes in
     its meta.json. The build directory stays locked (`BUILD_LOCK`) while this process builds it, so that
     `remove_stale_builds` removes only what a killed build left."""
@@ -293,7 +297,7 @@ def build_entry(tokenizer, source: TextSource, cut: int, n_chars: int, *, folder
     try:
         if fcntl is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)
-        _, meta = encode_splits(tokenizer, source, cut, n_chars, building)
+        _, meta = encode_splits(tokenizer, source, cut, n_chars=n_chars, folder=building)
         meta["files"] = {split: file_facts(building / f"{split}.bin") for split in ("train", "val")}
         write_text(building / "meta.json", json.dumps({**meta, "key": key}, indent=1) + "\n")
         (building / BUILD_LOCK).unlink()

@@ -88,75 +88,94 @@ def _lexicon(rng: np.random.Generator, size: int) -> list[str]:
     return sorted(words)
 
 
-def generate(spec: SyntheticSpec) -> SyntheticText:
-    rng = np.random.default_rng(spec.seed)
+@dataclass
+class _Words:
+    """The word bigram: p(next | prev) = successor_prob * uniform(successors[prev]) + (1 - successor_prob)
+    * zipf, as a cumulative table to draw from and the entropy of each row."""
+
+    words: list[str]
+    cdf: np.ndarray
+    next_entropy: np.ndarray
+    spec: SyntheticSpec
+    prev: int = 0  # the last word drawn: sentences continue the bigram across their boundaries
+
+    def sentence(self, rng: np.random.Generator) -> tuple[str, float]:
+        """A fresh sentence and its exact information content in nats."""
+        n_words = int(rng.integers(self.spec.min_sentence, self.spec.max_sentence + 1))
+        nats, chosen = math.log(self.spec.max_sentence - self.spec.min_sentence + 1), []
+        for u in rng.random(n_words):
+            nats += self.next_entropy[self.prev]
+            self.prev = min(int(np.searchsorted(self.cdf[self.prev], u, side="right")), len(self.words) - 1)
+            chosen.append(self.words[self.prev])
+        return " ".join(chosen) + ". ", nats
+
+
+def _words(rng: np.random.Generator, spec: SyntheticSpec) -> _Words:
     words = _lexicon(rng, spec.lexicon_size)
     zipf = 1.0 / np.arange(1, len(words) + 1) ** spec.zipf_exponent
     zipf /= zipf.sum()
     successors = rng.integers(0, len(words), size=(len(words), spec.successors))
-    # p(next | prev) = successor_prob * uniform(successors[prev]) + (1 - successor_prob) * zipf
     next_probs = np.tile((1 - spec.successor_prob) * zipf, (len(words), 1))
     for prev in range(len(words)):
         np.add.at(next_probs[prev], successors[prev], spec.successor_prob / spec.successors)
     next_entropy = -(next_probs * np.log(next_probs)).sum(axis=1)
-    sentence_choices = spec.max_sentence - spec.min_sentence + 1
+    return _Words(words, np.cumsum(next_probs, axis=1), next_entropy, spec)
 
-    cdf = np.cumsum(next_probs, axis=1)
+
+def _choice_nats(taken: bool, rate: float) -> float:
+    return -math.log(rate if taken else 1 - rate) if 0 < rate < 1 else 0.0
+
+
+def _copy(rng: np.random.Generator, spec: SyntheticSpec, out: list[str]) -> tuple[str, float]:
+    """A span of earlier text from a log-uniform distance back, and the nats of its distance and length."""
+    log_distance = rng.uniform(math.log(spec.copy_min_distance), math.log(spec.copy_max_distance))
+    span = int(rng.integers(spec.copy_min_len, spec.copy_max_len + 1))
+    distance = int(math.exp(log_distance))
+    piece = _tail(out, distance)[:span]
+    nats = log_uniform_int_nats(distance, spec.copy_min_distance, spec.copy_max_distance)
+    return piece, nats + copy_length_nats(len(piece), distance, spec)
+
+
+def _episode(rng: np.random.Generator, spec: SyntheticSpec, words: _Words) -> tuple[str, int, float, float]:
+    """A passkey episode: its text, its fresh characters and their nats, and the nats of its distance."""
+    key = passkey.random_key(rng)
+    distance = int(rng.integers(spec.passkey_min_distance, spec.passkey_max_distance + 1))
+    event_nats = math.log(spec.passkey_max_distance - spec.passkey_min_distance + 1)
+    filler, nats = "", 0.0
+    while len(filler) < distance:
+        text, sentence_nats = words.sentence(rng)
+        filler, nats = filler + text, nats + sentence_nats
+    # the filler is cut to the distance, ending in a space (as in the probe's prompts);
+    # count its fresh characters and (pro rata) their nats
+    fresh_nats = nats * distance / max(len(filler), 1) + passkey.KEY_DIGITS * math.log(len(passkey.DIGITS))
+    piece = passkey.key_sentence(key) + filler[: distance - 1] + " " + passkey.QUESTION + passkey.answer(key)
+    return piece, distance, fresh_nats, event_nats
+
+
+def generate(spec: SyntheticSpec) -> SyntheticText:
+    rng = np.random.default_rng(spec.seed)
+    words = _words(rng, spec)
     out: list[str] = []
     length = fresh_chars = 0
     fresh_nats = event_nats = 0.0
-    prev = 0
-
-    def sentence() -> tuple[str, float]:
-        """A fresh sentence and its exact information content in nats."""
-        nonlocal prev
-        n_words = int(rng.integers(spec.min_sentence, spec.max_sentence + 1))
-        nats, chosen = math.log(sentence_choices), []
-        for u in rng.random(n_words):
-            nats += next_entropy[prev]
-            prev = min(int(np.searchsorted(cdf[prev], u, side="right")), len(words) - 1)
-            chosen.append(words[prev])
-        return " ".join(chosen) + ". ", nats
-
-    def choice_nats(taken: bool, rate: float) -> float:
-        return -math.log(rate if taken else 1 - rate) if 0 < rate < 1 else 0.0
-
     while length < spec.n_chars:
         copying = length > spec.copy_max_distance and rng.random() < spec.copy_rate
-        event_nats += choice_nats(copying, spec.copy_rate) if length > spec.copy_max_distance else 0.0
+        event_nats += _choice_nats(copying, spec.copy_rate) if length > spec.copy_max_distance else 0.0
         if not copying and spec.passkey_rate > 0:
             episode = rng.random() < spec.passkey_rate
-            event_nats += choice_nats(episode, spec.passkey_rate)
+            event_nats += _choice_nats(episode, spec.passkey_rate)
         if copying:
-            log_distance = rng.uniform(math.log(spec.copy_min_distance), math.log(spec.copy_max_distance))
-            span = int(rng.integers(spec.copy_min_len, spec.copy_max_len + 1))
-            distance = int(math.exp(log_distance))
-            piece = _tail(out, distance)[:span]
-            event_nats += log_uniform_int_nats(distance, spec.copy_min_distance, spec.copy_max_distance)
-            event_nats += copy_length_nats(len(piece), distance, spec)
+            piece, nats = _copy(rng, spec, out)
+            event_nats += nats
         elif spec.passkey_rate > 0 and episode:
-            key = passkey.random_key(rng)
-            distance = int(rng.integers(spec.passkey_min_distance, spec.passkey_max_distance + 1))
-            event_nats += math.log(spec.passkey_max_distance - spec.passkey_min_distance + 1)
-            filler, nats = "", 0.0
-            while len(filler) < distance:
-                text, sentence_nats = sentence()
-                filler, nats = filler + text, nats + sentence_nats
-            # the filler is cut to the distance, ending in a space (as in the probe's prompts);
-            # count its fresh characters and (pro rata) their nats
-            fresh_chars += distance
-            fresh_nats += nats * distance / max(len(filler), 1) + passkey.KEY_DIGITS * math.log(
-                len(passkey.DIGITS)
-            )
-            piece = (
-                passkey.key_sentence(key)
-                + filler[: distance - 1]
-                + " "
-                + passkey.QUESTION
-                + passkey.answer(key)
+            piece, chars, nats, episode_nats = _episode(rng, spec, words)
+            fresh_chars, fresh_nats, event_nats = (
+                fresh_chars + chars,
+                fresh_nats + nats,
+                event_nats + episode_nats,
             )
         else:
-            piece, nats = sentence()
+            piece, nats = words.sentence(rng)
             fresh_nats += nats
             fresh_chars += len(piece)
         out.append(piece)

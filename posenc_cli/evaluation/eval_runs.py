@@ -128,45 +128,40 @@ def evaluate_runs(
     with ui.progress() as bar:
         task = bar.add_task("eval", total=sum(len(plans[id(job[0])].lengths) for job in jobs), status="")
         for run, variant, overflow, context in jobs:
-            plan = plans[id(run)]
             label = run.use_variant(variant)  # evaluation time only: the checkpoint is untouched
             distinct = replace(label, overflow=overflow, distinct=apart[id(run)].within)
             scheme = with_tokenizer(distinct, run.tokenizer_name, mixed)
-            scorer = run.scorer(device)
             info[scheme] = run.facts()
-            for length in plan.lengths:
-                bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
-                row, positions = score_length(
-                    run, scheme, plan, scorer, length=length, context=context, scoring=scoring
-                )
-                rows.append({**row, "differs": apart[id(run)].differs})
-                position_rows += positions
-                bar.advance(task)
+            scored, positions = score_variant(
+                run, scheme, plans[id(run)], context=context, scoring=scoring, bar=bar, task=task
+            )
+            rows += [{**row, "differs": apart[id(run)].differs} for row in scored]
+            position_rows += positions
     return pd.DataFrame(rows), pd.DataFrame(position_rows), info
 
 
+def score_variant(
+    run, scheme: str, plan: RunPlan, *, context: int | None, scoring: Scoring, bar, task
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One variant of `run` at each of its lengths: ppl rows and per-position rows, the bar advanced."""
+    scorer = run.scorer(scoring.device)
+    rows, position_rows = [], []
+    for length in plan.lengths:
+        bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
+        row, positions = score_length(
+            run, scheme, plan, scorer=scorer, length=length, context=context, scoring=scoring
+        )
+        rows.append(row)
+        position_rows += positions
+        bar.advance(task)
+    return rows, position_rows
+
+
 def score_length(
-    run, scheme, plan: RunPlan, scorer, *, length: int, context: int | None, scoring: Scoring
+    run, scheme, plan: RunPlan, *, scorer, length: int, context: int | None, scoring: Scoring
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One ppl.csv row of `run` at `length` (a note where it cannot be scored), and its per-position rows."""
-    row = {
-        "run": str(run.path),
-        "scheme": scheme,
-        "seed": run.seed,
-        "train_len": run.train_len,
-        "eval_len": length,
-        "mode": scoring.mode,
-        "tokens": 0,
-        "nll": math.nan,
-        "ppl": math.nan,
-        "note": "",
-        "tokenizer": run.tokenizer_name,
-        "bytes": math.nan,
-        "chars": math.nan,
-        "bpb": math.nan,
-        "unigram_ppl": plan.unigram_ppl,
-        "precision": run.training_precision,
-    }
+    row = unscored_row(run, scheme, plan, length=length, mode=scoring.mode)
     unreadable = past_max_len(run.max_len, length)
     if unreadable and context is None:
         row["note"] = f"{scheme} {unreadable}"
@@ -209,3 +204,25 @@ def score_length(
         for p, nll, n in position_buckets(result)
     ]
     return row, positions
+
+
+def unscored_row(run, scheme, plan: RunPlan, *, length: int, mode: str) -> dict[str, Any]:
+    """A ppl.csv row before scoring: no tokens scored and every measure nan, until there is a number."""
+    return {
+        "run": str(run.path),
+        "scheme": scheme,
+        "seed": run.seed,
+        "train_len": run.train_len,
+        "eval_len": length,
+        "mode": mode,
+        "tokens": 0,
+        "nll": math.nan,
+        "ppl": math.nan,
+        "note": "",
+        "tokenizer": run.tokenizer_name,
+        "bytes": math.nan,
+        "chars": math.nan,
+        "bpb": math.nan,
+        "unigram_ppl": plan.unigram_ppl,
+        "precision": run.training_precision,
+    }

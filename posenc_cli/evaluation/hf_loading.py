@@ -57,7 +57,7 @@ def load_pretrained(loader, source: str, name: str, **kwargs):
 
 
 def load_hf_model(
-    name: str, context: int | None = None, device: torch.device | str = "cpu", dtype: str = "fp32"
+    name: str, *, context: int | None = None, device: torch.device | str = "cpu", dtype: str = "fp32"
 ) -> HFModel:
     """`hf:ID_OR_PATH` -> HFModel; every way it can fail is one line."""
     tf = transformers_module()
@@ -74,6 +74,16 @@ def load_hf_model(
         raise
     except (OSError, ValueError, KeyError) as err:
         raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
+    model_class = causal_lm_class(tf, config, name)
+    train_len = checked_context(config, context, name)
+    attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+    tokenizer, model = load_weights(tf, source, name, config=config, dtype=DTYPES[dtype], attention=attention)
+    check_tokenizer(tokenizer, name)
+    return HFModel(name, model.eval(), tokenizer, int(train_len), attention, torch.device(device))
+
+
+def causal_lm_class(tf, config, name: str):
+    """The transformers class of the model's causal LM, refused when posenc does not know its scheme."""
     model_class = tf.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
     if model_class is None:
         raise UsageError(
@@ -85,6 +95,11 @@ def load_hf_model(
             f"{name} is a {config.model_type} model, whose positional scheme posenc does not know; "
             f"known: {', '.join(sorted(MODEL_TYPE_SCHEMES))}"
         )
+    return model_class
+
+
+def checked_context(config, context: int | None, name: str) -> int:
+    """The training length: --hf-context, else the config's; never past a learned table's end."""
     train_len = context or training_length(config)
     if not train_len:
         raise UsageError(f"{name}'s config states no context length; give it with --hf-context N")
@@ -94,16 +109,15 @@ def load_hf_model(
             f"--hf-context {train_len} is past {name}'s table of {table} learned positions, which it cannot "
             f"be scored beyond; give --hf-context <= {table}"
         )
-    attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+    return train_len
+
+
+def load_weights(tf, source: str, name: str, *, config, dtype: torch.dtype, attention: str):
+    """(tokenizer, model); weights that are more than plain tensors are refused, never run."""
     try:
         tokenizer = load_pretrained(tf.AutoTokenizer, source, name)
         model = load_pretrained(
-            tf.AutoModelForCausalLM,
-            source,
-            name,
-            config=config,
-            dtype=DTYPES[dtype],
-            attn_implementation=attention,
+            tf.AutoModelForCausalLM, source, name, config=config, dtype=dtype, attn_implementation=attention
         )
     except UsageError:
         raise
@@ -115,6 +129,11 @@ def load_hf_model(
         ) from None
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
+    return tokenizer, model
+
+
+def check_tokenizer(tokenizer, name: str) -> None:
+    """A real, fast tokenizer: posenc scores a model in its own tokens and counts bytes per token."""
     if len(tokenizer) <= len(set(tokenizer.all_special_ids)):  # transformers makes an empty one
         raise UsageError(
             f"{name} has no tokenizer (tokenizer.json, or vocabulary files, beside its config.json); "
@@ -124,7 +143,6 @@ def load_hf_model(
         raise UsageError(
             f"{name} has no fast tokenizer (tokenizer.json), which posenc needs to count bytes per token"
         )
-    return HFModel(name, model.eval(), tokenizer, int(train_len), attention, torch.device(device))
 
 
 def first_line(err: Exception) -> str:

@@ -75,7 +75,7 @@ def word_start(text: str, at: int, low: int = 0) -> int:
 
 
 def build_trial(
-    filler: torch.Tensor, key: str, depth: float, length: int, tokenizer, margin: int = 0
+    filler: torch.Tensor, key: str, depth: float, *, length: int, tokenizer, margin: int = 0
 ) -> tuple[torch.Tensor, int]:
     """(`length` tokens, how many of them are the key's). The text is filler (ending in a space) with the
     key sentence at relative depth `depth`, then the question and the key, encoded whole; the key is
@@ -95,7 +95,7 @@ def build_trial(
     return torch.from_numpy(tokens[-length:]), n_key
 
 
-def make_trials(val: torch.Tensor, tokenizer, length: int, depth: float, trials: int, seed: int):
+def make_trials(val: torch.Tensor, tokenizer, length: int, *, depth: float, trials: int, seed: int):
     """(trials x `length` tokens, key tokens per trial, keys); the same seed gives the same keys and
     filler for every run of a tokenizer."""
     n_filler = filler_length(length, tokenizer)
@@ -108,7 +108,9 @@ def make_trials(val: torch.Tensor, tokenizer, length: int, depth: float, trials:
     keys = [passkey.random_key(rng) for _ in range(trials)]
     starts = rng.integers(margin, len(val) - n_filler, size=trials)
     built = [
-        build_trial(val[s - margin : s + n_filler], k, depth, length, tokenizer, margin)
+        build_trial(
+            val[s - margin : s + n_filler], k, depth, length=length, tokenizer=tokenizer, margin=margin
+        )
         for s, k in zip(starts, keys)
     ]
     return torch.stack([t for t, _ in built]), torch.tensor([n for _, n in built]), keys

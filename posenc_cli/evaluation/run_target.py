@@ -127,5 +127,7 @@ class RunTarget(LoadedRun):
         filler = ("filler", self.data_key())
         if filler not in cache:
             cache[filler] = without_episodes(run_corpus(self).val, self.tokenizer)
-        sequences, key_tokens, _ = make_trials(cache[filler], self.tokenizer, length, depth, trials, seed)
+        sequences, key_tokens, _ = make_trials(
+            cache[filler], self.tokenizer, length, depth=depth, trials=trials, seed=seed
+        )
         return [(sequences, key_tokens)]

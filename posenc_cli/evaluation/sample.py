@@ -29,7 +29,7 @@ class SamplePlan:
     stopped_early: str | None
 
 
-def plan(run: LoadedRun, prompt_len: int, tokens: int, window: int | None) -> SamplePlan:
+def plan(run: LoadedRun, prompt_len: int, tokens: int, *, window: int | None) -> SamplePlan:
     """Check the lengths against the scheme's limit before anything is generated."""
     require_int("--tokens", tokens, at_least=1, at_most=MAX_TOKENS)
     limit = run.model.scheme.max_len  # None: the scheme computes any position
@@ -71,29 +71,37 @@ def check_context_memory(run: LoadedRun, context: int, device: torch.device) -> 
         )
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How each next token is drawn: --temperature (0 is greedy), --top-k, --seed."""
+
+    temperature: float
+    top_k: int | None
+    seed: int
+
+
 @torch.inference_mode()
 def generate(
     run: LoadedRun,
     prompt_ids: torch.Tensor,
     tokens: int,
-    temperature: float,
-    top_k: int | None,
-    seed: int,
+    *,
+    sampling: Sampling,
     window: int | None,
     device: torch.device,
 ) -> Iterator[int]:
-    """Token ids one at a time; the same ids for the same seed. temperature 0 is greedy."""
+    """Token ids one at a time; the same ids for the same seed."""
     model = run.model.to(device)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(sampling.seed)
     context = prompt_ids.to(device)
     for _ in range(tokens):
         logits = model(context[-window:][None] if window else context[None])[0, -1].float().cpu()
-        next_id = pick(logits, temperature, top_k, generator)
+        next_id = pick(logits, sampling.temperature, sampling.top_k, generator=generator)
         context = torch.cat([context, torch.tensor([next_id], device=device)])
         yield next_id
 
 
-def pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> int:
+def pick(logits: torch.Tensor, temperature: float, top_k: int | None, *, generator: torch.Generator) -> int:
     """Sample from softmax(logits / temperature) restricted to the top_k most likely tokens. The logits
     are shifted to a maximum of 0 first and divided in float64, so a tiny temperature (1e-40) cannot
     overflow: it samples among the most likely tokens only, as greedy does."""
@@ -106,12 +114,13 @@ def pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def check_sampling(temperature: float, top_k: int | None, seed: int) -> None:
+def check_sampling(temperature: float, top_k: int | None, seed: int) -> Sampling:
     if not (temperature >= 0 and math.isfinite(temperature)):
         raise UsageError(f"--temperature must be a finite number >= 0 (0 is greedy), got {temperature}")
     if top_k is not None:
         require_positive_int("--top-k", top_k)
     require_seed("--seed", seed)
+    return Sampling(temperature, top_k, seed)
 
 
 def stream_text(run: LoadedRun, ids: Iterator[int]) -> Iterator[str]:

@@ -47,7 +47,7 @@ def diagonal_spread(m: torch.Tensor, offsets: range) -> float:
 # ---- attention, as the model computes it ------------------------------------------------------
 
 
-def attention_probs(q, k, positions, scheme: PositionalScheme, causal: bool = True) -> torch.Tensor:
+def attention_probs(q, k, positions, *, scheme: PositionalScheme, causal: bool = True) -> torch.Tensor:
     """(B, H, T, T) weights: the scheme rotates q and k, scores q·k/√D plus its bias, causal mask, softmax."""
     q, k = scheme.rotate(q, k, positions)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
@@ -75,7 +75,7 @@ def layer_attention(model, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor,
     q, k, v = (
         split_heads(t, model.cfg.n_head) for t in block.attn.qkv(block.ln_1(x)).split(model.cfg.n_embd, dim=2)
     )
-    return attention_probs(q, k, positions, model.scheme), v
+    return attention_probs(q, k, positions, scheme=model.scheme), v
 
 
 # ---- checks -----------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def unmasked_attention(
     positions = torch.arange(x.size(1))
     x = scheme.embed(x, positions)
     q, k, v = (split_heads(x @ w, scheme.n_head) for w in weights)
-    return attention_probs(q, k, positions, scheme, causal=False) @ v
+    return attention_probs(q, k, positions, scheme=scheme, causal=False) @ v
 
 
 @torch.no_grad()
@@ -208,8 +208,10 @@ def check_bias_attention(scheme: PositionalScheme, length: int) -> Check:
     that must equal softmax(q·k/√D + bias(i − j)) computed pair by pair."""
     g = generator()
     q, k, v = (torch.randn(1, scheme.n_head, length, 16, generator=g) for _ in range(3))
-    expected = attention_probs(q, k, torch.arange(length), scheme) @ v
-    error = float((biased_causal_attention(q, k, v, scheme) - expected).abs().max() / expected.abs().max())
+    expected = attention_probs(q, k, torch.arange(length), scheme=scheme) @ v
+    error = float(
+        (biased_causal_attention(q, k, v, scheme=scheme) - expected).abs().max() / expected.abs().max()
+    )
     return below(
         "attention with the bias built per distance = the pair-by-pair formula: max rel. error", error
     )

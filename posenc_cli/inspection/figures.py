@@ -38,7 +38,7 @@ def rotation_angles(scheme: PositionalScheme, length: int) -> torch.Tensor:
     return torch.from_numpy(np.unwrap(angles.numpy(), axis=-1))
 
 
-def figures_additive(scheme: PositionalScheme, length: int, out: Path, label: str) -> list[Path]:
+def figures_additive(scheme: PositionalScheme, length: int, *, out: Path, label: str) -> list[Path]:
     plt = pyplot()
     pe = position_vectors(scheme, length).numpy()
     fig, ax = plt.subplots(figsize=(6.4, 4))
@@ -60,11 +60,11 @@ def figures_additive(scheme: PositionalScheme, length: int, out: Path, label: st
     fig.colorbar(image, ax=ax)
     written.append(save_figure(fig, out / "pe_cosine.png"))
     if scheme.max_len is None:  # computed, so it can be drawn past the length it was trained or checked at
-        written += figures_past_length(scheme, length, out, label)
+        written += figures_past_length(scheme, length, out=out, label=label)
     return written
 
 
-def figures_past_length(scheme: PositionalScheme, length: int, out: Path, label: str) -> list[Path]:
+def figures_past_length(scheme: PositionalScheme, length: int, *, out: Path, label: str) -> list[Path]:
     """The chapter: high-frequency components behave uncontrollably past the training length. Each
     dimension drawn to 4× the length, and PE(pos)·PE(pos+k) for offsets k inside and past it."""
     plt = pyplot()
@@ -94,7 +94,7 @@ def figures_past_length(scheme: PositionalScheme, length: int, out: Path, label:
 
 
 @torch.no_grad()
-def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str) -> list[Path]:
+def figures_rotary(scheme: PositionalScheme, length: int, *, out: Path, label: str) -> list[Path]:
     plt = pyplot()
     angles = rotation_angles(scheme, length)
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8))
@@ -137,7 +137,7 @@ def figures_rotary(scheme: PositionalScheme, length: int, out: Path, label: str)
     return written
 
 
-def figures_bias(scheme: PositionalScheme, length: int, out: Path, label: str) -> list[Path]:
+def figures_bias(scheme: PositionalScheme, length: int, *, out: Path, label: str) -> list[Path]:
     plt = pyplot()
     bias = bias_matrix(scheme, length)
     bias = bias.masked_fill(~torch.ones(length, length, dtype=torch.bool).tril(), math.nan)
@@ -158,18 +158,18 @@ def figures_bias(scheme: PositionalScheme, length: int, out: Path, label: str) -
     return written
 
 
-def write_figures(scheme: PositionalScheme, length: int, out: Path, label: str) -> list[Path]:
+def write_figures(scheme: PositionalScheme, length: int, *, out: Path, label: str) -> list[Path]:
     written: list[Path] = []
     if scheme.kind == "additive":
-        written += figures_additive(scheme, length, out, label)
+        written += figures_additive(scheme, length, out=out, label=label)
     if scheme.kind == "rotary":
-        written += figures_rotary(scheme, length, out, label)
+        written += figures_rotary(scheme, length, out=out, label=label)
     if scheme.adds_bias:
-        written += figures_bias(scheme, length, out, label)
+        written += figures_bias(scheme, length, out=out, label=label)
     return written
 
 
-def figure_attention(run, layer: int, head: int, length: int, out: Path) -> Path:
+def figure_attention(run, layer: int, head: int, *, length: int, out: Path) -> Path:
     """The attention pattern of one head on the first `length` tokens of the run's validation text."""
 
     tokens = token_window(run_corpus(run).val, 0, length)

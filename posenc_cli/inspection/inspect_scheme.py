@@ -34,7 +34,9 @@ def validated_length(length: int) -> int:
     return length
 
 
-def fresh_scheme(name: str, dim: int, heads: int, length: int, options: dict[str, str]) -> PositionalScheme:
+def fresh_scheme(
+    name: str, dim: int, heads: int, *, length: int, options: dict[str, str]
+) -> PositionalScheme:
     if dim < 1 or heads < 1 or dim % heads:
         raise UsageError(
             f"--dim {dim} and --heads {heads}: both must be positive and dim a multiple of heads"
@@ -47,7 +49,7 @@ def fresh_scheme(name: str, dim: int, heads: int, length: int, options: dict[str
             f"{given}: scheme {name} has no such option; --layout is for rope and xpos, --slopes for alibi"
         )
     torch.manual_seed(SEED)  # a learned table's initial vectors, so the report repeats exactly
-    return build_scheme(name, dim, heads, validated_length(length), **options)
+    return build_scheme(name, dim, heads, block_size=validated_length(length), **options)
 
 
 def inspect_scheme(
@@ -69,7 +71,7 @@ def inspect_scheme(
         if name is None:
             raise UsageError("name a scheme (posenc inspect SCHEME) or a run (--run RUN_DIR)")
         length = length or 128
-        scheme = fresh_scheme(name, dim or 128, heads or 4, length, options)
+        scheme = fresh_scheme(name, dim or 128, heads or 4, length=length, options=options)
         label = name + "".join(f" ({key}={value})" for key, value in options.items())
     elif options:
         raise UsageError(
@@ -96,9 +98,9 @@ def inspect_scheme(
     out = out or OUTPUTS / "inspect" / (run.path.name if run_dir else name)
     length = min(length, scheme.max_len or length)  # a learned table has no rows past max_len
     result = Inspection(scheme, label, length, run_checks(scheme, length))
-    result.figures = write_figures(scheme, length, out, label)
+    result.figures = write_figures(scheme, length, out=out, label=label)
     if run_dir is not None:
-        result.figures.append(figure_attention(run, layer, head, length, out))
+        result.figures.append(figure_attention(run, layer, head, length=length, out=out))
     return result
 
 

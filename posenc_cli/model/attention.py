@@ -29,13 +29,14 @@ def biased_causal_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
+    *,
     scheme: PositionalScheme,
     positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q, k, v: (B, H, T, D) -> (B, H, T, D), scores plus scheme.bias(p_i - p_j), keys j <= i only.
     positions None: p_i = i, the strided fast path below."""
     if positions is not None:
-        return attend(q, k, v, dense_bias(scheme, positions))
+        return attend(q, k, v, mask=dense_bias(scheme, positions))
     H, T = q.size(1), q.size(2)
     distance = torch.arange(-(T - 1), T, device=q.device)
     by_distance = scheme.bias(distance).masked_fill(distance < 0, float("-inf")).to(q.dtype)  # (H, 2T - 1)
@@ -48,7 +49,7 @@ def biased_causal_attention(
         # reversed key c are d = a + c + start - end + 1 apart: by_distance[a + c + T + start - end]
         window = by_distance[:, T + start - end : T + end - 1]
         mask = window.unfold(1, end, 1)[None]  # (1, H, end - start, end), a view
-        outputs.append(attend(q[:, :, start:end], k[:, :, T - end :], v[:, :, T - end :], mask))
+        outputs.append(attend(q[:, :, start:end], k[:, :, T - end :], v[:, :, T - end :], mask=mask))
     return torch.cat(outputs, dim=2)
 
 
@@ -62,7 +63,7 @@ def dense_bias(scheme: PositionalScheme, positions: torch.Tensor) -> torch.Tenso
     return scheme.bias(distance).movedim(0, 1).masked_fill(future, float("-inf"))
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
     if q.device.type != "cpu":  # GPU kernels want a dense mask, and give it a gradient themselves
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.contiguous())
     if mask.requires_grad:

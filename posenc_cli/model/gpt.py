@@ -63,7 +63,7 @@ class CausalSelfAttention(nn.Module):
         )
         q, k = scheme.rotate(q, k, positions)
         if scheme.adds_bias:
-            y = biased_causal_attention(q, k, v, scheme, given)
+            y = biased_causal_attention(q, k, v, scheme=scheme, positions=given)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
@@ -96,7 +96,9 @@ class GPT(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.scheme = build_scheme(cfg.scheme, cfg.n_embd, cfg.n_head, cfg.block_size, **cfg.scheme_options)
+        self.scheme = build_scheme(
+            cfg.scheme, cfg.n_embd, cfg.n_head, block_size=cfg.block_size, **cfg.scheme_options
+        )
         self.tok = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)

@@ -93,32 +93,56 @@ def comparison(
     """The chapters' table, with measured numbers beside the claims (and passkey rows from a probe)."""
     schemes = scheme_order(df["scheme"])
     lengths = sorted(df["eval_len"].unique())
-    own = df.groupby("scheme")["train_len"].min()  # each column's training length
-    longest = max(lengths)
-    rows: list[list[str]] = []
+    evidence, best = extrapolation(df, max(lengths))
+    rows = length_rows(df, schemes, lengths) + grade_rows(df, schemes, evidence, best=best)
+    if subword(df):
+        rows += tokenizer_rows(df, schemes, lengths)
+    if passkey is not None:
+        rows += passkey_rows(passkey, schemes)
+    rows += claim_rows(info, schemes, evidence, lang=lang)
+    notes = comparison_notes(df, schemes, evidence, passkey=passkey)
+    return (
+        "# Positional schemes: the chapters' table, measured\n\n"
+        + markdown_table([""] + schemes, rows)
+        + "\n"
+        + "\n".join(f"- {n}" for n in notes)
+        + "\n"
+    )
+
+
+def own_length(df: pd.DataFrame) -> int | None:
+    """The columns' one training length, or None when they differ."""
+    return int(df["train_len"].min()) if df["train_len"].nunique() == 1 else None
+
+
+def length_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> list[list[str]]:
+    """One "ppl @ L" row per evaluation length, named by its relation to the training lengths."""
+    rows = []
     for L in lengths:
         where = [length_relation(df, L)]
         where += [characters_covered(df, schemes, L)] if subword(df) else []
         label = f"ppl @ {L}" + (f" ({'; '.join(w for w in where if w)})" if any(where) else "")
         rows.append([label] + [result_cell(df[(df.scheme == str(s)) & (df.eval_len == L)]) for s in schemes])
-    evidence, best = extrapolation(df, longest)
-    one_length = df["train_len"].nunique() == 1
-    train_len = int(own.min()) if one_length else "its training length"
-    rows.append(
-        [f"stability: ppl({longest}) / own ppl({train_len if one_length else 'training length'})"]
-        + [times(evidence[s].stability) for s in schemes]
-    )
+    return rows
+
+
+def grade_rows(df: pd.DataFrame, schemes: list[str], evidence: dict, *, best: str | None) -> list[list[str]]:
+    """The two measures a verdict is the lower grade of: stability and quality at the longest length."""
+    longest = df["eval_len"].max()
+    train_len = own_length(df) or "training length"
     measure = f"per-byte ppl({longest}) = 2^bpb" if per_byte(df) else f"ppl({longest})"
-    rows.append(
+    return [
+        [f"stability: ppl({longest}) / own ppl({train_len})"]
+        + [times(evidence[s].stability) for s in schemes],
         [f"quality: {measure} / best's" + (f" ({best})" if best else "")]
-        + [times(evidence[s].quality) for s in schemes]
-    )
-    if subword(df):
-        rows += tokenizer_rows(df, schemes, lengths)
-    if passkey is not None:
-        rows += passkey_rows(passkey, schemes)
-    rows.append(["extrapolation, measured"] + [evidence[s].verdict for s in schemes])
+        + [times(evidence[s].quality) for s in schemes],
+    ]
+
+
+def claim_rows(info: dict[str, dict], schemes: list[str], evidence: dict, *, lang: str) -> list[list[str]]:
+    """The measured verdict beside the chapters' claim, and each column's facts (from its runs where known)."""
     claims = [claim_for(as_label(s).positional) for s in schemes]
+    rows = [["extrapolation, measured"] + [evidence[s].verdict for s in schemes]]
     rows.append(["extrapolation, chapters' claim"] + [claim.extrapolation for claim in claims])
     if lang == "zh":
         rows.append(["外推能力（章节原话）"] + [claim.extrapolation_zh for claim in claims])
@@ -130,6 +154,16 @@ def comparison(
     rows.append(
         ["used by"] + [info.get(s, {}).get("used_by", claim.used_by) for s, claim in zip(schemes, claims)]
     )
+    return rows
+
+
+def comparison_notes(
+    df: pd.DataFrame, schemes: list[str], evidence: dict, *, passkey: pd.DataFrame | None
+) -> list[str]:
+    """The footnotes: what was scored, how to read the grades, and why a column has no verdict or number."""
+    longest = df["eval_len"].max()
+    train_len = own_length(df) or "its training length"
+    own = df.groupby("scheme")["train_len"].min()  # each column's training length
     seeds = {s: df[df.scheme == str(s)]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
     notes = [
@@ -170,13 +204,7 @@ def comparison(
     beyond = set(df[df["ppl"].isna() & (df["tokens"] == 0)]["note"].dropna()) - {""}  # why no number
     if beyond:
         notes.append(f"{BEYOND_TABLE}: " + "; ".join(sorted(beyond)) + ".")
-    return (
-        "# Positional schemes: the chapters' table, measured\n\n"
-        + markdown_table([""] + schemes, rows)
-        + "\n"
-        + "\n".join(f"- {n}" for n in notes)
-        + "\n"
-    )
+    return notes
 
 
 def length_relation(df: pd.DataFrame, length: int) -> str:

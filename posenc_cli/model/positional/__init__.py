@@ -47,7 +47,7 @@ def claim_for(label: str) -> Claim:
     return SCHEMES[label].claim if label in SCHEMES else Claim()
 
 
-def build_scheme(name: str, n_embd: int, n_head: int, block_size: int, **options: Any) -> PositionalScheme:
+def build_scheme(name: str, n_embd: int, n_head: int, *, block_size: int, **options: Any) -> PositionalScheme:
     """One scheme by name; `A+B` is the composite of A and B, its options per part in `parts`."""
     if "+" in name:
         parts = options.pop("parts", None) or name.split("+")

@@ -45,7 +45,7 @@ class ALiBi(PositionalScheme):
     adds_bias = True
     claim = Claim("very strong", "极强", "BLOOM")
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, slopes: str = "paper"):
+    def __init__(self, n_embd: int, n_head: int, block_size: int, *, slopes: str = "paper"):
         super().__init__(n_embd, n_head, block_size)
         if slopes not in SLOPE_RULES:
             raise UsageError(f"scheme.slopes={slopes} is not known; choose one of: {', '.join(SLOPE_RULES)}")

@@ -109,7 +109,7 @@ class AdditiveScheme(PositionalScheme):
     kind = "additive"
     scales_embeddings = False
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, scale_embeddings: bool | None = None):
+    def __init__(self, n_embd: int, n_head: int, block_size: int, *, scale_embeddings: bool | None = None):
         super().__init__(n_embd, n_head, block_size)
         scale = type(self).scales_embeddings if scale_embeddings is None else scale_embeddings
         if not isinstance(scale, bool):

@@ -41,6 +41,7 @@ class Composite(PositionalScheme):
         n_embd: int,
         n_head: int,
         block_size: int,
+        *,
         name: str,
         parts: Sequence[str | Mapping[str, Any]],
         build: Callable[..., PositionalScheme],
@@ -51,7 +52,7 @@ class Composite(PositionalScheme):
         if written != name:
             raise UsageError(f"scheme.parts lists {written} but the scheme is {name}; use scheme={written}")
         self.parts = nn.ModuleList(
-            build(part_name, n_embd, n_head, block_size, **options) for part_name, options in specs
+            build(part_name, n_embd, n_head, block_size=block_size, **options) for part_name, options in specs
         )
         self.name = name
         kinds = {p.kind for p in self.parts} - {"none"}

@@ -25,10 +25,11 @@ class Learned(AdditiveScheme):
         n_embd: int,
         n_head: int,
         block_size: int,
+        *,
         max_len: int | None = None,
         scale_embeddings: bool | None = None,
     ):
-        super().__init__(n_embd, n_head, block_size, scale_embeddings)
+        super().__init__(n_embd, n_head, block_size, scale_embeddings=scale_embeddings)
         if max_len is not None:
             require_positive_int("scheme.max_len", max_len)
         self.table = nn.Embedding(block_size if max_len is None else max_len, n_embd)

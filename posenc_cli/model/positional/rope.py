@@ -52,6 +52,7 @@ class RoPE(PositionalScheme):
         n_embd: int,
         n_head: int,
         block_size: int,
+        *,
         base: float = 10000.0,
         scaling: str = "none",
         scaling_factor: float | None = None,
@@ -73,7 +74,9 @@ class RoPE(PositionalScheme):
         require_number("scheme.base", base, above=1)
         self.base = base
         self.register_buffer("inv_freq", rope_inv_freq(self.head_dim, base), persistent=False)
-        self.scaling = rope_scaling(scaling, block_size, scaling_factor, scaling_len, yarn_alpha, yarn_beta)
+        self.scaling = rope_scaling(
+            scaling, block_size, scaling_factor, original_len=scaling_len, alpha=yarn_alpha, beta=yarn_beta
+        )
         if self.scaling is not None:
             self.frequencies(block_size)  # a scaling this model cannot take is refused now, not mid-run
 

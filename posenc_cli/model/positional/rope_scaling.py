@@ -37,13 +37,15 @@ def ntk_base(base: float, s: float, head_dim: int) -> float:
     return base * s ** (head_dim / (head_dim - 2))
 
 
-def dynamic_base(base: float, s: float, head_dim: int, seq_len: int, train_len: int) -> float:
+def dynamic_base(base: float, s: float, head_dim: int, *, seq_len: int, train_len: int) -> float:
     if seq_len <= train_len:
         return base
     return ntk_base(base, s * seq_len / train_len - (s - 1), head_dim)
 
 
-def yarn_ramp(head_dim: int, base: float, train_len: int, alpha: float = 1, beta: float = 32) -> torch.Tensor:
+def yarn_ramp(
+    head_dim: int, base: float, train_len: int, *, alpha: float = 1, beta: float = 32
+) -> torch.Tensor:
     """0 for pairs that turn more than beta times over L (kept), 1 below alpha turns (interpolated)."""
 
     def correction_dim(turns: float) -> float:  # the pair index that turns `turns` times over L
@@ -118,9 +120,11 @@ class RopeScaling:
         if self.method == "ntk":
             return rope_inv_freq(head_dim, ntk_base(base, s, head_dim)), 1.0
         if self.method == "dynamic":
-            return rope_inv_freq(head_dim, dynamic_base(base, s, head_dim, seq_len, self.train_len)), 1.0
+            return rope_inv_freq(
+                head_dim, dynamic_base(base, s, head_dim, seq_len=seq_len, train_len=self.train_len)
+            ), 1.0
         if self.method == "yarn":
-            ramp = yarn_ramp(head_dim, base, self.train_len, self.alpha, self.beta)
+            ramp = yarn_ramp(head_dim, base, self.train_len, alpha=self.alpha, beta=self.beta)
             return yarn_inv_freq(inv_freq, s, ramp), yarn_temperature(s)
         if self.method == "none":
             return inv_freq, 1.0
@@ -130,7 +134,7 @@ class RopeScaling:
 
 
 def rope_scaling(
-    method: str, block_size: int, factor: float | None, original_len: int | None, alpha: float, beta: float
+    method: str, block_size: int, factor: float | None, *, original_len: int | None, alpha: float, beta: float
 ) -> RopeScaling | None:
     """The scaling a rotary scheme's options ask for, None for 'none'. L (`original_len`) defaults to
     block_size / factor: fine-tuning at 1,024 with factor 4 extends a model first trained at 256, as

@@ -35,10 +35,11 @@ class Sinusoidal(AdditiveScheme):
         n_embd: int,
         n_head: int,
         block_size: int,
+        *,
         base: float = 10000.0,
         scale_embeddings: bool | None = None,
     ):
-        super().__init__(n_embd, n_head, block_size, scale_embeddings)
+        super().__init__(n_embd, n_head, block_size, scale_embeddings=scale_embeddings)
         require_number("scheme.base", base, above=1)
         self.base = base
 

@@ -35,7 +35,7 @@ class T5Bias(PositionalScheme):
     claim = Claim(used_by="T5, Flan-T5")
 
     def __init__(
-        self, n_embd: int, n_head: int, block_size: int, n_buckets: int = 32, max_distance: int = 128
+        self, n_embd: int, n_head: int, block_size: int, *, n_buckets: int = 32, max_distance: int = 128
     ):
         super().__init__(n_embd, n_head, block_size)
         require_int("scheme.n_buckets", n_buckets, at_least=2)  # half exact, half log-spaced

@@ -27,12 +27,13 @@ class XPos(RoPE):
         n_embd: int,
         n_head: int,
         block_size: int,
+        *,
         base: float = 10000.0,
         gamma: float = 0.4,
         scale_base: float = 512.0,
         **rope_options,
     ):
-        super().__init__(n_embd, n_head, block_size, base, **rope_options)
+        super().__init__(n_embd, n_head, block_size, base=base, **rope_options)
         require_number("scheme.gamma", gamma, above=0)  # every ζ_j in (0, 1]
         require_number("scheme.scale_base", scale_base, above=0)
         self.scale_base = scale_base
