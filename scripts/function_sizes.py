@@ -29,33 +29,6 @@ EXCEPTIONS = {
 # Not converted yet: files outside the change that added this check (config/, core/, data/__init__.py,
 # evaluation/{hf_models,perplexity,run_target,target}.py, report/output_sets.py, rundir/, training/).
 # Drop each as its file is done.
-PENDING = (
-    "posenc_cli/config/memory_model.py:scheme_footprint",
-    "posenc_cli/config/memory_model.py:check_run_memory",
-    "posenc_cli/core/device.py:resumed_precision",
-    "posenc_cli/core/errors.py:require_int",
-    "posenc_cli/data/__init__.py:require_same_corpus",
-    "posenc_cli/data/__init__.py:random_positions",
-    "posenc_cli/data/__init__.py:random_batch",
-    "posenc_cli/evaluation/hf_models.py:HFModel.__init__",
-    "posenc_cli/evaluation/hf_models.py:HFModel.probe_trials",
-    "posenc_cli/evaluation/hf_models.py:scaled_config",
-    "posenc_cli/evaluation/perplexity.py:plan_windows",
-    "posenc_cli/evaluation/run_target.py:RunTarget.probe_trials",
-    "posenc_cli/evaluation/target.py:EvalTarget.probe_trials",
-    "posenc_cli/report/output_sets.py:write_eval_outputs",
-    "posenc_cli/rundir/lineage.py:check_same_model",
-    "posenc_cli/rundir/resume.py:restated_values",
-    "posenc_cli/training/loop.py:validation_loss",
-    "posenc_cli/training/loop.py:run_loop",
-    "posenc_cli/training/loop.py:training_metrics",
-    "posenc_cli/training/loop.py:record",
-    "posenc_cli/training/session.py:describe",
-    "posenc_cli/training/stopping.py:StopSignals.agreed",
-    "posenc_cli/training/tracking.py:WandbLogger.__init__",
-    "posenc_cli/training/tracking.py:open_loggers",
-)
-EXCEPTIONS.update({key: "pending: its file is not converted yet" for key in PENDING})
 
 
 def typer_command(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

@@ -64,7 +64,7 @@ def test_every_length_scores_the_same_number_of_targets_even_when_lengths_do_not
 
 @pytest.mark.parametrize("span, length, stride", [(64, 16, 8), (64, 16, 4), (70, 16, 6), (64, 16, 16)])
 def test_sliding_scores_every_target_once_with_at_least_length_minus_stride_context(span, length, stride):
-    windows = plan_windows(span, length, "sliding", stride)
+    windows = plan_windows(span, length, "sliding", stride=stride)
     scored = scored_targets(windows, length)
     assert sorted(t for t, _ in scored) == list(range(span))
     for t, context in scored:

@@ -129,14 +129,14 @@ def test_a_baked_in_scaling_refuses_another_on_top():
 
 
 def test_randomized_positions_are_sorted_distinct_in_range_and_seeded():
-    draw = lambda seed: random_positions(8, 256, 2048, torch.Generator().manual_seed(seed))  # noqa: E731
+    draw = lambda seed: random_positions(8, 256, 2048, generator=torch.Generator().manual_seed(seed))  # noqa: E731
     positions = draw(0)
     assert positions.shape == (8, 256) and positions.dtype == torch.int64
     assert (positions.diff(dim=1) > 0).all()  # sorted and distinct
     assert positions.min() >= 0 and positions.max() < 2048
     assert torch.equal(draw(0), positions) and not torch.equal(draw(1), positions)
     assert not torch.equal(positions[0], positions[1])  # each sequence its own subset
-    many = random_positions(64, 256, 2048, torch.Generator().manual_seed(0))
+    many = random_positions(64, 256, 2048, generator=torch.Generator().manual_seed(0))
     assert many.max() > 2000 and many[:, 0].float().mean() < 30  # the whole range is visited
 
 

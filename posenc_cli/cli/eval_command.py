@@ -49,7 +49,7 @@ def eval_command(
     rope_factor: Optional[float] = typer.Option(
         None,
         "--rope-factor",
-        help="Scale factor s for --rope-scaling, at most 1e6 (default: eval length / training length; dynamic: 1, it scales with the length itself).",
+        help="Scale factor s for --rope-scaling, at most 10,000 (default: eval length / training length; dynamic: 1, it scales with the length itself).",
     ),
     learned_overflow: str = typer.Option(
         "dash",
@@ -99,7 +99,7 @@ def eval_command(
         learned_overflow=overflows,
     )
     out = out_dir or default_out("eval")
-    show_eval(df, out, write_eval_outputs(df, positions, info, out, lang=lang), mode=mode)
+    show_eval(df, out, write_eval_outputs(df, positions, info, out=out, lang=lang), mode=mode)
 
 
 def rope_methods(rope_scaling: str, rope_factor: float | None) -> list[str]:

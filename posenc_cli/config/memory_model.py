@@ -19,7 +19,7 @@ _scheme_footprints: dict[str, tuple[int | None, int]] = {}  # a sweep's points s
 
 
 def scheme_footprint(
-    scheme: dict[str, Any], n_embd: int, n_head: int, block_size: int
+    scheme: dict[str, Any], n_embd: int, n_head: int, *, block_size: int
 ) -> tuple[int | None, int]:
     """(max_len, parameter and buffer elements) of the scheme, built on the meta device: its constructor
     checks every option. Memoised, so a 10,000-point sweep builds each distinct scheme once."""
@@ -63,7 +63,7 @@ def memory_needed(cfg: PosencConfig, n_chars: int | None, positional: int = 0) -
 
 
 def check_run_memory(
-    cfg: PosencConfig, n_chars: int | None, device: torch.device, positional: int = 0
+    cfg: PosencConfig, n_chars: int | None, device: torch.device, *, positional: int = 0
 ) -> None:
     free = free_memory(device)
     needed = memory_needed(cfg, n_chars, positional)

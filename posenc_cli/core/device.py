@@ -90,7 +90,7 @@ def autocast(device: torch.device, effective: str):
     return contextlib.nullcontext()
 
 
-def resumed_precision(device: torch.device, requested: str, saved: str, run: str) -> str:
+def resumed_precision(device: torch.device, requested: str, saved: str, *, run: str) -> str:
     """The effective precision a resume of `run` continues in: its own (`saved`), whatever `auto` answers
     on this machine, since an exact resume needs the same arithmetic. A train.precision that asks for
     another one is refused, and so is a device that cannot compute in it."""

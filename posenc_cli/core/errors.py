@@ -22,7 +22,7 @@ def require_positive_int(key: str, value: Any) -> None:
         raise UsageError(f"{key} must be a positive integer, got {value!r}")
 
 
-def require_int(key: str, value: Any, at_least: int = 0, at_most: int | None = None) -> None:
+def require_int(key: str, value: Any, at_least: int = 0, *, at_most: int | None = None) -> None:
     """An integer in [at_least, at_most] (bools excluded)."""
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= at_least
     if not ok or (at_most is not None and value > at_most):

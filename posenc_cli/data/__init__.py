@@ -74,7 +74,7 @@ def corpus_sha256(data_cfg: Mapping[str, Any]) -> str:
 
 
 def require_same_corpus(
-    data_cfg: Mapping[str, Any], stored: str | None, where: str, now: str | None = None
+    data_cfg: Mapping[str, Any], stored: str | None, where: str, *, now: str | None = None
 ) -> None:
     """Refuse (one line naming `where`, a run) a corpus whose text changed since the run recorded its sha256
     (`now`, when already known, saves reading it again). Runs from before the fingerprint pass."""
@@ -154,7 +154,7 @@ def token_window(tokens, start: int, length: int) -> torch.Tensor:
 
 
 def random_positions(
-    batch_size: int, block_size: int, max_position: int, generator: torch.Generator
+    batch_size: int, block_size: int, max_position: int, *, generator: torch.Generator
 ) -> torch.Tensor:
     """Randomized positional encodings (Ruoss et al. 2023): each sequence's positions are a sorted random
     subset of block_size distinct positions from [0, max_position), so training visits every position
@@ -163,7 +163,7 @@ def random_positions(
     return keys.argsort(dim=1)[:, :block_size].sort(dim=1).values
 
 
-def random_batch(tokens, batch_size: int, block_size: int, generator: torch.Generator):
+def random_batch(tokens, batch_size: int, block_size: int, *, generator: torch.Generator):
     """Random windows of block_size+1 tokens -> (inputs, next-token targets)."""
     starts = torch.randint(len(tokens) - block_size, (batch_size,), generator=generator)
     windows = torch.stack([token_window(tokens, s, block_size + 1) for s in starts.tolist()])

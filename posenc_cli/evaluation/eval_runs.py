@@ -72,7 +72,7 @@ def plan_run(
     run_lengths = sorted(set(lengths) | {run.train_len})
     span = scored_span(len(tokens), run_lengths, max_tokens)
     for length in run_lengths:
-        plan_windows(span, length, scoring.mode, scoring.stride)  # validates mode and stride
+        plan_windows(span, length, scoring.mode, stride=scoring.stride)  # validates mode and stride
     variants = run.variants(list(rope_scaling), rope_factor)  # validates the methods for this run
     run.check_fits([L for L in run_lengths if not past_max_len(run.max_len, L)], scoring.device)
     unigram = unigram_perplexity(token_window(tokens, 0, span + 1))

@@ -79,7 +79,14 @@ def load_hf_model(
     attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
     tokenizer, model = load_weights(tf, source, name, config=config, dtype=DTYPES[dtype], attention=attention)
     check_tokenizer(tokenizer, name)
-    return HFModel(name, model.eval(), tokenizer, int(train_len), attention, torch.device(device))
+    return HFModel(
+        name,
+        model.eval(),
+        tokenizer,
+        train_len=int(train_len),
+        attention=attention,
+        device=torch.device(device),
+    )
 
 
 def causal_lm_class(tf, config, name: str):

@@ -83,7 +83,7 @@ class HFModel:
     training_precision = ""  # not trained by posenc: nothing to compare
     tokenizer_name: str
 
-    def __init__(self, name: str, model, tokenizer, train_len: int, attention: str, device: torch.device):
+    def __init__(self, name: str, model, tokenizer, *, train_len: int, attention: str, device: torch.device):
         self.path = name  # the `run` column of ppl.csv
         self.model, self.tokenizer, self.train_len, self.attention = model, tokenizer, train_len, attention
         self.device = device
@@ -234,7 +234,7 @@ class HFModel:
     def check_probe(self) -> None:
         pass  # any text tokenizes
 
-    def probe_trials(self, length: int, depth: float, trials: int, seed: int, cache: dict):
+    def probe_trials(self, length: int, depth: float, trials: int, *, seed: int, cache: dict):
         """One (trial, key tokens) pair per trial, the trial a (1, n) tensor ending in the key's tokens: Mohtashami & Jaggi's English prompt, as
         long as whole filler sentences allow within `length` tokens."""
         import numpy as np
@@ -284,7 +284,7 @@ class HFModel:
         return full[:split], full[split:]
 
 
-def scaled_config(config, method: str, factor: float, train_len: int):
+def scaled_config(config, method: str, factor: float, *, train_len: int):
     """A copy of `config` whose rope_parameters ask transformers for `method` (see the module docstring)."""
     config = copy.deepcopy(config)
     own = dict(config.rope_parameters)

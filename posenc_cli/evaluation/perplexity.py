@@ -31,7 +31,9 @@ class Window:
     scored: int  # how many of the window's last targets count
 
 
-def plan_windows(span: int, length: int, mode: str = "nonoverlap", stride: int | None = None) -> list[Window]:
+def plan_windows(
+    span: int, length: int, mode: str = "nonoverlap", *, stride: int | None = None
+) -> list[Window]:
     """Windows over targets [0, span): each target is scored exactly once, at every length."""
     if mode == "nonoverlap":
         windows = [Window(start, length) for start in range(0, span - length + 1, length)]
@@ -154,7 +156,7 @@ def evaluate_length(
     caps the tokens the model sees at once; weights(start, n), a (2, n) tensor of the UTF-8 bytes and
     characters of tokens start..start+n-1, adds what the scored targets stand for."""
     width = min(length, context or length)
-    pieces = plan_pieces(plan_windows(span, length, mode, stride), length, width)
+    pieces = plan_pieces(plan_windows(span, length, mode, stride=stride), length, width)
     covered = torch.zeros(2, dtype=torch.float64)
     batch = scorer.batch_size(width)
     nll_sum = torch.zeros(length, dtype=torch.float64)

@@ -173,7 +173,7 @@ def probe_runs(
                         scored = [
                             score(scorer, sequences, key_tokens)
                             for sequences, key_tokens in run.probe_trials(
-                                length, depth, trials, seed, fillers
+                                length, depth, trials, seed=seed, cache=fillers
                             )
                         ]
                         hit, nll = (torch.cat(parts) for parts in zip(*scored))

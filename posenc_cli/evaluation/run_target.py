@@ -121,7 +121,7 @@ class RunTarget(LoadedRun):
         check_vocab(self.tokenizer, str(self.path))
         run_corpus(self)  # the text the run was trained on, unchanged: checked before any work
 
-    def probe_trials(self, length: int, depth: float, trials: int, seed: int, cache: dict):
+    def probe_trials(self, length: int, depth: float, trials: int, *, seed: int, cache: dict):
         """[(trials x `length` tokens, key tokens per trial)]: one batch with filler from the run's own
         validation text, the key scored through the tokens that cover its characters."""
         filler = ("filler", self.data_key())

@@ -66,7 +66,7 @@ class EvalTarget(Protocol):
         ...
 
     def probe_trials(
-        self, length: int, depth: float, trials: int, seed: int, cache: dict
+        self, length: int, depth: float, trials: int, *, seed: int, cache: dict
     ) -> list[tuple[Any, Any]]:
         """[(trials x `length` token ids, the key's tokens per trial)] at `depth`, the same for a seed."""
         ...

@@ -60,7 +60,7 @@ def file_safe(label: Label | str) -> str:
 
 
 def write_eval_outputs(
-    df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en"
+    df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], *, out: Path, lang: str = "en"
 ) -> list[Path]:
     """The eval output set; complete once manifest.json is written (see atomic.output_set)."""
     figures = ("ppl_vs_length", "loss_by_position") if not positions.empty else ("ppl_vs_length",)

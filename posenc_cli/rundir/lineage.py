@@ -50,7 +50,7 @@ def saved_tokenizer(source: Path, saved: Checkpoint):
     return run_tokenizer(saved.record.tokenizer, source)
 
 
-def check_same_model(source: Path, saved: Checkpoint, model_cfg: dict[str, Any], tokenizer) -> None:
+def check_same_model(source: Path, saved: Checkpoint, model_cfg: dict[str, Any], *, tokenizer) -> None:
     """The scheme, shape and vocabulary that init_from keeps; one line naming the first difference."""
     check_same_shape(source, saved, model_cfg)
     check_same_vocabulary(source, saved, tokenizer)

@@ -108,7 +108,7 @@ def resumed_config(composed: dict[str, Any], overrides: list[str]) -> dict[str, 
 
 
 def restated_values(
-    composed: dict[str, Any], defaults: dict[str, Any], overrides: list[str], stored: dict[str, Any]
+    composed: dict[str, Any], defaults: dict[str, Any], overrides: list[str], *, stored: dict[str, Any]
 ) -> None:
     """A resume may restate the run's own values (`scheme=rope` on a rope run); a change is refused,
     naming the key, the run's value and the given one. What the overrides set: every leaf they make

@@ -60,7 +60,7 @@ def lr_at(step: int, tc: TrainConfig) -> float:
 
 @torch.no_grad()
 def validation_loss(
-    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device, effective: str
+    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device, *, effective: str
 ) -> float:
     model.eval()
     total = torch.zeros((), device=device)
@@ -159,7 +159,8 @@ def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
         optimizer=make_optimizer(model, tc),
         data_rng=torch.Generator().manual_seed(cfg.seed),
         val_batches=[
-            random_batch(corpus.val, tc.batch_size, tc.block_size, val_rng) for _ in range(tc.eval_batches)
+            random_batch(corpus.val, tc.batch_size, tc.block_size, generator=val_rng)
+            for _ in range(tc.eval_batches)
         ],
         run_id=run_id,
         precision=effective_precision(device, tc.precision),
@@ -175,7 +176,7 @@ def announce_run(s: Session, run_name: str | None) -> dict[str, Any]:
     """The summary of a run being trained, written with status running; the trackers opened."""
     cfg = s.cfg
     summary = {
-        **describe(cfg, s.model, s.corpus, s.device),
+        **describe(cfg, s.model, s.corpus, device=s.device),
         "precision": precision_record(s.device, cfg.train.precision, s.precision),
         "run_id": s.run_id,
         "config": recorded(cfg),
@@ -200,7 +201,7 @@ def announce_run(s: Session, run_name: str | None) -> dict[str, Any]:
         s.summary = summary
         write_summary(s.run_dir, {**summary, "status": "running", "checkpoint_step": s.saved_step})
         s.logger = open_loggers(
-            cfg.logger, s.run_dir, s.state.metrics, run_name or s.run_dir.name, s.state.step
+            cfg.logger, s.run_dir, s.state.metrics, name=run_name or s.run_dir.name, start_step=s.state.step
         )
         s.logger.log_config(recorded(cfg))
     return summary
@@ -210,7 +211,7 @@ def train_until_stopped(s: Session, elapsed) -> tuple[str, str | None]:
     """(status, message): finished; failed at a non-finite loss; interrupted by a signal or Ctrl-C."""
     try:
         with StopSignals() as stop:
-            run_loop(s, distributed.wrap(s.model, s.device, s.ctx), stop, elapsed)
+            run_loop(s, distributed.wrap(s.model, s.device, s.ctx), stop, elapsed=elapsed)
     except NonFiniteLoss as err:
         kept = (
             f"the checkpoint of step {s.saved_step} is kept"
@@ -230,27 +231,29 @@ def train_until_stopped(s: Session, elapsed) -> tuple[str, str | None]:
     return "finished", None
 
 
-def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> None:
+def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, *, elapsed) -> None:
     """Train until max_steps; `net` is the model as trained (DDP-wrapped under torchrun)."""
     tc, state, ctx = s.cfg.train, s.state, s.ctx
     rate = Throughput(tc.batch_size * tc.block_size)
     with ui.progress(disable=not ctx.is_main) as bar:
         task = bar.add_task(f"train {s.mc.scheme}", total=tc.max_steps, completed=state.step, status="")
         while state.step < tc.max_steps:
-            if stop.agreed(state.step, tc.log_interval, s.device, ctx):
+            if stop.agreed(state.step, tc.log_interval, s.device, ctx=ctx):
                 save(s, elapsed())
                 raise Stopped(f"stopped by {stop.received}")
             lr = lr_at(state.step, tc)
             for group in s.optimizer.param_groups:
                 group["lr"] = lr
-            x, y = random_batch(s.corpus.train, tc.batch_size, tc.block_size, s.data_rng)
+            x, y = random_batch(s.corpus.train, tc.batch_size, tc.block_size, generator=s.data_rng)
             x, y = (
                 distributed.shard(x, ctx),
                 distributed.shard(y, ctx),
             )  # this rank's rows of the global batch
             positions = None  # 0..T-1
             if tc.positions == "randomized":
-                positions = random_positions(tc.batch_size, tc.block_size, tc.max_position, s.data_rng)
+                positions = random_positions(
+                    tc.batch_size, tc.block_size, tc.max_position, generator=s.data_rng
+                )
                 positions = distributed.shard(positions, ctx).to(s.device)
             with autocast(s.device, s.precision):
                 loss = token_nll(net(x.to(s.device), positions), y.to(s.device)).mean()
@@ -264,11 +267,13 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, elapsed) -> No
             last = state.step == tc.max_steps
             row: dict[str, Any] = {}
             if state.step % tc.log_interval == 0 or last:
-                row.update(training_metrics(s, lr, grad_norm, rate))
+                row.update(training_metrics(s, lr, grad_norm, rate=rate))
             if (state.step % tc.eval_interval == 0 or last) and ctx.is_main:
-                row["val_loss"] = round(validation_loss(s.model, s.val_batches, s.device, s.precision), 6)
+                row["val_loss"] = round(
+                    validation_loss(s.model, s.val_batches, s.device, effective=s.precision), 6
+                )
             if row:
-                record(s, row, bar, task)
+                record(s, row, bar, task=task)
             if state.step % tc.checkpoint_interval == 0 or last:
                 save(s, elapsed())
             if row:
@@ -289,7 +294,7 @@ class Throughput:
         return self.steps * self.tokens_per_step / max(time.perf_counter() - self.started, 1e-9)
 
 
-def training_metrics(s: Session, lr: float, grad_norm: torch.Tensor, rate: Throughput) -> dict[str, Any]:
+def training_metrics(s: Session, lr: float, grad_norm: torch.Tensor, *, rate: Throughput) -> dict[str, Any]:
     """The log-interval numbers: mean loss since the last log, lr, tokens/s, this step's grad norm."""
     s.state.train_loss = float(checked_losses(s).mean())  # one host sync per log interval
     s.state.recent.clear()
@@ -301,7 +306,7 @@ def training_metrics(s: Session, lr: float, grad_norm: torch.Tensor, rate: Throu
     }
 
 
-def record(s: Session, row: dict[str, Any], bar, task) -> None:
+def record(s: Session, row: dict[str, Any], bar, *, task) -> None:
     """One metrics row: into the training state (checkpointed), the loggers and the progress bar."""
     row = {"step": s.state.step, **row}
     s.state.metrics.append(row)

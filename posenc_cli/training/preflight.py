@@ -51,7 +51,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     ModelConfig(
         vocab_size=1, block_size=tc.block_size, n_layer=mc.n_layer, n_head=mc.n_head, n_embd=mc.n_embd
     )
-    max_len, positional = scheme_footprint(typed_cfg.scheme, mc.n_embd, mc.n_head, tc.block_size)
+    max_len, positional = scheme_footprint(typed_cfg.scheme, mc.n_embd, mc.n_head, block_size=tc.block_size)
     trained_positions = tc.max_position or tc.block_size  # positions 0 .. this - 1 are trained on
     if max_len is not None and max_len < trained_positions:
         given = "train.max_position" if tc.max_position else "train.block_size"
@@ -75,7 +75,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
         if Path(writable_place("data.cache_dir", cache_dir)).is_file():
             raise UsageError(f"data.cache_dir={cache_dir} is a file; give a directory for the token cache")
     in_memory = isinstance(typed_cfg.data, SyntheticData)  # the others stream into a memory-mapped cache
-    check_run_memory(typed_cfg, n_chars if in_memory else None, device, positional)
+    check_run_memory(typed_cfg, n_chars if in_memory else None, device, positional=positional)
     if tc.init_from:
         validate_init_from(typed_cfg)
     if tc.resume and (Path(tc.resume) / SUMMARY).is_file():  # a changed corpus: before tokenizing
@@ -83,7 +83,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
         require_same_corpus(dataclasses.asdict(typed_cfg.data), stored.get("corpus_sha256"), tc.resume)
         record = stored.get("precision")
         if isinstance(record, dict) and record.get("effective") is not None:  # the checkpoint's own
-            resumed_precision(device, tc.precision, record["effective"], tc.resume)  # is checked on load
+            resumed_precision(device, tc.precision, record["effective"], run=tc.resume)  # is checked on load
     return typed_cfg
 
 
@@ -112,7 +112,7 @@ def preflight(args: list[str]) -> Path | None:
                 cfg = compose_point(overrides)
             if cfg["train"]["resume"]:
                 restated_values(
-                    cfg, compose_point([]), overrides, stored_record(Path(cfg["train"]["resume"]))[0]
+                    cfg, compose_point([]), overrides, stored=stored_record(Path(cfg["train"]["resume"]))[0]
                 )
                 cfg = resumed_config(cfg, overrides)
             validate(cfg)

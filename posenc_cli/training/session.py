@@ -178,7 +178,7 @@ def restore(s: Session, path: Path) -> None:
     check_resumable(saved.record, run_record(s), path)
     if saved.record.precision is not None:  # older checkpoints resume in what this machine resolves
         s.precision = resumed_precision(
-            s.device, s.cfg.train.precision, saved.record.precision, str(s.run_dir)
+            s.device, s.cfg.train.precision, saved.record.precision, run=str(s.run_dir)
         )
         if s.precision == "bf16-autocast" and not native_bf16(s.device):
             log.warning(
@@ -237,12 +237,12 @@ def check_resumable(saved: RunRecord, now: RunRecord, path: Path) -> None:
 def init_weights(model: GPT, run: str, corpus: Corpus) -> None:
     """train.init_from: RUN's weights into `model` (checked again here: RUN may have changed since)."""
     source, saved = source_checkpoint(run)
-    check_same_model(source, saved, model.cfg.to_dict(), corpus.tokenizer)
+    check_same_model(source, saved, model.cfg.to_dict(), tokenizer=corpus.tokenizer)
     model.load_state_dict(initial_state(source, saved, model))
     log.info(f"initialised from {source} (its step {saved.step})")
 
 
-def describe(cfg: PosencConfig, model: GPT, corpus: Corpus, device) -> dict[str, Any]:
+def describe(cfg: PosencConfig, model: GPT, corpus: Corpus, *, device) -> dict[str, Any]:
     scheme = model.scheme
     return {
         "scheme": model.scheme.label,

@@ -41,7 +41,7 @@ class StopSignals:
             raise KeyboardInterrupt
         self.received = signal.Signals(signum).name
 
-    def agreed(self, step: int, interval: int, device: torch.device, ctx: distributed.Context) -> bool:
+    def agreed(self, step: int, interval: int, device: torch.device, *, ctx: distributed.Context) -> bool:
         """Whether to stop before `step`. Under torchrun all ranks must stop at the same step: they
         agree once every `interval` steps."""
         if not ctx.enabled:

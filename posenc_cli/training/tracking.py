@@ -90,6 +90,7 @@ class WandbLogger(RunLogger):
         run_dir: Path,
         name: str,
         project: str = "posenc",
+        *,
         entity: str | None = None,
         mode: str = "online",
         group: str | None = None,
@@ -176,7 +177,7 @@ def check_loggers(chosen: Mapping[str, Any] | None) -> None:
 
 
 def open_loggers(
-    chosen: Mapping[str, Any] | None, run_dir: Path, rows: list[dict[str, Any]], name: str, start_step: int
+    chosen: Mapping[str, Any] | None, run_dir: Path, rows: list[dict[str, Any]], *, name: str, start_step: int
 ) -> RunLogger:
     """metrics.csv plus every tracker in the `logger` config (csv alone adds nothing)."""
     check_loggers(chosen)
