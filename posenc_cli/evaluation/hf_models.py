@@ -223,7 +223,7 @@ class HFModel:
         wanted = ("none", 1.0) if self.scaling is None else (self.scaling.method, self.scaling.scale(seq_len))
         if wanted == self.built:
             return
-        config = self.config if self.scaling is None else scaled_config(self.config, *wanted, self.train_len)
+        config = self.config if self.scaling is None else scaled_config(self.config, *wanted, train_len=self.train_len)
         for name, original in self.rotary.items():
             module = original if self.scaling is None else type(original)(config=config).to(self.device)
             parent, _, attr = name.rpartition(".")
