@@ -155,8 +155,8 @@ def test_a_10000_point_sweep_checks_a_bounded_spread_of_points_with_every_small_
         ("experiment=smoke data.val_fraction=0.9999999", "smaller split has 0"),  # an empty training split
         ("experiment=smoke scheme=learned scheme.max_len=10", "scheme.max_len=10 is below train.block_size"),
         ("experiment=smoke scheme=sinusoidal+learned scheme.parts.1.max_len=10", "scheme.max_len=10"),
-        ("scheme.scaling=linear scheme.scaling_factor=inf", "a number in (0, 10000]"),
-        ("scheme.scaling=yarn scheme.scaling_factor=1e300", "a number in (0, 10000]"),  # once OverflowError
+        ("scheme.scaling=linear scheme.scaling_factor=inf", "a number in [1, 10000]"),
+        ("scheme.scaling=yarn scheme.scaling_factor=1e300", "a number in [1, 10000]"),  # once OverflowError
         ("experiment=smoke train.positions=randomized train.max_position=2000000000", "randomized positions"),
         ("scheme.scaling_factor=4", "scheme.scaling_factor applies only with a RoPE scaling"),
         ("scheme=learned train.positions=randomized train.max_position=100000000000", "scheme's positions"),

@@ -394,3 +394,18 @@ def test_a_cache_build_killed_with_sigkill_leaves_nothing_the_next_load_keeps(tm
     corpus = load_corpus(data)
     assert not list((tmp_path / "c").rglob(".tokens-*"))
     assert len(corpus.train) + len(corpus.val) == len(TEXT) * 20000
+
+
+def test_moving_a_bin_corpuss_split_boundary_makes_it_another_corpus(tmp_path):
+    """The same bytes split elsewhere put trained-on tokens into validation: another fingerprint."""
+    from posenc_cli.data.binary import load_bin
+
+    ids = np.arange(4000, dtype=np.uint16) % 50
+    (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 50}))
+    data = {"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")}
+    ids[:3600].tofile(tmp_path / "train.bin")
+    ids[3600:].tofile(tmp_path / "val.bin")
+    before = load_bin(data).sha256
+    ids[:2000].tofile(tmp_path / "train.bin")
+    ids[2000:].tofile(tmp_path / "val.bin")
+    assert load_bin(data).sha256 != before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -588,3 +589,38 @@ def test_the_default_eval_says_when_the_latest_runs_budgets_differ(rope_training
     assert "they differ in train.max_steps (alibi 6; rope 4)" in text or (
         "they differ in train.max_steps (rope 4; alibi 6)" in text
     )
+
+
+def test_a_run_counted_twice_is_refused_never_a_second_seed():
+    from types import SimpleNamespace
+
+    from posenc_cli.evaluation.labels import refuse_repeats
+
+    def run(path, run_id, seed):
+        return SimpleNamespace(path=path, seed=seed, record=SimpleNamespace(run_id=run_id))
+
+    a, copy, other_seed, rerun = run("a", "1", 0), run("a-copy", "1", 0), run("b", "2", 1), run("c", "3", 0)
+    settings = {id(r): {"scheme.name": "rope"} for r in (a, copy, other_seed, rerun)}
+    refuse_repeats([a, other_seed], settings)
+    with pytest.raises(UsageError, match="a and a-copy are the same run"):
+        refuse_repeats([a, other_seed, copy], settings)
+    with pytest.raises(UsageError, match="a and c are both seed 0 of one training setting"):
+        refuse_repeats([a, rerun], settings)
+
+
+def test_the_default_eval_takes_each_schemes_newest_finished_run_never_hiding_it_behind_a_failed_one(
+    tmp_path,
+):
+    from posenc_cli.rundir.selection import latest_runs
+
+    for name, scheme, status in (
+        ("2026-01-01_00-00-01_r", "rope", "finished"),
+        ("2026-01-01_00-00-02_r", "rope", "failed"),
+        ("2026-01-01_00-00-03_a", "alibi", "finished"),
+    ):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "summary.json").write_text(
+            json.dumps({"scheme": scheme, "status": status})
+        )
+    runs, _ = latest_runs(tmp_path)
+    assert [r.name for r in runs] == ["2026-01-01_00-00-01_r", "2026-01-01_00-00-03_a"]

@@ -345,7 +345,7 @@ def test_hf_models_that_once_raised_a_traceback_are_one_line(tmp_path):
     assert not (tmp_path / "ran").exists()
     rotary = HFModel.__new__(HFModel)
     rotary.base_scheme, rotary.train_len = "rope", 256
-    with pytest.raises(UsageError, match=r"in \(0, 10000\]"):
+    with pytest.raises(UsageError, match=r"in \[1, 10000\]"):
         rotary.variants(["ntk"], 1e300)
 
 

@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import ROOT, assert_one_line_error, assert_refused, posenc, run_cli
 from posenc_cli.core.atomic import MANIFEST, hashed_entry, output_set, remove_leftovers
@@ -211,3 +213,40 @@ def test_export_refuses_and_sample_warns_about_a_run_being_trained(smoke_sweep, 
         os.close(fd)
     assert sampled.returncode == 0 and "is being trained right now" in sampled.stderr
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_passkey_rows_of_a_run_retrained_in_the_same_directory_are_never_reused(smoke_sweep, tmp_path):
+    """probe A --out D, then A's directory holds another run (retrained there): eval A --out D must not
+    show the old run's passkey rows. An output set is about run ids, not the paths that named them."""
+    run = tmp_path / "A"
+    shutil.copytree(a_run(smoke_sweep, "rope"), run)
+    probed = run_cli("probe", str(run), "--lengths", "64", "--trials", "2", "--out", "d", cwd=tmp_path)
+    assert probed.returncode == 0, probed.stderr
+    summary = json.loads((run / "summary.json").read_text())  # as if trained anew: another run id
+    payload = torch.load(run / "checkpoint.pt", weights_only=True)
+    payload["record"]["run_id"] = summary["run_id"] = "0" * 32
+    summary.pop("record_sha256", None)
+    torch.save(payload, run / "checkpoint.pt")
+    (run / "summary.json").write_text(json.dumps(summary))
+    args = ["eval", str(run), "--lengths", "64", "--max-tokens", "256", "--out", "d"]
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "passkey @" not in (tmp_path / "d" / "comparison.md").read_text()
+
+
+@pytest.mark.slow
+def test_an_export_left_in_a_run_that_trained_on_is_refused_and_its_files_are_shareable(
+    smoke_sweep, tmp_path
+):
+    from posenc_cli.evaluation.export import export_run, load_export
+
+    run = tmp_path / "run"
+    shutil.copytree(a_run(smoke_sweep, "rope"), run)
+    export_run(run)  # into the run directory, the default
+    assert load_export(run)[2] == 64
+    assert all((run / name).stat().st_mode & 0o044 for name in ("model.safetensors", "config.json"))
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "checkpoint_step": summary["steps"] + 2}))
+    with pytest.raises(UsageError, match="trained on to step 22: export again"):
+        load_export(run)

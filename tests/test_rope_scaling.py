@@ -111,3 +111,22 @@ def test_eval_adds_one_labelled_column_per_method(smoke_sweep, tmp_path):
     assert "rope+yarn" in comparison.splitlines()[2]
     assert "not in the chapters" in comparison
     assert set(pd.read_csv(out / "loss_by_position.csv")["scheme"]) >= {"rope+linear", "rope+yarn"}
+
+
+def test_a_given_rope_factor_names_its_columns_so_two_factors_never_share_one(smoke_sweep, tmp_path):
+    run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+    schemes = set()
+    for factor in ("2", "4"):
+        args = [
+            "--lengths",
+            "128",
+            "--max-tokens",
+            "512",
+            "--rope-scaling",
+            "none,linear",
+            "--rope-factor",
+            factor,
+        ]
+        df = evaluate(tmp_path, str(run), *args, out=f"eval{factor}")
+        schemes |= set(df["scheme"])
+    assert schemes == {"rope", "rope+linear (s=2)", "rope+linear (s=4)"}

@@ -165,3 +165,20 @@ def test_a_resume_refuses_a_checkpoint_whose_record_differs_from_the_one_it_rebu
     saved = RunRecord(**{**now.__dict__, field: value})
     with pytest.raises(UsageError, match=needle):
         check_resumable(saved, now, Path("c.pt"))
+
+
+def test_a_record_edited_since_it_was_saved_is_refused_by_the_fingerprint_its_summary_keeps():
+    from posenc_cli.rundir.record import record_sha256
+
+    summary = {"run_id": "abc", "record_sha256": record_sha256(RECORD)}
+    check_own_checkpoint(Path("RUN"), checkpoint(), summary)
+    for field, value in (
+        ("seed", 7),
+        ("train_len", 32),
+        ("model_config", {"vocab_size": 3, "scheme": "alibi"}),
+    ):
+        edited = checkpoint(record=RunRecord(**{**RECORD.__dict__, field: value}))
+        with pytest.raises(UsageError, match="holds another record"):
+            check_own_checkpoint(Path("RUN"), edited, summary)
+    resumed = RunRecord(**{**RECORD.__dict__, "config": {"seed": 1, "train": {"max_steps": 99}}})
+    check_own_checkpoint(Path("RUN"), checkpoint(record=resumed), summary)  # a resume may lengthen it

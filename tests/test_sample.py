@@ -4,12 +4,13 @@ its table unless the context slides, and bad input refused in one line."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import assert_refused, posenc, run_cli
 from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.sample import SamplePlan, Sampling, generate, pick, plan
 from posenc_cli.rundir.loading import load_run
@@ -104,3 +105,17 @@ def test_sample_streams_the_text_and_writes_it_with_out(smoke_sweep, tmp_path):
     written = (tmp_path / "sample.txt").read_text(encoding="utf-8")
     assert result.stdout == written + "\n" and written.startswith(PROMPT) and len(written) == table + 1
     assert "learned stopped after" in result.stderr and f"--window {table}" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_sample_never_replaces_a_link_or_a_device_with_its_output(smoke_sweep, tmp_path, kind):
+    run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+    target = tmp_path / "out.txt"
+    if kind == "symlink":
+        (tmp_path / "notes.txt").write_text("mine")
+        target.symlink_to(tmp_path / "notes.txt")
+    else:
+        os.mkfifo(target)
+    code, stderr = posenc("sample", str(run), "--prompt", "a", "--tokens", "3", "--out", str(target))
+    assert_refused(code, stderr, str(target), "symbolic link" if kind == "symlink" else "not a regular file")
+    assert target.is_symlink() if kind == "symlink" else not target.is_file()

@@ -49,7 +49,7 @@ def eval_command(
     rope_factor: Optional[float] = typer.Option(
         None,
         "--rope-factor",
-        help="Scale factor s for --rope-scaling, at most 10,000 (default: eval length / training length; dynamic: 1, it scales with the length itself).",
+        help="Scale factor s for --rope-scaling, from 1 to 10,000 (default: eval length / training length; dynamic: 1, it scales with the length itself).",
     ),
     learned_overflow: str = typer.Option(
         "dash",
@@ -108,7 +108,7 @@ def rope_methods(rope_scaling: str, rope_factor: float | None) -> list[str]:
     from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, parse_rope_scaling
 
     if rope_factor is not None:
-        require_number("--rope-factor", rope_factor, above=0, at_most=MAX_FACTOR)
+        require_number("--rope-factor", rope_factor, at_least=1, at_most=MAX_FACTOR)
     return parse_rope_scaling(rope_scaling, rope_factor)
 
 

@@ -39,9 +39,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tmp)
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 (and a writer may make its file anew): the usual
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)

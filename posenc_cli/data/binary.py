@@ -101,7 +101,8 @@ def bin_sha256(meta: dict[str, Any], meta_path: Path, *, train: Path, val: Path)
         given = {"file_sha256": file_sha256(meta_path.parent / given)}
     reading = {"dtype": meta["dtype"], "vocab_size": meta["vocab_size"], "tokenizer": given}
     digest = hashlib.sha256(json.dumps(reading, sort_keys=True).encode())
-    digest.update(file_sha256(train, val).encode())
+    for split in (train, val):  # each split on its own, with its size: moving the boundary is another corpus
+        digest.update(f"{split.stat().st_size}:{file_sha256(split)}".encode())
     return digest.hexdigest()
 
 

@@ -14,7 +14,7 @@ from posenc_cli.core import ui
 from posenc_cli.core.ui import announce
 from posenc_cli.data import token_window
 from posenc_cli.data.stream import read_text
-from posenc_cli.evaluation.labels import distinctions, mixes_own_tokenizers, with_tokenizer
+from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers, with_tokenizer
 from posenc_cli.evaluation.perplexity import (
     evaluate_length,
     plan_windows,
@@ -24,6 +24,9 @@ from posenc_cli.evaluation.perplexity import (
 )
 from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.model.positional import past_max_len
+from posenc_cli.model.positional.rope_scaling import METHODS
+
+SCALINGS = tuple(m for m in METHODS if m != "none")  # the methods a --rope-factor applies to
 
 NON_FINITE = "non-finite loss"  # a row's note where the model's loss is nan or inf: its cell says so
 
@@ -79,6 +82,17 @@ def plan_run(
     return RunPlan(tokens, weights, unigram, run_lengths, span, variants)
 
 
+def column_label(run: EvalTarget, variant, overflow: str, *, distinct, rope_factor, mixed: bool) -> Label:
+    """The column a run is scored as: its variant (evaluation time only: the checkpoint is untouched),
+    overflow, what sets it apart from the table's other runs, the --rope-factor, its tokenizer."""
+    label = run.use_variant(variant)
+    scaled = rope_factor is not None and label.variant.split("+")[-1] in SCALINGS
+    factor = (("s", f"{rope_factor:g}"),) if scaled else ()
+    return with_tokenizer(
+        replace(label, overflow=overflow, distinct=distinct + factor), run.tokenizer_name, mixed
+    )
+
+
 def evaluate_runs(
     runs: list[EvalTarget],
     *,
@@ -128,9 +142,9 @@ def evaluate_runs(
     with ui.progress() as bar:
         task = bar.add_task("eval", total=sum(len(plans[id(job[0])].lengths) for job in jobs), status="")
         for run, variant, overflow, context in jobs:
-            label = run.use_variant(variant)  # evaluation time only: the checkpoint is untouched
-            distinct = replace(label, overflow=overflow, distinct=apart[id(run)].within)
-            scheme = with_tokenizer(distinct, run.tokenizer_name, mixed)
+            scheme = column_label(
+                run, variant, overflow, distinct=apart[id(run)].within, rope_factor=rope_factor, mixed=mixed
+            )
             info[scheme] = run.facts()
             scored, positions = score_variant(
                 run, scheme, plans[id(run)], context=context, scoring=scoring, bar=bar, task=task
@@ -194,6 +208,7 @@ def score_length(
     positions = [
         {
             "run": str(run.path),
+            "run_id": run.run_id,
             "scheme": scheme,
             "seed": run.seed,
             "eval_len": length,
@@ -210,6 +225,7 @@ def unscored_row(run, scheme, plan: RunPlan, *, length: int, mode: str) -> dict[
     """A ppl.csv row before scoring: no tokens scored and every measure nan, until there is a number."""
     return {
         "run": str(run.path),
+        "run_id": run.run_id,
         "scheme": scheme,
         "seed": run.seed,
         "train_len": run.train_len,

@@ -15,7 +15,9 @@ from posenc_cli.data.tokenizers import from_payload
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.claim import is_locked
 from posenc_cli.rundir.destinations import owned_out
+from posenc_cli.rundir.layout import SUMMARY
 from posenc_cli.rundir.loading import load_run
+from posenc_cli.rundir.record import read_summary
 
 FORMAT = "posenc-model"
 VERSION = 2  # 2: the run id, and a manifest of hashes
@@ -50,6 +52,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         "tokenizer": run.tokenizer.payload(),
         "train_len": run.train_len,
         "data": run.record.data,
+        "step": run.checkpoint.step,  # the run's step: an export left in a run that trains on goes stale
     }
     with output_set(out, [run_id], run_id=run_id) as result:
         write_with(out / WEIGHTS, lambda p: st.save_model(run.model, str(p)))  # tied head stored once
@@ -86,6 +89,13 @@ def verified_config(directory: Path) -> dict:
         raise not_an_export(
             directory, f"its {CONFIG} is of run {config.get('run_id')!r}, its {MANIFEST} of another"
         )
+    if (directory / SUMMARY).is_file():  # an export into its own run directory (the default)
+        now = read_summary(directory).get("checkpoint_step")
+        if now is not None and now != config.get("step"):
+            raise not_an_export(
+                directory,
+                f"it holds step {config.get('step')} but the run has trained on to step {now}: export again",
+            )
     return config
 
 

@@ -102,6 +102,10 @@ class HFModel:
         """Learned position tables stop at the context; rotary and ALiBi models run any length."""
         return self.train_len if self.base_scheme == "learned" else None
 
+    @property
+    def run_id(self) -> str:
+        return str(self.path)  # hf:NAME: a pretrained model is named by where it is loaded from
+
     def facts(self) -> dict:
         tables = [
             m.weight
@@ -223,7 +227,11 @@ class HFModel:
         wanted = ("none", 1.0) if self.scaling is None else (self.scaling.method, self.scaling.scale(seq_len))
         if wanted == self.built:
             return
-        config = self.config if self.scaling is None else scaled_config(self.config, *wanted, train_len=self.train_len)
+        config = (
+            self.config
+            if self.scaling is None
+            else scaled_config(self.config, *wanted, train_len=self.train_len)
+        )
         for name, original in self.rotary.items():
             module = original if self.scaling is None else type(original)(config=config).to(self.device)
             parent, _, attr = name.rpartition(".")

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Iterable
 
+from posenc_cli.core.errors import UsageError
 from posenc_cli.data.tokenizers import TOKENIZERS
 from posenc_cli.model.positional import SCHEMES
 from posenc_cli.rundir.loading import LoadedRun
@@ -142,8 +143,13 @@ def flat(config: dict, prefix: str = "") -> dict[str, str]:
         if isinstance(value, dict) and value:
             out.update(flat(value, f"{name}."))
         else:
-            out[name] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+            out[name] = value if isinstance(value, str) else json.dumps(same_number(value), sort_keys=True)
     return out
+
+
+def same_number(value):
+    """10000.0 as 10000: a value given as a float or an int is one setting (scheme.base=10000)."""
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 else value
 
 
 def run_setting(run: LoadedRun) -> dict[str, str]:
@@ -188,6 +194,7 @@ def distinctions(runs: list, mixed: bool) -> dict[int, Distinction]:
     (run_setting); scheme options are compared within a scheme only. Models posenc did not
     train have no setting and are set apart by their names."""
     settings = {id(run): run_setting(run) for run in runs if isinstance(run, LoadedRun)}
+    refuse_repeats([run for run in runs if id(run) in settings], settings)
     groups: dict[str, list[dict[str, str]]] = {}
     for run in runs:
         if id(run) in settings:
@@ -208,3 +215,21 @@ def distinctions(runs: list, mixed: bool) -> dict[int, Distinction]:
             json.dumps({k: setting[k] for k in keys}) if keys else "",
         )
     return found
+
+
+def refuse_repeats(runs: list[LoadedRun], settings: dict[int, dict[str, str]]) -> None:
+    """A run counted twice is no second seed: a copied run directory (the same run id) or two runs of
+    one setting and one seed (the same training twice) are refused, naming both."""
+    seen: dict[object, LoadedRun] = {}
+    for run in runs:
+        keys = [("run id", run.record.run_id)] if run.record.run_id else []
+        keys.append(("seed", json.dumps([settings[id(run)], run.seed], sort_keys=True)))
+        for kind, key in keys:
+            other = seen.setdefault((kind, key), run)
+            if other is not run:
+                why = (
+                    f"are the same run (run id {run.record.run_id}): a copied run directory counts once"
+                    if kind == "run id"
+                    else f"are both seed {run.seed} of one training setting, which would count twice"
+                )
+                raise UsageError(f"{other.path} and {run.path} {why}; name one of them")

@@ -4,6 +4,7 @@ the `hf:` models of evaluation.hf_models."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,12 @@ class RunTarget(LoadedRun):
     @classmethod
     def of(cls, run: LoadedRun) -> RunTarget:
         return cls(run.path, run.model, run.tokenizer, run.train_len, run.summary, run.checkpoint)
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (its resolved path for a run from before posenc gave runs ids): an output set's
+        results are of these runs, whatever path named them, and never of a run trained there since."""
+        return self.record.run_id or f"path:{Path(self.path).resolve()}"
 
     @property
     def label(self) -> Label:

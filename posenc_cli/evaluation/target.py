@@ -18,6 +18,9 @@ class EvalTarget(Protocol):
     def path(self) -> Path | str: ...  # a run directory, or the hf: name: the `run` column of every result
 
     @property
+    def run_id(self) -> str: ...  # whose results these are: a posenc run's id, a pretrained model's name
+
+    @property
     def train_len(self) -> int: ...  # the length it was trained at: lengths are read against it
 
     @property

@@ -50,13 +50,17 @@ def owned_out(out: str | None) -> Path | None:
 
 def checked_out_file(out: str | Path | None, option: str = "--out") -> Path | None:
     """A file to write (sample --out), checked before any work: not empty, not a directory, not under a
-    file, not in a run's directory, in a writable place. An ordinary existing file is replaced."""
+        file, not in a run's directory, not a link or a device, in a writable place. An ordinary existing file
+    is replaced."""
 
     if out is None:
         return None
     path = writable_place(option, str(out))
     if path.is_dir() or str(out).endswith("/"):
         raise UsageError(f"{option} {out} is a directory; give the path of a file to write")
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        what = "a symbolic link" if path.is_symlink() else "not a regular file (a device, socket or pipe)"
+        raise UsageError(f"{option} {out} is {what}, which an atomic write would replace; give a file's path")
     run = run_holding(path.parent)
     if run is not None:
         what = "a file of the run" if path.exists() else "inside the run directory"

@@ -4,6 +4,7 @@ This module is the one reader and the one writer of checkpoint.pt and summary.js
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import re
@@ -199,10 +200,24 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 def check_own_checkpoint(run_dir: Path, checkpoint: Checkpoint, summary: dict[str, Any]) -> None:
     """A checkpoint copied in from another run is refused wherever a run is read: its run id must be
-    the one summary.json names (old runs that recorded no id in either are read as before)."""
+    the one summary.json names (old runs that recorded no id in either are read as before); and a
+    record edited since it was saved is refused by its fingerprint, which the summary keeps."""
     theirs, ours = checkpoint.record.run_id, summary.get("run_id")
     if theirs != ours and (theirs is not None or ours is not None):
         raise UsageError(
             f"{run_dir / CHECKPOINT} belongs to another run than {run_dir / SUMMARY} (run id "
             f"{theirs} vs {ours}); a run is read only with its own checkpoint"
         )
+    kept = summary.get("record_sha256")
+    if kept is not None and kept != record_sha256(checkpoint.record):
+        raise UsageError(
+            f"{run_dir / CHECKPOINT} holds another record than {run_dir / SUMMARY} saved with it (its "
+            "fingerprint differs: the model, tokenizer, data, seed or training length was edited)"
+        )
+
+
+def record_sha256(record: RunRecord) -> str:
+    """The fingerprint of what a run is: every field of its record but the config (a resume may change
+    train.max_steps), the same at every checkpoint of the run."""
+    identity = {k: v for k, v in asdict(record).items() if k != "config"}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()

@@ -32,12 +32,16 @@ def latest_runs(outputs: Path) -> tuple[list[Path], str]:
     if sweeps and (not singles or sweeps[-1].name >= singles[-1].name[: len(sweeps[-1].name)]):
         return find_runs(sweeps[-1]), f"the latest sweep, {sweeps[-1]}"
     newest: dict[str, Path] = {}
-    for run in singles:
+    for run in singles:  # a scheme's newest run that finished: a newer failed one never hides the scheme
         try:
-            newest[read_summary(run).get("scheme", run.name)] = run
+            summary = read_summary(run)
         except UsageError:  # an unreadable summary: finished_runs names it and skips it
             newest[run.name] = run
-    return sorted(newest.values()), f"the latest single run of each scheme under {outputs / 'runs'}"
+            continue
+        scheme = summary.get("scheme", run.name)
+        if summary.get("status") == "finished" or scheme not in newest:
+            newest[scheme] = run
+    return sorted(newest.values()), f"the latest finished run of each scheme under {outputs / 'runs'}"
 
 
 def select_runs(paths: list[str], outputs: Path = OUTPUTS) -> tuple[list[Path], str]:

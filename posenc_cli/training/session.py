@@ -24,7 +24,14 @@ from posenc_cli.data.tokenizers import run_payload
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.lineage import check_same_model, initial_state, source_checkpoint
-from posenc_cli.rundir.record import Checkpoint, RunRecord, load_checkpoint, save_checkpoint, write_summary
+from posenc_cli.rundir.record import (
+    Checkpoint,
+    RunRecord,
+    load_checkpoint,
+    record_sha256,
+    save_checkpoint,
+    write_summary,
+)
 from posenc_cli.training import distributed
 from posenc_cli.training.tracking import RunLogger
 
@@ -133,10 +140,11 @@ def save(s: Session, elapsed: float) -> None:
     s.state.elapsed, s.saved_step = elapsed, s.state.step
     if not s.ctx.is_main:
         return
+    record = run_record(s)
     save_checkpoint(
         s.run_dir / CHECKPOINT,
         Checkpoint(
-            record=run_record(s),
+            record=record,
             step=s.state.step,
             elapsed=s.state.elapsed,
             metrics=s.state.metrics,
@@ -148,8 +156,9 @@ def save(s: Session, elapsed: float) -> None:
             torch_rng=torch.get_rng_state(),
         ),
     )
-    if s.summary:  # the summary says a checkpoint exists: a lost checkpoint.pt is never trained over
-        write_summary(s.run_dir, {**s.summary, "status": "running", "checkpoint_step": s.saved_step})
+    if s.summary:  # a checkpoint exists (a lost checkpoint.pt is never trained over), with this record
+        s.summary.update(checkpoint_step=s.saved_step, record_sha256=record_sha256(record))
+        write_summary(s.run_dir, {**s.summary, "status": "running"})
 
 
 def run_record(s: Session) -> RunRecord:

@@ -91,11 +91,12 @@ class RopeScaling:
                 f"RoPE scaling {self.method!r} (--rope-scaling, scheme.scaling) is not known; "
                 f"choose from: {', '.join(METHODS)} (hf: models also {', '.join(HF_ONLY)})"
             )
-        factor_ok = isinstance(self.factor, (int, float)) and 0 < self.factor <= MAX_FACTOR
+        factor_ok = isinstance(self.factor, (int, float)) and 1 <= self.factor <= MAX_FACTOR
         if self.factor is not None and not factor_ok:
             raise UsageError(
                 f"the RoPE scale factor (--rope-factor, scheme.scaling_factor) must be a number in "
-                f"(0, {MAX_FACTOR:g}], got {self.factor!r}"
+                f"[1, {MAX_FACTOR:g}] (scaling stretches positions; below 1 it would shrink them), "
+                f"got {self.factor!r}"
             )
         if not 0 < self.alpha < self.beta:
             raise UsageError(
