@@ -7,6 +7,7 @@ A few run as real subprocesses to pin the exit code and stderr of the installed 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from conftest import SMOKE, assert_one_line_error, assert_refused, invoke, posenc, run_cli
 from posenc_cli.rundir.layout import CHECKPOINT
+from posenc_cli.rundir.record import load_checkpoint, record_sha256
 
 
 def files_under(path: Path) -> set[Path]:
@@ -184,6 +186,9 @@ def broken_runs(smoke_sweep, workdir) -> dict[str, Path]:
     payload = torch.load(good / CHECKPOINT, weights_only=True)
     payload["record"]["model_config"]["rotary_fraction"] = 0.5  # a field this version's model does not know
     torch.save(payload, runs["stale"] / CHECKPOINT)
+    summary = json.loads((runs["stale"] / "summary.json").read_text())  # as the version that wrote it saw it
+    summary["record_sha256"] = record_sha256(load_checkpoint(runs["stale"] / CHECKPOINT).record)
+    (runs["stale"] / "summary.json").write_text(json.dumps(summary))
     runs["good"] = good
     return runs
 

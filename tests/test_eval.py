@@ -371,8 +371,9 @@ def test_eval_end_to_end(smoke_sweep, tmp_path, monkeypatch):
         "loss_by_position.png",
     ):
         assert (out / name).is_file(), name
-    assert list(df.columns[:9]) == [
+    assert list(df.columns[:10]) == [
         "run",
+        "run_id",
         "scheme",
         "seed",
         "train_len",

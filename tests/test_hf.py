@@ -167,7 +167,12 @@ def test_learned_past_its_table_is_a_dash_and_the_report_names_the_models(tiny, 
         "bloom",
     ]  # rope, rope+linear, bloom (alibi)
     assert "| bpb @ 512 |" in comparison  # the table mixes tokenizers
-    assert set(evaluated.scheme) >= {"rope", "rope+linear", "llama (rope+linear)", "neox (rope+linear)"}
+    assert set(evaluated.scheme) >= {
+        "rope",
+        "rope+linear (s=2)",
+        "llama (rope+linear) (s=2)",
+        "neox (rope+linear) (s=2)",
+    }
     assert "gpt2 (learned+linear)" not in set(evaluated.scheme)  # only rotary models take RoPE scaling
 
 
@@ -180,7 +185,7 @@ def test_rope_scaling_is_the_model_loaded_with_that_rope_scaling(tiny, evaluated
         "rope_theta": 10000.0,
     }  # 5.x's rope_scaling
     scaled = transformers.AutoModelForCausalLM.from_pretrained(tiny["root"] / "llama", config=config).eval()
-    rows = evaluated[evaluated.scheme == "llama (rope+linear)"].set_index("eval_len")
+    rows = evaluated[evaluated.scheme == "llama (rope+linear) (s=2)"].set_index("eval_len")
     plain = evaluated[evaluated.scheme == "llama (rope)"].set_index("eval_len")
     for length in LENGTHS:
         assert rows.loc[length, "ppl"] == pytest.approx(direct_ppl(scaled, ids, length), rel=1e-4)
