@@ -105,6 +105,11 @@ def preflight(args: list[str]) -> Path | None:
                 whole = compose_point(overrides, select="")
                 with override_errors():
                     directory = Path(str(OmegaConf.select(whole, output_key(parsed))))
+                    if "${" in str(directory):  # an escaped \${...}: Hydra would resolve it again later
+                        raise UsageError(
+                            f"{output_key(parsed)}={directory} holds '${{', which Hydra reads as an "
+                            "interpolation when it writes there; give a directory name without it"
+                        )
                     with open_dict(whole):
                         del whole["hydra"]
                     cfg = OmegaConf.to_container(whole, resolve=True)
