@@ -373,7 +373,7 @@ def test_eval_end_to_end(smoke_sweep, tmp_path, monkeypatch):
         assert (out / name).is_file(), name
     assert list(df.columns[:10]) == [
         "run",
-        "run_id",
+        "model_id",
         "scheme",
         "seed",
         "train_len",
@@ -623,5 +623,9 @@ def test_the_default_eval_takes_each_schemes_newest_finished_run_never_hiding_it
         (tmp_path / "runs" / name / "summary.json").write_text(
             json.dumps({"scheme": scheme, "status": status})
         )
+    (tmp_path / "sweeps" / "2026-01-02_00-00-00" / "0_rope_seed0").mkdir(parents=True)  # newer, interrupted
+    (tmp_path / "sweeps" / "2026-01-02_00-00-00" / "0_rope_seed0" / "summary.json").write_text(
+        '{"status": "interrupted"}'
+    )
     runs, _ = latest_runs(tmp_path)
     assert [r.name for r in runs] == ["2026-01-01_00-00-01_r", "2026-01-01_00-00-03_a"]

@@ -129,8 +129,10 @@ def test_two_evals_on_one_out_one_succeeds_the_other_is_refused_in_one_line(smok
     assert_one_line_error(loser, "is being written by another posenc command")
     manifest = assert_manifest_matches_its_files(tmp_path / "d")
     scheme = "rope" if winners[0] is results[0] else "alibi"
-    run_id = json.loads((a_run(smoke_sweep, scheme) / "summary.json").read_text())["run_id"]
-    assert manifest["runs"] == [run_id]  # a set is about run ids, not the paths that named them
+    summary = json.loads((a_run(smoke_sweep, scheme) / "summary.json").read_text())
+    assert manifest["runs"] == [
+        f"{summary['run_id']}@{summary['steps']}"
+    ]  # models, not the paths naming them
 
 
 def export_weights(directory: Path) -> dict:
@@ -230,3 +232,20 @@ def test_an_export_left_in_a_run_that_trained_on_is_refused_and_its_files_are_sh
     (run / "summary.json").write_text(json.dumps({**summary, "checkpoint_step": summary["steps"] + 2}))
     with pytest.raises(UsageError, match="trained on to step 22: export again"):
         load_export(run)
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink", "fifo"])
+def test_an_atomic_write_never_replaces_a_directory_link_or_fifo_standing_where_its_file_goes(tmp_path, kind):
+    from posenc_cli.core.atomic import write_text
+
+    path = tmp_path / "ppl.md"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "symlink":
+        (tmp_path / "mine.txt").write_text("mine")
+        path.symlink_to(tmp_path / "mine.txt")
+    else:
+        os.mkfifo(path)
+    with pytest.raises(UsageError, match="where posenc writes a file"):
+        write_text(path, "table")
+    assert (tmp_path / "mine.txt").read_text() == "mine" if kind == "symlink" else not path.is_file()

@@ -148,7 +148,7 @@ def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path, monkeypatch):
     df = pd.read_csv(out / "probe.csv")
     assert list(df.columns) == [
         "run",
-        "run_id",
+        "model_id",
         "scheme",
         "seed",
         "train_len",

@@ -134,7 +134,7 @@ def test_a_checkpoint_of_an_unknown_version_is_refused(tmp_path, version):
 )
 def test_a_checkpoint_is_read_only_beside_the_summary_of_its_own_run(theirs, ours, refused):
     saved = checkpoint(record=RunRecord(**{**RECORD.__dict__, "run_id": theirs}))
-    summary = {} if ours is None else {"run_id": ours}
+    summary = {"status": "running"} if ours is None else {"status": "running", "run_id": ours}
     if refused:
         with pytest.raises(UsageError, match="belongs to another run"):
             check_own_checkpoint(Path("RUN"), saved, summary)
@@ -182,3 +182,11 @@ def test_a_record_edited_since_it_was_saved_is_refused_by_the_fingerprint_its_su
             check_own_checkpoint(Path("RUN"), edited, summary)
     resumed = RunRecord(**{**RECORD.__dict__, "config": {"seed": 1, "train": {"max_steps": 99}}})
     check_own_checkpoint(Path("RUN"), checkpoint(record=resumed), summary)  # a resume may lengthen it
+
+
+def test_a_summary_whose_record_fingerprint_was_removed_is_refused_unless_the_run_is_older_or_running():
+    summary = {"run_id": "abc", "status": "finished"}
+    with pytest.raises(UsageError, match="keeps no fingerprint"):
+        check_own_checkpoint(Path("RUN"), checkpoint(), summary)
+    check_own_checkpoint(Path("RUN"), checkpoint(), {**summary, "status": "running"})  # before its next save
+    check_own_checkpoint(Path("RUN"), checkpoint(version=1), summary)  # written before fingerprints

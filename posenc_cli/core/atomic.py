@@ -33,6 +33,15 @@ def _fsync_dir(directory: Path) -> None:
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it and rename it over `path`."""
     path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        what = (
+            "a symbolic link"
+            if path.is_symlink()
+            else "a directory"
+            if path.is_dir()
+            else "not a regular file"
+        )
+        raise UsageError(f"{path} is {what} where posenc writes a file; move it away and run again")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)

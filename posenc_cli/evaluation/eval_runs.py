@@ -208,7 +208,7 @@ def score_length(
     positions = [
         {
             "run": str(run.path),
-            "run_id": run.run_id,
+            "model_id": run.model_id,
             "scheme": scheme,
             "seed": run.seed,
             "eval_len": length,
@@ -225,7 +225,7 @@ def unscored_row(run, scheme, plan: RunPlan, *, length: int, mode: str) -> dict[
     """A ppl.csv row before scoring: no tokens scored and every measure nan, until there is a number."""
     return {
         "run": str(run.path),
-        "run_id": run.run_id,
+        "model_id": run.model_id,
         "scheme": scheme,
         "seed": run.seed,
         "train_len": run.train_len,

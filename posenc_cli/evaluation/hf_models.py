@@ -103,7 +103,7 @@ class HFModel:
         return self.train_len if self.base_scheme == "learned" else None
 
     @property
-    def run_id(self) -> str:
+    def model_id(self) -> str:
         return str(self.path)  # hf:NAME: a pretrained model is named by where it is loaded from
 
     def facts(self) -> dict:

@@ -25,7 +25,18 @@ from posenc_cli.model import token_nll
 from posenc_cli.model.positional import past_max_len
 
 MAX_TRIALS = 10_000  # per run, length and depth: the percentages are exact to 0.01 % long before this
-COLUMNS = ["run", "run_id", "scheme", "seed", "train_len", "length", "depth", "trials", "accuracy", "key_nll"]
+COLUMNS = [
+    "run",
+    "model_id",
+    "scheme",
+    "seed",
+    "train_len",
+    "length",
+    "depth",
+    "trials",
+    "accuracy",
+    "key_nll",
+]
 
 
 FILLER_POOL = 2_000_000  # validation tokens the filler is drawn from
@@ -160,7 +171,7 @@ def probe_runs(
                     bar.update(task, status=f"{scheme} seed {run.seed} @ {length}, depth {depth:g}")
                     row = {
                         "run": str(run.path),
-                        "run_id": run.run_id,
+                        "model_id": run.model_id,
                         "scheme": scheme,
                         "seed": run.seed,
                         "train_len": run.train_len,

@@ -38,10 +38,11 @@ class RunTarget(LoadedRun):
         return cls(run.path, run.model, run.tokenizer, run.train_len, run.summary, run.checkpoint)
 
     @property
-    def run_id(self) -> str:
-        """The run's id (its resolved path for a run from before posenc gave runs ids): an output set's
-        results are of these runs, whatever path named them, and never of a run trained there since."""
-        return self.record.run_id or f"path:{Path(self.path).resolve()}"
+    def model_id(self) -> str:
+        """The run's id (its resolved path for a run from before posenc gave runs ids) and the step its
+        checkpoint holds: an output set's results are of these models, whatever path named them, never
+        of a run trained there since nor of the same run resumed and trained on."""
+        return f"{self.record.run_id or f'path:{Path(self.path).resolve()}'}@{self.checkpoint.step}"
 
     @property
     def label(self) -> Label:

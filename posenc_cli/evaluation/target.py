@@ -18,7 +18,7 @@ class EvalTarget(Protocol):
     def path(self) -> Path | str: ...  # a run directory, or the hf: name: the `run` column of every result
 
     @property
-    def run_id(self) -> str: ...  # whose results these are: a posenc run's id, a pretrained model's name
+    def model_id(self) -> str: ...  # whose results: a run's id and its checkpoint's step; an hf: model's name
 
     @property
     def train_len(self) -> int: ...  # the length it was trained at: lengths are read against it

@@ -35,7 +35,7 @@ def write_probe_outputs(
 ) -> list[Path]:
     """probe.csv, passkey.md, one heatmap per scheme, the summary plot; comparison.md again if eval's
     ppl.csv of the same runs is here. The set is complete once manifest.json is written."""
-    with output_set(out, list(passkey["run_id"].unique())) as result:
+    with output_set(out, list(passkey["model_id"].unique())) as result:
         write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
         written = [out / "probe.csv"]
         for scheme in scheme_order(passkey["scheme"]):
@@ -67,7 +67,7 @@ def write_eval_outputs(
     written = [out / n for n in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv")] + [
         out / f"{name}.{ext}" for name in figures for ext in ("png", "svg")
     ]
-    with output_set(out, list(df["run_id"].unique())) as result:
+    with output_set(out, list(df["model_id"].unique())) as result:
         write_with(out / "ppl.csv", lambda p: df.to_csv(p, index=False))
         write_with(out / "loss_by_position.csv", lambda p: positions.to_csv(p, index=False))
         header, rows = ppl_pivot(df)

@@ -44,6 +44,7 @@ class Checkpoint:
     """A run's record with the state its training stopped in: enough for a resume to continue exactly."""
 
     record: RunRecord
+    version: int = VERSION  # as read: 1 for a migrated checkpoint, whose summary kept no fingerprint
     step: int
     elapsed: float
     metrics: list[dict[str, Any]]
@@ -95,7 +96,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     unsafe, corrupt, of another version, or damaged."""
     path = Path(path)
     payload = _load_payload(path)
-    if payload.get("version") == 1:
+    version = payload["version"]
+    if version == 1:
         payload = _migrated_v1(payload)
     record = payload.get("record")
     if not isinstance(record, dict):
@@ -108,7 +110,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise UsageError(f"{path} is damaged: its tokenizer record names no kind")
     state = {name: payload[name] for name in _STATE_TYPES}
     state["recent_losses"] = torch.as_tensor(state["recent_losses"], dtype=torch.float32)
-    return Checkpoint(record=RunRecord(**{name: record[name] for name in _RECORD_TYPES}), **state)
+    return Checkpoint(
+        record=RunRecord(**{name: record[name] for name in _RECORD_TYPES}), version=version, **state
+    )
 
 
 def _check_types(values: dict[str, Any], types: dict[str, tuple[type, ...]], path: Path) -> None:
@@ -209,6 +213,11 @@ def check_own_checkpoint(run_dir: Path, checkpoint: Checkpoint, summary: dict[st
             f"{theirs} vs {ours}); a run is read only with its own checkpoint"
         )
     kept = summary.get("record_sha256")
+    if kept is None and checkpoint.version >= 2 and summary.get("status") != "running":
+        raise UsageError(
+            f"{run_dir / SUMMARY} keeps no fingerprint of its checkpoint's record (removed by hand?); "
+            "the run cannot be verified and is not read"
+        )
     if kept is not None and kept != record_sha256(checkpoint.record):
         raise UsageError(
             f"{run_dir / CHECKPOINT} holds another record than {run_dir / SUMMARY} saved with it (its "

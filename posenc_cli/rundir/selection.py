@@ -20,10 +20,21 @@ def find_runs(path: Path) -> list[Path]:
     return sorted({p.parent for p in path.rglob(SUMMARY)} | {p.parent for p in path.rglob(CHECKPOINT)})
 
 
+def finished(run: Path) -> bool:
+    """Whether the run's summary says it finished (an unreadable one: not)."""
+    try:
+        return read_summary(run).get("status") == "finished"
+    except UsageError:
+        return False
+
+
 def latest_runs(outputs: Path) -> tuple[list[Path], str]:
-    """The default selection, and a sentence saying why: the newest sweep if it is newer than every
-    single run, otherwise the newest single run of each scheme (names start with a sortable time)."""
-    sweeps = sorted(p for p in (outputs / "sweeps").glob("*") if p.is_dir() and find_runs(p))
+    """The default selection, and a sentence saying why: the newest sweep with a finished run if it is
+    newer than every single run, otherwise each scheme's newest finished single run (names start with
+    a sortable time)."""
+    sweeps = sorted(
+        p for p in (outputs / "sweeps").glob("*") if p.is_dir() and any(map(finished, find_runs(p)))
+    )
     singles = sorted(p for p in (outputs / "runs").glob("*") if is_run_dir(p))
     if not sweeps and not singles:
         raise UsageError(

@@ -192,6 +192,8 @@ def announce_run(s: Session, run_name: str | None) -> dict[str, Any]:
             v for v in before.get("code_versions") or [before.get("code_version")] if isinstance(v, str)
         ]
         summary["code_versions"] = history + [v for v in [summary["code_version"]] if v not in history]
+        if before.get("record_sha256"):  # it still describes the checkpoint on disk until the next save
+            summary["record_sha256"] = before["record_sha256"]
     if cfg.train.init_from:
         source = Path(cfg.train.init_from).resolve()
         summary.update(init_from=str(source), init_chain=lineage(source))
