@@ -431,3 +431,21 @@ def test_a_refused_init_from_tokenizes_no_corpus(run, tmp_path):
     code, stderr = posenc("train", *SMOKE, *args, f"train.init_from={run}", "hydra.run.dir=child")
     assert_refused(code, stderr, "model.n_embd")
     assert not list(cache.rglob("tokens-*")) and not (tmp_path / "child").exists()
+
+
+@pytest.mark.parametrize("chain", [5, "xyz", [1]])
+def test_init_from_a_run_whose_recorded_ancestry_is_damaged_is_refused_before_any_directory(
+    run, tmp_path, chain
+):
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "init_chain": chain}))
+    code, stderr = posenc("train", *SMOKE, f"train.init_from={run}", f"hydra.run.dir={tmp_path / 'child'}")
+    assert_refused(code, stderr, "init_chain")
+    assert not (tmp_path / "child").exists()
+
+
+def test_init_from_a_run_whose_summary_was_deleted_is_refused_before_any_directory(run, tmp_path):
+    (run / "summary.json").unlink()
+    code, stderr = posenc("train", *SMOKE, f"train.init_from={run}", f"hydra.run.dir={tmp_path / 'child'}")
+    assert_refused(code, stderr, "has no summary.json")
+    assert not (tmp_path / "child").exists()

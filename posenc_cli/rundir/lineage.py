@@ -42,6 +42,10 @@ def source_checkpoint(value: Any) -> tuple[Path, Checkpoint]:
     checkpoint = load_checkpoint(path / CHECKPOINT)
     if (path / SUMMARY).is_file():
         check_own_checkpoint(path, checkpoint, read_summary(path))
+    elif checkpoint.record.run_id is not None:  # a run posenc trained has its summary: it is verified by it
+        raise UsageError(
+            f"train.init_from={value} has no {SUMMARY}, so its checkpoint cannot be verified; restore it"
+        )
     return path, checkpoint
 
 
@@ -97,4 +101,9 @@ def initial_state(source: Path, saved: Checkpoint, model: GPT) -> dict[str, torc
 
 def lineage(source: Path) -> list[str]:
     """RUN, then the run RUN was itself initialised from, and so on back to a run trained from scratch."""
-    return [str(source), *read_summary(source).get("init_chain", [])]
+    chain = read_summary(source).get("init_chain", [])
+    if not isinstance(chain, list) or not all(isinstance(run, str) for run in chain):
+        raise UsageError(
+            f"{source / SUMMARY} is damaged: its init_chain is {type(chain).__name__}, not a list of run directories"
+        )
+    return [str(source), *chain]

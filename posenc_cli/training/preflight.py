@@ -33,6 +33,7 @@ from posenc_cli.rundir.lineage import (
     check_same_shape,
     check_same_vocabulary,
     initial_state,
+    lineage,
     saved_tokenizer,
     source_checkpoint,
 )
@@ -127,6 +128,8 @@ def preflight(args: list[str]) -> Path | None:
 def validate_init_from(cfg: PosencConfig) -> None:
     """train.init_from: RUN exists and its weights fit this run (same scheme, shape and vocabulary)."""
     source, saved = source_checkpoint(cfg.train.init_from)
+    if (source / SUMMARY).is_file():
+        lineage(source)  # its recorded ancestry is readable: checked before any directory
     theirs = saved_tokenizer(source, saved)
     with torch.device("meta"):
         model = GPT(model_config(cfg, len(theirs)))
