@@ -12,6 +12,7 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.data.tokenizers import TOKENIZERS
 from posenc_cli.model.positional import SCHEMES
 from posenc_cli.rundir.loading import LoadedRun
+from posenc_cli.rundir.resume import leaves
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,16 +136,12 @@ NOT_LEARNED = (
 NOT_LEARNED_PREFIXES = tuple(f"{key}." for key in NOT_LEARNED)  # logger.csv, logger.wandb.project
 
 
-def flat(config: dict, prefix: str = "") -> dict[str, str]:
+def flat(config: dict) -> dict[str, str]:
     """A nested config as `train.block_size` -> its value as text (json for all but strings)."""
-    out: dict[str, str] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flat(value, f"{name}."))
-        else:
-            out[name] = value if isinstance(value, str) else json.dumps(same_number(value), sort_keys=True)
-    return out
+    return {
+        key: value if isinstance(value, str) else json.dumps(same_number(value), sort_keys=True)
+        for key, value in leaves(config)
+    }
 
 
 def same_number(value):

@@ -137,10 +137,11 @@ MISSING_LEAF = "(not recorded)"
 
 
 def leaves(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """(dotted key, value) of every non-mapping value in `tree`."""
+    """(dotted key, value) of every value in `tree` that is not a non-empty mapping (an empty one is a
+    value: `logger: {}`)."""
     found = []
     for key, value in tree.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and value:
             found += leaves(value, f"{prefix}{key}.")
         else:
             found.append((f"{prefix}{key}", value))
