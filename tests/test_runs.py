@@ -244,6 +244,22 @@ def test_eval_and_probe_refuse_a_corpus_file_that_changed_since_training(tmp_pat
     assert not (tmp_path / "ev2").exists()
 
 
+def test_a_run_trained_on_a_relative_path_is_read_and_resumed_from_any_directory(tmp_path):
+    (tmp_path / "corpus.txt").write_text("the quick brown fox jumps over the lazy dog. " * 300, "utf-8")
+    trained = run_cli("train", "data=text", "data.path=corpus.txt", *TINY, "hydra.run.dir=run", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    recorded = json.loads((tmp_path / "run" / "summary.json").read_text())["config"]["data"]
+    assert Path(recorded["path"]) == tmp_path / "corpus.txt" and Path(recorded["cache_dir"]).is_absolute()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    scored = run_cli("eval", str(tmp_path / "run"), "--lengths", "64", "--max-tokens", "128", cwd=elsewhere)
+    assert scored.returncode == 0, scored.stderr
+    restated = ["data=text", "data.path=corpus.txt", "train.max_steps=20", "train.resume=run"]
+    assert run_cli("train", *restated, cwd=tmp_path).returncode == 0  # the same file, named as it was
+    resumed = run_cli("train", "train.max_steps=24", f"train.resume={tmp_path / 'run'}", cwd=elsewhere)
+    assert resumed.returncode == 0, resumed.stderr
+
+
 def test_an_output_set_is_complete_only_with_its_manifest_and_stale_temporaries_go(tmp_path):
     out = tmp_path / "ev"
     with output_set(out, ["run"]) as result:

@@ -11,8 +11,10 @@ keyword arguments of the scheme class's __init__ (configs/scheme/*.yaml pick the
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, ClassVar, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -143,6 +145,8 @@ class SyntheticData:
 class TextData:
     """Any UTF-8 text file: data=text data.path=FILE. Tokenized once into data.cache_dir, then memory-mapped."""
 
+    local_paths: ClassVar[tuple[str, ...]] = ("path", "cache_dir")  # see anchored_paths
+
     name: str = "text"  # the corpus kind
     path: Optional[str] = None  # the UTF-8 text file (required)
     val_fraction: float = 0.1  # the last share of the text, held out for validation
@@ -164,6 +168,8 @@ class BinData:
     ({"dtype": "uint16", "vocab_size": N, "tokenizer": "tokenizer.json"}) beside data.train or at data.meta.
     See posenc_cli/data/binary.py, which checks the files."""
 
+    local_paths: ClassVar[tuple[str, ...]] = ("train", "val", "meta")  # see anchored_paths
+
     name: str = "bin"  # the corpus kind
     train: Optional[str] = None  # the training split's ids (required)
     val: Optional[str] = None  # the validation split's ids (required)
@@ -175,6 +181,8 @@ class HfData:
     """A Hugging Face dataset's text column (pip install 'posenc[data]'):
     data=hf data.name=wikitext data.config=wikitext-103-raw-v1 (a Hub name: needs a network), or
     data=hf data.name=DIR (a directory from save_to_disk)."""
+
+    local_paths: ClassVar[tuple[str, ...]] = ("name", "cache_dir")  # name: only a local directory
 
     kind: str = "hf"  # the corpus kind (data.name is the dataset's)
     name: Optional[str] = None  # the dataset: a Hub name or a save_to_disk directory
@@ -254,6 +262,22 @@ def typed(cls: type, values: Any, prefix: str) -> Any:
         if key not in known:
             raise UsageError(f"{prefix}.{key} is not a key of {prefix}{nearest(key, known)}")
     return cls(**values)
+
+
+def anchored_paths(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The plain config with its corpus's local paths made absolute (data.path, data.cache_dir, a bin
+    corpus's files, a save_to_disk directory): a run records where its files are, so eval, probe and
+    resume find them from any working directory. A Hub dataset's name stays a name."""
+    data = cfg.get("data")
+    kind = DATA.get(corpus_kind(data)) if isinstance(data, dict) else None
+    if kind is None:
+        return cfg
+    anchored = dict(data)
+    for key in getattr(kind, "local_paths", ()):
+        value = anchored.get(key)
+        if isinstance(value, str) and value and (key != "name" or Path(value).expanduser().is_dir()):
+            anchored[key] = os.path.abspath(os.path.expanduser(value))
+    return {**cfg, "data": anchored}
 
 
 def check_keys(cfg: dict[str, Any]) -> PosencConfig:

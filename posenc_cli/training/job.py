@@ -10,6 +10,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from posenc_cli.config.location import config_dir
+from posenc_cli.config.schema import anchored_paths
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.ui import fail
 from posenc_cli.rundir.resume import resumed_config
@@ -24,7 +25,7 @@ def run_hydra_train() -> None:
 
     def job(cfg: DictConfig) -> float | None:
         hydra_cfg = HydraConfig.get()
-        config = OmegaConf.to_container(cfg, resolve=True)
+        config = anchored_paths(OmegaConf.to_container(cfg, resolve=True))
         if config["train"]["resume"]:
             config = resumed_config(config, list(hydra_cfg.overrides.task))
         config["train"]["threads"] = config["train"]["threads"] or threads_per_job(hydra_cfg.launcher)

@@ -18,7 +18,7 @@ from posenc_cli.config.hydra_args import (
     sweep_points,
 )
 from posenc_cli.config.memory_model import check_run_memory, scheme_footprint
-from posenc_cli.config.schema import PosencConfig, SyntheticData, check_keys
+from posenc_cli.config.schema import PosencConfig, SyntheticData, anchored_paths, check_keys
 from posenc_cli.core.device import effective_precision, resolve_device, resumed_precision
 from posenc_cli.core.errors import (
     UsageError,
@@ -116,9 +116,11 @@ def preflight(args: list[str]) -> Path | None:
                     cfg = OmegaConf.to_container(whole, resolve=True)
             else:
                 cfg = compose_point(overrides)
+            cfg = anchored_paths(cfg)
             if cfg["train"]["resume"]:
+                defaults = anchored_paths(compose_point([]))
                 restated_values(
-                    cfg, compose_point([]), overrides, stored=stored_record(Path(cfg["train"]["resume"]))[0]
+                    cfg, defaults, overrides, stored=stored_record(Path(cfg["train"]["resume"]))[0]
                 )
                 cfg = resumed_config(cfg, overrides)
             validate(cfg)
