@@ -145,7 +145,7 @@ class SyntheticData:
 class TextData:
     """Any UTF-8 text file: data=text data.path=FILE. Tokenized once into data.cache_dir, then memory-mapped."""
 
-    local_paths: ClassVar[tuple[str, ...]] = ("path", "cache_dir")  # see anchored_paths
+    local_paths: ClassVar[tuple[str, ...]] = ("path",)  # see anchored_paths
 
     name: str = "text"  # the corpus kind
     path: Optional[str] = None  # the UTF-8 text file (required)
@@ -182,7 +182,7 @@ class HfData:
     data=hf data.name=wikitext data.config=wikitext-103-raw-v1 (a Hub name: needs a network), or
     data=hf data.name=DIR (a directory from save_to_disk)."""
 
-    local_paths: ClassVar[tuple[str, ...]] = ("name", "cache_dir")  # name: only a local directory
+    local_paths: ClassVar[tuple[str, ...]] = ("name",)  # see anchored_paths: a local directory
 
     kind: str = "hf"  # the corpus kind (data.name is the dataset's)
     name: Optional[str] = None  # the dataset: a Hub name or a save_to_disk directory
@@ -265,17 +265,18 @@ def typed(cls: type, values: Any, prefix: str) -> Any:
 
 
 def anchored_paths(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The plain config with its corpus's local paths made absolute (data.path, data.cache_dir, a bin
-    corpus's files, a save_to_disk directory): a run records where its files are, so eval, probe and
-    resume find them from any working directory. A Hub dataset's name stays a name."""
+    """The plain config with its corpus's local paths made absolute (data.path, a bin corpus's files, a
+    save_to_disk directory, and data.cache_dir): a run records where its files are, so eval, probe and
+    resume find them from any working directory. A path that names nothing stays as given, for the
+    refusal to name it; so does a Hub dataset's name."""
     data = cfg.get("data")
     kind = DATA.get(corpus_kind(data)) if isinstance(data, dict) else None
     if kind is None:
         return cfg
     anchored = dict(data)
-    for key in getattr(kind, "local_paths", ()):
+    for key in (*getattr(kind, "local_paths", ()), "cache_dir"):
         value = anchored.get(key)
-        if isinstance(value, str) and value and (key != "name" or Path(value).expanduser().is_dir()):
+        if isinstance(value, str) and value and (key == "cache_dir" or Path(value).expanduser().exists()):
             anchored[key] = os.path.abspath(os.path.expanduser(value))
     return {**cfg, "data": anchored}
 
