@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, SMOKE, assert_one_line_error, assert_refused, posenc, run_cli
+from conftest import ROOT, SMOKE, assert_one_line_error, assert_refused, invoke, posenc, run_cli
 from posenc_cli.core.atomic import MANIFEST, output_set
 from posenc_cli.rundir.claim import claim_new
 from posenc_cli.rundir.layout import CHECKPOINT, LOCK
@@ -438,6 +438,22 @@ def test_init_from_a_run_still_being_trained_is_refused(run, tmp_path):
     finally:
         os.close(fd)
     assert not (tmp_path / "child").exists()
+
+
+def test_reading_a_run_still_being_trained_says_so_and_names_the_step_it_read(run, tmp_path):
+    fd = os.open(run / LOCK, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        sampled = invoke("sample", str(run), "--prompt", "the", "--tokens", "4")
+        inspected = invoke("inspect", "--run", str(run), "--out", str(tmp_path / "figures"))
+        assert_refused(*posenc("export", str(run), "--out", str(tmp_path / "export")), "is being trained")
+    finally:
+        os.close(fd)
+    step = json.loads((run / "summary.json").read_text())["checkpoint_step"]
+    for result, doing in ((sampled, "sampling"), (inspected, "inspecting")):
+        assert result.code == 0, result.stderr
+        assert f"is being trained right now; {doing} its checkpoint of step {step}" in result.stderr
+    assert f"(trained, step {step})" in inspected.stdout
 
 
 def test_a_refused_init_from_tokenizes_no_corpus(run, tmp_path):

@@ -54,32 +54,20 @@ def sample(
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
     from posenc_cli.evaluation.sample import check_context_memory, check_sampling, generate, plan
+    from posenc_cli.rundir.claim import warn_if_training
     from posenc_cli.rundir.destinations import checked_out_file
     from posenc_cli.rundir.loading import load_run
 
     out = checked_out_file(out)
     sampling = check_sampling(temperature, top_k, seed)
     loaded = load_run(run)
-    warn_if_training(run)
+    warn_if_training(run, f"sampling its checkpoint of step {loaded.checkpoint.step}")
     prompt_ids = encoded(prompt, loaded)
     steps = plan(loaded, len(prompt_ids), tokens, window=window)
     target = resolve_device(device)
     check_context_memory(loaded, window or len(prompt_ids) + steps.tokens, target)
     ids = generate(loaded, prompt_ids, steps.tokens, sampling=sampling, window=window, device=target)
     finish(stream(loaded, prompt, ids), out=out, stopped_early=steps.stopped_early)
-
-
-def warn_if_training(run: Path) -> None:
-    """A run being trained moves its checkpoint on: this text is of the one read just now."""
-    # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.rundir.claim import is_locked
-
-    if is_locked(run):
-        ui.err.print(
-            f"posenc: warning: {run} is being trained right now; sampling its latest checkpoint",
-            highlight=False,
-            soft_wrap=True,
-        )
 
 
 def encoded(prompt: str, loaded):

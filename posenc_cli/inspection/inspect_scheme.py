@@ -15,6 +15,7 @@ from posenc_cli.inspection.checks import SEED, Check, bias_by_distance, rotary_d
 from posenc_cli.inspection.figures import figure_attention, write_figures
 from posenc_cli.model.positional import SCHEMES, PositionalScheme, build_scheme, scheme_options
 from posenc_cli.model.positional.alibi import SLOPE_RULES
+from posenc_cli.rundir.claim import warn_if_training
 from posenc_cli.rundir.loading import load_run
 
 
@@ -94,7 +95,8 @@ def inspect_scheme(
                 f"--layer {layer} --head {head}: the run has layers 0..{cfg.n_layer - 1} and heads 0..{cfg.n_head - 1}"
             )
         length = validated_length(length or run.train_len)
-        scheme, label = run.model.scheme, f"{run.scheme} (trained)"
+        warn_if_training(run.path, f"inspecting its checkpoint of step {run.checkpoint.step}")
+        scheme, label = run.model.scheme, f"{run.scheme} (trained, step {run.checkpoint.step})"
     out = out or OUTPUTS / "inspect" / (run.path.name if run_dir else name)
     length = min(length, scheme.max_len or length)  # a learned table has no rows past max_len
     result = Inspection(scheme, label, length, run_checks(scheme, length))

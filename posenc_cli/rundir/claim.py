@@ -19,6 +19,7 @@ from posenc_cli.config.hydra_args import (
     parse_hydra_args,
     sweep_points,
 )
+from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
 from posenc_cli.rundir.layout import LOCK, holds_run
 
@@ -56,6 +57,14 @@ def is_locked(run_dir: Path) -> bool:
         return True
     os.close(_held.pop(Path(run_dir).resolve()))
     return False
+
+
+def warn_if_training(run_dir: Path, doing: str) -> None:
+    """A run being trained moves its checkpoint on: say that what follows is of the one read just now."""
+    if is_locked(run_dir):
+        ui.err.print(
+            f"posenc: warning: {run_dir} is being trained right now; {doing}", highlight=False, soft_wrap=True
+        )
 
 
 def resume_command(run_dir: Path) -> str:
