@@ -379,12 +379,20 @@ def test_a_trained_run_whose_checkpoint_was_deleted_is_never_retrained_from_step
     assert snapshot(run) == before
 
 
-def test_a_run_file_replaced_by_a_directory_is_one_line_and_nothing_changes(run):
-    (run / "metrics.csv").unlink()
-    (run / "metrics.csv").mkdir()
-    before = snapshot(run)
-    assert_refused(*posenc("train", f"train.resume={run}"), "metrics.csv is not a file")
-    assert snapshot(run) == before
+@pytest.mark.parametrize("replacement", ["directory", "symbolic link"])
+def test_a_run_file_replaced_by_a_directory_or_a_link_is_one_line_and_nothing_changes(
+    run, tmp_path, replacement
+):
+    outside = tmp_path / "outside.csv"
+    (run / "metrics.csv").rename(outside)
+    if replacement == "directory":
+        (run / "metrics.csv").mkdir()
+    else:
+        (run / "metrics.csv").symlink_to(outside)
+    before, kept = snapshot(run), outside.read_bytes()
+    assert_refused(*posenc("train", f"train.resume={run}"), "metrics.csv is not a plain file")
+    assert snapshot(run) == before and outside.read_bytes() == kept
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
 
 
 def test_a_run_whose_path_has_hydras_special_characters_resumes_with_the_command_it_prints(tmp_path):
@@ -425,6 +433,37 @@ def test_a_fresh_run_that_fails_after_claiming_its_directory_is_marked_failed_an
     assert summary["status"] == "failed" and "failed to start" in summary["message"]
     assert "posenc train train.resume=" in summary["message"]
     assert not (tmp_path / "r" / CHECKPOINT).exists()
+
+
+def test_a_run_stopped_by_an_error_mid_training_is_marked_failed_and_resumable(tmp_path, monkeypatch):
+    from hydra import compose, initialize_config_dir
+
+    from posenc_cli.config.location import config_dir
+    from posenc_cli.rundir import claim
+    from posenc_cli.training import loop
+    from posenc_cli.training.preflight import validate
+
+    real_save, saved = loop.save, []
+
+    def save_then_fail(s, elapsed):  # the second checkpoint cannot be written: a full disk, say
+        if saved:
+            raise OSError(28, "No space left on device")
+        saved.append(real_save(s, elapsed))
+
+    monkeypatch.setattr(loop, "save", save_then_fail)
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=[*TINY, "train.max_steps=6"])
+    (tmp_path / "r").mkdir()  # claimed, as `posenc train` claims it
+    with pytest.raises(OSError, match="No space left"):
+        loop.train(validate(cfg), tmp_path / "r")
+    message = json.loads((tmp_path / "r" / "summary.json").read_text())["message"]
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["status"] == "failed"
+    assert "stopped by an error at step 4 (" in message and "No space left on device" in message
+    assert "its checkpoint of step 2 is kept" in message and "posenc train train.resume=" in message
+    os.close(claim._held.pop((tmp_path / "r").resolve()))  # the lock a process's exit would release
+    resumed = run_cli("train", f"train.resume={tmp_path / 'r'}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["status"] == "finished"
 
 
 def test_init_from_a_run_still_being_trained_is_refused(run, tmp_path):

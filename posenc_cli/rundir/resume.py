@@ -54,8 +54,11 @@ def resume_args(args: list[str], outputs: Path = OUTPUTS) -> list[str]:
                 f"train.resume={run} continues the run in its own directory, so {key} cannot be given"
             )
     for name in RUN_FILES:
-        if (run / name).exists() and not (run / name).is_file():
-            raise UsageError(f"{run / name} is not a file; a run's {name} must be a file for it to resume")
+        if (run / name).is_symlink() or ((run / name).exists() and not (run / name).is_file()):
+            raise UsageError(
+                f"{run / name} is not a plain file; a run's {name} must be one for it to resume (a "
+                "symbolic link would be written through)"
+            )
     stored_record(run)  # readable, consistent, and this posenc's: checked before anything runs
     if is_locked(run):
         raise UsageError(

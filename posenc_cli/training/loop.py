@@ -77,11 +77,15 @@ def train(cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None) -
         s = start_session(cfg, Path(run_dir))
         summary = announce_run(s, run_name)
     except BaseException as err:
-        if not cfg.train.resume:
-            mark_failed_start(Path(run_dir), err)
+        if not cfg.train.resume:  # a resume refused at its start may be another process's run
+            mark_failed(Path(run_dir), err, "failed to start")
         raise
     started, elapsed_before = time.perf_counter(), s.state.elapsed
-    status, message = train_until_stopped(s, lambda: elapsed_before + time.perf_counter() - started)
+    try:
+        status, message = train_until_stopped(s, lambda: elapsed_before + time.perf_counter() - started)
+    except BaseException as err:  # this process holds the run's lock: its summary is ours to mark
+        mark_failed(s.run_dir, err, f"stopped by an error at step {s.state.step}")
+        raise
     s.state.elapsed = elapsed_before + time.perf_counter() - started
     tc = cfg.train
     summary.update(
@@ -110,17 +114,20 @@ def train(cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None) -
     return summary
 
 
-def mark_failed_start(run_dir: Path, err: BaseException) -> None:
-    """A fresh run that failed after claiming its directory (a check that only the start can make) is
-    marked failed, never left "running": it can be resumed (with another `logger`, say) or deleted."""
+def mark_failed(run_dir: Path, err: BaseException, how: str) -> None:
+    """A run that an error stopped (a check that only the start can make, a file that cannot be
+    written) is marked failed, never left "running": it can be resumed once the cause is gone (with
+    another `logger`, say) or deleted."""
     if not distributed.current().is_main or not (run_dir / SUMMARY).is_file():
         return
     summary = read_summary(run_dir)
     if summary.get("status") == "running":
         reason = " ".join(str(err).split()) or type(err).__name__
+        step = summary.get("checkpoint_step")
+        kept = f"its checkpoint of step {step} is kept" if step else "having trained nothing"
         message = (
-            f"the run failed to start, having trained nothing ({reason}); delete {run_dir}, or resume it "
-            f"once the cause is gone: {resume_command(run_dir)}"
+            f"the run {how} ({reason}), {kept}; delete {run_dir}, or resume it once the cause is gone: "
+            f"{resume_command(run_dir)}"
         )
         write_summary(run_dir, {**summary, "status": "failed", "message": message})
 
