@@ -34,8 +34,11 @@ def test_every_command_takes_h_and_lists_fixed_choices_and_bare_flags():
         "[en|zh]",
         "[auto|cpu|cuda|mps]",
         "[none|linear|ntk|dynamic|yarn|llama3],...",
+        "[dash|window],...",
     ):
         assert listed in eval_help
+    inspect_help = posenc_in_process("inspect", "-h")[1]
+    assert "[half|interleaved]" in inspect_help and "[paper|chapter]" in inspect_help
     assert "<bool>" not in posenc_in_process("bench", "-h")[1]
 
 
@@ -88,3 +91,24 @@ def test_schemes_lists_every_scheme_beyond_the_chapters_too():
     assert result.code == 0, result.stderr
     for name in BEYOND_CHAPTERS:
         assert name in result.stdout
+
+
+def test_the_fixed_choices_the_command_line_lists_are_the_ones_the_code_accepts():
+    # the names live in core.choices so --help leaves torch unimported; the code keys its rules by them
+    from posenc_cli.core.choices import ALIBI_SLOPES, LEARNED_OVERFLOWS, ROPE_LAYOUTS
+    from posenc_cli.evaluation.perplexity import OVERFLOWS
+    from posenc_cli.model.positional.alibi import SLOPE_RULES
+    from posenc_cli.model.positional.rope import LAYOUTS
+
+    assert set(LEARNED_OVERFLOWS) == set(OVERFLOWS)
+    assert set(ROPE_LAYOUTS) == set(LAYOUTS) and set(ALIBI_SLOPES) == set(SLOPE_RULES)
+
+
+def test_a_bad_fixed_choice_is_refused_while_parsing_naming_what_is_allowed():
+    for args, allowed in (
+        (("eval", "--learned-overflow", "dash,truncate"), "dash, window"),
+        (("inspect", "rope", "--layout", "paired"), "half, interleaved"),
+        (("inspect", "alibi", "--slopes", "steep"), "paper, chapter"),
+    ):
+        result = invoke(*args)
+        assert result.code == 2 and allowed in result.stderr and "Traceback" not in result.stderr, args

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from posenc_cli.cli.app import app, choice, device_option, hf_options, lengths_option, runs_argument
 from posenc_cli.core import ui
-from posenc_cli.core.choices import EVAL_MODES, HF_DTYPES, HF_ROPE_SCALING, LANGS, ROPE_SCALING
+from posenc_cli.core.choices import EVAL_MODES, HF_DTYPES, HF_ROPE_SCALING, LANGS, LEARNED_OVERFLOWS, ROPE_SCALING
 from posenc_cli.core.errors import UsageError, require_number, require_positive_int
 
 
@@ -51,10 +51,12 @@ def eval_command(
         "--rope-factor",
         help="Scale factor s for --rope-scaling, from 1 to 10,000 (default: eval length / training length; dynamic: 1, it scales with the length itself).",
     ),
-    learned_overflow: str = typer.Option(
+    learned_overflow: str = choice(
         "dash",
+        LEARNED_OVERFLOWS,
+        "Past a position table's max_len (learned): dash shows —; window scores with sliding windows of max_len tokens, labelled learned+window. A comma list shows both.",
         "--learned-overflow",
-        help="Past a position table's max_len (learned): dash shows —; window scores with sliding windows of max_len tokens, labelled learned+window. A comma list shows both.",
+        comma_list=True,
     ),
     hf_context: Optional[int] = typer.Option(
         None,

@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from posenc_cli.cli.app import app
+from posenc_cli.cli.app import app, choice
+from posenc_cli.core.choices import ALIBI_SLOPES, ROPE_LAYOUTS
 from posenc_cli.core.errors import UsageError, require_int
 
 
@@ -33,10 +34,12 @@ def inspect_command(
     out: Optional[str] = typer.Option(
         None, help="Figure directory (default outputs/inspect/<scheme or run>)."
     ),
-    layout: Optional[str] = typer.Option(
-        None, help="rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1)."
+    layout: Optional[str] = choice(
+        None, ROPE_LAYOUTS, "rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1).", "--layout"
     ),
-    slopes: Optional[str] = typer.Option(None, help="alibi: paper (default, 2^(-8h/H)) or chapter (1/2^h)."),
+    slopes: Optional[str] = choice(
+        None, ALIBI_SLOPES, "alibi: paper (default, 2^(-8h/H)) or chapter (1/2^h).", "--slopes"
+    ),
 ) -> None:
     """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
 
