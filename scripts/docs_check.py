@@ -1,0 +1,128 @@
+"""The docs name only what exists: every `tests/F.py::test`, every repo path, every option of a
+`posenc CMD ... --option` in code, every config key written `group.key=`. Run by `make lint`; prints one
+line per name that does not exist (FILE:LINE: what) and exits 1 if there is any.
+
+    python scripts/docs_check.py [DOC.md ...]   # default: README.md, docs/*.md, data/README.md, benchmarks/README.md
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ("README.md", "docs/*.md", "data/README.md", "benchmarks/README.md")
+
+TEST = re.compile(r"\b(tests/[\w/]+\.py)((?:::\w+)+)")
+PATH = re.compile(r"(?<![\w./<-])((?:posenc_cli|scripts|configs|tests|docs|benchmarks)/[\w./-]*)")
+KEY = re.compile(r"(?<![\w.+~])(train|data|model|scheme)\.(\w+)=")
+SPAN = re.compile(r"`([^`\n]+)`")
+FENCE = re.compile(r"^\s*```")
+# Hydra's own flags, which `posenc train` passes through (its other arguments are overrides)
+HYDRA_FLAGS = {"--cfg", "--info", "--multirun", "--resolve", "--package", "--hydra-help", "--shell-completion"}
+
+
+def command_options() -> dict[str, set[str]]:
+    """Each `posenc` command's option names, read from the click command the CLI builds ("" = posenc)."""
+    sys.path.insert(0, str(ROOT))
+    from posenc_cli.cli.main import command
+
+    def names(cmd) -> set[str]:
+        return {name for param in cmd.params for name in (*param.opts, *param.secondary_opts)} | {
+            "--help",
+            "-h",
+        }
+
+    group = command()
+    options = {"": names(group), **{name: names(cmd) for name, cmd in group.commands.items()}}
+    options["train"] |= HYDRA_FLAGS
+    return options
+
+
+def config_keys() -> dict[str, set[str]]:
+    """group -> the keys `group.key=` may name: the schema's dataclasses, the schemes' yaml keys."""
+    from posenc_cli.config.schema import DATA, ModelSize, TrainConfig
+
+    def fields(*classes: type) -> set[str]:
+        return {f.name for cls in classes for f in dataclasses.fields(cls)}
+
+    scheme = {"parts"} | {
+        line.split(":")[0] for path in (ROOT / "configs/scheme").glob("*.yaml") for line in path.read_text().splitlines()
+        if re.match(r"\w+:", line)
+    }
+    return {"train": fields(TrainConfig), "model": fields(ModelSize), "data": fields(*DATA.values()), "scheme": scheme}
+
+
+def defined_in(path: Path, name: str) -> bool:
+    return re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{name}\b", path.read_text(), re.M) is not None
+
+
+def missing_names(line: str, root: Path) -> list[str]:
+    """The tests and repo paths a line of prose or code names that do not exist under root."""
+    found = []
+    for file, names in TEST.findall(line):
+        if not (root / file).is_file() or not defined_in(root / file, names.split("::")[-1]):
+            found.append(f"no test {file}{names}")
+    for match in PATH.finditer(line):
+        path, after = match[1].rstrip(".,:;"), line[match.end() : match.end() + 1]
+        if after not in ("<", "{", "*") and not (root / path).exists():  # a pattern, not a path
+            found.append(f"no file {path}")
+    return found
+
+
+def wrong_options(code: str, options: dict[str, set[str]]) -> list[str]:
+    """The options a `posenc CMD ...` in this code names that CMD does not have."""
+    found = []
+    for command in re.split(r"&&|\|\||[|;]|\$\(", code.split(" #")[0]):
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = command.split()
+        while words and words[0] != "posenc":
+            words.pop(0)
+        if not words:
+            continue
+        cmd = words[1] if len(words) > 1 and words[1] in options else ""
+        for word in words[1:]:
+            option = word.split("=")[0]
+            if option.startswith("--") and option not in options[cmd]:
+                found.append(f"posenc {cmd} has no option {option}".replace("  ", " "))
+    return found
+
+
+def wrong_keys(line: str, keys: dict[str, set[str]]) -> list[str]:
+    return [f"no config key {group}.{key}" for group, key in KEY.findall(line) if key not in keys[group]]
+
+
+def check(doc: Path, *, root: Path, options: dict[str, set[str]], keys: dict[str, set[str]]) -> list[str]:
+    """One "DOC:LINE: what" per name in doc that does not exist."""
+    problems, in_fence, pending = [], False, ""
+    for number, line in enumerate(doc.read_text().splitlines(), 1):
+        if FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        found = missing_names(line, root) + wrong_keys(line, keys)
+        if in_fence:
+            pending += line.rstrip("\\") + " "
+            if not line.endswith("\\"):
+                found += wrong_options(pending, options)
+                pending = ""
+        else:
+            found += [problem for span in SPAN.findall(line) for problem in wrong_options(span, options)]
+        problems += [f"{doc}:{number}: {what}" for what in found]
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    docs = [Path(a) for a in argv] or sorted(p for pattern in DOCS for p in ROOT.glob(pattern))
+    options, keys = command_options(), config_keys()
+    problems = [p for doc in docs for p in check(doc, root=ROOT, options=options, keys=keys)]
+    print("\n".join(problems) or f"docs_check: {len(docs)} docs, every test, path, option and key they name exists")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
