@@ -22,7 +22,15 @@ KEY = re.compile(r"(?<![\w.+~])(train|data|model|scheme)\.(\w+)=")
 SPAN = re.compile(r"`([^`\n]+)`")
 FENCE = re.compile(r"^\s*```")
 # Hydra's own flags, which `posenc train` passes through (its other arguments are overrides)
-HYDRA_FLAGS = {"--cfg", "--info", "--multirun", "--resolve", "--package", "--hydra-help", "--shell-completion"}
+HYDRA_FLAGS = {
+    "--cfg",
+    "--info",
+    "--multirun",
+    "--resolve",
+    "--package",
+    "--hydra-help",
+    "--shell-completion",
+}
 
 
 def command_options() -> dict[str, set[str]]:
@@ -50,10 +58,17 @@ def config_keys() -> dict[str, set[str]]:
         return {f.name for cls in classes for f in dataclasses.fields(cls)}
 
     scheme = {"parts"} | {
-        line.split(":")[0] for path in (ROOT / "configs/scheme").glob("*.yaml") for line in path.read_text().splitlines()
+        line.split(":")[0]
+        for path in (ROOT / "configs/scheme").glob("*.yaml")
+        for line in path.read_text().splitlines()
         if re.match(r"\w+:", line)
     }
-    return {"train": fields(TrainConfig), "model": fields(ModelSize), "data": fields(*DATA.values()), "scheme": scheme}
+    return {
+        "train": fields(TrainConfig),
+        "model": fields(ModelSize),
+        "data": fields(*DATA.values()),
+        "scheme": scheme,
+    }
 
 
 def defined_in(path: Path, name: str) -> bool:
@@ -120,7 +135,10 @@ def main(argv: list[str]) -> int:
     docs = [Path(a) for a in argv] or sorted(p for pattern in DOCS for p in ROOT.glob(pattern))
     options, keys = command_options(), config_keys()
     problems = [p for doc in docs for p in check(doc, root=ROOT, options=options, keys=keys)]
-    print("\n".join(problems) or f"docs_check: {len(docs)} docs, every test, path, option and key they name exists")
+    print(
+        "\n".join(problems)
+        or f"docs_check: {len(docs)} docs, every test, path, option and key they name exists"
+    )
     return 1 if problems else 0
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 from conftest import ROOT, invoke, run_cli
 
@@ -59,4 +58,3 @@ def test_the_docs_checker_reports_a_wrong_test_path_option_and_key(tmp_path):
         f"{doc}:5: posenc eval has no option --no-such-option",
         f"{doc}:7: no config key train.max_stepz",
     ]
-

@@ -10,7 +10,14 @@ from rich.table import Table
 
 from posenc_cli.cli.app import app, choice, device_option, hf_options, lengths_option, runs_argument
 from posenc_cli.core import ui
-from posenc_cli.core.choices import EVAL_MODES, HF_DTYPES, HF_ROPE_SCALING, LANGS, LEARNED_OVERFLOWS, ROPE_SCALING
+from posenc_cli.core.choices import (
+    EVAL_MODES,
+    HF_DTYPES,
+    HF_ROPE_SCALING,
+    LANGS,
+    LEARNED_OVERFLOWS,
+    ROPE_SCALING,
+)
 from posenc_cli.core.errors import UsageError, require_number, require_positive_int
 
 

@@ -35,7 +35,10 @@ def inspect_command(
         None, help="Figure directory (default outputs/inspect/<scheme or run>)."
     ),
     layout: Optional[str] = choice(
-        None, ROPE_LAYOUTS, "rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1).", "--layout"
+        None,
+        ROPE_LAYOUTS,
+        "rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1).",
+        "--layout",
     ),
     slopes: Optional[str] = choice(
         None, ALIBI_SLOPES, "alibi: paper (default, 2^(-8h/H)) or chapter (1/2^h).", "--slopes"
