@@ -11,6 +11,9 @@ from posenc_cli.cli.app import app, choice
 from posenc_cli.core.choices import ALIBI_SLOPES, ROPE_LAYOUTS
 from posenc_cli.core.errors import UsageError, require_int
 
+LAYOUT_HELP = "rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1)."
+SLOPES_HELP = "alibi: paper (default, 2^(-8h/H)) or chapter (1/2^h)."
+
 
 @app.command("inspect")
 def inspect_command(
@@ -34,15 +37,8 @@ def inspect_command(
     out: Optional[str] = typer.Option(
         None, help="Figure directory (default outputs/inspect/<scheme or run>)."
     ),
-    layout: Optional[str] = choice(
-        None,
-        ROPE_LAYOUTS,
-        "rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1).",
-        "--layout",
-    ),
-    slopes: Optional[str] = choice(
-        None, ALIBI_SLOPES, "alibi: paper (default, 2^(-8h/H)) or chapter (1/2^h).", "--slopes"
-    ),
+    layout: Optional[str] = choice(None, ROPE_LAYOUTS, LAYOUT_HELP, "--layout"),
+    slopes: Optional[str] = choice(None, ALIBI_SLOPES, SLOPES_HELP, "--slopes"),
 ) -> None:
     """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
 
