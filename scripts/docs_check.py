@@ -15,6 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "docs/*.md", "data/README.md", "benchmarks/README.md")
+sys.path.insert(0, str(ROOT))  # this checkout's posenc_cli, not whichever one is installed
 
 TEST = re.compile(r"\b(tests/[\w/]+\.py)((?:::\w+)+)")
 PATH = re.compile(r"(?<![\w./<-])((?:posenc_cli|scripts|configs|tests|docs|benchmarks)/[\w./-]*)")
@@ -22,27 +23,16 @@ KEY = re.compile(r"(?<![\w.+~])(train|data|model|scheme)\.(\w+)=")
 SPAN = re.compile(r"`([^`\n]+)`")
 FENCE = re.compile(r"^\s*```")
 # Hydra's own flags, which `posenc train` passes through (its other arguments are overrides)
-HYDRA_FLAGS = {
-    "--cfg",
-    "--info",
-    "--multirun",
-    "--resolve",
-    "--package",
-    "--hydra-help",
-    "--shell-completion",
-}
+HYDRA_FLAGS = {"--cfg", "--info", "--multirun", "--resolve", "--package", "--hydra-help"}
 
 
 def command_options() -> dict[str, set[str]]:
     """Each `posenc` command's option names, read from the click command the CLI builds ("" = posenc)."""
-    sys.path.insert(0, str(ROOT))
     from posenc_cli.cli.main import command
 
     def names(cmd) -> set[str]:
-        return {name for param in cmd.params for name in (*param.opts, *param.secondary_opts)} | {
-            "--help",
-            "-h",
-        }
+        declared = {name for param in cmd.params for name in (*param.opts, *param.secondary_opts)}
+        return declared | {"--help", "-h"}
 
     group = command()
     options = {"": names(group), **{name: names(cmd) for name, cmd in group.commands.items()}}
@@ -104,7 +94,7 @@ def wrong_options(code: str, options: dict[str, set[str]]) -> list[str]:
         for word in words[1:]:
             option = word.split("=")[0]
             if option.startswith("--") and option not in options[cmd]:
-                found.append(f"posenc {cmd} has no option {option}".replace("  ", " "))
+                found.append(f"{f'posenc {cmd}'.strip()} has no option {option}")
     return found
 
 
