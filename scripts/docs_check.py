@@ -121,8 +121,12 @@ def check(doc: Path, *, root: Path, options: dict[str, set[str]], keys: dict[str
     return problems
 
 
+def doc_files() -> list[Path]:
+    return sorted(p for pattern in DOCS for p in ROOT.glob(pattern))
+
+
 def main(argv: list[str]) -> int:
-    docs = [Path(a) for a in argv] or sorted(p for pattern in DOCS for p in ROOT.glob(pattern))
+    docs = [Path(a) for a in argv] or doc_files()
     options, keys = command_options(), config_keys()
     problems = [p for doc in docs for p in check(doc, root=ROOT, options=options, keys=keys)]
     print(

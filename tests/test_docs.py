@@ -3,15 +3,22 @@ and scripts/docs_check.py (run by `make lint`) reports every test, path and opti
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 from conftest import ROOT, invoke, run_cli
 
-DOCS = ("README.md", "docs/*.md", "data/README.md", "benchmarks/README.md")
+
+def load_docs_check():
+    spec = importlib.util.spec_from_file_location("docs_check", ROOT / "scripts" / "docs_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+docs_check = load_docs_check()
 RUNNABLE = re.compile(r"^```bash runnable\n(.*?)^```", re.S | re.M)
 EXIT = re.compile(r"#.*\bexit (\d+)")
 
@@ -19,7 +26,7 @@ EXIT = re.compile(r"#.*\bexit (\d+)")
 def runnable_commands() -> list[tuple[str, list[str], int]]:
     """(doc, posenc's arguments, documented exit code) for each `posenc` line of a ```bash runnable block."""
     found = []
-    for doc in sorted(p for pattern in DOCS for p in ROOT.glob(pattern)):
+    for doc in docs_check.doc_files():
         for block in RUNNABLE.findall(doc.read_text()):
             for line in block.replace("\\\n", " ").splitlines():
                 if line.startswith("posenc "):
@@ -49,7 +56,7 @@ def test_every_runnable_command_in_the_docs_exits_as_documented(tmp_path, monkey
         assert code == expected and "Traceback" not in stderr, (doc, args, code, stderr)
 
 
-def test_the_docs_checker_reports_a_wrong_test_path_option_and_key(tmp_path):
+def test_the_docs_checker_reports_a_wrong_test_path_option_and_key(tmp_path, capsys):
     doc = tmp_path / "wrong.md"
     doc.write_text(
         "Proved by `tests/test_cli.py::test_version` and `tests/test_cli.py::test_no_such_claim[x]`.\n"
@@ -57,11 +64,8 @@ def test_the_docs_checker_reports_a_wrong_test_path_option_and_key(tmp_path):
         "```bash\nposenc eval --lengths 512 \\\n    --no-such-option 3\n```\n"
         "`posenc train scheme=rope train.max_stepz=5`\n"
     )
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "docs_check.py"), str(doc)], capture_output=True, text=True
-    )
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.splitlines() == [
+    assert docs_check.main([str(doc)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
         f"{doc}:1: no test tests/test_cli.py::test_no_such_claim",
         f"{doc}:2: no file scripts/no_such_script.py",
         f"{doc}:5: posenc eval has no option --no-such-option",
