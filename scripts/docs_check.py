@@ -20,7 +20,8 @@ sys.path.insert(0, str(ROOT))  # this checkout's posenc_cli, not whichever one i
 TEST = re.compile(r"\b(tests/[\w/]+\.py)((?:::\w+)+)")
 PATH = re.compile(r"(?<![\w./<-])((?:posenc_cli|scripts|configs|tests|docs|benchmarks)/[\w./-]*)")
 KEY = re.compile(r"(?<![\w.+~])(train|data|model|scheme)\.(\w+)=")
-SPAN = re.compile(r"`([^`\n]+)`")
+SCHEME = re.compile(r"(?<![\w.])scheme=(\w+)(?![\w,+])")  # one scheme named: scheme=rope, not rope,alibi
+SPAN = re.compile(r"`([^`]+)`")
 FENCE = re.compile(r"^\s*```")
 # Hydra's own flags, which `posenc train` passes through (its other arguments are overrides)
 HYDRA_FLAGS = {"--cfg", "--info", "--multirun", "--resolve", "--package", "--hydra-help"}
@@ -41,24 +42,17 @@ def command_options() -> dict[str, set[str]]:
 
 
 def config_keys() -> dict[str, set[str]]:
-    """group -> the keys `group.key=` may name: the schema's dataclasses, the schemes' yaml keys."""
+    """group -> the keys `group.key=` may name, from the schema's dataclasses and the schemes' own
+    options; "scheme=NAME" -> the options of that scheme alone."""
     from posenc_cli.config.schema import DATA, ModelSize, TrainConfig
+    from posenc_cli.model.positional import SCHEMES, scheme_options
 
     def fields(*classes: type) -> set[str]:
         return {f.name for cls in classes for f in dataclasses.fields(cls)}
 
-    scheme = {"parts"} | {
-        line.split(":")[0]
-        for path in (ROOT / "configs/scheme").glob("*.yaml")
-        for line in path.read_text().splitlines()
-        if re.match(r"\w+:", line)
-    }
-    return {
-        "train": fields(TrainConfig),
-        "model": fields(ModelSize),
-        "data": fields(*DATA.values()),
-        "scheme": scheme,
-    }
+    keys = {"train": fields(TrainConfig), "model": fields(ModelSize), "data": fields(*DATA.values())}
+    keys["scheme"] = {"parts", *scheme_options()}  # parts: a composite's, scheme=A+B
+    return keys | {f"scheme={name}": set(scheme_options(name)) for name in SCHEMES}
 
 
 def defined_in(path: Path, name: str) -> bool:
@@ -99,26 +93,42 @@ def wrong_options(code: str, options: dict[str, set[str]]) -> list[str]:
 
 
 def wrong_keys(line: str, keys: dict[str, set[str]]) -> list[str]:
-    return [f"no config key {group}.{key}" for group, key in KEY.findall(line) if key not in keys[group]]
+    """The `group.key=` a line names that its group lacks; a scheme key, against the one scheme named."""
+    named = set(SCHEME.findall(line))
+    scheme = keys.get(f"scheme={named.pop()}", keys["scheme"]) if len(named) == 1 else keys["scheme"]
+    known = keys | {"scheme": scheme}
+    return [f"no config key {group}.{key}" for group, key in KEY.findall(line) if key not in known[group]]
+
+
+def code_pieces(text: str) -> list[tuple[int, str]]:
+    """(line, code): each line of a fenced block (continuations joined) and each `span` of the prose,
+    which may wrap onto the next line."""
+    pieces, prose, in_fence, pending = [], [], False, ""
+    for number, line in enumerate(text.splitlines(), 1):
+        fence = FENCE.match(line) is not None
+        in_fence ^= fence
+        prose.append("" if in_fence or fence else line)
+        if in_fence and not fence:
+            pending += line.rstrip("\\") + " "
+            if not line.endswith("\\"):
+                pieces.append((number, pending))
+                pending = ""
+    prose_text = "\n".join(prose)
+    for span in SPAN.finditer(prose_text):
+        pieces.append((prose_text.count("\n", 0, span.start()) + 1, span[1].replace("\n", " ")))
+    return sorted(pieces)
 
 
 def check(doc: Path, *, root: Path, options: dict[str, set[str]], keys: dict[str, set[str]]) -> list[str]:
     """One "DOC:LINE: what" per name in doc that does not exist."""
-    problems, in_fence, pending = [], False, ""
-    for number, line in enumerate(doc.read_text().splitlines(), 1):
-        if FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        found = missing_names(line, root) + wrong_keys(line, keys)
-        if in_fence:
-            pending += line.rstrip("\\") + " "
-            if not line.endswith("\\"):
-                found += wrong_options(pending, options)
-                pending = ""
-        else:
-            found += [problem for span in SPAN.findall(line) for problem in wrong_options(span, options)]
-        problems += [f"{doc}:{number}: {what}" for what in found]
-    return problems
+    text = doc.read_text()
+    found = [(n, what) for n, line in enumerate(text.splitlines(), 1) for what in missing_names(line, root)]
+    found += [
+        (n, what)
+        for n, code in code_pieces(text)
+        for what in wrong_options(code, options) + wrong_keys(code, keys)
+    ]
+    return [f"{doc}:{number}: {what}" for number, what in sorted(found, key=lambda item: item[0])]
 
 
 def doc_files() -> list[Path]:
