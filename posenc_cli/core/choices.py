@@ -7,6 +7,7 @@ LANGS = ("en", "zh")
 ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")  # posenc's own, for every rotary run
 HF_ROPE_SCALING = ("llama3",)  # transformers' own implementations, for `hf:` models only
 HF_DTYPES = ("fp32", "bf16")  # the weights of `hf:` models
+HF_DEVICE_MAPS = ("auto",)  # accelerate's big-model placement of `hf:` models (GPUs, then CPU)
 # the comparison the chapters' table asks for: their four schemes and the no-position baseline
 CHAPTER_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
 MULTIRUN_FLAGS = ("-m", "--multirun")  # Hydra's flags for a sweep
