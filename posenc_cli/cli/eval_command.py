@@ -102,7 +102,7 @@ def eval_command(
     check_windows(mode, stride, max_tokens)
     target = resolve_device(device)
     loaded, why = load_targets(
-        named_runs(runs, data), "evaluate", hf_options(hf_context, target, dtype, device_map)
+        named_runs(runs, data), "evaluate", hf_options(hf_context, target, dtype, device_map=device_map)
     )
     df, positions, info = evaluate_runs(
         loaded,

@@ -126,8 +126,12 @@ def plan_text(runs: list[EvalTarget], data_path: str | None) -> EvalText | None:
     return held_out_text(read_text(data_path, what="--data"), data_path, runs) if data_path else None
 
 
-def plan_runs(runs, text: EvalText | None, *, lengths_of: dict, max_tokens: int, **options) -> dict:
-    """Every target's RunPlan (by id), every input checked: with a text, the spans of the same bytes."""
+def plan_runs(
+    runs, text: EvalText | None, *, lengths: list[int], add_context: bool, max_tokens: int, **options
+) -> dict:
+    """Every target's RunPlan (by id), every input checked: its lengths (target_lengths, the added ones
+    said before any work) and, with a text, the spans of the same bytes."""
+    lengths_of = {id(run): target_lengths(run.train_len, lengths, add_context=add_context) for run in runs}
     streams = {id(run): run.eval_tokens(text.text if text else None) for run in runs}
     longest = {key: max(ls.lengths) for key, ls in lengths_of.items()}
     for key in longest:
@@ -139,7 +143,7 @@ def plan_runs(runs, text: EvalText | None, *, lengths_of: dict, max_tokens: int,
         if text
         else dict.fromkeys(streams)
     )
-    return {
+    plans = {
         id(run): plan_run(
             run,
             streams[id(run)],
@@ -151,6 +155,8 @@ def plan_runs(runs, text: EvalText | None, *, lengths_of: dict, max_tokens: int,
         )
         for run in runs
     }
+    announce_added(runs, lengths_of)
+    return plans
 
 
 def announce_added(runs: list[EvalTarget], lengths_of: dict) -> None:
@@ -183,27 +189,25 @@ def evaluate_runs(
     learned_overflow: tuple[str, ...] | list[str] = ("dash",),
     add_context: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
-    """Every run at every length (its training length included), rotary runs once per RoPE scaling
+    """Every run at each of its lengths (perplexity.target_lengths), rotary runs once per RoPE scaling
     method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
     and per-scheme facts (positional parameters, relative-position kind, used by) for the report. Each
-    row carries the unigram perplexity of the tokens it scores (unigram_ppl): the bar a model must
-    clear to get a verdict. A run is a posenc run (`RunTarget`) or a Hugging Face model (`HFModel`):
-    both tokenize, score windows and name their variants."""
+    row carries the unigram perplexity of the tokens it scores (unigram_ppl), the bar a model must
+    clear to get a verdict. A run is a posenc run (`RunTarget`) or a Hugging Face model (`HFModel`)."""
     import pandas as pd
 
     scoring = Scoring(mode, stride, device)
-    lengths_of = {id(run): target_lengths(run.train_len, lengths, add_context=add_context) for run in runs}
     methods, merged = same_computation(rope_scaling, rope_factor)
     plans = plan_runs(  # bad input is found before any work
         runs,
         plan_text(runs, data_path),
-        lengths_of=lengths_of,
+        lengths=lengths,
+        add_context=add_context,
         max_tokens=max_tokens,
         scoring=scoring,
         rope_scaling=methods,
         rope_factor=rope_factor,
     )
-    announce_added(runs, lengths_of)
     mixed = mixes_own_tokenizers(runs)  # then columns say which: "rope [bpe]"
     apart = distinctions(runs, mixed)  # runs pool as seeds only when equal but the seed
     announce([run.path for run in runs], why, "evaluating")
@@ -224,9 +228,10 @@ def evaluate_runs(
             scored, positions = score_variant(
                 run, scheme, plans[id(run)], context=context, scoring=scoring, bar=bar, task=task
             )
-            if merged and scheme.variant.endswith("ntk"):
-                scored = [{**row, "note": row["note"] or merged} for row in scored]
-            rows += [{**row, "differs": apart[id(run)].differs} for row in scored]
+            note = merged if scheme.variant.endswith("ntk") else ""  # ntk standing for dynamic too
+            rows += [
+                {**row, "note": row["note"] or note, "differs": apart[id(run)].differs} for row in scored
+            ]
             position_rows += positions
     return pd.DataFrame(rows), pd.DataFrame(position_rows), info
 

@@ -56,7 +56,7 @@ def has_learned(train_ppl: float, unigram_ppl: float) -> bool:
     return not train_ppl > LEARNED_BELOW_UNIGRAM * unigram_ppl
 
 
-def verdict(stability: float, quality: float, learned: bool = True, past_context: bool = True) -> str:
+def verdict(stability: float, quality: float, learned: bool = True, *, past_context: bool = True) -> str:
     """The lower of the stability and the quality grade: a flat but poor model is not a strong extrapolator;
     none without a length past the model's own context (nothing was extrapolated)."""
     if not past_context:
@@ -91,7 +91,7 @@ class Extrapolation:
 
     @property
     def verdict(self) -> str:
-        return verdict(self.stability, self.quality, self.learned, self.past_context)
+        return verdict(self.stability, self.quality, self.learned, past_context=self.past_context)
 
 
 def per_byte(df: pd.DataFrame) -> bool:
