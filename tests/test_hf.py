@@ -26,6 +26,8 @@ CONTEXT = 256
 LENGTHS = (128, 512)
 MAX_TOKENS = 1024
 INIT = {"llama": 0.5}  # large weights so positions visibly matter to the rotary model
+# BLOOM's config states no context and its published one is 2,048: --hf-context 256 pretends another
+BLOOM = "bloom (alibi) (hf-context=256)"
 
 
 def tiny_configs(vocab_size: int) -> dict:
@@ -142,9 +144,14 @@ def text_ids(tiny) -> torch.Tensor:
 
 def test_perplexity_is_transformers_own_loss_over_the_same_windows(tiny, evaluated):
     ids = text_ids(tiny)
-    for name, scheme in (("gpt2", "learned"), ("llama", "rope"), ("neox", "rope"), ("bloom", "alibi")):
+    for name, column in (
+        ("gpt2", "gpt2 (learned)"),
+        ("llama", "llama (rope)"),
+        ("neox", "neox (rope)"),
+        ("bloom", BLOOM),
+    ):
         model = transformers.AutoModelForCausalLM.from_pretrained(tiny["root"] / name).eval()
-        rows = evaluated[evaluated.scheme == f"{name} ({scheme})"].set_index("eval_len")
+        rows = evaluated[evaluated.scheme == column].set_index("eval_len")
         for length in (*LENGTHS, CONTEXT):
             if name == "gpt2" and length > CONTEXT:
                 continue
@@ -257,7 +264,7 @@ def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
     )
     assert result.returncode == 0, result.stderr
     probe = pd.read_csv(root / "probe" / "probe.csv")
-    assert sorted(probe.scheme) == ["bloom (alibi)", "gpt2 (learned)"] and (probe.trials == 2).all()
+    assert sorted(probe.scheme) == [BLOOM, "gpt2 (learned)"] and (probe.trials == 2).all()
     model = load_hf_model(f"hf:{root / 'gpt2'}")
     ((trial, n_key),) = model.probe_trials(CONTEXT, 0.5, 1, seed=0, cache={})
     prompt, key = trial[:, : -int(n_key)], trial[:, -int(n_key) :]
@@ -461,16 +468,23 @@ def test_hostile_hf_options_are_one_line(tiny, tmp_path):
     assert not (tiny["root"] / "x").exists()
 
 
-def test_device_map_auto_on_cpu_scores_as_the_model_placed_by_hand(tiny):
-    """accelerate's big-model loading (--device-map auto) on a machine with only a CPU: every module on
-    it, and the same NLLs as the model moved there by posenc."""
+def test_device_map_auto_on_cpu_scores_as_the_model_placed_by_hand(tiny, monkeypatch):
+    """accelerate's big-model loading (--device-map auto) on a machine with only a CPU: transformers is
+    asked for device_map="auto", puts every module on the CPU, and the NLLs are those of the model
+    moved there by posenc."""
     pytest.importorskip("accelerate")
-    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.evaluation import hf_loading
 
+    asked = []
+    load = hf_loading.load_pretrained
+    monkeypatch.setattr(
+        hf_loading, "load_pretrained", lambda *a, **kw: asked.append(kw.get("device_map")) or load(*a, **kw)
+    )
     ids = text_ids(tiny)[None, : CONTEXT + 1]
-    mapped = load_hf_model(f"hf:{tiny['root'] / 'llama'}", device_map="auto")
-    plain = load_hf_model(f"hf:{tiny['root'] / 'llama'}")
-    assert set(mapped.model.hf_device_map.values()) == {"cpu"} and mapped.device == torch.device("cpu")
+    mapped = hf_loading.load_hf_model(f"hf:{tiny['root'] / 'llama'}", device_map="auto")
+    plain = hf_loading.load_hf_model(f"hf:{tiny['root'] / 'llama'}")
+    assert asked.count("auto") == 1 and mapped.device == torch.device("cpu")
+    assert {p.device.type for p in mapped.model.parameters()} == {"cpu"}
     assert torch.equal(mapped.token_nll(ids[:, :-1], ids[:, 1:]), plain.token_nll(ids[:, :-1], ids[:, 1:]))
 
 

@@ -162,7 +162,9 @@ def show_eval(df, out: Path, written: list[Path], *, mode: str) -> None:
     from posenc_cli.report.tables import ppl_pivot
 
     header, rows = ppl_pivot(df)
-    table = Table(title=f"Perplexity ({mode}, {int(df['tokens'].max()):,} tokens per length)")
+    counts = df.loc[df["tokens"] > 0, "tokens"].unique()
+    scored = f"{int(counts[0]):,} tokens per length" if len(counts) == 1 else "the same text for every column"
+    table = Table(title=f"Perplexity ({mode}, {scored})")
     for column in header:
         table.add_column(column, justify="right")
     for row in rows:

@@ -126,6 +126,7 @@ def load_hf_model(
         real_context=int(training_length(config) or train_len),
         attention=attention,
         device=torch.device(device),
+        mapped=device_map is not None,
     )
 
 

@@ -95,11 +95,12 @@ class HFModel:
         real_context: int,
         attention: str,
         device: torch.device,
+        mapped: bool = False,
     ):
         self.path = name  # the `run` column of ppl.csv
         self.model, self.tokenizer, self.train_len, self.attention = model, tokenizer, train_len, attention
         self.real_context = real_context  # its config's context, whatever --hf-context pretends
-        if getattr(model, "hf_device_map", None) is None:  # --device-map: accelerate placed it already
+        if not mapped:  # with --device-map, accelerate placed it already
             model.to(device)
         self.device = model.get_input_embeddings().weight.device  # where its inputs go
         self.config = model.config
