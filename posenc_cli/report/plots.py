@@ -51,7 +51,7 @@ LEGEND_INSIDE = 6  # more entries than this go beside the axes, where they hide 
 HEATMAP_CMAP = "viridis"  # sequential, perceptually uniform, not red-green
 
 
-POSITION_BUCKETS = 32  # loss_by_position.png: buckets across the longest window
+OCTAVE_BUCKETS = 4  # loss_by_position.png: buckets per doubling of the position (a log 2 axis)
 
 
 def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
@@ -279,27 +279,37 @@ def plot_by_length(
     finish_figure(fig, ax, contexts=contexts, xlabel=xlabel, ylabel=ylabel, title=title, path=path)
 
 
+def log_buckets(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """(position, mean NLL) of one column's per-position rows, merged into OCTAVE_BUCKETS buckets per
+    doubling of the position (token weighted), each csv bucket counted at its centre."""
+    starts = np.sort(rows["position"].unique())  # loss_by_position.csv's buckets: their first positions
+    centre = rows["position"] + (np.diff(starts).min() if len(starts) > 1 else 1) / 2
+    merged = pd.DataFrame(
+        {
+            "bucket": np.floor(np.log2(centre) * OCTAVE_BUCKETS),  # even on the log axis
+            "nll_sum": rows["nll"] * rows["tokens"],
+            "position_sum": centre * rows["tokens"],
+            "tokens": rows["tokens"],
+        }
+    )
+    sums = merged.groupby("bucket")[["nll_sum", "position_sum", "tokens"]].sum()
+    return sums["position_sum"] / sums["tokens"], sums["nll_sum"] / sums["tokens"]
+
+
 def plot_loss_by_position(positions: pd.DataFrame, df: pd.DataFrame, path: Path) -> None:
-    """Mean NLL by position inside each column's longest window (seeds averaged, POSITION_BUCKETS buckets,
-    token weighted) on a log 2 axis of positions: where each scheme or model breaks, against its context."""
+    """Mean NLL by position inside each column's longest window (seeds averaged; log_buckets) on a log 2
+    axis of positions: where each scheme or model breaks, against its context."""
     fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
     columns = scheme_order(positions["scheme"])
     styles = figure_styles(columns, column_tokenizers(df))
     for column in columns:
         own = positions[positions.scheme == str(column)]
         longest = int(own["eval_len"].max())
-        sub = own[own.eval_len == longest].copy()
-        width = max(1, math.ceil(longest / POSITION_BUCKETS))
-        sub["bucket"] = sub["position"] // width * width
-        sub["nll_sum"] = sub["nll"] * sub["tokens"]
-        sums = sub.groupby("bucket")[["nll_sum", "tokens"]].sum()
         ax.plot(
-            sums.index + width / 2,
-            sums["nll_sum"] / sums["tokens"],
+            *log_buckets(own[own.eval_len == longest]),
             label=f"{column} @ {longest:,}",
             linewidth=1.6,
             markersize=3.5,
-            markevery=4,
             **styles[str(column)],
         )
     ax.set_xscale("log", base=2)
