@@ -621,7 +621,7 @@ def test_runs_that_differ_in_block_size_are_two_columns_never_seeds_and_the_note
     lines = table_rows(text)
     assert lines[""] == ["rope (train.block_size=64)", "rope (train.block_size=128)"]
     assert "±" not in text and "one seed each" in text
-    assert "ppl @ 256 (" not in text  # no "2×" of a training length that is not both columns'
+    assert "ppl @ 256 (4× 64; 2× 128)" in text  # a multiple of each column's own training length
     assert (
         "they differ in train.block_size (rope (train.block_size=64) 64; rope (train.block_size=128) 128)"
         in text

@@ -311,8 +311,6 @@ def unscored_row(run, scheme, plan: RunPlan, *, length: int, mode: str) -> dict[
         "scheme": scheme,
         "seed": run.seed,
         "train_len": run.train_len,
-        "context": run.real_context,  # the model's own, where --hf-context pretends another train_len
-        "reference_len": plan.reference,
         "eval_len": length,
         "mode": mode,
         "tokens": 0,
@@ -325,5 +323,7 @@ def unscored_row(run, scheme, plan: RunPlan, *, length: int, mode: str) -> dict[
         "bpb": math.nan,
         "unigram_ppl": plan.unigram_ppl,
         "precision": run.training_precision,
+        "context": run.real_context,  # the model's own, where --hf-context pretends another train_len
+        "reference_len": plan.reference,
         "text": plan.text,
     }
