@@ -115,7 +115,7 @@ def same_computation(methods, rope_factor) -> tuple[list[str], str]:
     if rope_factor is not None or not {"ntk", "dynamic"} <= set(methods):
         return methods, ""
     return [m for m in methods if m != "dynamic"], (
-        "rope+ntk is also dynamic NTK: with no --rope-factor both give base·(T/L)^(d/(d−2)) for every "
+        "a +ntk column also stands for dynamic NTK: with no --rope-factor both give base·(T/L)^(d/(d−2)) for every "
         "full window of T tokens, so dynamic is shown once, as ntk (posenc scores whole windows; "
         "in generation dynamic would grow with the position instead)"
     )

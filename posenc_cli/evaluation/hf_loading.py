@@ -81,6 +81,8 @@ def load_config(tf, source: str, name: str):
         return load_pretrained(tf.AutoConfig, source, name)
     except UsageError:
         raise
+    except ImportError as err:  # a GGUF file without the gguf package
+        raise UsageError(f"{name} cannot be loaded: {first_line(err)}; pip install 'posenc[hf]'") from None
     except (OSError, ValueError, KeyError) as err:
         if source.endswith(GGUF_SUFFIX) and "not supported" in str(err):
             raise UsageError(
