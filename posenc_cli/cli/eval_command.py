@@ -8,10 +8,11 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from posenc_cli.cli.app import app, choice, device_option, hf_options, lengths_option, runs_argument
+from posenc_cli.cli.app import app, choice, device_option, flag, hf_options, lengths_option, runs_argument
 from posenc_cli.core import ui
 from posenc_cli.core.choices import (
     EVAL_MODES,
+    HF_DEVICE_MAPS,
     HF_DTYPES,
     HF_ROPE_SCALING,
     LANGS,
@@ -25,7 +26,8 @@ from posenc_cli.core.errors import UsageError, require_number, require_positive_
 def eval_command(
     runs: List[str] = runs_argument(": hub id or local directory; needs --data"),
     lengths: str = lengths_option(
-        "512,1024,2048", "Comma list of evaluation lengths; each run's training length is always added."
+        "512,1024,2048",
+        "Comma list of evaluation lengths. A target's training length is added (said up front) when it is shorter than the longest length asked; a context longer than every length is not (the longest length asked is then the reference), unless --add-context.",
     ),
     mode: str = choice(
         "nonoverlap",
@@ -37,7 +39,7 @@ def eval_command(
     max_tokens: int = typer.Option(
         32768,
         "--max-tokens",
-        help="Validation tokens scored at every length (rounded down to a multiple of the longest length).",
+        help="Tokens scored at every length, never raised (a multiple of the longest length, at least one window). With --data every column scores the same bytes: those the column with the longest tokens covers in this many, each column in its own tokens.",
     ),
     out: Optional[str] = typer.Option(None, help="Output directory (default: outputs/eval/<time>)."),
     data: Optional[Path] = typer.Option(
@@ -73,6 +75,15 @@ def eval_command(
     dtype: str = choice(
         "fp32", HF_DTYPES, "The weights of hf: models (posenc runs always score in fp32).", "--dtype"
     ),
+    device_map: Optional[str] = choice(
+        None,
+        HF_DEVICE_MAPS,
+        "Place hf: models with accelerate's big-model loading (GPUs, then CPU), not on --device.",
+        "--device-map",
+    ),
+    add_context: bool = flag(
+        "Also evaluate each target at its own training length (context) when it is longer than every --lengths."
+    ),
 ) -> None:
     """Perplexity at lengths past the training length, and the chapters' comparison table, measured.
 
@@ -93,7 +104,9 @@ def eval_command(
     methods = rope_methods(rope_scaling, rope_factor)
     check_windows(mode, stride, max_tokens)
     target = resolve_device(device)
-    loaded, why = load_targets(named_runs(runs, data), "evaluate", hf_options(hf_context, target, dtype))
+    loaded, why = load_targets(
+        named_runs(runs, data), "evaluate", hf_options(hf_context, target, dtype, device_map=device_map)
+    )
     df, positions, info = evaluate_runs(
         loaded,
         lengths=wanted,
@@ -106,6 +119,7 @@ def eval_command(
         rope_factor=rope_factor,
         why=why,
         learned_overflow=overflows,
+        add_context=add_context,
     )
     out = out_dir or default_out("eval")
     show_eval(df, out, write_eval_outputs(df, positions, info, out=out, lang=lang), mode=mode)
@@ -151,7 +165,9 @@ def show_eval(df, out: Path, written: list[Path], *, mode: str) -> None:
     from posenc_cli.report.tables import ppl_pivot
 
     header, rows = ppl_pivot(df)
-    table = Table(title=f"Perplexity ({mode}, {int(df['tokens'].max()):,} tokens per length)")
+    counts = df.loc[df["tokens"] > 0, "tokens"].unique()
+    scored = f"{int(counts[0]):,} tokens per length" if len(counts) == 1 else "the same text for every column"
+    table = Table(title=f"Perplexity ({mode}, {scored})")
     for column in header:
         table.add_column(column, justify="right")
     for row in rows:

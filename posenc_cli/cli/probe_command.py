@@ -6,9 +6,9 @@ from typing import List, Optional
 
 import typer
 
-from posenc_cli.cli.app import app, choice, device_option, hf_options, lengths_option, runs_argument
+from posenc_cli.cli.app import app, choice, device_option, flag, hf_options, lengths_option, runs_argument
 from posenc_cli.core import ui
-from posenc_cli.core.choices import HF_DTYPES, LANGS
+from posenc_cli.core.choices import HF_DEVICE_MAPS, HF_DTYPES, LANGS
 from posenc_cli.core.errors import require_seed
 
 
@@ -16,7 +16,8 @@ from posenc_cli.core.errors import require_seed
 def probe(
     runs: List[str] = runs_argument(),
     lengths: str = lengths_option(
-        "256,512,1024,2048", "Comma list of trial lengths; each run's training length is always added."
+        "256,512,1024,2048",
+        "Comma list of trial lengths. A run's training length is added (said up front) when it is shorter than the longest asked, or with --add-context.",
     ),
     depths: str = typer.Option(
         "0.1,0.5,0.9",
@@ -38,6 +39,12 @@ def probe(
         None, "--hf-context", help="Training length of hf: models, when their config is silent or misleading."
     ),
     dtype: str = choice("fp32", HF_DTYPES, "The weights of hf: models.", "--dtype"),
+    device_map: Optional[str] = choice(
+        None, HF_DEVICE_MAPS, "Place hf: models with accelerate's big-model loading.", "--device-map"
+    ),
+    add_context: bool = flag(
+        "Also probe each target at its own training length when it is longer than every --lengths."
+    ),
 ) -> None:
     """Passkey retrieval: can a model find a 5-digit key at depth δ in a prompt of L tokens?
 
@@ -53,33 +60,48 @@ def probe(
     from posenc_cli.evaluation.perplexity import parse_lengths
     from posenc_cli.evaluation.probe import check_trials, parse_depths, probe_runs
     from posenc_cli.evaluation.targets import load_targets
-    from posenc_cli.report.output_sets import write_probe_outputs
-    from posenc_cli.rundir.destinations import default_out, owned_out
+    from posenc_cli.rundir.destinations import owned_out
 
     out_dir = owned_out(out)
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
     check_trials(trials)
     require_seed("--seed", seed)
     target = resolve_device(device)
-    loaded, why = load_targets(list(runs or []), "probe", hf_options(hf_context, target, dtype))
-    check_probe_targets(loaded, wanted, target)
+    options = hf_options(hf_context, target, dtype, device_map=device_map)
+    loaded, why = load_targets(list(runs or []), "probe", options)
+    lengths_of = probe_lengths(loaded, wanted, add_context=add_context, device=target)
     announce([r.path for r in loaded], why, "probing")
-    df = probe_runs(loaded, lengths=wanted, depths=at_depths, trials=trials, seed=seed, device=target)
+    df = probe_runs(loaded, lengths=lengths_of, depths=at_depths, trials=trials, seed=seed, device=target)
+    report_probe(df, loaded, out_dir, lang=lang)
+
+
+def probe_lengths(loaded: list, wanted: list[int], *, add_context: bool, device) -> dict[int, list[int]]:
+    """Each target's trial lengths (by id; perplexity.target_lengths, the added ones said), checked
+    before any trial: a posenc run's vocabulary and corpus (unchanged since training), and each
+    target's memory at its lengths."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.evaluation.eval_runs import announce_added
+    from posenc_cli.evaluation.perplexity import target_lengths
+
+    planned = {id(r): target_lengths(r.train_len, wanted, add_context=add_context) for r in loaded}
+    for run in loaded:
+        run.check_probe()
+        lengths = planned[id(run)].lengths
+        run.check_fits([L for L in lengths if run.max_len is None or L <= run.max_len], device)
+    announce_added(loaded, planned)
+    return {key: plan.lengths for key, plan in planned.items()}
+
+
+def report_probe(df, loaded: list, out_dir, *, lang: str) -> None:
+    """The probe's output set (in `out_dir`, or outputs/probe/<time>), and its table on stdout."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.report.output_sets import write_probe_outputs
+    from posenc_cli.rundir.destinations import default_out
+
     labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
     info = {labels[str(r.path)]: r.facts() for r in loaded}
     out = out_dir or default_out("probe")
-    written = write_probe_outputs(df, info, out, lang=lang)
-    show_probe(df, written, out)
-
-
-def check_probe_targets(loaded: list, lengths: list[int], device) -> None:
-    """Before any trial: a posenc run's vocabulary and corpus (unchanged since training), and each
-    target's memory at its lengths."""
-    for run in loaded:
-        run.check_probe()
-        run.check_fits(
-            [L for L in {*lengths, run.train_len} if run.max_len is None or L <= run.max_len], device
-        )
+    show_probe(df, write_probe_outputs(df, info, out, lang=lang), out)
 
 
 def show_probe(df, written: list, out) -> None:

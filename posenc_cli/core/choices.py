@@ -7,6 +7,7 @@ LANGS = ("en", "zh")
 ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")  # posenc's own, for every rotary run
 HF_ROPE_SCALING = ("llama3",)  # transformers' own implementations, for `hf:` models only
 HF_DTYPES = ("fp32", "bf16")  # the weights of `hf:` models
+HF_DEVICE_MAPS = ("auto",)  # accelerate's big-model placement of `hf:` models (GPUs, then CPU)
 LEARNED_OVERFLOWS = ("dash", "window")  # eval past a position table: perplexity.OVERFLOWS, by name
 ROPE_LAYOUTS = ("half", "interleaved")  # rope and xpos pairings: rope.LAYOUTS, by name
 ALIBI_SLOPES = ("paper", "chapter")  # alibi slope rules: alibi.SLOPE_RULES, by name

@@ -14,12 +14,22 @@ from posenc_cli.core import ui
 from posenc_cli.core.ui import announce
 from posenc_cli.data import token_window
 from posenc_cli.data.stream import read_text
-from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers, with_tokenizer
+from posenc_cli.evaluation.eval_text import EvalText, held_out_text, same_bytes_spans
+from posenc_cli.evaluation.labels import (
+    Label,
+    distinctions,
+    mixes_own_tokenizers,
+    pretended_context,
+    with_tokenizer,
+)
 from posenc_cli.evaluation.perplexity import (
+    TargetLengths,
     evaluate_length,
     plan_windows,
     position_buckets,
+    require_tokens_for,
     scored_span,
+    target_lengths,
     unigram_perplexity,
 )
 from posenc_cli.evaluation.target import EvalTarget
@@ -47,9 +57,11 @@ class RunPlan:
     tokens: Any  # the token ids scored
     weights: Callable  # weights(start, n): the UTF-8 bytes and characters of tokens start..start+n-1
     unigram_ppl: float  # the bar a model must clear to get a verdict
-    lengths: list[int]  # the evaluation lengths, its training length included
+    lengths: list[int]  # the evaluation lengths (target_lengths: its training length where it is added)
     span: int  # targets scored at every length
     variants: list  # what it is evaluated as: RoPE scalings, or itself once
+    reference: int  # the length its longer lengths are read against (its training length, or inside it)
+    text: str  # what text it scored, as the table names it
 
 
 @dataclass(frozen=True)
@@ -63,23 +75,27 @@ class Scoring:
 
 def plan_run(
     run: EvalTarget,
-    eval_text: str | None,
+    stream: tuple,
     *,
-    lengths: list[int],
+    lengths: TargetLengths,
+    span: int | None,
     max_tokens: int,
     scoring: Scoring,
     rope_scaling,
     rope_factor,
+    text: str,
 ) -> RunPlan:
-    tokens, weights = run.eval_tokens(eval_text)
-    run_lengths = sorted(set(lengths) | {run.train_len})
-    span = scored_span(len(tokens), run_lengths, max_tokens)
+    """`stream`: its tokens of the text and their weights; `span`: the targets that cover the table's
+    bytes (eval_text), None for a run scored on its own validation split."""
+    tokens, weights = stream
+    run_lengths = lengths.lengths
+    span = scored_span(len(tokens), run_lengths, max_tokens) if span is None else span
     for length in run_lengths:
         plan_windows(span, length, scoring.mode, stride=scoring.stride)  # validates mode and stride
     variants = run.variants(list(rope_scaling), rope_factor)  # validates the methods for this run
     run.check_fits([L for L in run_lengths if not past_max_len(run.max_len, L)], scoring.device)
     unigram = unigram_perplexity(token_window(tokens, 0, span + 1))
-    return RunPlan(tokens, weights, unigram, run_lengths, span, variants)
+    return RunPlan(tokens, weights, unigram, run_lengths, span, variants, lengths.reference, text)
 
 
 def column_label(run: EvalTarget, variant, overflow: str, *, distinct, rope_factor, mixed: bool) -> Label:
@@ -88,9 +104,74 @@ def column_label(run: EvalTarget, variant, overflow: str, *, distinct, rope_fact
     label = run.use_variant(variant)
     scaled = rope_factor is not None and label.variant.split("+")[-1] in SCALINGS
     factor = (("s", f"{rope_factor:g}"),) if scaled else ()
-    return with_tokenizer(
-        replace(label, overflow=overflow, distinct=distinct + factor), run.tokenizer_name, mixed
+    marks = distinct + factor + pretended_context(run)
+    return with_tokenizer(replace(label, overflow=overflow, distinct=marks), run.tokenizer_name, mixed)
+
+
+def same_computation(methods, rope_factor) -> tuple[list[str], str]:
+    """The methods to score, and a note: with no --rope-factor, dynamic NTK is ntk at every full window
+    (both give base·(T/L)^(d/(d-2)) for a window of T tokens), so it is scored once, as ntk."""
+    methods = list(methods)
+    if rope_factor is not None or not {"ntk", "dynamic"} <= set(methods):
+        return methods, ""
+    return [m for m in methods if m != "dynamic"], (
+        "a +ntk column also stands for dynamic NTK: with no --rope-factor both give base·(T/L)^(d/(d−2)) for every "
+        "full window of T tokens, so dynamic is shown once, as ntk (posenc scores whole windows; "
+        "in generation dynamic would grow with the position instead)"
     )
+
+
+def plan_text(runs: list[EvalTarget], data_path: str | None) -> EvalText | None:
+    """--data's text (cut to a run's validation split where --data is its training text), or None."""
+    return held_out_text(read_text(data_path, what="--data"), data_path, runs) if data_path else None
+
+
+def plan_runs(
+    runs, text: EvalText | None, *, lengths: list[int], add_context: bool, max_tokens: int, **options
+) -> dict:
+    """Every target's RunPlan (by id), every input checked: its lengths (target_lengths, the added ones
+    said before any work) and, with a text, the spans of the same bytes."""
+    lengths_of = {id(run): target_lengths(run.train_len, lengths, add_context=add_context) for run in runs}
+    streams = {id(run): run.eval_tokens(text.text if text else None) for run in runs}
+    longest = {key: max(ls.lengths) for key, ls in lengths_of.items()}
+    for key in longest:
+        require_tokens_for(longest[key], max_tokens)
+    spans = (
+        same_bytes_spans(
+            streams, longest=longest, max_tokens=max_tokens, names={id(r): str(r.path) for r in runs}
+        )
+        if text
+        else dict.fromkeys(streams)
+    )
+    plans = {
+        id(run): plan_run(
+            run,
+            streams[id(run)],
+            lengths=lengths_of[id(run)],
+            span=spans[id(run)],
+            max_tokens=max_tokens,
+            text=text.name if text else "its validation split",
+            **options,
+        )
+        for run in runs
+    }
+    announce_added(runs, lengths_of)
+    return plans
+
+
+def announce_added(runs: list[EvalTarget], lengths_of: dict) -> None:
+    """Up front, the lengths nobody asked for: each target's training length where it is added."""
+    added: dict[int, list[str]] = {}
+    for run in runs:
+        if lengths_of[id(run)].added is not None:
+            added.setdefault(lengths_of[id(run)].added, []).append(str(run.path))
+    for length, names in sorted(added.items()):
+        ui.err.print(
+            f"also evaluating at {length} (not in --lengths): the training length of {', '.join(names)}, "
+            "the reference its longer lengths are read against",
+            markup=False,
+            highlight=False,
+        )
 
 
 def evaluate_runs(
@@ -106,29 +187,27 @@ def evaluate_runs(
     rope_factor: float | None = None,
     why: str = "",
     learned_overflow: tuple[str, ...] | list[str] = ("dash",),
+    add_context: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
-    """Every run at every length (its training length included), rotary runs once per RoPE scaling
+    """Every run at each of its lengths (perplexity.target_lengths), rotary runs once per RoPE scaling
     method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
     and per-scheme facts (positional parameters, relative-position kind, used by) for the report. Each
-    row carries the unigram perplexity of the tokens it scores (unigram_ppl): the bar a model must
-    clear to get a verdict. A run is a posenc run (`RunTarget`) or a Hugging Face model (`HFModel`):
-    both tokenize, score windows and name their variants."""
+    row carries the unigram perplexity of the tokens it scores (unigram_ppl), the bar a model must
+    clear to get a verdict. A run is a posenc run (`RunTarget`) or a Hugging Face model (`HFModel`)."""
     import pandas as pd
 
-    eval_text = read_text(data_path, what="--data") if data_path else None
     scoring = Scoring(mode, stride, device)
-    plans = {  # bad input is found before any work
-        id(run): plan_run(
-            run,
-            eval_text,
-            lengths=lengths,
-            max_tokens=max_tokens,
-            scoring=scoring,
-            rope_scaling=rope_scaling,
-            rope_factor=rope_factor,
-        )
-        for run in runs
-    }
+    methods, merged = same_computation(rope_scaling, rope_factor)
+    plans = plan_runs(  # bad input is found before any work
+        runs,
+        plan_text(runs, data_path),
+        lengths=lengths,
+        add_context=add_context,
+        max_tokens=max_tokens,
+        scoring=scoring,
+        rope_scaling=methods,
+        rope_factor=rope_factor,
+    )
     mixed = mixes_own_tokenizers(runs)  # then columns say which: "rope [bpe]"
     apart = distinctions(runs, mixed)  # runs pool as seeds only when equal but the seed
     announce([run.path for run in runs], why, "evaluating")
@@ -149,7 +228,10 @@ def evaluate_runs(
             scored, positions = score_variant(
                 run, scheme, plans[id(run)], context=context, scoring=scoring, bar=bar, task=task
             )
-            rows += [{**row, "differs": apart[id(run)].differs} for row in scored]
+            note = merged if scheme.variant.endswith("ntk") else ""  # ntk standing for dynamic too
+            rows += [
+                {**row, "note": row["note"] or note, "differs": apart[id(run)].differs} for row in scored
+            ]
             position_rows += positions
     return pd.DataFrame(rows), pd.DataFrame(position_rows), info
 
@@ -241,4 +323,7 @@ def unscored_row(run, scheme, plan: RunPlan, *, length: int, mode: str) -> dict[
         "bpb": math.nan,
         "unigram_ppl": plan.unigram_ppl,
         "precision": run.training_precision,
+        "context": run.real_context,  # the model's own, where --hf-context pretends another train_len
+        "reference_len": plan.reference,
+        "text": plan.text,
     }

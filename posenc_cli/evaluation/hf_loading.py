@@ -1,5 +1,7 @@
-"""Loading a pretrained causal LM for `hf:ID_OR_PATH`: a local directory, or the hub where it is
-reachable; its training length from its config; every failure one line."""
+"""Loading a pretrained causal LM for `hf:ID_OR_PATH`: a local directory, a local GGUF file (`hf:FILE.gguf`,
+through transformers' gguf_file=, with the tokenizer the file carries and its weights dequantized to
+--dtype), or the hub where it is reachable; its training length from its config; `--device-map auto`
+spreads it with accelerate; every failure one line."""
 
 from __future__ import annotations
 
@@ -40,10 +42,20 @@ def hub_reachable() -> bool:
         return False
 
 
+GGUF_SUFFIX = ".gguf"
+
+
 def load_pretrained(loader, source: str, name: str, **kwargs):
-    """`loader.from_pretrained` from a local directory, the local cache, or the hub, in that order;
-    never waits on a network that is not there."""
-    if Path(source).expanduser().is_dir():
+    """`loader.from_pretrained` from a local GGUF file, a local directory, the local cache, or the hub,
+    in that order; never waits on a network that is not there."""
+    local = Path(source).expanduser()
+    if local.suffix == GGUF_SUFFIX:
+        if not local.is_file():
+            raise UsageError(f"{name}: {local} is not a file; give the path of a .gguf file")
+        return loader.from_pretrained(
+            str(local.parent), gguf_file=local.name, local_files_only=True, **kwargs
+        )
+    if local.is_dir():
         return loader.from_pretrained(str(Path(source).expanduser()), local_files_only=True, **kwargs)
     try:
         return loader.from_pretrained(source, local_files_only=True, **kwargs)
@@ -56,8 +68,37 @@ def load_pretrained(loader, source: str, name: str, **kwargs):
     return loader.from_pretrained(source, **kwargs)
 
 
+def gguf_architectures() -> list[str]:
+    """The architectures transformers can read from a GGUF file (its GGUF_CONFIG_MAPPING, less metadata)."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    return sorted(set(GGUF_CONFIG_MAPPING) - {"general", "tokenizer"})
+
+
+def load_config(tf, source: str, name: str):
+    """The model's config; a GGUF architecture transformers cannot read is one line naming those it can."""
+    try:
+        return load_pretrained(tf.AutoConfig, source, name)
+    except UsageError:
+        raise
+    except ImportError as err:  # a GGUF file without the gguf package
+        raise UsageError(f"{name} cannot be loaded: {first_line(err)}; pip install 'posenc[hf]'") from None
+    except (OSError, ValueError, KeyError) as err:
+        if source.endswith(GGUF_SUFFIX) and "not supported" in str(err):
+            raise UsageError(
+                f"{name} cannot be loaded: its GGUF architecture is not one transformers reads from GGUF "
+                f"({first_line(err)}); those it reads: {', '.join(gguf_architectures())}"
+            ) from None
+        raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
+
+
 def load_hf_model(
-    name: str, *, context: int | None = None, device: torch.device | str = "cpu", dtype: str = "fp32"
+    name: str,
+    *,
+    context: int | None = None,
+    device: torch.device | str = "cpu",
+    dtype: str = "fp32",
+    device_map: str | None = None,
 ) -> HFModel:
     """`hf:ID_OR_PATH` -> HFModel; every way it can fail is one line."""
     tf = transformers_module()
@@ -68,24 +109,26 @@ def load_hf_model(
         )
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
-    try:
-        config = load_pretrained(tf.AutoConfig, source, name)
-    except UsageError:
-        raise
-    except (OSError, ValueError, KeyError) as err:
-        raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
+    config = load_config(tf, source, name)
     model_class = causal_lm_class(tf, config, name)
     train_len = checked_context(config, context, name)
     attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
-    tokenizer, model = load_weights(tf, source, name, config=config, dtype=DTYPES[dtype], attention=attention)
+    placement = {"dtype": DTYPES[dtype], "attn_implementation": attention}
+    if source.endswith(GGUF_SUFFIX):  # dense weights in --dtype, whatever kernels are installed
+        placement["quantization_config"] = tf.GgufConfig(dequantize=True)
+    if device_map is not None:
+        placement["device_map"] = device_map
+    tokenizer, model = load_weights(tf, source, name, config=config, placement=placement)
     check_tokenizer(tokenizer, name)
     return HFModel(
         name,
         model.eval(),
         tokenizer,
         train_len=int(train_len),
+        real_context=int(training_length(config) or train_len),
         attention=attention,
         device=torch.device(device),
+        mapped=device_map is not None,
     )
 
 
@@ -119,13 +162,12 @@ def checked_context(config, context: int | None, name: str) -> int:
     return train_len
 
 
-def load_weights(tf, source: str, name: str, *, config, dtype: torch.dtype, attention: str):
-    """(tokenizer, model); weights that are more than plain tensors are refused, never run."""
+def load_weights(tf, source: str, name: str, *, config, placement: dict):
+    """(tokenizer, model), the model loaded with `placement` (dtype, attention, device map); weights that
+    are more than plain tensors are refused, never run."""
     try:
         tokenizer = load_pretrained(tf.AutoTokenizer, source, name)
-        model = load_pretrained(
-            tf.AutoModelForCausalLM, source, name, config=config, dtype=dtype, attn_implementation=attention
-        )
+        model = load_pretrained(tf.AutoModelForCausalLM, source, name, config=config, **placement)
     except UsageError:
         raise
     except pickle.UnpicklingError:  # torch's weights-only loader refused it: its code never ran
@@ -134,7 +176,7 @@ def load_weights(tf, source: str, name: str, *, config, dtype: torch.dtype, atte
             "and posenc loads only plain tensors (nothing in the file was run); use a copy saved as "
             "model.safetensors"
         ) from None
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
+    except (OSError, ValueError, KeyError, RuntimeError, ImportError) as err:  # ImportError: gguf, accelerate
         raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
     return tokenizer, model
 

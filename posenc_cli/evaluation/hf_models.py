@@ -71,9 +71,11 @@ def transformers_module():
 
 
 def short_name(name: str) -> str:
-    """The label a column shows: a hub id as given, a local directory by its last component."""
+    """The label a column shows: a hub id as given, a local directory by its last component, a GGUF file
+    by its name without `.gguf`."""
     source = name[len(PREFIX) :].rstrip("/")
-    return Path(source).name if Path(source).expanduser().is_dir() else source
+    local = Path(source).expanduser()
+    return local.name if local.is_dir() else local.stem if local.is_file() else source
 
 
 class HFModel:
@@ -83,10 +85,24 @@ class HFModel:
     training_precision = ""  # not trained by posenc: nothing to compare
     tokenizer_name: str
 
-    def __init__(self, name: str, model, tokenizer, *, train_len: int, attention: str, device: torch.device):
+    def __init__(
+        self,
+        name: str,
+        model,
+        tokenizer,
+        *,
+        train_len: int,
+        real_context: int,
+        attention: str,
+        device: torch.device,
+        mapped: bool = False,
+    ):
         self.path = name  # the `run` column of ppl.csv
         self.model, self.tokenizer, self.train_len, self.attention = model, tokenizer, train_len, attention
-        self.device = device
+        self.real_context = real_context  # its config's context, whatever --hf-context pretends
+        if not mapped:  # with --device-map, accelerate placed it already
+            model.to(device)
+        self.device = model.get_input_embeddings().weight.device  # where its inputs go
         self.config = model.config
         self.base_scheme = MODEL_TYPE_SCHEMES[self.config.model_type]
         self.tokenizer_name = name
@@ -95,7 +111,6 @@ class HFModel:
         }
         self.scaling: RopeScaling | None = None
         self.built: tuple[str, float] | None = None  # (method, factor) the rotary modules now hold
-        model.to(device)
 
     @property
     def max_len(self) -> int | None:
@@ -148,7 +163,9 @@ class HFModel:
         hidden = c.hidden_size
         heads = c.num_attention_heads
         inner = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * hidden
-        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        weights = sum(
+            p.numel() * p.element_size() for p in self.model.parameters() if p.device == self.device
+        )
         activations = length * (8 * hidden + 2 * inner) * element
         scores = (
             3 * heads * length * length * element if self.attention == "eager" else length * length
@@ -186,10 +203,9 @@ class HFModel:
     @torch.no_grad()
     def token_nll(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         hidden = self.hidden_states(inputs)
-        targets = targets.to(self.device)
         return torch.cat(
             [
-                token_nll(logits, targets[:, s : s + logits.size(1)])
+                token_nll(logits, targets[:, s : s + logits.size(1)].to(logits.device)).to(self.device)
                 for s, logits in self.chunked_logits(hidden)
             ],
             dim=1,
@@ -233,7 +249,11 @@ class HFModel:
             else scaled_config(self.config, *wanted, train_len=self.train_len)
         )
         for name, original in self.rotary.items():
-            module = original if self.scaling is None else type(original)(config=config).to(self.device)
+            module = (
+                original
+                if self.scaling is None
+                else type(original)(config=config).to(original.inv_freq.device)
+            )
             parent, _, attr = name.rpartition(".")
             setattr(self.model.get_submodule(parent), attr, module)
         self.built = wanted

@@ -78,6 +78,12 @@ def with_tokenizer(label: Label, tokenizer: str, mixed: bool) -> Label:
     return replace(label, tokenizer=tokenizer) if mixed and tokenizer in TOKENIZERS else label
 
 
+def pretended_context(target) -> tuple[tuple[str, str], ...]:
+    """A column's mark of a pretended context: `(hf-context=256)` where --hf-context gives a model another
+    training length than its own config's, which every multiple and grade of the column is read against."""
+    return (("hf-context", str(target.train_len)),) if target.train_len != target.real_context else ()
+
+
 def scheme_order(columns: Iterable[Label | str]) -> list[Label | str]:
     """SCHEMES' order, unknown schemes after, each `rope+yarn`-style variant after its base, each
     scheme's tokenizers side by side; Hugging Face models ('gpt2 (learned)') after posenc's runs, by name."""

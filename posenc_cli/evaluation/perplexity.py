@@ -53,17 +53,46 @@ def plan_windows(
     return windows
 
 
+def require_tokens_for(longest: int, max_tokens: int) -> None:
+    """--max-tokens is a bound, never raised: a window of the longest length needs that many targets."""
+    if max_tokens < longest:
+        raise UsageError(
+            f"--max-tokens {max_tokens} is fewer than the longest length {longest}, whose one window scores "
+            f"{longest} tokens; give --max-tokens >= {longest} or shorter --lengths"
+        )
+
+
 def scored_span(n_tokens: int, lengths: list[int], max_tokens: int) -> int:
-    """The number of targets scored at every length: a multiple of the longest length (shorter
-    lengths that do not divide it end with a tail window, see plan_windows)."""
+    """The number of targets scored at every length: a multiple of the longest length, at most
+    --max-tokens (shorter lengths that do not divide it end with a tail window, see plan_windows)."""
     longest = max(lengths)
+    require_tokens_for(longest, max_tokens)
     available = n_tokens - 1  # the last token is only ever a target
     if longest > available:
         raise UsageError(
             f"length {longest} is longer than the evaluation text allows: it has {n_tokens} tokens, "
             f"so lengths up to {available} fit"
         )
-    return max(longest, (min(max_tokens, available) // longest) * longest)
+    return (min(max_tokens, available) // longest) * longest
+
+
+@dataclass(frozen=True)
+class TargetLengths:
+    """The lengths one target is evaluated at, and the one its longer lengths are read against."""
+
+    lengths: list[int]
+    reference: int  # its training length, or the longest length asked when all are inside its context
+    added: int | None  # a length nobody asked for (its training length), announced before any work
+
+
+def target_lengths(train_len: int, asked: list[int], *, add_context: bool) -> TargetLengths:
+    """The lengths asked, plus the target's training length when it is shorter than the longest asked
+    (cheap, and the reference of stability) or when --add-context asks for it. A context longer than
+    every length asked is not added: the longest length asked is the reference instead."""
+    add = train_len not in asked and (add_context or train_len < max(asked))
+    lengths = sorted({*asked, train_len}) if add else sorted(asked)
+    reference = max(L for L in lengths if L <= train_len)  # the context itself, or all asked are inside it
+    return TargetLengths(lengths, reference, train_len if add else None)
 
 
 def bits_per_byte(total_nll_nats: float, n_bytes: float) -> float:

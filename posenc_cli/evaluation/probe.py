@@ -19,7 +19,7 @@ import torch
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError, require_int
 from posenc_cli.data import passkey
-from posenc_cli.evaluation.labels import distinctions, mixes_own_tokenizers, with_tokenizer
+from posenc_cli.evaluation.labels import distinctions, mixes_own_tokenizers, pretended_context, with_tokenizer
 from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.model import token_nll
 from posenc_cli.model.positional import past_max_len
@@ -148,10 +148,17 @@ def score(scorer, trials: torch.Tensor, key_tokens: torch.Tensor) -> tuple[torch
 
 
 def probe_runs(
-    runs: list[EvalTarget], *, lengths: list[int], depths: list[float], trials: int, seed: int, device
+    runs: list[EvalTarget],
+    *,
+    lengths: dict[int, list[int]],
+    depths: list[float],
+    trials: int,
+    seed: int,
+    device,
 ):
-    """Every run at every length (its training length included) and depth: one tidy row per cell. A run
-    is a posenc run or a Hugging Face model; each builds its own trials (see their probe_trials)."""
+    """Every run at each of its lengths (`lengths`, by id: perplexity.target_lengths) and depth: one tidy
+    row per cell. A run is a posenc run or a Hugging Face model; each builds its own trials (see their
+    probe_trials)."""
     import pandas as pd
 
     fillers: dict[str, torch.Tensor] = {}
@@ -159,14 +166,12 @@ def probe_runs(
     apart = distinctions(runs, mixed)  # seeds of one model share a column, other trainings never do
     rows = []
     with ui.progress() as bar:
-        task = bar.add_task(
-            "probe", total=sum(len(set(lengths) | {r.train_len}) for r in runs) * len(depths), status=""
-        )
+        task = bar.add_task("probe", total=sum(len(lengths[id(r)]) for r in runs) * len(depths), status="")
         for run in runs:
             scorer = run.scorer(device)
-            label = replace(run.label, distinct=apart[id(run)].within)
+            label = replace(run.label, distinct=apart[id(run)].within + pretended_context(run))
             scheme = with_tokenizer(label, run.tokenizer_name, mixed)
-            for length in sorted(set(lengths) | {run.train_len}):
+            for length in lengths[id(run)]:
                 for depth in depths:
                     bar.update(task, status=f"{scheme} seed {run.seed} @ {length}, depth {depth:g}")
                     row = {

@@ -45,6 +45,10 @@ class RunTarget(LoadedRun):
         return f"{self.record.run_id or f'path:{Path(self.path).resolve()}'}@{self.checkpoint.step}"
 
     @property
+    def real_context(self) -> int:
+        return self.train_len  # a posenc run's context is the block size it was trained at
+
+    @property
     def label(self) -> Label:
         """The run as trained: `rope+yarn` for a run trained with that scaling, `sinusoidal+unscaled` for
         one trained off its scale_embeddings default."""

@@ -24,6 +24,11 @@ class EvalTarget(Protocol):
     def train_len(self) -> int: ...  # the length it was trained at: lengths are read against it
 
     @property
+    def real_context(self) -> int: ...  # the context it has: train_len, but an hf: model's own config's
+
+    # where --hf-context pretends another (no extrapolation verdict without a length past this one)
+
+    @property
     def seed(self) -> int: ...  # a posenc run's seed; 0 for a pretrained model
 
     @property

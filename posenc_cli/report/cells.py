@@ -39,6 +39,15 @@ def relative_length(length: int, train_len: int) -> str:
     return "training length" if length == train_len else f"{length / train_len:g}×"
 
 
+def relative_to(length: int, contexts: list[int]) -> str:
+    """A length against each context of a table: "2×" for one, "64× 256; 2× 8,192" for several (a
+    multiple is always of the column's own context, never of another's)."""
+    contexts = sorted(set(contexts))
+    if len(contexts) == 1:
+        return relative_length(length, contexts[0])
+    return "; ".join(f"training length {c:,}" if length == c else f"{length / c:g}× {c:,}" for c in contexts)
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(str(c) for c in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

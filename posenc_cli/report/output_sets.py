@@ -81,6 +81,6 @@ def write_eval_outputs(
         write_text(out / "comparison.md", comparison(df, info, lang=lang, passkey=passkey))
         plot_ppl_vs_length(df, out / "ppl_vs_length.png")
         if not positions.empty:
-            plot_loss_by_position(positions, int(df["train_len"].min()), out / "loss_by_position.png")
+            plot_loss_by_position(positions, df, out / "loss_by_position.png")
         result.written += written
     return written

@@ -6,7 +6,7 @@ import pandas as pd
 
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
 from posenc_cli.evaluation.labels import scheme_order
-from posenc_cli.report.cells import BEYOND_TABLE, markdown_table, mean_std, relative_length
+from posenc_cli.report.cells import BEYOND_TABLE, markdown_table, mean_std, relative_length, relative_to
 
 
 def retrieval_by_length(passkey: pd.DataFrame) -> pd.DataFrame:
@@ -17,10 +17,10 @@ def retrieval_by_length(passkey: pd.DataFrame) -> pd.DataFrame:
 def passkey_rows(passkey: pd.DataFrame, schemes: list[str]) -> list[list[str]]:
     """Rows "passkey @ L": % of trials retrieved exactly, mean ± std over seeds."""
     by_length = retrieval_by_length(passkey)
-    train_len = int(passkey["train_len"].min())
+    contexts = [int(c) for c in passkey.groupby("scheme")["train_len"].min()]
     rows = []
     for L in sorted(by_length["length"].unique()):
-        label = f"passkey @ {L}" + (" (training length)" if L == train_len else f" ({L / train_len:.3g}×)")
+        label = f"passkey @ {L} ({relative_to(L, contexts)})"
         cells = by_length[by_length.length == L]
         rows.append(
             [label] + [mean_std(cells[cells.scheme == str(s)]["accuracy"], digits=0) for s in schemes]

@@ -1,5 +1,7 @@
-"""Figures a paper reader can read: one colour and marker per scheme (Okabe-Ito), a line style per
-variant, plain log axes, the training length marked, PNG and SVG."""
+"""Figures a paper reader can read, whatever targets they show: a colour per scheme (Okabe-Ito) for
+posenc's runs and per model for `hf:` models, a line style per variant, a marker per tokenizer, plain
+log axes with labelled ticks, every column's context marked, the legend outside the axes when it is
+long, PNG and SVG. Styles are read from each column's `Label`, never from its text."""
 
 from __future__ import annotations
 
@@ -31,13 +33,25 @@ SCHEME_STYLES = {
 UNKNOWN_STYLE = ("#666666", "h")
 
 
+# Paul Tol's "muted" palette: one colour per pretrained model, apart from the schemes' colours.
+MODEL_COLOURS = ("#332288", "#CC6677", "#117733", "#882255", "#999933", "#44AA99", "#AA4499", "#DDCC77")
+
+
 VARIANT_LINES = {"": "-", "linear": "--", "ntk": "-.", "dynamic": ":", "yarn": (0, (5, 1, 1, 1, 1, 1))}
+OTHER_LINES = ((0, (1, 1)), (0, (3, 1, 1, 1)), (0, (5, 2)), (0, (2, 2, 6, 2)))  # variants beyond those
+
+
+TOKENIZER_MARKERS = {"char": "o", "byte": "s", "bpe": "^"}  # posenc's own tokenizers
+OTHER_MARKERS = ("D", "v", "P", "X", "*", "h", "p", "<")  # each pretrained model's tokenizer, in turn
+
+
+LEGEND_INSIDE = 6  # more entries than this go beside the axes, where they hide no line
 
 
 HEATMAP_CMAP = "viridis"  # sequential, perceptually uniform, not red-green
 
 
-POSITION_BUCKETS = 32  # loss_by_position.png: buckets across the longest window
+OCTAVE_BUCKETS = 4  # loss_by_position.png: buckets per doubling of the position (a log 2 axis)
 
 
 def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
@@ -81,7 +95,7 @@ def plot_probe_summary(passkey: pd.DataFrame, path: Path) -> None:
         retrieval_by_length(passkey),
         x="length",
         y="accuracy",
-        train_len=int(passkey["train_len"].min()),
+        contexts=column_contexts(passkey),
         path=path,
         xlabel="prompt length (tokens)",
         ylabel="passkey retrieved (%)",
@@ -95,7 +109,7 @@ def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
         df,
         x="eval_len",
         y="ppl",
-        train_len=int(df["train_len"].min()),
+        contexts=column_contexts(df),
         path=path,
         xlabel="evaluation length (tokens)",
         ylabel="perplexity",
@@ -106,15 +120,56 @@ def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
 
 def scheme_style(label: Label | str) -> dict:
     """Colour and marker by scheme, line style by variant (`rope+yarn`, `sinusoidal+unscaled`): the same
-    in every figure whichever schemes it shows, a pretrained model's included."""
+    in every figure whichever schemes it shows. figure_styles sets pretrained models and tokenizers apart."""
     label = as_label(label)
     colour, marker = SCHEME_STYLES.get(label.family, UNKNOWN_STYLE)
     return {"color": colour, "marker": marker, "linestyle": VARIANT_LINES.get(label.beyond_family, "--")}
 
 
+def figure_styles(columns: list, tokenizers: dict) -> dict[str, dict]:
+    """Per column (by its text): colour by scheme for posenc's runs and by model for pretrained ones,
+    line style by variant, marker by tokenizer (`tokenizers`: column -> its tokenizer's name), so that
+    no two columns of one figure share all three."""
+    labels = [as_label(c) for c in columns]
+    models = list(dict.fromkeys(label.model for label in labels if label.model))
+    variants = sorted({label.beyond_family for label in labels} - set(VARIANT_LINES))
+    others = list(
+        dict.fromkeys(t for t in (tokenizers.get(c, "") for c in columns) if t not in TOKENIZER_MARKERS)
+    )
+    styles = {}
+    for column, label in zip(columns, labels):
+        style = scheme_style(label)
+        if label.model:
+            style["color"] = MODEL_COLOURS[models.index(label.model) % len(MODEL_COLOURS)]
+        if label.beyond_family in variants:
+            style["linestyle"] = OTHER_LINES[variants.index(label.beyond_family) % len(OTHER_LINES)]
+        tokenizer = tokenizers.get(column, "")
+        style["marker"] = (
+            TOKENIZER_MARKERS.get(tokenizer) or OTHER_MARKERS[others.index(tokenizer) % len(OTHER_MARKERS)]
+        )
+        styles[str(column)] = style
+    return styles
+
+
+def column_tokenizers(df: pd.DataFrame) -> dict:
+    """Each column's tokenizer (its first row's), {} for results that do not record one."""
+    return df.groupby("scheme")["tokenizer"].first().to_dict() if "tokenizer" in df else {}
+
+
+def column_contexts(df: pd.DataFrame) -> dict[int, list[str]]:
+    """Each training length (context) of the columns, with the models or schemes that have it."""
+    contexts: dict[int, list[str]] = {}
+    for column, length in df.groupby("scheme")["train_len"].min().items():
+        label = as_label(column)
+        owners = contexts.setdefault(int(length), [])
+        if (label.model or label.family) not in owners:
+            owners.append(label.model or label.family)
+    return dict(sorted(contexts.items()))
+
+
 def plain_log_axis(axis, values: Iterable[float]) -> None:
     """Log ticks labelled as plain numbers (2, 5, 10, not 2×10⁰): 1-2-5 steps, finer when the range is narrow."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter, NullLocator
 
     finite = [v for v in values if v > 0 and math.isfinite(v)]
     if not finite:
@@ -127,20 +182,50 @@ def plain_log_axis(axis, values: Iterable[float]) -> None:
         ticks = [t for t in candidates if lo / 1.15 <= t <= hi * 1.15]
         if len(ticks) >= 3:
             break
+    if len(ticks) < 3:  # a narrow range (28 to 40): evenly spaced round numbers inside it
+        ticks = [
+            t
+            for t in MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(lo / 1.05, hi * 1.05)
+            if t > 0
+        ]
     axis.set_major_locator(FixedLocator(ticks))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_locator(NullLocator())
     axis.set_minor_formatter(NullFormatter())
 
 
-def finish_figure(fig, ax, *, train_len: int, xlabel: str, ylabel: str, title: str, path: Path) -> None:
-    """Mark the training length, label, and write PNG and SVG atomically."""
-    ax.axvline(train_len, color="grey", linestyle=":", linewidth=1.2, label=f"training length ({train_len})")
+CONTEXT_LINES = (":", "--", "-.", (0, (1, 3)))  # one per context a figure marks
+
+
+def mark_contexts(ax, contexts: dict[int, list[str]]) -> None:
+    """A vertical line at each column's context, named with the columns that have it when they differ."""
+    for i, (length, columns) in enumerate(contexts.items()):
+        whose = (
+            "" if len(contexts) == 1 else ": " + ", ".join(columns[:2]) + (", …" if len(columns) > 2 else "")
+        )
+        ax.axvline(
+            length,
+            color="grey",
+            linestyle=CONTEXT_LINES[i % len(CONTEXT_LINES)],
+            linewidth=1.2,
+            label=f"training length {length:,}{whose}",
+        )
+
+
+def finish_figure(
+    fig, ax, *, contexts: dict[int, list[str]], xlabel: str, ylabel: str, title: str, path: Path
+) -> None:
+    """Mark every column's context, label, put a long legend beside the axes, and write PNG and SVG atomically."""
+    mark_contexts(ax, contexts)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, which="major", color="0.92", linewidth=0.8)
-    ax.legend(fontsize=8)
+    if len(ax.get_legend_handles_labels()[1]) > LEGEND_INSIDE:
+        fig.set_size_inches(fig.get_size_inches()[0] + 4.5, fig.get_size_inches()[1])
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    else:
+        ax.legend(fontsize=8)
     save_figure(fig, path)
 
 
@@ -149,7 +234,7 @@ def plot_by_length(
     *,
     x: str,
     y: str,
-    train_len: int,
+    contexts: dict[int, list[str]],
     path: Path,
     xlabel: str,
     ylabel: str,
@@ -165,6 +250,7 @@ def plot_by_length(
 
     fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
     schemes = scheme_order(df["scheme"])
+    styles = figure_styles(schemes, column_tokenizers(df))
     for i, scheme in enumerate(schemes):
         stats = df[df.scheme == str(scheme)].groupby(x)[y].agg(["mean", "std", "min", "max"])
         stats = stats.dropna(subset=["mean"])
@@ -179,7 +265,7 @@ def plot_by_length(
             yerr=bars,
             capsize=3,
             label=str(scheme),
-            **scheme_style(scheme),
+            **styles[str(scheme)],
         )
     ax.set_xscale("log", base=2)
     lengths = sorted(df[x].unique())
@@ -190,29 +276,49 @@ def plot_by_length(
         plain_log_axis(ax.yaxis, df[y].dropna())
     if percent:
         ax.set_ylim(-4, 104)
-    finish_figure(fig, ax, train_len=train_len, xlabel=xlabel, ylabel=ylabel, title=title, path=path)
+    finish_figure(fig, ax, contexts=contexts, xlabel=xlabel, ylabel=ylabel, title=title, path=path)
 
 
-def plot_loss_by_position(positions: pd.DataFrame, train_len: int, path: Path) -> None:
-    """Mean NLL by position inside the longest window, seeds averaged, in POSITION_BUCKETS buckets (token
-    weighted): where a scheme breaks, against the training length."""
-    longest = positions["eval_len"].max()
-    sub = positions[positions.eval_len == longest].copy()
-    width = max(1, math.ceil(longest / POSITION_BUCKETS))
-    sub["bucket"] = sub["position"] // width * width
-    sub["nll_sum"] = sub["nll"] * sub["tokens"]
+def log_buckets(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """(position, mean NLL) of one column's per-position rows, merged into OCTAVE_BUCKETS buckets per
+    doubling of the position (token weighted), each csv bucket counted at its centre."""
+    starts = np.sort(rows["position"].unique())  # loss_by_position.csv's buckets: their first positions
+    centre = rows["position"] + (np.diff(starts).min() if len(starts) > 1 else 1) / 2
+    merged = pd.DataFrame(
+        {
+            "bucket": np.floor(np.log2(centre) * OCTAVE_BUCKETS),  # even on the log axis
+            "nll_sum": rows["nll"] * rows["tokens"],
+            "position_sum": centre * rows["tokens"],
+            "tokens": rows["tokens"],
+        }
+    )
+    sums = merged.groupby("bucket")[["nll_sum", "position_sum", "tokens"]].sum()
+    return sums["position_sum"] / sums["tokens"], sums["nll_sum"] / sums["tokens"]
+
+
+def plot_loss_by_position(positions: pd.DataFrame, df: pd.DataFrame, path: Path) -> None:
+    """Mean NLL by position inside each column's longest window (seeds averaged; log_buckets) on a log 2
+    axis of positions: where each scheme or model breaks, against its context."""
     fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
-    for scheme in scheme_order(sub["scheme"]):
-        sums = sub[sub.scheme == str(scheme)].groupby("bucket")[["nll_sum", "tokens"]].sum()
-        style = scheme_style(scheme) | {"marker": None}
+    columns = scheme_order(positions["scheme"])
+    styles = figure_styles(columns, column_tokenizers(df))
+    for column in columns:
+        own = positions[positions.scheme == str(column)]
+        longest = int(own["eval_len"].max())
         ax.plot(
-            sums.index + width / 2, sums["nll_sum"] / sums["tokens"], label=scheme, linewidth=1.6, **style
+            *log_buckets(own[own.eval_len == longest]),
+            label=f"{column} @ {longest:,}",
+            linewidth=1.6,
+            markersize=3.5,
+            **styles[str(column)],
         )
+    ax.set_xscale("log", base=2)
+    plain_log_axis(ax.xaxis, positions["position"] + 1)
     finish_figure(
         fig,
         ax,
-        train_len=train_len,
-        xlabel=f"position inside a window of {longest} tokens ({width}-token buckets)",
+        contexts=column_contexts(df),
+        xlabel="position inside the window (tokens)",
         ylabel="mean NLL (nats)",
         title="Loss by position: where a scheme breaks",
         path=path,

@@ -15,7 +15,7 @@ from posenc_cli.model.positional import SCHEMES, claim_for
 from posenc_cli.report.cells import (
     BEYOND_TABLE,
     markdown_table,
-    relative_length,
+    relative_to,
     result_cell,
     times,
 )
@@ -23,11 +23,13 @@ from posenc_cli.report.passkey_tables import passkey_note, passkey_rows
 from posenc_cli.report.verdict import (
     LEARNED_BELOW_UNIGRAM,
     NO_VERDICT,
+    NOT_MEASURED,
     QUALITY_BANDS,
     STABILITY_BANDS,
     bands_text,
     extrapolation,
     per_byte,
+    per_column,
 )
 
 
@@ -94,7 +96,8 @@ def comparison(
     schemes = scheme_order(df["scheme"])
     lengths = sorted(df["eval_len"].unique())
     evidence, best = extrapolation(df, max(lengths))
-    rows = length_rows(df, schemes, lengths) + grade_rows(df, schemes, evidence, best=best)
+    rows = context_rows(df, schemes) + length_rows(df, schemes, lengths)
+    rows += grade_rows(df, schemes, evidence, best=best)
     if subword(df):
         rows += tokenizer_rows(df, schemes, lengths)
     if passkey is not None:
@@ -111,8 +114,35 @@ def comparison(
 
 
 def own_length(df: pd.DataFrame) -> int | None:
-    """The columns' one training length, or None when they differ."""
-    return int(df["train_len"].min()) if df["train_len"].nunique() == 1 else None
+    """The columns' one reference length (their training length, or the longest length inside it), or
+    None when they differ."""
+    reference = per_column(df, "reference_len")
+    return int(reference.iloc[0]) if reference.nunique() == 1 else None
+
+
+def context_rows(df: pd.DataFrame, schemes: list) -> list[list[str]]:
+    """Each column's context and reference length, where they are not one training length for all: a
+    context --hf-context pretends is marked, and so is a reference inside a longer context."""
+    trained, real = per_column(df, "train_len"), per_column(df, "context")
+    reference = per_column(df, "reference_len")
+    plain = trained.nunique() == 1 and (trained == real).all() and (trained == reference).all()
+    if plain:
+        return []
+    context = [
+        f"{trained[s]:,}" + (f" (--hf-context; its config: {real[s]:,})" if trained[s] != real[s] else "")
+        for s in schemes
+    ]
+    rows = [["context (training length)", *context]]
+    if (trained != reference).any():
+        rows.append(
+            ["reference length"]
+            + [
+                f"{reference[s]:,}"
+                + (" (the longest length asked, inside the context)" if reference[s] != trained[s] else "")
+                for s in schemes
+            ]
+        )
+    return rows
 
 
 def length_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> list[list[str]]:
@@ -129,7 +159,7 @@ def length_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> lis
 def grade_rows(df: pd.DataFrame, schemes: list[str], evidence: dict, *, best: str | None) -> list[list[str]]:
     """The two measures a verdict is the lower grade of: stability and quality at the longest length."""
     longest = df["eval_len"].max()
-    train_len = own_length(df) or "training length"
+    train_len = own_length(df) or "reference length"
     measure = f"per-byte ppl({longest}) = 2^bpb" if per_byte(df) else f"ppl({longest})"
     return [
         [f"stability: ppl({longest}) / own ppl({train_len})"]
@@ -162,12 +192,12 @@ def comparison_notes(
 ) -> list[str]:
     """The footnotes: what was scored, how to read the grades, and why a column has no verdict or number."""
     longest = df["eval_len"].max()
-    train_len = own_length(df) or "its training length"
-    own = df.groupby("scheme")["train_len"].min()  # each column's training length
+    train_len = own_length(df) or "its reference length"
+    own = per_column(df, "reference_len")  # each column's reference length
     seeds = {s: df[df.scheme == str(s)]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
     notes = [
-        f"Perplexity on {scored_tokens(df)} ({mode} windows), the same tokens at every length; "
+        f"Perplexity on {scored_text(df)} ({mode} windows), the same tokens at every length; "
         + (
             "mean ± std over seeds: " + ", ".join(f"{s} n={n}" for s, n in seeds.items())
             if max(seeds.values()) > 1
@@ -195,8 +225,9 @@ def comparison_notes(
         f"perplexity of the text ({e.unigram_ppl:.2f}; clearly: at most {LEARNED_BELOW_UNIGRAM:g}×), so it "
         "has not learned enough to grade; its numbers stand as measured."
         for s, e in evidence.items()
-        if not e.learned
+        if e.verdict == NO_VERDICT
     ]
+    notes += not_measured_notes(df, evidence)
     if passkey is not None:
         notes.append(passkey_note(passkey))
     notes += [note for note in (differences_note(df), precision_note(df)) if note]
@@ -207,14 +238,27 @@ def comparison_notes(
     return notes
 
 
+def not_measured_notes(df: pd.DataFrame, evidence: dict) -> list[str]:
+    """Why a column has no extrapolation grade: no length past its own context (and whether
+    --hf-context pretended a shorter one)."""
+    trained, real = per_column(df, "train_len"), per_column(df, "context")
+    longest = df["eval_len"].max()
+    notes = []
+    for s, e in evidence.items():
+        if e.verdict != NOT_MEASURED:
+            continue
+        pretended = f"; --hf-context {trained[s]:,} pretends a shorter one" if trained[s] != real[s] else ""
+        notes.append(
+            f"{NOT_MEASURED} for {s}: no length past its own context ({real[s]:,}) was evaluated (the longest is "
+            f"{longest:,}{pretended}), so nothing was extrapolated; add a length past it to grade it."
+        )
+    return notes
+
+
 def length_relation(df: pd.DataFrame, length: int) -> str:
-    """How a row names an evaluation length: its multiple of the training length ("2×") where the
-    columns share one; where they do not, the columns whose training length it is (or nothing)."""
-    own = df.groupby("scheme")["train_len"].min()
-    if own.nunique() == 1:
-        return relative_length(length, int(own.iloc[0]))
-    trained = [str(s) for s in scheme_order(own.index) if own[s] == length]
-    return f"training length of {', '.join(trained)}" if trained else ""
+    """How a row names an evaluation length: its multiple of each column's training length ("2×" where
+    the columns share one, "64× 256; 2× 8,192" where they do not)."""
+    return relative_to(length, [int(c) for c in per_column(df, "train_len")])
 
 
 def differences_note(df: pd.DataFrame) -> str | None:
@@ -267,14 +311,31 @@ def precision_note(df: pd.DataFrame) -> str | None:
     )
 
 
-def scored_tokens(df: pd.DataFrame) -> str:
+def scored_tokens(df: pd.DataFrame, kind: str = "validation tokens") -> str:
     """How many tokens each length scored, exactly: one number when every run scored the same span."""
     scored = df[df["tokens"] > 0].groupby("scheme")["tokens"].unique()
     counts = {s: sorted(int(t) for t in values) for s, values in scored.items()}
     if len({t for values in counts.values() for t in values}) == 1:
-        return f"{next(iter(counts.values()))[0]:,} validation tokens"
-    return "validation tokens per length: " + ", ".join(
+        return f"{next(iter(counts.values()))[0]:,} {kind}"
+    return f"{kind} per length: " + ", ".join(
         f"{s} {' / '.join(f'{t:,}' for t in values)}" for s, values in counts.items()
+    )
+
+
+def scored_text(df: pd.DataFrame) -> str:
+    """What text the columns scored: one --data text (the same bytes for all, to less than a token at
+    each end: eval_text), or each run's validation split; old ppl.csv files say validation tokens."""
+    if "text" not in df:
+        return scored_tokens(df)
+    texts = df.groupby("scheme")["text"].first()
+    if (texts == "its validation split").all():
+        return "each run's validation split: " + scored_tokens(df, "tokens")
+    scored = df[df["tokens"] > 0]["bytes"].dropna()
+    span = f"{scored.min():,.0f}" if scored.nunique() <= 1 else f"{scored.min():,.0f}–{scored.max():,.0f}"
+    where = texts.iloc[0] if texts.nunique() == 1 else "; ".join(f"{s}: {t}" for s, t in texts.items())
+    return (
+        f"{where}: the same {span} bytes of it for every column (a column's first token is only an input, "
+        f"and a token crossing the span's end is not scored), {scored_tokens(df, 'tokens')}"
     )
 
 

@@ -41,6 +41,9 @@ LEARNED_BELOW_UNIGRAM = 0.8
 NO_VERDICT = "no verdict"
 
 
+NOT_MEASURED = "not measured"  # no length past the model's own context: there was no extrapolation to grade
+
+
 def grade(ratio: float, bands: list[tuple[float, str]]) -> str:
     """The band a ratio falls in; a ratio that cannot be measured (past a learned table) fails."""
     if not math.isfinite(ratio):
@@ -53,8 +56,11 @@ def has_learned(train_ppl: float, unigram_ppl: float) -> bool:
     return not train_ppl > LEARNED_BELOW_UNIGRAM * unigram_ppl
 
 
-def verdict(stability: float, quality: float, learned: bool = True) -> str:
-    """The lower of the stability and the quality grade: a flat but poor model is not a strong extrapolator."""
+def verdict(stability: float, quality: float, learned: bool = True, *, past_context: bool = True) -> str:
+    """The lower of the stability and the quality grade: a flat but poor model is not a strong extrapolator;
+    none without a length past the model's own context (nothing was extrapolated)."""
+    if not past_context:
+        return NOT_MEASURED
     if not learned:
         return NO_VERDICT
     return max(grade(stability, STABILITY_BANDS), grade(quality, QUALITY_BANDS), key=GRADES.index)
@@ -64,11 +70,12 @@ def verdict(stability: float, quality: float, learned: bool = True) -> str:
 class Extrapolation:
     """One scheme's row of evidence for its verdict (means over seeds)."""
 
-    train_ppl: float
+    train_ppl: float  # at its reference length (its training length, or the longest length inside it)
     longest_ppl: float
     unigram_ppl: float
     longest_compared: float  # what quality compares at the longest length (see `compared_perplexity`)
     best_longest_compared: float  # the same for the best learned scheme
+    past_context: bool = True  # whether the longest length is past the model's own (real) context
 
     @property
     def stability(self) -> float:
@@ -84,7 +91,7 @@ class Extrapolation:
 
     @property
     def verdict(self) -> str:
-        return verdict(self.stability, self.quality, self.learned)
+        return verdict(self.stability, self.quality, self.learned, past_context=self.past_context)
 
 
 def per_byte(df: pd.DataFrame) -> bool:
@@ -103,13 +110,18 @@ def mean_of_all(values: pd.Series) -> float:
     return float(values.mean(skipna=False))
 
 
+def per_column(df: pd.DataFrame, column: str) -> pd.Series:
+    """A column's one value per scheme, the training length where a ppl.csv from before eval wrote it."""
+    return df.groupby("scheme")[column if column in df else "train_len"].min()
+
+
 def extrapolation(df: pd.DataFrame, longest: int) -> tuple[dict[str, Extrapolation], str | None]:
-    """Per scheme, the evidence for its verdict (against its own training length: models from the hub
-    have their own), and the best learned scheme at the longest length."""
+    """Per scheme, the evidence for its verdict (against its own reference length: models from the hub
+    have their own context), and the best learned scheme at the longest length."""
     means = df.groupby(["scheme", "eval_len"])["ppl"].agg(mean_of_all)
     compared = df.assign(compared=compared_perplexity(df)).groupby(["scheme", "eval_len"])["compared"]
     compared = compared.agg(mean_of_all)
-    own = df.groupby("scheme")["train_len"].min()
+    own, context = per_column(df, "reference_len"), per_column(df, "context")
     unigram = df.groupby("scheme")["unigram_ppl"].mean() if "unigram_ppl" in df else {}
     facts = {
         s: (
@@ -123,7 +135,10 @@ def extrapolation(df: pd.DataFrame, longest: int) -> tuple[dict[str, Extrapolati
     learned = {s: f[3] for s, f in facts.items() if has_learned(f[0], f[2]) and math.isfinite(f[3])}
     best = min(learned, key=learned.get) if learned else None
     best_compared = learned[best] if best else math.nan
-    return {s: Extrapolation(*f, best_longest_compared=best_compared) for s, f in facts.items()}, best
+    return {
+        s: Extrapolation(*f, best_longest_compared=best_compared, past_context=longest > context[s])
+        for s, f in facts.items()
+    }, best
 
 
 def bands_text(bands: list[tuple[float, str]]) -> str:

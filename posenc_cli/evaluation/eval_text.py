@@ -1,0 +1,86 @@
+"""The text the columns of one `posenc eval` score: with --data, the same bytes for every column whatever
+its tokenizer, so that bits per byte compare models on the same text.
+
+The span is chosen once per table, in bytes of the text: B, the bytes that the column whose tokens are
+longest covers in --max-tokens targets (rounded down to a multiple of its longest length, so it scores
+whole windows: the cost of a large model is what --max-tokens bounds). Every other target scores the
+same bytes, in as many of its own tokens as they take: its tokens that end at or before byte B. Where a window boundary falls inside a
+token: a token is scored when it ends at or before B, so a token crossing B is left out whole; the
+text's first token is only ever an input. Columns therefore score the same bytes up to less than one
+token at each end (the first token's bytes and the part of a token that crosses B), and each row counts
+the bytes its own tokens cover exactly (ppl.csv's `bytes`), which is what its bpb divides by.
+
+When --data is the very text a posenc run was trained on (its recorded sha256), the text is cut to that
+run's validation split (the last data.val_fraction of its characters) for every column: a run is never
+scored on its training text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from posenc_cli.core.errors import UsageError
+from posenc_cli.data.stream import scan, split_point, string_source
+from posenc_cli.rundir.loading import LoadedRun
+
+
+@dataclass(frozen=True)
+class EvalText:
+    """The text every target tokenizes, and how a table names it."""
+
+    text: str
+    name: str  # e.g. "shakespeare.txt, characters 1,003,854–1,115,394 (the validation split of ...)"
+
+
+def held_out_text(text: str, path: str, runs: list) -> EvalText:
+    """--data's text, cut to the validation split of every posenc run trained on it (the latest cut)."""
+    digest = scan(string_source(text, "--data"))[0]
+    trained_on = [run for run in runs if isinstance(run, LoadedRun) and run.record.corpus_sha256 == digest]
+    if not trained_on:
+        return EvalText(text, Path(path).name)
+    cut = max(split_point(len(text), validation_share(run, path)) for run in trained_on)
+    names = ", ".join(str(Path(run.path).name) for run in trained_on)
+    return EvalText(
+        text[cut:],
+        f"{Path(path).name}, characters {cut:,}–{len(text):,} (the validation split of the text {names} "
+        "was trained on; --data is that text)",
+    )
+
+
+def validation_share(run: LoadedRun, path: str) -> float:
+    """The run's recorded data.val_fraction; a record without one cannot say where its validation starts."""
+    share = run.record.data.get("val_fraction")
+    if not isinstance(share, (int, float)):
+        raise UsageError(
+            f"--data {path} is the text {run.path} was trained on, and its record states no data.val_fraction, "
+            "so its validation split is unknown; evaluate it without --data, or give a held-out text"
+        )
+    return float(share)
+
+
+def token_ends(weights, n_tokens: int) -> np.ndarray:
+    """The byte offset, from the text's start, at which each token ends."""
+    return np.cumsum(weights(0, n_tokens)[0].numpy())
+
+
+def same_bytes_spans(streams: dict, *, longest: dict, max_tokens: int, names: dict) -> dict[int, int]:
+    """Per target (by key), how many targets it scores so that every target scores the same B bytes
+    (see the module docstring); refuses, naming it, a target whose tokens there are too few for its
+    longest window."""
+    ends = {key: token_ends(weights, len(tokens)) for key, (tokens, weights) in streams.items()}
+    whole = {key: min(max_tokens, len(e) - 1) // longest[key] * longest[key] for key, e in ends.items()}
+    bound = max(float(e[whole[key]]) for key, e in ends.items())
+    spans = {}
+    for key, e in ends.items():
+        span = int(np.searchsorted(e, bound, side="right")) - 1  # its first token is only an input
+        if span < longest[key]:
+            raise UsageError(
+                f"{names[key]}: the {bound:,.0f} bytes of text every column scores (--max-tokens "
+                f"{max_tokens} of the longest tokens) hold {span + 1} of its tokens, too few for a window of "
+                f"{longest[key]}; give a longer --data or shorter --lengths"
+            )
+        spans[key] = span
+    return spans
