@@ -95,12 +95,10 @@ def test_schemes_lists_every_scheme_beyond_the_chapters_too():
 
 def test_the_fixed_choices_the_command_line_lists_are_the_ones_the_code_accepts():
     # the names live in core.choices so --help leaves torch unimported; the code keys its rules by them
-    from posenc_cli.core.choices import ALIBI_SLOPES, LEARNED_OVERFLOWS, ROPE_LAYOUTS
-    from posenc_cli.evaluation.perplexity import OVERFLOWS
+    from posenc_cli.core.choices import ALIBI_SLOPES, ROPE_LAYOUTS
     from posenc_cli.model.positional.alibi import SLOPE_RULES
     from posenc_cli.model.positional.rope import LAYOUTS
 
-    assert set(LEARNED_OVERFLOWS) == set(OVERFLOWS)
     assert set(ROPE_LAYOUTS) == set(LAYOUTS) and set(ALIBI_SLOPES) == set(SLOPE_RULES)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from posenc_cli.core.choices import EVAL_MODES as MODES
+from posenc_cli.core.choices import LEARNED_OVERFLOWS as OVERFLOWS
 from posenc_cli.core.device import autocast
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import token_window
@@ -240,9 +241,6 @@ def position_buckets(result: LengthResult, n_buckets: int = 128) -> list[tuple[i
         if count > 0:
             rows.append((start, float(sums[start : start + width].sum() / count), int(count)))
     return rows
-
-
-OVERFLOWS = ("dash", "window")
 
 
 def parse_overflow(text: str) -> list[str]:
