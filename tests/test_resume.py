@@ -140,7 +140,7 @@ def test_ctrl_c_saves_says_how_to_resume_and_resume_matches(reference, tmp_path)
     assert_same_training(reference, run)
 
 
-def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_skips_it(
+def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_names_it_unscored(
     reference, tmp_path, monkeypatch
 ):
     run = tmp_path / "diverged"
@@ -171,6 +171,9 @@ def test_non_finite_loss_fails_the_run_keeps_the_last_good_checkpoint_and_eval_s
     assert evaluated.code == 0, evaluated.stderr
     assert f"skipping {run}: its status is failed" in " ".join(evaluated.stderr.split())
     assert set(pd.read_csv(tmp_path / "eval" / "ppl.csv")["run"]) == {str(reference)}
+    for table in ("comparison.md", "ppl.md"):  # the run named is in the output set, and why it is not scored
+        text = " ".join((tmp_path / "eval" / table).read_text().split())
+        assert f"not scored: {run}, its status is failed: training stopped: the loss became" in text
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "diverged",
         "eval",

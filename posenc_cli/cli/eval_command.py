@@ -104,7 +104,7 @@ def eval_command(
     methods = rope_methods(rope_scaling, rope_factor)
     check_windows(mode, stride, max_tokens)
     target = resolve_device(device)
-    loaded, why = load_targets(
+    loaded, why, skipped = load_targets(
         named_runs(runs, data), "evaluate", hf_options(hf_context, target, dtype, device_map=device_map)
     )
     df, positions, info = evaluate_runs(
@@ -122,7 +122,8 @@ def eval_command(
         add_context=add_context,
     )
     out = out_dir or default_out("eval")
-    show_eval(df, out, write_eval_outputs(df, positions, info, out=out, lang=lang), mode=mode)
+    written = write_eval_outputs(df, positions, info, out=out, lang=lang, skipped=skipped)
+    show_eval(df, out, written, mode=mode)
 
 
 def rope_methods(rope_scaling: str, rope_factor: float | None) -> list[str]:

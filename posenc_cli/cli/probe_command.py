@@ -68,11 +68,11 @@ def probe(
     require_seed("--seed", seed)
     target = resolve_device(device)
     options = hf_options(hf_context, target, dtype, device_map=device_map)
-    loaded, why = load_targets(list(runs or []), "probe", options)
+    loaded, why, skipped = load_targets(list(runs or []), "probe", options)
     lengths_of = probe_lengths(loaded, wanted, add_context=add_context, device=target)
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, lengths=lengths_of, depths=at_depths, trials=trials, seed=seed, device=target)
-    report_probe(df, loaded, out_dir, lang=lang)
+    report_probe(df, loaded, out_dir, lang=lang, skipped=skipped)
 
 
 def probe_lengths(loaded: list, wanted: list[int], *, add_context: bool, device) -> dict[int, list[int]]:
@@ -92,7 +92,7 @@ def probe_lengths(loaded: list, wanted: list[int], *, add_context: bool, device)
     return {key: plan.lengths for key, plan in planned.items()}
 
 
-def report_probe(df, loaded: list, out_dir, *, lang: str) -> None:
+def report_probe(df, loaded: list, out_dir, *, lang: str, skipped: list) -> None:
     """The probe's output set (in `out_dir`, or outputs/probe/<time>), and its table on stdout."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.report.output_sets import write_probe_outputs
@@ -101,7 +101,7 @@ def report_probe(df, loaded: list, out_dir, *, lang: str) -> None:
     labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
     info = {labels[str(r.path)]: r.facts() for r in loaded}
     out = out_dir or default_out("probe")
-    show_probe(df, write_probe_outputs(df, info, out, lang=lang), out)
+    show_probe(df, write_probe_outputs(df, info, out, lang=lang, skipped=skipped), out)
 
 
 def show_probe(df, written: list, out) -> None:

@@ -7,20 +7,19 @@ from posenc_cli.evaluation.hf_models import is_hf
 from posenc_cli.evaluation.run_target import RunTarget
 from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.rundir.loading import load_run
-from posenc_cli.rundir.selection import finished_runs
+from posenc_cli.rundir.selection import Skipped, finished_runs
 
 
-def load_targets(names: list[str], verb: str, hf_options: dict) -> tuple[list[EvalTarget], str]:
+def load_targets(
+    names: list[str], verb: str, hf_options: dict
+) -> tuple[list[EvalTarget], str, list[Skipped]]:
     """What eval and probe work on: the posenc runs among `names` (the latest runs when nothing is
-    named) and each `hf:ID_OR_PATH`, loaded."""
+    named) and each `hf:ID_OR_PATH`, loaded; why those; the runs skipped as unfinished."""
 
     hf_names = list(dict.fromkeys(n for n in names if is_hf(n)))
     paths = [n for n in names if not is_hf(n)]
-    runs, why = load_finished_runs(paths, verb) if paths or not hf_names else ([], "the models you named")
-    return [*runs, *(load_hf_model(name, **hf_options) for name in hf_names)], why
-
-
-def load_finished_runs(paths: list[str], verb: str) -> tuple[list[RunTarget], str]:
-    """The finished runs among `paths` (or the latest), loaded, and why those were chosen."""
-    finished, why = finished_runs(paths, verb)
-    return [RunTarget.of(load_run(p)) for p in finished], why
+    if not paths and hf_names:
+        return [load_hf_model(name, **hf_options) for name in hf_names], "the models you named", []
+    finished, why, skipped = finished_runs(paths, verb)
+    runs = [RunTarget.of(load_run(p)) for p in finished]
+    return [*runs, *(load_hf_model(name, **hf_options) for name in hf_names)], why, skipped

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 
@@ -21,7 +22,8 @@ from posenc_cli.report.plots import (
     plot_probe_heatmap,
     plot_probe_summary,
 )
-from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot
+from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot, skipped_text
+from posenc_cli.rundir.selection import Skipped
 
 
 def read_results(data: bytes) -> pd.DataFrame:
@@ -31,7 +33,12 @@ def read_results(data: bytes) -> pd.DataFrame:
 
 
 def write_probe_outputs(
-    passkey: pd.DataFrame, info: dict[str, dict], out: Path, *, lang: str = "en"
+    passkey: pd.DataFrame,
+    info: dict[str, dict],
+    out: Path,
+    *,
+    lang: str = "en",
+    skipped: Sequence[Skipped] = (),
 ) -> list[Path]:
     """probe.csv, passkey.md, one heatmap per scheme, the summary plot; comparison.md again if eval's
     ppl.csv of the same runs is here. The set is complete once manifest.json is written."""
@@ -43,11 +50,12 @@ def write_probe_outputs(
             written += [out / f"probe_{file_safe(scheme)}.png", out / f"probe_{file_safe(scheme)}.svg"]
         plot_probe_summary(passkey, out / "probe_summary.png")
         written += [out / "probe_summary.png", out / "probe_summary.svg"]
-        write_text(out / "passkey.md", passkey_by_depth(passkey))
+        write_text(out / "passkey.md", passkey_by_depth(passkey) + skipped_text(skipped))
         written.append(out / "passkey.md")
         ppl = result.trusted_input("ppl.csv")
         if ppl is not None:
-            write_text(out / "comparison.md", comparison(read_results(ppl), info, lang=lang, passkey=passkey))
+            text = comparison(read_results(ppl), info, lang=lang, passkey=passkey, skipped=skipped)
+            write_text(out / "comparison.md", text)
             written.append(out / "comparison.md")
         result.written += written
     return written
@@ -60,7 +68,13 @@ def file_safe(label: Label | str) -> str:
 
 
 def write_eval_outputs(
-    df: pd.DataFrame, positions: pd.DataFrame, info: dict[str, dict], *, out: Path, lang: str = "en"
+    df: pd.DataFrame,
+    positions: pd.DataFrame,
+    info: dict[str, dict],
+    *,
+    out: Path,
+    lang: str = "en",
+    skipped: Sequence[Skipped] = (),
 ) -> list[Path]:
     """The eval output set; complete once manifest.json is written (see atomic.output_set)."""
     figures = ("ppl_vs_length", "loss_by_position") if not positions.empty else ("ppl_vs_length",)
@@ -75,10 +89,10 @@ def write_eval_outputs(
         if mixes_tokenizers(df):  # per-token perplexities of different tokenizers do not compare
             header, rows = ppl_pivot(df, "bpb", digits=3)
             text += "\n# Bits per byte by evaluation length\n\n" + markdown_table(header, rows)
-        write_text(out / "ppl.md", text)
+        write_text(out / "ppl.md", text + skipped_text(skipped))
         probe = result.trusted_input("probe.csv")
         passkey = read_results(probe) if probe is not None else None
-        write_text(out / "comparison.md", comparison(df, info, lang=lang, passkey=passkey))
+        write_text(out / "comparison.md", comparison(df, info, lang=lang, passkey=passkey, skipped=skipped))
         plot_ppl_vs_length(df, out / "ppl_vs_length.png")
         if not positions.empty:
             plot_loss_by_position(positions, df, out / "loss_by_position.png")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Sequence
 
 import pandas as pd
 
@@ -31,6 +32,7 @@ from posenc_cli.report.verdict import (
     per_byte,
     per_column,
 )
+from posenc_cli.rundir.selection import Skipped
 
 
 def subword(df: pd.DataFrame) -> bool:
@@ -90,7 +92,12 @@ def mixes_tokenizers(df: pd.DataFrame) -> bool:
 
 
 def comparison(
-    df: pd.DataFrame, info: dict[str, dict], *, lang: str = "en", passkey: pd.DataFrame | None = None
+    df: pd.DataFrame,
+    info: dict[str, dict],
+    *,
+    lang: str = "en",
+    passkey: pd.DataFrame | None = None,
+    skipped: Sequence[Skipped] = (),
 ) -> str:
     """The chapters' table, with measured numbers beside the claims (and passkey rows from a probe)."""
     schemes = scheme_order(df["scheme"])
@@ -103,7 +110,7 @@ def comparison(
     if passkey is not None:
         rows += passkey_rows(passkey, schemes)
     rows += claim_rows(info, schemes, evidence, lang=lang)
-    notes = comparison_notes(df, schemes, evidence, passkey=passkey)
+    notes = comparison_notes(df, schemes, evidence, passkey=passkey) + skipped_notes(skipped)
     return (
         "# Positional schemes: the chapters' table, measured\n\n"
         + markdown_table([""] + schemes, rows)
@@ -111,6 +118,16 @@ def comparison(
         + "\n".join(f"- {n}" for n in notes)
         + "\n"
     )
+
+
+def skipped_notes(skipped: Sequence[Skipped]) -> list[str]:
+    """A line per run that was selected but not scored: a named run is never missing without a word."""
+    return [f"not scored: {skip.path}, {skip.why}" for skip in skipped]
+
+
+def skipped_text(skipped: Sequence[Skipped]) -> str:
+    """skipped_notes as the list that closes ppl.md or passkey.md ("" when nothing was skipped)."""
+    return "".join(f"\n- {note}" for note in skipped_notes(skipped)) + ("\n" if skipped else "")
 
 
 def own_length(df: pd.DataFrame) -> int | None:

@@ -4,6 +4,7 @@ which of them have finished training."""
 from __future__ import annotations
 
 import glob
+from dataclasses import dataclass
 from pathlib import Path
 
 from posenc_cli.core import ui
@@ -74,24 +75,36 @@ def select_runs(paths: list[str], outputs: Path = OUTPUTS) -> tuple[list[Path], 
     return selected, "the runs you named"
 
 
-def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str]:
-    """select_runs without the runs that have not finished training (each skipped one is named on
-    stderr); `verb` (evaluate, probe) words the error when none is left."""
+@dataclass(frozen=True)
+class Skipped:
+    """A run that was selected but not worked on, and why: the output set names it, so a run the user
+    named is never only a line on stderr."""
+
+    path: Path
+    why: str
+
+
+def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str, list[Skipped]]:
+    """select_runs split into the runs that finished training and the others (each skipped one is
+    named on stderr too); `verb` (evaluate, probe) words the error when none is left."""
 
     selected, why = select_runs(paths)
-    finished = []
+    finished, skipped = [], []
     for path in selected:
         try:
-            status = read_summary(path).get("status")
+            summary = read_summary(path)
         except UsageError as err:
             if len(selected) == 1:
                 raise
-            ui.err.print(f"skipping {path}: {err}", highlight=False, soft_wrap=True)
+            skipped.append(Skipped(path, str(err)))
             continue
-        if status != "finished":
-            ui.err.print(f"skipping {path}: its status is {status}")
+        if summary.get("status") != "finished":
+            message = f": {summary['message']}" if summary.get("message") else ""
+            skipped.append(Skipped(path, f"its status is {summary.get('status')}{message}"))
         else:
             finished.append(path)
+    for skip in skipped:
+        ui.err.print(f"skipping {skip.path}: {skip.why}", highlight=False, soft_wrap=True)
     if not finished:
         raise UsageError(f"none of the selected runs has finished training; nothing to {verb}")
-    return finished, why
+    return finished, why, skipped
