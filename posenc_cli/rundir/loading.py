@@ -99,6 +99,11 @@ def run_corpus(run: LoadedRun) -> Corpus:
     runs on the same data and tokenizer) and checked against the sha256 the run recorded (stream.scan's,
     the token cache's key): a corpus changed since training is refused, never scored."""
     data, stored = run.record.data, run.record.corpus_sha256
+    if corpus_kind(data) == "task":  # no text to score: its answers are, by posenc eval
+        raise UsageError(
+            f"{run.path} is a task run (data.task={data.get('task')}), which has no text to score; "
+            "evaluate it with posenc eval TASK_RUN... --lengths N,..."
+        )
     if run.data_key() not in _corpora:
         if corpus_kind(data) != "synthetic":  # a changed file is refused before it is tokenized
             require_same_corpus(data, stored, str(run.path))
