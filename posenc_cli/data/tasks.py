@@ -100,14 +100,14 @@ TASKS = {
 
 def check_task_options(task: str, max_train_len: object, reversed_digits: object) -> None:
     if task not in TASKS:
-        raise UsageError(f"data.task={task} is not known; choose one of: {', '.join(TASKS)}{nearest(task, TASKS)}")
+        raise UsageError(
+            f"data.task={task} is not known; choose one of: {', '.join(TASKS)}{nearest(task, TASKS)}"
+        )
     require_positive_int("data.max_train_len", max_train_len)
     if not isinstance(reversed_digits, bool):
         raise UsageError(f"data.reversed_digits={reversed_digits!r} is not a boolean; choose true or false")
     if reversed_digits and task != "addition":
-        raise UsageError(
-            f"data.reversed_digits=true applies only to data.task=addition, not {task}; drop it"
-        )
+        raise UsageError(f"data.reversed_digits=true applies only to data.task=addition, not {task}; drop it")
 
 
 @dataclass(frozen=True)
