@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from posenc_cli.core.errors import UsageError, nearest, require_positive_int
+from posenc_cli.core.errors import UsageError, require_positive_int
 from posenc_cli.data.corpus import Corpus
 from posenc_cli.data.vocab import Vocab
 
@@ -100,9 +100,7 @@ TASKS = {
 
 def check_task_options(task: str, max_train_len: object, reversed_digits: object) -> None:
     if task not in TASKS:
-        raise UsageError(
-            f"data.task={task} is not known; choose one of: {', '.join(TASKS)}{nearest(task, TASKS)}"
-        )
+        raise UsageError(f"data.task={task} is not known; choose one of: {', '.join(TASKS)}")
     require_positive_int("data.max_train_len", max_train_len)
     if not isinstance(reversed_digits, bool):
         raise UsageError(f"data.reversed_digits={reversed_digits!r} is not a boolean; choose true or false")
