@@ -15,6 +15,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 POSENC=${POSENC:-posenc}                      # or: POSENC="python -m posenc_cli"
+TASKS=${TASKS:-reverse parity addition}      # any of these three, space-separated
 SEEDS=${SEEDS:-0,1,2}
 STEPS=${STEPS:-400}
 JOBS=${JOBS:-2}                               # training jobs side by side, one torch thread each
@@ -40,6 +41,7 @@ declare -A TASK=(
 )
 # run=(...): the overrides of one sweep, a task ($1) and a group of schemes ($2: 0, 1 or 2)
 sweep_of() {
+  [[ -v TASK[$1] ]] || refuse "TASKS: unknown task '$1'; choose from: ${!TASK[*]}"
   read -r -a options <<< "${TASK[$1]}"
   local block=${options[-1]#train.block_size=}
   local groups=(
@@ -51,14 +53,14 @@ sweep_of() {
   run=("${common[@]}" "${options[@]}" "${group[@]}" "hydra.sweep.dir=$SWEEP/$1/$2" "${launcher[@]}")
 }
 sweeps=()
-for task in reverse parity addition; do  # every run composes (--cfg job trains none) before any trains
+for task in $TASKS; do  # every run composes (--cfg job trains none) before any trains
   for g in 0 1 2; do
     sweep_of "$task" "$g"
     $POSENC train -m "${run[@]}" "$@" --cfg job > /dev/null
     sweeps+=("$SWEEP/$task/$g")
   done
 done
-for task in reverse parity addition; do
+for task in $TASKS; do
   for g in 0 1 2; do
     sweep_of "$task" "$g"
     $POSENC train -m "${run[@]}" "$@"
