@@ -6,8 +6,9 @@
 #   bash scripts/reproduce_tasks.sh                         # docs/tasks.md's: seeds 0,1,2, 400 steps (90 runs)
 #   SEEDS=0 JOBS=1 bash scripts/reproduce_tasks.sh train.max_steps=20    # a dry run
 #
-# A tiny model (2 layers, width 64, 4 heads) on one thread per run: ~25-35 s a run on a 2-core Xeon
-# (AVX-512/AMX), two side by side; the 90 runs and their evaluation took ~45 CPU-minutes (docs/tasks.md).
+# A tiny model (2 layers, width 64, 4 heads) on one thread per run: 8-63 s a run on a shared 2-core Xeon
+# (AVX-512/AMX), two side by side; the 90 runs' training wall times summed to 39 min, the whole script
+# with the evaluation took 27.5 min of wall time (docs/tasks.md).
 # The learned table is given 200 rows (positions past training stay untrained, so it can be scored at
 # 8x); randomized positions are drawn from [0, 8 x train.block_size). Extra arguments are Hydra
 # overrides for every training run.

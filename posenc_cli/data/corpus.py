@@ -4,7 +4,7 @@ records about it (its sha256 fingerprint among them)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -29,7 +29,9 @@ class Corpus:
         """Tokens in the smaller split, which bound the training window; None: no bound (a task)."""
         return min(len(self.train), len(self.val))
 
-    def batch(self, split: str, batch_size: int, block_size: int, *, generator: torch.Generator):
+    def batch(
+        self, split: Literal["train", "val"], batch_size: int, block_size: int, *, generator: torch.Generator
+    ):
         """(inputs, targets) of one training or validation step: random windows of that split's tokens."""
         return random_batch(getattr(self, split), batch_size, block_size, generator=generator)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -178,6 +179,8 @@ class TaskCorpus(Corpus):
     def window_limit(self) -> int | None:
         return None
 
-    def batch(self, split: str, batch_size: int, block_size: int, *, generator: torch.Generator):
+    def batch(
+        self, split: Literal["train", "val"], batch_size: int, block_size: int, *, generator: torch.Generator
+    ):
         lengths = torch.randint(1, self.spec.max_train_len + 1, (batch_size,), generator=generator).tolist()
         return encode(self.spec, [self.spec.instance(n, generator) for n in lengths], block_size)
