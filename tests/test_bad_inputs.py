@@ -128,7 +128,7 @@ def test_a_bad_run_length_or_corpus_for_a_trained_run_is_one_line(smoke_sweep, w
 TRAIN_CASES = {
     "unknown scheme lists the options": (
         ["scheme=fourier"],
-        ["scheme/fourier", "alibi, kerple, learned, none, rope, sinusoidal, t5, xpos"],
+        ["scheme/fourier", "alibi, fire, kerple, learned, none, rope, sinusoidal, t5, xpos"],
     ),
     "unknown group option": (["model=huge"], ["model/huge", "medium, small, tiny"]),
     "unknown override key": (["train.lrate=1e-3"], ["train.lrate"]),

@@ -69,8 +69,13 @@ def scores(scheme, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) ->
     rq, rk = scheme.rotate(q, k, positions)
     logits = rq @ rk.transpose(-1, -2)
     if scheme.adds_bias:
-        logits = logits + scheme.bias(positions[:, None] - positions[None, :]).to(logits.dtype)
+        logits = logits + pair_bias(scheme, positions).to(logits.dtype)
     return logits
+
+
+def pair_bias(scheme, positions: torch.Tensor) -> torch.Tensor:
+    """(H, T, T): the scheme's bias of each query p_i and key p_j, through the hook that reads both."""
+    return scheme.query_bias(positions[:, None], positions[:, None] - positions[None, :])
 
 
 # ---- Laws over every scheme ------------------------------------------------------------------------
@@ -119,7 +124,7 @@ def test_only_additive_schemes_change_the_embeddings_and_add_the_same_vector_to_
     torch.testing.assert_close(tokens, scheme.embed(x, reversed_positions) - pe_reversed)
 
 
-@pytest.mark.parametrize("name", where(lambda s: s.relative == "explicit"))
+@pytest.mark.parametrize("name", where(lambda s: s.relative == "explicit" and not s.bias_reads_query))
 @pytest.mark.parametrize("shift", [1, 17, 1000])
 def test_explicit_relative_logits_depend_only_on_m_minus_n(name, shift):
     """relative=explicit: q_m·k_n (+ bias) is unchanged when both positions move by the same shift."""
@@ -160,13 +165,16 @@ def test_rotations_keep_norms_exactly_where_the_scheme_says_so(name):
 
 @pytest.mark.parametrize("name", CASES)
 def test_a_bias_is_one_value_per_head_and_distance_exactly_when_the_scheme_adds_one(name):
+    """Within the training length (below FIRE's threshold too): what the query-reading hook gives is
+    `bias(distance)`, one value per head and distance."""
     scheme = fresh(name)
     distance = POSITIONS[:, None] - POSITIONS[None, :]
     if not scheme.adds_bias:
-        assert scheme.bias(distance) is None
+        assert scheme.bias(distance) is None and scheme.query_bias(POSITIONS[:, None], distance) is None
         return
     bias = scheme.bias(distance)
     assert bias.shape == (HEADS, LENGTH, LENGTH)
+    torch.testing.assert_close(scheme.query_bias(POSITIONS[:, None], distance), bias)
     torch.testing.assert_close(bias[:, 20, 5], bias[:, 23, 8])  # same distance, same bias
     assert torch.equal(scheme.bias(torch.arange(LENGTH)), bias[:, LENGTH - 1, :].flip(-1))  # any shape
 
@@ -182,6 +190,7 @@ def test_bounded_schemes_refuse_positions_past_max_len_and_unbounded_ones_reach_
         assert all(torch.isfinite(t).all() for t in scheme.rotate(q, q, far))
         if scheme.adds_bias:
             assert torch.isfinite(scheme.bias(far)).all()
+            assert torch.isfinite(scheme.query_bias(far, far // 2)).all()
         return
     assert scheme.embed(torch.zeros(1, scheme.max_len, DIM), torch.arange(scheme.max_len)).isfinite().all()
     with pytest.raises(PositionOutOfRange, match=f"max_len={scheme.max_len}"):
@@ -464,6 +473,59 @@ def test_kerple_bias_is_a_non_positive_decreasing_function_of_distance():
     assert (from_last.diff(dim=1) < 0).all()
 
 
+def fire_with_identity_mlp(threshold: float, c: float = 0.1):
+    """FIRE whose MLP is relu(x) for one head: its bias is its normalized distance, to check by hand."""
+    fire = build_scheme("fire", 8, 1, block_size=64, mlp_width=1, c=c, threshold=threshold)
+    with torch.no_grad():
+        for layer in (fire.mlp[0], fire.mlp[2]):
+            layer.weight.fill_(1.0)
+            layer.bias.zero_()
+    return fire
+
+
+def test_fire_bias_by_hand_is_log_distance_over_log_of_the_query_or_threshold():
+    fire = fire_with_identity_mlp(threshold=10)
+    query, distance = torch.tensor([[4], [20]]), torch.tensor([[3], [5]])
+    bias = fire.query_bias(query, distance)[0, :, 0]
+    # query 4 is below L = 10: log(1 + 0.3) / log(1 + 1); query 20 is past it: log(1.5) / log(3)
+    torch.testing.assert_close(bias, torch.tensor([math.log(1.3) / math.log(2), math.log(1.5) / math.log(3)]))
+
+
+@pytest.mark.parametrize("c, threshold", [(0.1, 8), (3.0, 1), (0.01, 300)])
+def test_fire_input_is_bounded_in_zero_one_for_every_causal_pair_at_any_length(c, threshold):
+    """The progressive interpolation: ψ(i − j) / ψ(max(i, L)) lies in [0, 1] for 0 <= j <= i, far past L."""
+    fire = build_scheme("fire", 8, 2, block_size=16, c=c, threshold=threshold)
+    query = torch.arange(3000)[:, None]
+    distance = query - torch.arange(3000)
+    normalized = fire.normalized_distance(query, distance)[distance >= 0]
+    assert normalized.min() >= 0 and normalized.max() <= 1
+    assert normalized.max() > 0.99  # the farthest key of a long query reaches the top of the range
+
+
+def test_fire_bias_at_distance_zero_is_the_same_for_every_query():
+    fire = fresh("fire")
+    query = torch.arange(0, 5000, 7)
+    at_zero = fire.query_bias(query, torch.zeros_like(query))
+    torch.testing.assert_close(at_zero, at_zero[:, :1].expand_as(at_zero))
+    torch.testing.assert_close(at_zero[:, 0], fire.mlp(torch.zeros(1)))  # f_θ(0): ψ(0) = 0
+
+
+def test_fire_is_relative_below_its_threshold_and_reads_the_query_past_it():
+    fire = fresh("fire", threshold=100)
+    distance = torch.arange(10)
+    below = [fire.query_bias(torch.tensor(q), distance) for q in (20, 60, 99)]
+    for other in below[1:]:
+        torch.testing.assert_close(other, below[0])
+    past = fire.query_bias(torch.tensor(400), distance)
+    assert not torch.allclose(past[:, 1:], below[0][:, 1:])  # the same distance, interpolated further
+
+
+def test_fire_refuses_bad_options():
+    for option in ({"mlp_width": 0}, {"mlp_depth": 0}, {"c": 0}, {"threshold": -1.0}):
+        with pytest.raises(UsageError, match=f"scheme.{next(iter(option))}"):
+            fresh("fire", **option)
+
+
 # ---- Composites: scheme=A+B is its parts through the same three hooks, and nothing else -------------
 
 
@@ -549,9 +611,7 @@ BIAS_CASES = where(lambda s: s.adds_bias)
 
 def reference_attention(q, k, v, positions, scheme) -> torch.Tensor:
     """softmax(q·kᵀ/√d + bias + causal mask)·v, written out with the whole (H, T, T) score matrix."""
-    logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)) + scheme.bias(
-        positions[:, None] - positions[None, :]
-    )
+    logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)) + pair_bias(scheme, positions)
     future = positions[None, :] > positions[:, None]
     return logits.masked_fill(future, float("-inf")).softmax(-1) @ v
 
@@ -561,7 +621,7 @@ def reference_attention(q, k, v, positions, scheme) -> torch.Tensor:
 def test_query_blocks_equal_the_plain_reference(name, block, monkeypatch):
     torch.manual_seed(0)
     B, H, T, D = 2, 4, 37, 8  # T prime: the last query block is shorter than the others
-    scheme = build_scheme(name, H * D, H, block_size=T)
+    scheme = build_scheme(name, H * D, H, block_size=T // 4)  # queries past FIRE's threshold too
     q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
     monkeypatch.setattr(attention_module, "MASK_BUDGET", H * T * block)  # forces blocks of `block` queries
     got = biased_causal_attention(q, k, v, scheme=scheme)
@@ -585,7 +645,7 @@ def test_learned_bias_gradients_equal_the_reference(name, block, monkeypatch):
     the gradients autograd gives through softmax(q·kᵀ/√d + bias)·v written out."""
     torch.manual_seed(0)
     B, H, T, D = 3, 4, 37, 8  # B odd: the backward's last batch chunk is short
-    scheme = build_scheme(name, H * D, H, block_size=T)
+    scheme = build_scheme(name, H * D, H, block_size=T // 4)
     for p in scheme.parameters():
         torch.nn.init.normal_(p)
     q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
@@ -601,24 +661,33 @@ def test_learned_bias_gradients_equal_the_reference(name, block, monkeypatch):
 
 @pytest.mark.parametrize("name", LEARNED_BIAS)
 def test_learned_bias_gradients_under_bf16_autocast_stay_close(name):
-    """bf16 training (train.precision=auto on bf16 CPUs): the same gradients to bf16 precision."""
+    """bf16 training (train.precision=auto on bf16 CPUs): the same gradients to bf16 precision, i.e.
+    within 5% or 2.5x the error of autograd's own bf16 path, whichever is larger. (FIRE's scalars c and
+    L sum every pair's gradient: even autograd's bf16 path is 3-5% off there.) A gradient that is zero
+    by symmetry (a per-head constant, which softmax ignores) has no relative error to keep."""
     torch.manual_seed(0)
     B, H, T, D = 2, 4, 64, 16
-    scheme = build_scheme(name, H * D, H, block_size=T)
+    scheme = build_scheme(name, H * D, H, block_size=T // 4)
     q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        got = gradients(
-            lambda q, k, v: biased_causal_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), scheme=scheme),
-            scheme,
-            q,
-            k,
-            v,
-        )
-    expected = gradients(
-        lambda q, k, v: reference_attention(q, k, v, torch.arange(T), scheme), scheme, q, k, v
-    )
-    for g, e in zip(got, expected):
-        assert ((g - e).norm() / e.norm()).item() < 0.05
+
+    def bf16(attention):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return gradients(
+                lambda q, k, v: attention(q.bfloat16(), k.bfloat16(), v.bfloat16()), scheme, q, k, v
+            )
+
+    def reference(q, k, v):
+        return reference_attention(q, k, v, torch.arange(T), scheme)
+
+    got = bf16(lambda q, k, v: biased_causal_attention(q, k, v, scheme=scheme))
+    autograd_bf16 = bf16(reference)
+    expected = gradients(reference, scheme, q, k, v)
+    largest = max(e.norm() for e in expected)
+    for g, a, e in zip(got, autograd_bf16, expected):
+        if e.norm() < 1e-3 * largest:
+            continue
+        error, autograd_error = ((g - e).norm() / e.norm()).item(), ((a.float() - e).norm() / e.norm()).item()
+        assert error < max(0.05, 2.5 * autograd_error)
 
 
 @pytest.mark.parametrize("name", BIAS_CASES)

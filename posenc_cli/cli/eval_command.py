@@ -96,6 +96,7 @@ def eval_command(
     from posenc_cli.evaluation.eval_runs import evaluate_runs
     from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
     from posenc_cli.evaluation.targets import load_targets
+    from posenc_cli.evaluation.task_accuracy import refuse_text_options, task_targets
     from posenc_cli.report.output_sets import write_eval_outputs
     from posenc_cli.rundir.destinations import default_out, owned_out
 
@@ -107,6 +108,10 @@ def eval_command(
     loaded, why, skipped = load_targets(
         named_runs(runs, data), "evaluate", hf_options(hf_context, target, dtype, device_map=device_map)
     )
+    tasks = task_targets(loaded)
+    if tasks is not None:  # task runs: --lengths are instance lengths, scored by exact match
+        refuse_text_options(data=data, mode=mode, stride=stride, rope_scaling=rope_scaling)
+        return show_task_eval(tasks, wanted, out=out_dir or default_out("eval"), device=target)
     df, positions, info = evaluate_runs(
         loaded,
         lengths=wanted,
@@ -158,6 +163,18 @@ def named_runs(runs: List[str] | None, data: Path | None) -> list[str]:
             f"{hf_named[0]} needs --data FILE: the text to evaluate it on (its own tokenizer is used)"
         )
     return named
+
+
+def show_task_eval(runs, lengths: list[int], *, out: Path, device) -> None:
+    """Task runs: accuracy by instance length on stdout, the output set written to `out`."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.evaluation.task_accuracy import task_accuracy
+    from posenc_cli.report.task_tables import task_tables, write_task_outputs
+
+    df = task_accuracy(runs, lengths, device=device)
+    written = write_task_outputs(df, out, runs=[run.model_id for run in runs])
+    ui.out.print(task_tables(df), markup=False, highlight=False, soft_wrap=True)
+    ui.err.print(f"wrote {', '.join(p.name for p in written if p.exists())} to {out}")
 
 
 def show_eval(df, out: Path, written: list[Path], *, mode: str) -> None:

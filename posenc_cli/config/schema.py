@@ -30,6 +30,7 @@ from posenc_cli.core.errors import (
 )
 from posenc_cli.data import check_tokenizer_options, corpus_kind
 from posenc_cli.data.synthetic import SyntheticSpec
+from posenc_cli.data.tasks import TaskSpec, check_task_options
 
 POSITIONS = ("ordinary", "randomized")
 
@@ -202,6 +203,20 @@ class HfData:
 
 
 @dataclass
+class TaskData:
+    """An algorithmic task, its instances made on the fly (posenc_cli/data/tasks.py): data=task
+    data.task=copy. train.block_size must hold the longest training sequence."""
+
+    name: str = "task"  # the corpus kind
+    task: str = "copy"  # copy | reverse | duplicate | parity | sort | addition | modular
+    max_train_len: int = 20  # training instance lengths are drawn from 1..max_train_len
+    reversed_digits: bool = False  # addition only: operands and sum least significant digit first
+
+    def __post_init__(self) -> None:
+        check_task_options(self.task, self.max_train_len, self.reversed_digits)
+
+
+@dataclass
 class PosencConfig:
     """The whole config; `scheme` is a plain mapping whose keys the scheme class checks."""
 
@@ -231,6 +246,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
         "text": TextData,
         "bin": BinData,
         "hf": HfData,
+        "task": TaskData,
     },
 }
 DATA = {
@@ -238,6 +254,7 @@ DATA = {
     "text": TextData,
     "bin": BinData,
     "hf": HfData,
+    "task": TaskData,
 }  # data.corpus_kind -> its dataclass
 
 
@@ -294,10 +311,14 @@ def check_keys(cfg: dict[str, Any]) -> PosencConfig:
     scheme = cfg["scheme"]
     if not isinstance(scheme, dict) or not isinstance(scheme.get("name"), str):
         raise UsageError(f"scheme must be a scheme option such as scheme=rope, got {scheme!r}")
-    return PosencConfig(
+    typed_cfg = PosencConfig(
         scheme=dict(scheme),
         model=typed(ModelSize, cfg["model"], "model"),
         data=typed(DATA[corpus_kind(data)], data, "data"),
         train=typed(TrainConfig, cfg["train"], "train"),
         **{k: cfg[k] for k in ("logger", "seed", "device") if k in cfg},
     )
+    if isinstance(typed_cfg.data, TaskData):
+        task = typed_cfg.data
+        TaskSpec(task.task, task.max_train_len, task.reversed_digits).check_fits(typed_cfg.train.block_size)
+    return typed_cfg

@@ -10,18 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import torch
 
 from posenc_cli.core.errors import UsageError, require_positive_int
 from posenc_cli.data import stream
 from posenc_cli.data.binary import load_bin
-from posenc_cli.data.corpus import Corpus
+from posenc_cli.data.corpus import Corpus, random_batch, token_window  # noqa: F401 (the data package's doors)
 from posenc_cli.data.hf_datasets import hf_source
 from posenc_cli.data.synthetic import SyntheticSpec, generate
+from posenc_cli.data.tasks import TaskCorpus, task_spec
 from posenc_cli.data.tokenizers import TOKENIZERS
 
-CORPORA = ("synthetic", "text", "bin", "hf")
+CORPORA = ("synthetic", "text", "bin", "hf", "task")
 
 
 def check_tokenizer_options(data_cfg: Mapping[str, Any]) -> None:
@@ -96,6 +96,8 @@ def corpus_tokenizer(data_cfg: Mapping[str, Any]):
     tokenizing the corpus: what init_from compares with its run's vocabulary before any work."""
     if corpus_kind(data_cfg) == "bin":
         return load_bin(data_cfg).tokenizer
+    if corpus_kind(data_cfg) == "task":
+        return task_spec(data_cfg).vocab
     text = read_text_plan(data_cfg)
     return stream.tokenizer_for(
         dict(data_cfg), text.source, text.sha, cut=text.cut, n_chars=text.n_chars, cache=text.cache
@@ -131,6 +133,8 @@ def load_corpus(data_cfg: Mapping[str, Any], tokenizer=None) -> Corpus:
     kind = corpus_kind(data_cfg)
     if kind == "bin":
         return load_bin(data_cfg, tokenizer)
+    if kind == "task":  # instances are made per batch, in the task's own vocabulary
+        return TaskCorpus(task_spec(data_cfg))
     text = read_text_plan(data_cfg)
     where = dict(cut=text.cut, n_chars=text.n_chars, cache=text.cache)
     tokenizer = tokenizer or stream.tokenizer_for(dict(data_cfg), text.source, text.sha, **where)
@@ -148,11 +152,6 @@ def load_corpus(data_cfg: Mapping[str, Any], tokenizer=None) -> Corpus:
     return Corpus(kind, train, val, tokenizer, stats)
 
 
-def token_window(tokens, start: int, length: int) -> torch.Tensor:
-    """tokens[start : start + length] as int64 (from a numpy array, a memory map or a tensor)."""
-    return torch.from_numpy(np.asarray(tokens[start : start + length], dtype=np.int64))
-
-
 def random_positions(
     batch_size: int, block_size: int, max_position: int, *, generator: torch.Generator
 ) -> torch.Tensor:
@@ -161,10 +160,3 @@ def random_positions(
     up to max_position while sequences stay block_size long. (batch_size, block_size), int64."""
     keys = torch.rand(batch_size, max_position, generator=generator)
     return keys.argsort(dim=1)[:, :block_size].sort(dim=1).values
-
-
-def random_batch(tokens, batch_size: int, block_size: int, *, generator: torch.Generator):
-    """Random windows of block_size+1 tokens -> (inputs, next-token targets)."""
-    starts = torch.randint(len(tokens) - block_size, (batch_size,), generator=generator)
-    windows = torch.stack([token_window(tokens, s, block_size + 1) for s in starts.tolist()])
-    return windows[:, :-1], windows[:, 1:]

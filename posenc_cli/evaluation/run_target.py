@@ -18,7 +18,7 @@ from posenc_cli.evaluation.perplexity import TOKENS_PER_FORWARD, LogitsScorer
 from posenc_cli.evaluation.probe import check_vocab, make_trials, without_episodes
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.positional.rope_scaling import METHODS
-from posenc_cli.rundir.loading import LoadedRun, run_corpus
+from posenc_cli.rundir.loading import LoadedRun, require_text_run, run_corpus
 
 
 def scheme_label(model: GPT) -> Label:
@@ -130,6 +130,7 @@ class RunTarget(LoadedRun):
         return scheme_label(self.active)
 
     def check_probe(self) -> None:
+        require_text_run(self)
         check_vocab(self.tokenizer, str(self.path))
         run_corpus(self)  # the text the run was trained on, unchanged: checked before any work
 

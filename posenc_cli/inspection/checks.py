@@ -52,7 +52,8 @@ def attention_probs(q, k, positions, *, scheme: PositionalScheme, causal: bool =
     q, k = scheme.rotate(q, k, positions)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if scheme.adds_bias:
-        scores = scores + scheme.bias(positions[:, None] - positions[None, :]).to(scores.dtype)
+        distance = positions[:, None] - positions[None, :]
+        scores = scores + scheme.query_bias(positions[:, None], distance).to(scores.dtype)
     if causal:
         scores = scores.masked_fill(positions[None, :] > positions[:, None], float("-inf"))
     return scores.softmax(-1)

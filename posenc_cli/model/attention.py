@@ -1,11 +1,12 @@
-"""Causal attention with an additive score bias (ALiBi, T5, KERPLE), fast in evaluation and training.
+"""Causal attention with an additive score bias (ALiBi, T5, KERPLE, FIRE), fast in evaluation and training.
 
 Two facts shape it:
 - A bias that depends only on the distance d = i - j is a Toeplitz matrix; read with the keys in
   reverse order it is a Hankel matrix, whose rows are overlapping windows of one vector. So the
   (H, Tq, Tk) mask is a strided view (`unfold`) of the bias evaluated once per distance, -inf for
   future keys included. Attention does not depend on the order of the keys (softmax sums over them),
-  so reversing k and v once replaces building a T×T mask per layer.
+  so reversing k and v once replaces building a T×T mask per layer. A bias that also reads the
+  query's position (FIRE, `bias_reads_query`) has no such vector: it is built per query block.
 - SDPA's CPU flash kernel takes a float mask but gives it no gradient: a mask that needs one (a
   learned bias) sends SDPA to its math path, which stores B×H×T×T probabilities.
   `MaskGradAttention` keeps the flash forward and computes the backward itself.
@@ -37,6 +38,8 @@ def biased_causal_attention(
     positions None: p_i = i, the strided fast path below."""
     if positions is not None:
         return attend(q, k, v, mask=dense_bias(scheme, positions))
+    if scheme.bias_reads_query:
+        return query_block_attention(q, k, v, scheme=scheme)
     H, T = q.size(1), q.size(2)
     distance = torch.arange(-(T - 1), T, device=q.device)
     by_distance = scheme.bias(distance).masked_fill(distance < 0, float("-inf")).to(q.dtype)  # (H, 2T - 1)
@@ -53,6 +56,22 @@ def biased_causal_attention(
     return torch.cat(outputs, dim=2)
 
 
+def query_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scheme: PositionalScheme):
+    """Positions 0..T-1 and a bias that reads the query's position too (FIRE): no one vector per
+    distance to view, so each query block's (H, Tq, Tk) mask is built from its own pairs, within
+    MASK_BUDGET like the blocks above: memory stays linear in the length."""
+    H, T = q.size(1), q.size(2)
+    block = max(1, min(T, MASK_BUDGET // (H * T)))
+    outputs = []
+    for start in range(0, T, block):
+        end = min(start + block, T)
+        query = torch.arange(start, end, device=q.device)[:, None]
+        distance = query - torch.arange(end, device=q.device)
+        mask = scheme.query_bias(query, distance).masked_fill(distance < 0, float("-inf")).to(q.dtype)
+        outputs.append(attend(q[:, :, start:end], k[:, :, :end], v[:, :, :end], mask=mask[None]))
+    return torch.cat(outputs, dim=2)
+
+
 def dense_bias(scheme: PositionalScheme, positions: torch.Tensor) -> torch.Tensor:
     """(B, T) increasing positions -> the (B, H, T, T) causal mask scheme.bias(p_i - p_j). Distances are no
     longer a function of i - j, so the mask is built per pair: B×H×T×T floats, fine at training lengths
@@ -60,7 +79,12 @@ def dense_bias(scheme: PositionalScheme, positions: torch.Tensor) -> torch.Tenso
     T = positions.size(-1)
     distance = positions[:, :, None] - positions[:, None, :]
     future = torch.ones(T, T, dtype=torch.bool, device=positions.device).triu(1)
-    return scheme.bias(distance).movedim(0, 1).masked_fill(future, float("-inf"))
+    bias = (
+        scheme.query_bias(positions[:, :, None], distance)
+        if scheme.bias_reads_query
+        else scheme.bias(distance)
+    )
+    return bias.movedim(0, 1).masked_fill(future, float("-inf"))
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:

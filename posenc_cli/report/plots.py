@@ -27,6 +27,7 @@ SCHEME_STYLES = {
     "t5": ("#D55E00", "P"),
     "xpos": ("#CC79A7", "X"),
     "kerple": ("#999999", "*"),
+    "fire": ("#882255", "p"),  # Tol's wine: Okabe & Ito's yellow is too faint on white
 }
 
 

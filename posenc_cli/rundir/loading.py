@@ -91,6 +91,16 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     return LoadedRun(path, model, tokenizer, checkpoint.record.train_len, summary, checkpoint)
 
 
+def require_text_run(run: LoadedRun) -> None:
+    """A task run (data=task) has no text for perplexity, a probe or a sample to read: refused, naming
+    what scores it."""
+    if corpus_kind(run.record.data) == "task":
+        raise UsageError(
+            f"{run.path} is a task run (data.task={run.record.data.get('task')}), which has no text to "
+            "score; evaluate it with posenc eval TASK_RUN... --lengths N,..."
+        )
+
+
 _corpora: dict[str, Corpus] = {}  # one load per distinct data config and tokenizer in a command
 
 
@@ -98,6 +108,7 @@ def run_corpus(run: LoadedRun) -> Corpus:
     """The corpus a run was trained on, rebuilt from its data config with the run's tokenizer (shared by
     runs on the same data and tokenizer) and checked against the sha256 the run recorded (stream.scan's,
     the token cache's key): a corpus changed since training is refused, never scored."""
+    require_text_run(run)
     data, stored = run.record.data, run.record.corpus_sha256
     if run.data_key() not in _corpora:
         if corpus_kind(data) != "synthetic":  # a changed file is refused before it is tokenized

@@ -21,7 +21,8 @@ from posenc_cli.core.device import (
     precision_record,
     resolve_device,
 )
-from posenc_cli.data import load_corpus, random_batch, random_positions
+from posenc_cli.data import load_corpus, random_positions
+from posenc_cli.data.tasks import IGNORE
 from posenc_cli.data.tokenizers import TOKENIZER_FILE
 from posenc_cli.model import GPT, token_nll
 from posenc_cli.rundir.claim import hold_lock, resume_command
@@ -58,6 +59,11 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     return tc.min_lr + 0.5 * (tc.lr - tc.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
+def scored_mean(nll: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The mean loss over scored targets: every token of a text window, a task's answer tokens alone."""
+    return nll.sum() / (targets != IGNORE).sum()
+
+
 @torch.no_grad()
 def validation_loss(
     model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]], device, *, effective: str
@@ -66,7 +72,7 @@ def validation_loss(
     total = torch.zeros((), device=device)
     for x, y in batches:
         with autocast(device, effective):
-            total += token_nll(model(x.to(device)), y.to(device)).mean()
+            total += scored_mean(token_nll(model(x.to(device)), y.to(device)), y.to(device))
     model.train()
     return float(total) / len(batches)
 
@@ -166,7 +172,7 @@ def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
         optimizer=make_optimizer(model, tc),
         data_rng=torch.Generator().manual_seed(cfg.seed),
         val_batches=[
-            random_batch(corpus.val, tc.batch_size, tc.block_size, generator=val_rng)
+            corpus.batch("val", tc.batch_size, tc.block_size, generator=val_rng)
             for _ in range(tc.eval_batches)
         ],
         run_id=run_id,
@@ -253,7 +259,7 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, *, elapsed) ->
             lr = lr_at(state.step, tc)
             for group in s.optimizer.param_groups:
                 group["lr"] = lr
-            x, y = random_batch(s.corpus.train, tc.batch_size, tc.block_size, generator=s.data_rng)
+            x, y = s.corpus.batch("train", tc.batch_size, tc.block_size, generator=s.data_rng)
             x, y = (
                 distributed.shard(x, ctx),
                 distributed.shard(y, ctx),
@@ -265,7 +271,8 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, *, elapsed) ->
                 )
                 positions = distributed.shard(positions, ctx).to(s.device)
             with autocast(s.device, s.precision):
-                loss = token_nll(net(x.to(s.device), positions), y.to(s.device)).mean()
+                y = y.to(s.device)
+                loss = scored_mean(token_nll(net(x.to(s.device), positions), y), y)
             s.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(net.parameters(), tc.grad_clip)

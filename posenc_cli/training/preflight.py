@@ -152,6 +152,8 @@ def corpus_size(data: Any) -> tuple[int | None, int | None]:
     if kind == "bin":
         load_bin(values)
         return None, None
+    if kind == "task":  # instances are made per batch: no text to bound the window
+        return None, None
     if kind == "synthetic":
         n = data.n_chars
     elif kind == "text":

@@ -68,8 +68,8 @@ def model_config(cfg: PosencConfig, vocab_size: int) -> ModelConfig:
 
 
 def check_lengths(corpus: Corpus, block_size: int) -> None:
-    shortest = min(len(corpus.train), len(corpus.val))
-    if block_size + 1 > shortest:
+    shortest = corpus.window_limit
+    if shortest is not None and block_size + 1 > shortest:
         raise UsageError(
             f"train.block_size={block_size} does not fit the corpus: its smaller split has {shortest} tokens; "
             + (

@@ -14,6 +14,7 @@ from posenc_cli.core.errors import UsageError, nearest
 from posenc_cli.model.positional.alibi import ALiBi
 from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme, past_max_len
 from posenc_cli.model.positional.composite import Composite
+from posenc_cli.model.positional.fire import FIRE
 from posenc_cli.model.positional.kerple import Kerple
 from posenc_cli.model.positional.learned import Learned
 from posenc_cli.model.positional.rope import RoPE
@@ -22,7 +23,7 @@ from posenc_cli.model.positional.t5 import T5Bias
 from posenc_cli.model.positional.xpos import XPos
 
 SCHEMES: dict[str, type[PositionalScheme]] = {
-    cls.name: cls for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple)
+    cls.name: cls for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple, FIRE)
 }
 MODEL_SIZES = ("self", "n_embd", "n_head", "block_size")
 

@@ -45,6 +45,9 @@ class PositionalScheme(nn.Module):
     param_formula: ClassVar[str] = "0"
     preserves_norms: ClassVar[bool] = True  # rotary schemes: False where q and k are also rescaled (xPos)
     adds_bias: ClassVar[bool] = False  # True: the model calls `bias` and cannot use the plain causal kernel
+    # True: the bias depends on the query's position as well as the distance (FIRE), so the attention
+    # builds it per query block with `query_bias` instead of once per distance
+    bias_reads_query: ClassVar[bool] = False
     claim: ClassVar[Claim] = Claim()
     # True: the constructor takes RoPE context extension (scaling, scaling_factor, scaling_len,
     # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
@@ -94,6 +97,12 @@ class PositionalScheme(nn.Module):
         before its query (only distances >= 0 are ever attended), or None. A function of distance
         alone, so with positions 0..T-1 the attention evaluates it once per distance, not per pair."""
         return None
+
+    def query_bias(self, query: torch.Tensor, distance: torch.Tensor) -> torch.Tensor | None:
+        """(H, *shape): the bias of a key `distance` positions before a query at position `query`, the two
+        broadcast together. The model calls it only where `bias_reads_query`; for every other scheme it
+        is `bias(distance)`, the query's position unread."""
+        return self.bias(distance)
 
 
 class AdditiveScheme(PositionalScheme):

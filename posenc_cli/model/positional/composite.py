@@ -4,7 +4,7 @@ Each hook combines the parts' hooks, so the model still sees one scheme through 
 - embed: what each part adds to the token embeddings is added, x + Σ (part.embed(x) − x), so the
   order of additive parts does not matter and a part that rescales x (sinusoidal's √d) still does;
 - rotate: the parts' rotations applied in order;
-- bias: the parts' biases summed.
+- bias: the parts' biases summed (query_bias too, where a part's bias reads the query's position).
 The facts follow the parts: positional parameters are their sum, max_len the tightest bounded part's,
 the relative-position kind the strongest of theirs.
 """
@@ -61,6 +61,7 @@ class Composite(PositionalScheme):
         self.param_formula = " + ".join(p.param_formula for p in self.parts if p.param_formula != "0") or "0"
         self.preserves_norms = all(p.preserves_norms for p in self.parts)
         self.adds_bias = any(p.adds_bias for p in self.parts)
+        self.bias_reads_query = any(p.bias_reads_query for p in self.parts)
 
     @property
     def max_len(self) -> int | None:
@@ -79,3 +80,7 @@ class Composite(PositionalScheme):
     def bias(self, distance):
         biases = [part.bias(distance) for part in self.parts if part.adds_bias]
         return torch.stack(biases).sum(0) if biases else None
+
+    def query_bias(self, query, distance):
+        biases = [part.query_bias(query, distance) for part in self.parts if part.adds_bias]
+        return torch.stack(torch.broadcast_tensors(*biases)).sum(0) if biases else None

@@ -1,0 +1,77 @@
+"""FIRE (Li et al. 2024, arXiv 2310.04418): a learned bias of the progressively interpolated distance.
+
+score(i, j) gets f_θ(ψ(i − j) / ψ(max(i, L))) for keys j <= i, with ψ(x) = log(c·x + 1) and f_θ a small
+MLP (1 -> width -> ... -> one output per head, ReLU). Dividing by ψ of the query's own position maps
+every causal distance into [0, 1] whatever the length, so a longer sequence asks the MLP only for
+inputs it was trained on; the threshold L keeps short prefixes from being stretched over [0, 1].
+c and L are learned (L as a learned multiple of its initial value, as in the authors' code; the
+initial c = 0.1 is theirs). Past L the bias depends on the query's position, not on i − j alone
+(`bias_reads_query`), so the attention builds it per query block. One MLP serves every layer (the
+model shares its scheme across blocks).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from posenc_cli.core.errors import require_int, require_number
+from posenc_cli.model.positional.base import Claim, PositionalScheme
+
+EPS = 1e-6  # keeps the normalizer positive where c·max(i, L) underflows
+
+
+class FIRE(PositionalScheme):
+    name = "fire"
+    kind = "bias"
+    relative = "explicit"  # below the threshold L; past it the query's position joins in
+    param_formula = "66 + 33·h"  # at the default width and depth; an instance states its own
+    adds_bias = True
+    bias_reads_query = True
+    claim = Claim(used_by="research (Li et al. 2024; Zhou et al. 2024)")
+
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        block_size: int,
+        *,
+        mlp_width: int = 32,
+        mlp_depth: int = 1,
+        c: float = 0.1,
+        threshold: float | None = None,
+    ):
+        super().__init__(n_embd, n_head, block_size)
+        require_int("scheme.mlp_width", mlp_width, at_least=1)
+        require_int("scheme.mlp_depth", mlp_depth, at_least=1)
+        require_number("scheme.c", c, above=0)
+        if threshold is not None:
+            require_number("scheme.threshold", threshold, above=0)
+        layers: list[nn.Module] = []
+        for depth in range(mlp_depth):
+            layers += [nn.Linear(1 if depth == 0 else mlp_width, mlp_width), nn.ReLU()]
+        self.mlp = nn.Sequential(*layers, nn.Linear(mlp_width, n_head))
+        self.c = nn.Parameter(torch.tensor(float(c)))
+        self.register_buffer("initial_threshold", torch.tensor(float(threshold or block_size)))
+        self.threshold_scale = nn.Parameter(torch.tensor(1.0))
+        hidden = (mlp_depth - 1) * (mlp_width * mlp_width + mlp_width)
+        self.param_formula = f"{2 * mlp_width + hidden + 2} + {mlp_width + 1}·h"
+
+    def psi(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(torch.abs(self.c * x) + 1)
+
+    def normalized_distance(self, query: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+        """ψ(i − j) / ψ(max(i, L)), in [0, 1] for every key a causal query attends (0 <= i − j <= i)."""
+        threshold = torch.abs(self.threshold_scale * self.initial_threshold)
+        normalizer = self.psi(torch.maximum(query.to(self.c.dtype), threshold)) + EPS
+        return self.psi(distance.clamp(min=0).to(self.c.dtype)) / normalizer
+
+    def query_bias(self, query, distance):
+        # in fp32 under bf16 autocast: in bf16 the first layer's gradients were 5-7 % off (docs/tasks.md)
+        with torch.autocast(distance.device.type, enabled=False):
+            return self.mlp(self.normalized_distance(query, distance)[..., None]).movedim(-1, 0)
+
+    def bias(self, distance):
+        """The bias of queries within the threshold (i <= L, training's usual case), where FIRE is a
+        function of distance alone: what `posenc inspect` draws."""
+        return self.query_bias(torch.zeros((), dtype=torch.long, device=distance.device), distance)
