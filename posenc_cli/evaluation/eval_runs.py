@@ -27,6 +27,7 @@ from posenc_cli.evaluation.perplexity import (
     evaluate_length,
     plan_windows,
     position_buckets,
+    require_text_for,
     require_tokens_for,
     scored_span,
     target_lengths,
@@ -135,6 +136,7 @@ def plan_runs(
     streams = {id(run): run.eval_tokens(text.text if text else None) for run in runs}
     longest = {key: max(ls.lengths) for key, ls in lengths_of.items()}
     for key in longest:
+        require_text_for(longest[key], len(streams[key][0]))
         require_tokens_for(longest[key], max_tokens)
     spans = (
         same_bytes_spans(

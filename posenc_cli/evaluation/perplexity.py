@@ -63,18 +63,24 @@ def require_tokens_for(longest: int, max_tokens: int) -> None:
         )
 
 
-def scored_span(n_tokens: int, lengths: list[int], max_tokens: int) -> int:
-    """The number of targets scored at every length: a multiple of the longest length, at most
-    --max-tokens (shorter lengths that do not divide it end with a tail window, see plan_windows)."""
-    longest = max(lengths)
-    require_tokens_for(longest, max_tokens)
+def require_text_for(longest: int, n_tokens: int) -> None:
+    """One window of the longest length needs that many targets of the text (checked before
+    --max-tokens: a length no text can give is the message, not a --max-tokens to raise)."""
     available = n_tokens - 1  # the last token is only ever a target
     if longest > available:
         raise UsageError(
             f"length {longest} is longer than the evaluation text allows: it has {n_tokens} tokens, "
             f"so lengths up to {available} fit"
         )
-    return (min(max_tokens, available) // longest) * longest
+
+
+def scored_span(n_tokens: int, lengths: list[int], max_tokens: int) -> int:
+    """The number of targets scored at every length: a multiple of the longest length, at most
+    --max-tokens (shorter lengths that do not divide it end with a tail window, see plan_windows)."""
+    longest = max(lengths)
+    require_text_for(longest, n_tokens)
+    require_tokens_for(longest, max_tokens)
+    return (min(max_tokens, n_tokens - 1) // longest) * longest
 
 
 @dataclass(frozen=True)
