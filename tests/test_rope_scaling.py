@@ -89,7 +89,7 @@ def test_yarn_temperature_multiplies_logits_by_its_square():
     assert yarn_temperature(S) == pytest.approx(0.1 * math.log(4) + 1)
 
 
-def test_eval_adds_one_labelled_column_per_method(smoke_sweep, tmp_path):
+def test_eval_adds_one_labelled_column_per_method_and_names_the_runs_it_cannot_scale(smoke_sweep, tmp_path):
     out = tmp_path / "eval"
     df = evaluate(
         tmp_path,
@@ -111,6 +111,9 @@ def test_eval_adds_one_labelled_column_per_method(smoke_sweep, tmp_path):
     assert "rope+yarn" in comparison.splitlines()[2]
     assert "not in the chapters" in comparison
     assert set(pd.read_csv(out / "loss_by_position.csv")["scheme"]) >= {"rope+linear", "rope+yarn"}
+    for unscaled in ("none", "sinusoidal", "learned", "alibi"):  # scored once, and the table says so
+        assert f"{unscaled} takes no RoPE scaling: scored once, as trained" in comparison
+    assert "rope takes no RoPE scaling" not in comparison
 
 
 def test_a_given_rope_factor_names_its_columns_so_two_factors_never_share_one(smoke_sweep, tmp_path):

@@ -231,11 +231,20 @@ def evaluate_runs(
                 run, scheme, plans[id(run)], context=context, scoring=scoring, bar=bar, task=task
             )
             note = merged if scheme.variant.endswith("ntk") else ""  # ntk standing for dynamic too
+            if unscalable(run, scheme, len(plans[id(run)].variants), methods):
+                note = f"{run.label} takes no RoPE scaling: scored once, as trained"
             rows += [
                 {**row, "note": row["note"] or note, "differs": apart[id(run)].differs} for row in scored
             ]
             position_rows += positions
     return pd.DataFrame(rows), pd.DataFrame(position_rows), info
+
+
+def unscalable(run: EvalTarget, column: Label, n_variants: int, methods: list[str]) -> bool:
+    """Whether --rope-scaling asked for a scaling that `run` cannot take (no rotary scheme): it is
+    scored once, as trained (its one column's variant is the trained one), and the table says so."""
+    asked = any(method != "none" for method in methods)
+    return asked and n_variants == 1 and column.variant == run.label.variant
 
 
 def score_variant(
