@@ -167,7 +167,7 @@ def test_task_runs_evaluate_to_accuracy_by_length_with_seeds_aggregated(task_run
 
 
 @pytest.mark.slow
-def test_a_task_run_is_refused_beside_text_runs_and_by_perplexity_paths(task_runs):
+def test_a_task_run_is_refused_beside_text_runs_by_perplexity_paths_and_past_memory(task_runs):
     cwd, (first, _), text = task_runs
     mixed = invoke("eval", str(first), str(text), "--lengths", "8", "--out", str(cwd / "o"))
     assert_refused(mixed.code, mixed.stderr, str(first), "separate calls")
@@ -175,4 +175,6 @@ def test_a_task_run_is_refused_beside_text_runs_and_by_perplexity_paths(task_run
     assert_refused(probe.code, probe.stderr, "task run", "posenc eval")
     sliding = invoke("eval", str(first), "--mode", "sliding", "--out", str(cwd / "s"))
     assert_refused(sliding.code, sliding.stderr, "--mode")
-    assert not any((cwd / name).exists() for name in ("o", "p", "s"))
+    huge = invoke("eval", str(first), "--lengths", "100000000", "--out", str(cwd / "h"))  # before any instance
+    assert_refused(huge.code, huge.stderr, "--lengths 100000000", "an instance of length 100000000 is", "GiB")
+    assert not any((cwd / name).exists() for name in ("o", "p", "s", "h"))

@@ -82,19 +82,10 @@ class RunTarget(LoadedRun):
         return tokens, lambda start, n: per_id[:, token_window(tokens, start, n)]
 
     def check_fits(self, lengths: list[int], device: torch.device) -> None:
-        """One forward at the longest length (windows batched up to TOKENS_PER_FORWARD tokens): its fp32
-        activations, logits and attention scores must fit in what the device has free."""
-        if not lengths:
-            return
-        cfg, longest = self.model.cfg, max(lengths)
-        tokens = max(longest, TOKENS_PER_FORWARD)
-        need = 4 * tokens * (len(self.tokenizer) + 16 * cfg.n_embd * cfg.n_layer + cfg.n_head * longest)
-        free = free_memory(device)
-        if free is not None and need > free:
-            raise UsageError(
-                f"--lengths {longest}: scoring {self.path} at {longest:,} tokens needs about "
-                f"{need / 2**30:,.1f} GiB, but {device} has {free / 2**30:,.1f} GiB free; use shorter --lengths"
-            )
+        """One forward at the longest length must fit in what the device has free (memory_short)."""
+        short = memory_short(self, max(lengths), device) if lengths else None
+        if short:
+            raise UsageError(f"--lengths {max(lengths)}: {short}; use shorter --lengths")
 
     def scorer(self, device):
         return LogitsScorer((self.active or self.model).to(device), device)
@@ -144,3 +135,19 @@ class RunTarget(LoadedRun):
             cache[filler], self.tokenizer, length, depth=depth, trials=trials, seed=seed
         )
         return [(sequences, key_tokens)]
+
+
+def memory_short(run: RunTarget, tokens: int, device: torch.device) -> str | None:
+    """Why one forward of `tokens` tokens (windows batched up to TOKENS_PER_FORWARD tokens) does not
+    fit: its fp32 activations, logits and attention scores against what the device has free; None if
+    it fits."""
+    cfg = run.model.cfg
+    batched = max(tokens, TOKENS_PER_FORWARD)
+    need = 4 * batched * (len(run.tokenizer) + 16 * cfg.n_embd * cfg.n_layer + cfg.n_head * tokens)
+    free = free_memory(device)
+    if free is None or need <= free:
+        return None
+    return (
+        f"scoring {run.path} at {tokens:,} tokens needs about {need / 2**30:,.1f} GiB, but {device} has "
+        f"{free / 2**30:,.1f} GiB free"
+    )

@@ -19,7 +19,7 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.data.tasks import IGNORE, TaskSpec, encode, task_spec
 from posenc_cli.evaluation.labels import Label, refuse_repeats, run_setting
 from posenc_cli.evaluation.perplexity import TOKENS_PER_FORWARD
-from posenc_cli.evaluation.run_target import RunTarget
+from posenc_cli.evaluation.run_target import RunTarget, memory_short
 from posenc_cli.model.positional import past_max_len
 
 INSTANCES = 100  # instances per length: accuracy in steps of 1 %
@@ -86,9 +86,25 @@ def greedy_exact(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Te
     return agree.all(-1).cpu()
 
 
+def check_task_lengths(runs: list[RunTarget], lengths: list[int], *, device: torch.device) -> None:
+    """Refuse, before any instance is made, lengths whose sequences would not fit in the device's
+    free memory (one line, from the run's own memory check: the same bound perplexity keeps)."""
+    for run in runs:
+        spec = task_spec(run.record.data)
+        for length in sorted({*lengths, spec.max_train_len}):
+            width = spec.input_len(length)
+            short = None if past_max_len(run.max_len, width) else memory_short(run, width, device)
+            if short:
+                raise UsageError(
+                    f"--lengths {length}: an instance of length {length} is {width:,} tokens, and {short}; "
+                    "use shorter --lengths"
+                )
+
+
 def task_accuracy(runs: list[RunTarget], lengths: list[int], *, device: torch.device) -> pd.DataFrame:
     """The tidy table: one row per run and instance length (each run's max_train_len added), NaN with
     n = 0 where the run cannot represent the positions (a learned table)."""
+    check_task_lengths(runs, lengths, device=device)
     rows: list[dict[str, Any]] = []
     for run in runs:
         spec = task_spec(run.record.data)
