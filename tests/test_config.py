@@ -159,7 +159,12 @@ def test_a_10000_point_sweep_checks_a_bounded_spread_of_points_with_every_small_
         ("scheme.scaling=yarn scheme.scaling_factor=1e300", "a number in [1, 10000]"),  # once OverflowError
         ("experiment=smoke train.positions=randomized train.max_position=2000000000", "randomized positions"),
         ("scheme.scaling_factor=4", "scheme.scaling_factor applies only with a RoPE scaling"),
-        ("scheme=learned train.positions=randomized train.max_position=100000000000", "scheme's positions"),
+        ("scheme=learned train.positions=randomized train.max_position=100000000000", "scheme's parameters"),
+        ("scheme=fire scheme.mlp_depth=100000", "scheme.mlp_depth must be an integer between 1 and 64"),
+        (
+            "scheme=fire scheme.mlp_width=4096 scheme.mlp_depth=64",
+            "the scheme's bias over every pair",
+        ),  # once OOM-killed
         ("+train.max_steps=5", "An item is already at 'train.max_steps'"),
         ("hydra.run.dir=runs/x\\${seed}y", "holds '${'"),  # once a traceback and a directory left locked
     ],

@@ -175,6 +175,8 @@ def test_a_task_run_is_refused_beside_text_runs_by_perplexity_paths_and_past_mem
     assert_refused(probe.code, probe.stderr, "task run", "posenc eval")
     sliding = invoke("eval", str(first), "--mode", "sliding", "--out", str(cwd / "s"))
     assert_refused(sliding.code, sliding.stderr, "--mode")
-    huge = invoke("eval", str(first), "--lengths", "100000000", "--out", str(cwd / "h"))  # before any instance
+    huge = invoke(
+        "eval", str(first), "--lengths", "100000000", "--out", str(cwd / "h")
+    )  # before any instance
     assert_refused(huge.code, huge.stderr, "--lengths 100000000", "an instance of length 100000000 is", "GiB")
     assert not any((cwd / name).exists() for name in ("o", "p", "s", "h"))

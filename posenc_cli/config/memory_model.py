@@ -15,14 +15,15 @@ from posenc_cli.core.errors import (
 )
 from posenc_cli.model.positional import build_scheme
 
-_scheme_footprints: dict[str, tuple[int | None, int]] = {}  # a sweep's points share a few schemes
+_scheme_footprints: dict[str, tuple[int | None, int, int]] = {}  # a sweep's points share a few schemes
 
 
 def scheme_footprint(
     scheme: dict[str, Any], n_embd: int, n_head: int, *, block_size: int
-) -> tuple[int | None, int]:
-    """(max_len, parameter and buffer elements) of the scheme, built on the meta device: its constructor
-    checks every option. Memoised, so a 10,000-point sweep builds each distinct scheme once."""
+) -> tuple[int | None, int, int]:
+    """(max_len, parameter and buffer elements, bias activations per layer at block_size) of the
+    scheme, built on the meta device: its constructor checks every option. Memoised, so a 10,000-point
+    sweep builds each distinct scheme once."""
     key = repr((sorted(scheme.items()), n_embd, n_head, block_size))
     if key not in _scheme_footprints:
         options = dict(scheme)
@@ -33,23 +34,30 @@ def scheme_footprint(
             except TypeError as err:
                 raise UsageError(f"scheme={name}: {one_line(err)}") from None
         size = sum(t.numel() for t in [*built.parameters(), *built.buffers()])
-        _scheme_footprints[key] = built.max_len, size
+        _scheme_footprints[key] = built.max_len, size, built.bias_activations(block_size)
     return _scheme_footprints[key]
 
 
 BYTES_PER_CORPUS_CHAR = 40  # a generated corpus: its text, the ids made while encoding, the id arrays (~30)
 
 
-def memory_needed(cfg: PosencConfig, n_chars: int | None, positional: int = 0) -> dict[str, float]:
+def memory_needed(
+    cfg: PosencConfig, n_chars: int | None, *, positional: int = 0, bias: int = 0
+) -> dict[str, float]:
     """A rough lower bound of the bytes a run holds at once, by what holds them (fp32, char vocabulary);
-    `positional`: the scheme's own parameters and buffers (a learned table of max_len rows)."""
+    `positional`: the scheme's own parameters and buffers (a learned table of max_len rows); `bias`: the
+    floats a layer keeps for its bias (FIRE's MLP over every pair), per sequence with randomized positions."""
     tc, mc = cfg.train, cfg.model
     d, layers, vocab, tokens = mc.n_embd, mc.n_layer, 256, tc.batch_size * tc.block_size
     params = vocab * d + layers * (12 * d * d + 13 * d)
     return {
         "model.n_embd/model.n_layer (weights, gradients, optimizer)": 16.0 * params,
-        "the scheme's positions (scheme.max_len, train.max_position)": 16.0 * positional,
+        "the scheme's parameters (scheme.max_len, train.max_position, an MLP's size)": 16.0 * positional,
         "train.batch_size x train.block_size (activations)": 4.0 * tokens * (layers * 16 * d + 3 * vocab),
+        "the scheme's bias over every pair (its MLP's width and depth)": 4.0
+        * layers
+        * bias
+        * (tc.batch_size if tc.positions == "randomized" else 1),
         "train.eval_batches (validation batches)": 16.0
         * tc.eval_batches
         * tc.batch_size
@@ -63,10 +71,10 @@ def memory_needed(cfg: PosencConfig, n_chars: int | None, positional: int = 0) -
 
 
 def check_run_memory(
-    cfg: PosencConfig, n_chars: int | None, device: torch.device, *, positional: int = 0
+    cfg: PosencConfig, n_chars: int | None, device: torch.device, *, positional: int = 0, bias: int = 0
 ) -> None:
     free = free_memory(device)
-    needed = memory_needed(cfg, n_chars, positional)
+    needed = memory_needed(cfg, n_chars, positional=positional, bias=bias)
     if free is not None and sum(needed.values()) > free:
         biggest = max(needed, key=needed.get)
         raise UsageError(

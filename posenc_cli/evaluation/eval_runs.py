@@ -230,9 +230,7 @@ def evaluate_runs(
             scored, positions = score_variant(
                 run, scheme, plans[id(run)], context=context, scoring=scoring, bar=bar, task=task
             )
-            note = merged if scheme.variant.endswith("ntk") else ""  # ntk standing for dynamic too
-            if unscalable(run, scheme, len(plans[id(run)].variants), methods):
-                note = f"{run.label} takes no RoPE scaling: scored once, as trained"
+            note = column_note(run, scheme, plans[id(run)], methods=methods, merged=merged)
             rows += [
                 {**row, "note": row["note"] or note, "differs": apart[id(run)].differs} for row in scored
             ]
@@ -240,11 +238,14 @@ def evaluate_runs(
     return pd.DataFrame(rows), pd.DataFrame(position_rows), info
 
 
-def unscalable(run: EvalTarget, column: Label, n_variants: int, methods: list[str]) -> bool:
-    """Whether --rope-scaling asked for a scaling that `run` cannot take (no rotary scheme): it is
-    scored once, as trained (its one column's variant is the trained one), and the table says so."""
+def column_note(run: EvalTarget, column: Label, plan: RunPlan, *, methods: list[str], merged: str) -> str:
+    """What the table says of a column as a whole: ntk standing for dynamic too (`merged`), or that
+    --rope-scaling asked for a scaling the run cannot take (no rotary scheme: its one column's variant
+    is the trained one), so it was scored once, as trained."""
     asked = any(method != "none" for method in methods)
-    return asked and n_variants == 1 and column.variant == run.label.variant
+    if asked and len(plan.variants) == 1 and column.variant == run.label.variant:
+        return f"{run.label} takes no RoPE scaling: scored once, as trained"
+    return merged if column.variant.endswith("ntk") else ""
 
 
 def score_variant(

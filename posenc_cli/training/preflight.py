@@ -52,7 +52,9 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     ModelConfig(
         vocab_size=1, block_size=tc.block_size, n_layer=mc.n_layer, n_head=mc.n_head, n_embd=mc.n_embd
     )
-    max_len, positional = scheme_footprint(typed_cfg.scheme, mc.n_embd, mc.n_head, block_size=tc.block_size)
+    max_len, positional, bias = scheme_footprint(
+        typed_cfg.scheme, mc.n_embd, mc.n_head, block_size=tc.block_size
+    )
     trained_positions = tc.max_position or tc.block_size  # positions 0 .. this - 1 are trained on
     if max_len is not None and max_len < trained_positions:
         given = "train.max_position" if tc.max_position else "train.block_size"
@@ -76,7 +78,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
         if Path(writable_place("data.cache_dir", cache_dir)).is_file():
             raise UsageError(f"data.cache_dir={cache_dir} is a file; give a directory for the token cache")
     in_memory = isinstance(typed_cfg.data, SyntheticData)  # the others stream into a memory-mapped cache
-    check_run_memory(typed_cfg, n_chars if in_memory else None, device, positional=positional)
+    check_run_memory(typed_cfg, n_chars if in_memory else None, device, positional=positional, bias=bias)
     if tc.init_from:
         validate_init_from(typed_cfg)
     if tc.resume and (Path(tc.resume) / SUMMARY).is_file():  # a changed corpus: before tokenizing

@@ -73,6 +73,12 @@ class PositionalScheme(nn.Module):
     def positional_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def bias_activations(self, length: int) -> int:
+        """Floats one attention layer keeps for the backward of this scheme's bias at `length`, beyond
+        the (H, 2T - 1) vector per distance every bias scheme costs: what the memory model adds. Most
+        schemes keep none."""
+        return 0
+
     def extend_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """This scheme's weights from a run trained with other sizes (train.init_from at a longer
         length) -> weights shaped for this instance. Most schemes' parameters do not depend on the

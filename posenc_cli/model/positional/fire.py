@@ -19,6 +19,9 @@ from posenc_cli.core.errors import require_int, require_number
 from posenc_cli.model.positional.base import Claim, PositionalScheme
 
 EPS = 1e-6  # keeps the normalizer positive where c·max(i, L) underflows
+# the paper's MLP is 32 wide and 2 deep; past these the layers alone take long to build, before the
+# memory model (bias_activations) can weigh them
+MAX_WIDTH, MAX_DEPTH = 4096, 64
 
 
 class FIRE(PositionalScheme):
@@ -42,8 +45,8 @@ class FIRE(PositionalScheme):
         threshold: float | None = None,
     ):
         super().__init__(n_embd, n_head, block_size)
-        require_int("scheme.mlp_width", mlp_width, at_least=1)
-        require_int("scheme.mlp_depth", mlp_depth, at_least=1)
+        require_int("scheme.mlp_width", mlp_width, at_least=1, at_most=MAX_WIDTH)
+        require_int("scheme.mlp_depth", mlp_depth, at_least=1, at_most=MAX_DEPTH)
         require_number("scheme.c", c, above=0)
         if threshold is not None:
             require_number("scheme.threshold", threshold, above=0)
@@ -56,6 +59,11 @@ class FIRE(PositionalScheme):
         self.threshold_scale = nn.Parameter(torch.tensor(1.0))
         hidden = (mlp_depth - 1) * (mlp_width * mlp_width + mlp_width)
         self.param_formula = f"{2 * mlp_width + hidden + 2} + {mlp_width + 1}·h"
+
+    def bias_activations(self, length: int) -> int:
+        """The MLP runs on every (query, key) pair: each hidden layer keeps its input and ReLU output."""
+        hidden = [layer.out_features for layer in self.mlp if isinstance(layer, nn.Linear)][:-1]
+        return length * length * (2 * sum(hidden) + 1 + self.n_head)
 
     def psi(self, x: torch.Tensor) -> torch.Tensor:
         return torch.log(torch.abs(self.c * x) + 1)
