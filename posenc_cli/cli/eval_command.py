@@ -91,12 +91,14 @@ def eval_command(
     loss_by_position.png. With no RUNS it takes the newest sweep under outputs/sweeps if it is newer
     than every single run, otherwise the newest single run of each scheme under outputs/runs.
     """
+    asked = dict(locals())  # every option as given and defaulted: results.json records them
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
     from posenc_cli.evaluation.eval_runs import evaluate_runs
     from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
     from posenc_cli.evaluation.targets import load_targets
     from posenc_cli.report.output_sets import write_eval_outputs
+    from posenc_cli.report.results_file import provenance
     from posenc_cli.rundir.destinations import default_out, owned_out
 
     out_dir = owned_out(out)
@@ -121,8 +123,9 @@ def eval_command(
         learned_overflow=overflows,
         add_context=add_context,
     )
+    made = provenance(loaded, options=asked, data_path=data, device=target)
     out = out_dir or default_out("eval")
-    show_eval(df, out, write_eval_outputs(df, positions, info, out=out, lang=lang), mode=mode)
+    show_eval(df, out, write_eval_outputs(df, positions, info, out=out, made=[made], lang=lang), mode=mode)
 
 
 def rope_methods(rope_scaling: str, rope_factor: float | None) -> list[str]:

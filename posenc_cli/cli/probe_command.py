@@ -54,12 +54,14 @@ def probe(
     scheme (probe_<scheme>.png), probe_summary.png, and rewrites comparison.md with "passkey @ L" rows
     when the output directory also holds eval's ppl.csv. Runs are chosen as in eval.
     """
+    asked = dict(locals())  # every option as given and defaulted: results.json records them
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
     from posenc_cli.core.ui import announce
     from posenc_cli.evaluation.perplexity import parse_lengths
     from posenc_cli.evaluation.probe import check_trials, parse_depths, probe_runs
     from posenc_cli.evaluation.targets import load_targets
+    from posenc_cli.report.results_file import provenance
     from posenc_cli.rundir.destinations import owned_out
 
     out_dir = owned_out(out)
@@ -72,7 +74,8 @@ def probe(
     lengths_of = probe_lengths(loaded, wanted, add_context=add_context, device=target)
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, lengths=lengths_of, depths=at_depths, trials=trials, seed=seed, device=target)
-    report_probe(df, loaded, out_dir, lang=lang)
+    made = provenance(loaded, options=asked, data_path=None, device=target)
+    report_probe(df, loaded, out_dir, made=made, lang=lang)
 
 
 def probe_lengths(loaded: list, wanted: list[int], *, add_context: bool, device) -> dict[int, list[int]]:
@@ -92,7 +95,7 @@ def probe_lengths(loaded: list, wanted: list[int], *, add_context: bool, device)
     return {key: plan.lengths for key, plan in planned.items()}
 
 
-def report_probe(df, loaded: list, out_dir, *, lang: str) -> None:
+def report_probe(df, loaded: list, out_dir, *, made, lang: str) -> None:
     """The probe's output set (in `out_dir`, or outputs/probe/<time>), and its table on stdout."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.report.output_sets import write_probe_outputs
@@ -101,7 +104,7 @@ def report_probe(df, loaded: list, out_dir, *, lang: str) -> None:
     labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
     info = {labels[str(r.path)]: r.facts() for r in loaded}
     out = out_dir or default_out("probe")
-    show_probe(df, write_probe_outputs(df, info, out, lang=lang), out)
+    show_probe(df, write_probe_outputs(df, info, out, made=[made], lang=lang), out)
 
 
 def show_probe(df, written: list, out) -> None:
