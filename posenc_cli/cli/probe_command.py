@@ -61,21 +61,18 @@ def probe(
     from posenc_cli.evaluation.perplexity import parse_lengths
     from posenc_cli.evaluation.probe import check_trials, parse_depths, probe_runs
     from posenc_cli.evaluation.targets import load_targets
-    from posenc_cli.report.results_file import provenance
     from posenc_cli.rundir.destinations import owned_out
 
     out_dir = owned_out(out)
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
-    check_trials(trials)
-    require_seed("--seed", seed)
+    check_trials(trials), require_seed("--seed", seed)
     target = resolve_device(device)
     options = hf_options(hf_context, target, dtype, device_map=device_map)
     loaded, why = load_targets(list(runs or []), "probe", options)
     lengths_of = probe_lengths(loaded, wanted, add_context=add_context, device=target)
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, lengths=lengths_of, depths=at_depths, trials=trials, seed=seed, device=target)
-    made = provenance(loaded, options=asked, data_path=None, device=target)
-    report_probe(df, loaded, out_dir, made=made, lang=lang)
+    report_probe(df, loaded, out_dir, options=asked, device=target, lang=lang)
 
 
 def probe_lengths(loaded: list, wanted: list[int], *, add_context: bool, device) -> dict[int, list[int]]:
@@ -95,14 +92,17 @@ def probe_lengths(loaded: list, wanted: list[int], *, add_context: bool, device)
     return {key: plan.lengths for key, plan in planned.items()}
 
 
-def report_probe(df, loaded: list, out_dir, *, made, lang: str) -> None:
-    """The probe's output set (in `out_dir`, or outputs/probe/<time>), and its table on stdout."""
+def report_probe(df, loaded: list, out_dir, *, options: dict, device, lang: str) -> None:
+    """The probe's output set (in `out_dir`, or outputs/probe/<time>; its results.json records `options`),
+    and its table on stdout."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.report.output_sets import write_probe_outputs
+    from posenc_cli.report.results_file import provenance
     from posenc_cli.rundir.destinations import default_out
 
     labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
     info = {labels[str(r.path)]: r.facts() for r in loaded}
+    made = provenance(loaded, options=options, data_path=None, device=device)
     out = out_dir or default_out("probe")
     show_probe(df, write_probe_outputs(df, info, out, made=[made], lang=lang), out)
 

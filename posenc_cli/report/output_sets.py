@@ -17,13 +17,13 @@ from posenc_cli.core.atomic import output_set, write_text, write_with
 from posenc_cli.evaluation.labels import Label, scheme_order
 from posenc_cli.report.cells import markdown_table
 from posenc_cli.report.passkey_tables import passkey_by_depth
-from posenc_cli.report.results_file import RESULTS, Provenance, ResultsSection, write_results_file
 from posenc_cli.report.plots import (
     plot_loss_by_position,
     plot_ppl_vs_length,
     plot_probe_heatmap,
     plot_probe_summary,
 )
+from posenc_cli.report.results_file import RESULTS, Provenance, ResultsSection, write_results_file
 from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot
 
 

@@ -202,6 +202,8 @@ def read_results_file(directory: Path) -> list[ResultsSection]:
             f"{directory / RESULTS} does not match its manifest (sha256 and size): changed since it was written"
         )
     document = parse_results(data, directory / RESULTS)
+    if not any(kind in document for kind in TABLES):
+        raise UsageError(f"{directory / RESULTS} holds no {' or '.join(TABLES)} results")
     return [read_section(kind, document[kind], directory) for kind in TABLES if kind in document]
 
 
