@@ -215,7 +215,7 @@ def test_report_refuses_each_bad_directory_in_one_line_and_writes_nothing(tmp_pa
 @pytest.mark.slow
 def test_eval_records_its_targets_and_text_and_report_rebuilds_its_tables(smoke_sweep, tmp_path):
     run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
-    (tmp_path / "text.txt").write_text("To be, or not to be, that is the question. " * 60)
+    (tmp_path / "text.txt").write_text("to be or not to be that is the theme " * 60)
     args = ["eval", str(run), "--lengths", "64", "--max-tokens", "256", "--data", "text.txt", "--out", "ev"]
     result = run_cli(*args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
