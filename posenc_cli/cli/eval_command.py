@@ -87,8 +87,8 @@ def eval_command(
 ) -> None:
     """Perplexity at lengths past the training length, and the chapters' comparison table, measured.
 
-    Writes ppl.csv, ppl.md, comparison.md, loss_by_position.csv, ppl_vs_length.png and
-    loss_by_position.png. With no RUNS it takes the newest sweep under outputs/sweeps if it is newer
+    Writes ppl.csv, ppl.md, comparison.md, loss_by_position.csv, ppl_vs_length.png,
+    loss_by_position.png and results.json (how it was made, every number: posenc report reads it). With no RUNS it takes the newest sweep under outputs/sweeps if it is newer
     than every single run, otherwise the newest single run of each scheme under outputs/runs.
     """
     asked = dict(locals())  # every option as given and defaulted: results.json records them
