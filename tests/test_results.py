@@ -26,7 +26,11 @@ TABLES = ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv", "probe.c
 FIGURES = ("ppl_vs_length.svg", "loss_by_position.svg", "probe_summary.svg", "probe_rope.svg")
 COLUMNS = {  # a scheme's column -> (its label, its run, its facts)
     "rope": (Label("rope"), "runs/rope", {"positional_params": 0, "relative": "explicit"}),
-    "rope+yarn": (Label("rope", variant="yarn"), "runs/rope", {"positional_params": 0, "relative": "explicit"}),
+    "rope+yarn": (
+        Label("rope", variant="yarn"),
+        "runs/rope",
+        {"positional_params": 0, "relative": "explicit"},
+    ),
     "learned": (Label("learned"), "runs/learned", {"positional_params": 8192, "relative": "none"}),
     "alibi": (Label("alibi"), "runs/alibi", {"positional_params": 0, "relative": "explicit"}),
     "smollm2 (rope)": (
@@ -81,7 +85,13 @@ def tables(columns: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
         if not label.variant:
             probe += [
                 {**{c: row[c] for c in ("run", "model_id", "scheme", "seed", "train_len")}}
-                | {"length": length, "depth": depth, "trials": 4, "accuracy": 0.25 * k, "key_nll": 0.1 + depth}
+                | {
+                    "length": length,
+                    "depth": depth,
+                    "trials": 4,
+                    "accuracy": 0.25 * k,
+                    "key_nll": 0.1 + depth,
+                }
                 for length in (64, 128)
                 for depth in (0.1, 0.9)
             ]
@@ -156,7 +166,10 @@ def test_report_merges_sets_of_different_runs_and_keeps_each_provenance(tmp_path
     assert set(merged["scheme"]) == {"rope", "rope+yarn", "alibi"} and len(merged) == 9
     assert len(json.loads((tmp_path / "both" / RESULTS).read_text())["eval"]["provenance"]) == 2
     code, err = report(tmp_path, "both", "--out", "again")  # a report's own set reads back too
-    assert code == 0 and (tmp_path / "again" / "ppl.csv").read_bytes() == (tmp_path / "both" / "ppl.csv").read_bytes()
+    assert (
+        code == 0
+        and (tmp_path / "again" / "ppl.csv").read_bytes() == (tmp_path / "both" / "ppl.csv").read_bytes()
+    )
 
 
 def rehashed(directory: Path, document: dict) -> None:

@@ -100,11 +100,16 @@ def report_probe(df, loaded: list, out_dir, *, options: dict, device, lang: str)
     from posenc_cli.report.results_file import provenance
     from posenc_cli.rundir.destinations import default_out
 
-    labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
-    info = {labels[str(r.path)]: r.facts() for r in loaded}
+    info = column_facts(df, loaded)
     made = provenance(loaded, options=options, data_path=None, device=device)
     out = out_dir or default_out("probe")
     show_probe(df, write_probe_outputs(df, info, out, made=[made], lang=lang), out)
+
+
+def column_facts(df, loaded: list) -> dict:
+    """comparison.md's facts about each column of the probe's rows (posenc.probe reads them too)."""
+    labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
+    return {labels[str(r.path)]: r.facts() for r in loaded}
 
 
 def show_probe(df, written: list, out) -> None:
