@@ -151,9 +151,13 @@ def check_windows(mode: str, stride: int | None, max_tokens: int) -> None:
 def named_runs(runs: List[str] | None, data: Path | None) -> list[str]:
     """RUNS as given; an hf: model needs --data, the text it is scored on in its own tokenizer."""
     # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.evaluation.export import refuse_export_as_run
     from posenc_cli.evaluation.hf_models import is_hf
 
     named = list(runs or [])
+    for name in named:
+        if not is_hf(name):
+            refuse_export_as_run(Path(name))
     hf_named = [r for r in named if is_hf(r)]
     if hf_named and data is None:
         raise UsageError(
