@@ -244,3 +244,11 @@ def test_eval_records_its_targets_and_text_and_report_rebuilds_its_tables(smoke_
     assert result.returncode == 0, result.stderr
     for name in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv"):
         assert (tmp_path / "re" / name).read_bytes() == (tmp_path / "ev" / name).read_bytes(), name
+
+
+def test_a_pretrained_models_row_names_no_seeds_and_a_posenc_runs_counts_them():
+    from posenc_cli.report.tables import ppl_pivot
+
+    ppl, _, _, _ = tables(["rope", "smollm2 (rope)"])
+    _, rows = ppl_pivot(ppl)
+    assert {row[0]: row[1] for row in rows} == {"rope": "1", "smollm2 (rope)": "—"}
