@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import typer
 from typer.core import TyperCommand
 
 from posenc_cli.cli.app import app, reflow
+from posenc_cli.core import ui
 from posenc_cli.core.choices import CHAPTER_SCHEMES, MULTIRUN_FLAGS
 
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
@@ -139,4 +141,29 @@ def train_with(args: list[str]) -> Path | None:
             run_hydra_train()
     finally:
         sys.argv = argv  # the caller's own argv again (a notebook's, after posenc.train)
+    if parsed.multirun and directory is not None and not distributed.under_torchrun():
+        announce_sweep(directory)
     return directory
+
+
+def announce_sweep(directory: Path) -> None:
+    """The line a sweep ends with: how many runs, where, and the command that evaluates them."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.core.errors import UsageError
+    from posenc_cli.rundir.layout import holds_run
+    from posenc_cli.rundir.record import read_summary
+
+    def finished(run: Path) -> bool:
+        try:
+            return read_summary(run).get("status") == "finished"
+        except UsageError:
+            return False
+
+    runs = [p for p in sorted(directory.iterdir()) if p.is_dir() and holds_run(p)]
+    done = sum(finished(run) for run in runs)
+    ui.err.print(
+        f"{len(runs)} runs in {directory} ({done} finished); evaluate them: posenc eval {shlex.quote(str(directory))}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
