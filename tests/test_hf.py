@@ -385,6 +385,9 @@ def test_export_loads_without_pickle_to_identical_logits(tiny, tmp_path):
         "config.json",
         "manifest.json",
         "model.safetensors",
+        "modeling_posenc.py",  # and the tokenizer: a transformers model too (tests/test_export_hf.py)
+        "tokenizer.json",
+        "tokenizer_config.json",
     ]
     model, tokenizer, train_len = load_export(tmp_path / "export")
     run = load_run(tiny["run"])

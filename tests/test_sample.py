@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import assert_refused, posenc, run_cli
+from conftest import assert_refused, invoke, posenc, run_cli
 from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.sample import SamplePlan, Sampling, generate, pick, plan
 from posenc_cli.rundir.loading import load_run
@@ -119,3 +119,19 @@ def test_sample_never_replaces_a_link_or_a_device_with_its_output(smoke_sweep, t
     code, stderr = posenc("sample", str(run), "--prompt", "a", "--tokens", "3", "--out", str(target))
     assert_refused(code, stderr, str(target), "symbolic link" if kind == "symlink" else "not a regular file")
     assert target.is_symlink() if kind == "symlink" else not target.is_file()
+
+
+def test_without_a_prompt_samples_start_from_a_newline_or_space_and_each_sample_has_its_seed(
+    smoke_sweep, tmp_path, monkeypatch
+):
+    rope = run_of(smoke_sweep, "rope")
+    start = "\n" if not load_run(rope).tokenizer.missing("\n") else " "
+    monkeypatch.chdir(tmp_path)
+    args = ["sample", str(rope), "--tokens", "12", "--device", "cpu"]
+    assert invoke(*args, "--seed", "4", "--num-samples", "3", "--out", "three.txt").code == 0
+    texts = (tmp_path / "three.txt").read_text(encoding="utf-8").split("\n---------------\n")
+    assert len(texts) == 3 and all(t.startswith(start) for t in texts)
+    for i, text in enumerate(texts):  # the i-th sample is what --seed 4+i draws alone
+        assert invoke(*args, "--seed", str(4 + i), "--out", f"one{i}.txt").code == 0
+        assert (tmp_path / f"one{i}.txt").read_text(encoding="utf-8") == text
+    assert_refused(*posenc("sample", str(rope), "--num-samples", "0"), "--num-samples", "between 1 and 100")

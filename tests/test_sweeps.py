@@ -53,6 +53,12 @@ def test_joblib_sweep_runs_in_parallel_and_evaluates_as_one_input(tmp_path, monk
     assert [s["status"] for s in summaries] == ["finished", "finished"]
     assert {s["threads"] for s in summaries} == {max(1, CORES // 2)}
     assert summaries[0]["final_val_loss"] != summaries[1]["final_val_loss"]  # the seeds differ
+    last = result.stderr.strip().splitlines()[-1]  # the sweep's last word: how many, where, what next
+    assert (
+        last.startswith("2 runs in ")
+        and "(2 finished)" in last
+        and last.endswith(f"posenc eval {sweep.relative_to(tmp_path)}")
+    )
 
     ppl = evaluate(tmp_path, str(sweep), "--lengths", "64,128", "--max-tokens", "256", "--device", "cpu")
     assert sorted(ppl["seed"].unique()) == [0, 1]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import platform
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from posenc_cli.bench.eval_memory import EVAL_MULTIPLES
 from posenc_cli.bench.peer import RECIPE, speedup
 from posenc_cli.config.location import config_dir
 from posenc_cli.core.atomic import write_text, write_with
+from posenc_cli.core.device import cpu_model
 from posenc_cli.model.positional import SCHEMES
 from posenc_cli.report.tables import markdown_table
 
@@ -38,14 +38,8 @@ TARGETS_FILE = "bench_targets.yaml"
 
 
 def machine() -> dict[str, Any]:
-    model = platform.processor() or platform.machine()
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
-        model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     return {
-        "cpu": model,
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -87,10 +87,11 @@ def eval_command(
 ) -> None:
     """Perplexity at lengths past the training length, and the chapters' comparison table, measured.
 
-    Writes ppl.csv, ppl.md, comparison.md, loss_by_position.csv, ppl_vs_length.png and
-    loss_by_position.png. With no RUNS it takes the newest sweep under outputs/sweeps if it is newer
+    Writes ppl.csv, ppl.md, comparison.md, loss_by_position.csv, ppl_vs_length.png,
+    loss_by_position.png and results.json (how it was made, every number: posenc report reads it). With no RUNS it takes the newest sweep under outputs/sweeps if it is newer
     than every single run, otherwise the newest single run of each scheme under outputs/runs.
     """
+    asked = dict(locals())  # every option as given and defaulted: results.json records them
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
     from posenc_cli.evaluation.eval_runs import evaluate_runs
@@ -98,6 +99,7 @@ def eval_command(
     from posenc_cli.evaluation.targets import load_targets
     from posenc_cli.evaluation.task_accuracy import refuse_text_options, task_targets
     from posenc_cli.report.output_sets import write_eval_outputs
+    from posenc_cli.report.results_file import provenance
     from posenc_cli.rundir.destinations import default_out, owned_out
 
     out_dir = owned_out(out)
@@ -126,8 +128,9 @@ def eval_command(
         learned_overflow=overflows,
         add_context=add_context,
     )
+    made = provenance(loaded, options=asked, data_path=data, device=target)
     out = out_dir or default_out("eval")
-    written = write_eval_outputs(df, positions, info, out=out, lang=lang, skipped=skipped)
+    written = write_eval_outputs(df, positions, info, out=out, made=[made], lang=lang, skipped=skipped)
     show_eval(df, out, written, mode=mode)
 
 
@@ -154,9 +157,13 @@ def check_windows(mode: str, stride: int | None, max_tokens: int) -> None:
 def named_runs(runs: List[str] | None, data: Path | None) -> list[str]:
     """RUNS as given; an hf: model needs --data, the text it is scored on in its own tokenizer."""
     # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.evaluation.export import refuse_export_as_run
     from posenc_cli.evaluation.hf_models import is_hf
 
     named = list(runs or [])
+    for name in named:
+        if not is_hf(name):
+            refuse_export_as_run(Path(name))
     hf_named = [r for r in named if is_hf(r)]
     if hf_named and data is None:
         raise UsageError(

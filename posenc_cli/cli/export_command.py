@@ -20,11 +20,13 @@ def export_command(
 ) -> None:
     """Write a run's model as model.safetensors + config.json (and manifest.json, their hashes and the
     run's id, written last): shareable, and loaded without pickle (posenc_cli.evaluation.export.load_export
-    gives the same logits, and refuses an export whose files do not match its manifest). A run being
-    trained is refused. Needs safetensors: pip install 'posenc\\[hf]'."""
+    gives the same logits, and refuses an export whose files do not match its manifest). The directory
+    also loads in transformers: AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True) with
+    posenc installed (modeling_posenc.py), the tokenizer from tokenizer.json. A run being trained is
+    refused. Needs safetensors and tokenizers: pip install 'posenc\\[hf]'."""
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.core.atomic import MANIFEST
-    from posenc_cli.evaluation.export import CONFIG, WEIGHTS, export_run
+    from posenc_cli.core.atomic import read_manifest
+    from posenc_cli.evaluation.export import export_run
 
     written = export_run(run, out)
-    ui.err.print(f"wrote {WEIGHTS}, {CONFIG}, {MANIFEST} to {written}")
+    ui.err.print(f"wrote {', '.join(read_manifest(written)['files'])}, manifest.json to {written}")

@@ -10,6 +10,7 @@ from posenc_cli.cli import (  # noqa: F401 - each registers its command on the a
     export_command,
     inspect_command,
     probe_command,
+    report_command,
     sample_command,
     schemes_command,
 )
@@ -22,7 +23,7 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.core.ui import fail
 
 # how `posenc --help` lists the commands: in the order a user meets them (each module registers its own)
-WORKFLOW_ORDER = ("train", "eval", "probe", "sample", "export", "schemes", "inspect", "bench")
+WORKFLOW_ORDER = ("train", "eval", "probe", "report", "sample", "export", "schemes", "inspect", "bench")
 
 
 def command():

@@ -54,6 +54,7 @@ def probe(
     scheme (probe_<scheme>.png), probe_summary.png, and rewrites comparison.md with "passkey @ L" rows
     when the output directory also holds eval's ppl.csv. Runs are chosen as in eval.
     """
+    asked = dict(locals())  # every option as given and defaulted: results.json records them
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
     from posenc_cli.core.ui import announce
@@ -64,15 +65,14 @@ def probe(
 
     out_dir = owned_out(out)
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
-    check_trials(trials)
-    require_seed("--seed", seed)
+    check_trials(trials), require_seed("--seed", seed)
     target = resolve_device(device)
     options = hf_options(hf_context, target, dtype, device_map=device_map)
     loaded, why, skipped = load_targets(list(runs or []), "probe", options)
     lengths_of = probe_lengths(loaded, wanted, add_context=add_context, device=target)
     announce([r.path for r in loaded], why, "probing")
     df = probe_runs(loaded, lengths=lengths_of, depths=at_depths, trials=trials, seed=seed, device=target)
-    report_probe(df, loaded, out_dir, lang=lang, skipped=skipped)
+    report_probe(df, loaded, out_dir, options=asked, device=target, lang=lang, skipped=skipped)
 
 
 def probe_lengths(loaded: list, wanted: list[int], *, add_context: bool, device) -> dict[int, list[int]]:
@@ -92,16 +92,24 @@ def probe_lengths(loaded: list, wanted: list[int], *, add_context: bool, device)
     return {key: plan.lengths for key, plan in planned.items()}
 
 
-def report_probe(df, loaded: list, out_dir, *, lang: str, skipped: list) -> None:
-    """The probe's output set (in `out_dir`, or outputs/probe/<time>), and its table on stdout."""
+def report_probe(df, loaded: list, out_dir, *, options: dict, device, lang: str, skipped: list) -> None:
+    """The probe's output set (in `out_dir`, or outputs/probe/<time>; its results.json records `options`),
+    and its table on stdout."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.report.output_sets import write_probe_outputs
+    from posenc_cli.report.results_file import provenance
     from posenc_cli.rundir.destinations import default_out
 
-    labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
-    info = {labels[str(r.path)]: r.facts() for r in loaded}
+    info = column_facts(df, loaded)
+    made = provenance(loaded, options=options, data_path=None, device=device)
     out = out_dir or default_out("probe")
-    show_probe(df, write_probe_outputs(df, info, out, lang=lang, skipped=skipped), out)
+    show_probe(df, write_probe_outputs(df, info, out, made=[made], lang=lang, skipped=skipped), out)
+
+
+def column_facts(df, loaded: list) -> dict:
+    """comparison.md's facts about each column of the probe's rows (posenc.probe reads them too)."""
+    labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
+    return {labels[str(r.path)]: r.facts() for r in loaded}
 
 
 def show_probe(df, written: list, out) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -9,15 +10,23 @@ import typer
 
 from posenc_cli.cli.app import app, device_option
 from posenc_cli.core import ui
-from posenc_cli.core.errors import UsageError
+from posenc_cli.core.errors import UsageError, require_int, require_seed
+
+SEPARATOR = "\n---------------\n"  # between samples, as nanoGPT's sample.py prints them
+PROMPT_HELP = (
+    "Text to continue; every character must be in the run's vocabulary (default: a newline, as nanoGPT "
+    "starts, or a space where the vocabulary has no newline)."
+)
+NUM_SAMPLES_HELP = (
+    "How many samples, the i-th drawn with seed --seed + i, separated by a line of dashes (at most 100)."
+)
 
 
 @app.command()
 def sample(
     run: Path = typer.Argument(..., help="A trained run directory."),
-    prompt: str = typer.Option(
-        ..., "--prompt", "-p", help="Text to continue; every character must be in the run's vocabulary."
-    ),
+    prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help=PROMPT_HELP),
+    num_samples: int = typer.Option(1, "--num-samples", help=NUM_SAMPLES_HELP),
     tokens: int = typer.Option(
         200, "--tokens", "-n", help="How many tokens to generate (at most 1,000,000)."
     ),
@@ -53,21 +62,52 @@ def sample(
     """
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
-    from posenc_cli.evaluation.sample import check_context_memory, check_sampling, generate, plan
+    from posenc_cli.evaluation.sample import check_context_memory, check_sampling, plan
     from posenc_cli.rundir.claim import warn_if_training
     from posenc_cli.rundir.destinations import checked_out_file
     from posenc_cli.rundir.loading import load_run
 
     out = checked_out_file(out)
     sampling = check_sampling(temperature, top_k, seed)
+    (
+        require_int("--num-samples", num_samples, at_least=1, at_most=100),
+        require_seed("--seed", seed + num_samples - 1),
+    )
     loaded = load_run(run)
     warn_if_training(run, f"sampling its checkpoint of step {loaded.checkpoint.step}")
+    prompt = start_text(loaded) if prompt is None else prompt
     prompt_ids = encoded(prompt, loaded)
     steps = plan(loaded, len(prompt_ids), tokens, window=window)
     target = resolve_device(device)
     check_context_memory(loaded, window or len(prompt_ids) + steps.tokens, target)
-    ids = generate(loaded, prompt_ids, steps.tokens, sampling=sampling, window=window, device=target)
-    finish(stream(loaded, prompt, ids), out=out, stopped_early=steps.stopped_early)
+    drawing = dict(tokens=steps.tokens, sampling=sampling, count=num_samples, window=window, device=target)
+    texts = samples(loaded, prompt, prompt_ids, **drawing)
+    finish(SEPARATOR.join(texts), out=out, stopped_early=steps.stopped_early)
+
+
+def samples(
+    loaded, prompt: str, prompt_ids, *, tokens: int, sampling, count: int, window, device
+) -> list[str]:
+    """`count` samples, the i-th with seed + i, each streamed as it is drawn, dashes between them."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.evaluation.sample import generate
+
+    texts = []
+    for i in range(count):
+        ui.out.file.write(SEPARATOR.lstrip("\n") if i else "")  # the sample before ended its line
+        draw = replace(sampling, seed=sampling.seed + i)
+        ids = generate(loaded, prompt_ids, tokens, sampling=draw, window=window, device=device)
+        texts.append(stream(loaded, prompt, ids))
+    return texts
+
+
+def start_text(loaded) -> str:
+    """What a sample starts from without --prompt: a newline as nanoGPT's, else a space, whichever the
+    run's vocabulary has."""
+    for text in ("\n", " "):
+        if not loaded.tokenizer.missing(text):
+            return text
+    raise UsageError("the run's vocabulary has neither a newline nor a space to start from; give --prompt")
 
 
 def encoded(prompt: str, loaded):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
+from pathlib import Path
 
 import typer
 from typer.core import TyperCommand
 
 from posenc_cli.cli.app import app, reflow
+from posenc_cli.core import ui
 from posenc_cli.core.choices import CHAPTER_SCHEMES, MULTIRUN_FLAGS
 
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
@@ -104,6 +107,16 @@ class TrainCommand(TyperCommand):
 def train(ctx: typer.Context) -> None:
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.cli.completion import hydra_shell_completion
+
+    if hydra_shell_completion(list(ctx.args)):
+        return
+    train_with(list(ctx.args))
+
+
+def train_with(args: list[str]) -> Path | None:
+    """`posenc train ARGS`'s work (posenc.train calls it too): the run or sweep directory it trained
+    into; None when nothing trained (--cfg, --info)."""
+    # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.config.hydra_args import first_sweep_point, parse_hydra_args, print_sweep
     from posenc_cli.rundir.claim import claim
     from posenc_cli.rundir.resume import resume_args
@@ -111,9 +124,7 @@ def train(ctx: typer.Context) -> None:
     from posenc_cli.training.job import run_hydra_train
     from posenc_cli.training.preflight import preflight
 
-    if hydra_shell_completion(list(ctx.args)):
-        return
-    args = resume_args(list(ctx.args))
+    args = resume_args(args)
     directory = preflight(args)
     parsed = parse_hydra_args(args)
     if parsed.multirun and parsed.cfg:  # Hydra refuses -m with --cfg/--info; posenc answers both
@@ -123,6 +134,36 @@ def train(ctx: typer.Context) -> None:
         args = [*first_sweep_point(args), *flags]
     if not distributed.under_torchrun():  # under torchrun rank 0 claims, in process_group
         args = claim(args, directory)
-    with distributed.process_group(args) as args:
-        sys.argv = ["posenc train", *args]
-        run_hydra_train()
+    argv = sys.argv
+    try:
+        with distributed.process_group(args) as args:
+            sys.argv = ["posenc train", *args]
+            run_hydra_train()
+    finally:
+        sys.argv = argv  # the caller's own argv again (a notebook's, after posenc.train)
+    if parsed.multirun and directory is not None and not distributed.under_torchrun():
+        announce_sweep(directory)
+    return directory
+
+
+def announce_sweep(directory: Path) -> None:
+    """The line a sweep ends with: how many runs, where, and the command that evaluates them."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.core.errors import UsageError
+    from posenc_cli.rundir.layout import holds_run
+    from posenc_cli.rundir.record import read_summary
+
+    def finished(run: Path) -> bool:
+        try:
+            return read_summary(run).get("status") == "finished"
+        except UsageError:
+            return False
+
+    runs = [p for p in sorted(directory.iterdir()) if p.is_dir() and holds_run(p)]
+    done = sum(finished(run) for run in runs)
+    ui.err.print(
+        f"{len(runs)} runs in {directory} ({done} finished); evaluate them: posenc eval {shlex.quote(str(directory))}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )

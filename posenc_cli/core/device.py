@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
+from pathlib import Path
 
 import torch
 
@@ -59,6 +61,16 @@ def cpu_bf16() -> str:
             raise UsageError(f"{CPU_BF16_ENV}={forced} is not known; choose one of: {', '.join(CPU_BF16)}")
         return forced
     return "native" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "emulated"
+
+
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it, else what the platform says."""
+    model = platform.processor() or platform.machine()
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+        return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return model
 
 
 def native_bf16(device: torch.device) -> bool:

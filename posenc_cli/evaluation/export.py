@@ -1,8 +1,13 @@
 """A run's model for sharing: `model.safetensors` (weights, no pickle) and `config.json` (posenc's
 model config, tokenizer, training length and the run's id), one output set whose `manifest.json`,
-written last, holds both files' sha256 and size and the run id. `load_export` rebuilds the same model
+written last, holds every file's sha256 and size and the run id. `load_export` rebuilds the same model
 from the two files alone, so nothing that loads it can run code, and only when the manifest vouches
-for both: an export killed mid-write (B's weights beside A's config) is refused, never loaded."""
+for both: an export killed mid-write (B's weights beside A's config) is refused, never loaded.
+
+The same directory is a transformers model: config.json also carries `model_type` and `auto_map`,
+`modeling_posenc.py` imports evaluation.hf_modeling's classes (which wrap posenc's GPT: posenc must be
+installed where it is loaded), and `tokenizer.json` is the run's tokenizer for PreTrainedTokenizerFast,
+so `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` gives posenc's logits."""
 
 from __future__ import annotations
 
@@ -23,6 +28,23 @@ FORMAT = "posenc-model"
 VERSION = 2  # 2: the run id, and a manifest of hashes
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
+MODELING = "modeling_posenc.py"
+TOKENIZER = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+MODELING_SOURCE = (  # the module transformers imports with trust_remote_code: posenc's classes, not a copy
+    '"""posenc\'s GPT for transformers (pip install posenc): see posenc_cli/evaluation/hf_modeling.py."""\n\n'
+    "from posenc_cli.evaluation.hf_modeling import PosencConfig, PosencForCausalLM  # noqa: F401\n"
+)
+HF_FIELDS = {
+    "model_type": "posenc",
+    "architectures": ["PosencForCausalLM"],
+    "auto_map": {
+        "AutoConfig": "modeling_posenc.PosencConfig",
+        "AutoModelForCausalLM": "modeling_posenc.PosencForCausalLM",
+    },
+    "tie_word_embeddings": True,
+    "torch_dtype": "float32",
+}
 
 
 def safetensors_torch():
@@ -54,11 +76,75 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         "data": run.record.data,
         "step": run.checkpoint.step,  # the run's step: an export left in a run that trains on goes stale
     }
+    config |= HF_FIELDS | {"vocab_size": run.model.cfg.vocab_size, "max_position_embeddings": run.train_len}
+    tokenizer = tokenizer_json(run.tokenizer)
     with output_set(out, [run_id], run_id=run_id) as result:
         write_with(out / WEIGHTS, lambda p: st.save_model(run.model, str(p)))  # tied head stored once
+        write_text(out / MODELING, MODELING_SOURCE)
+        result.written += [out / WEIGHTS, out / MODELING]
+        if tokenizer is not None:
+            write_text(out / TOKENIZER, tokenizer)
+            write_text(
+                out / TOKENIZER_CONFIG, json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}) + "\n"
+            )
+            result.written += [out / TOKENIZER, out / TOKENIZER_CONFIG]
         write_text(out / CONFIG, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-        result.written += [out / WEIGHTS, out / CONFIG]
+        result.written.append(out / CONFIG)
     return out
+
+
+def tokenizers_module():
+    try:
+        import tokenizers
+    except ImportError:
+        raise UsageError("export needs tokenizers: pip install 'posenc[hf]'") from None
+    return tokenizers
+
+
+def gpt2_byte_chars() -> list[str]:
+    """GPT-2's byte-to-character map (tokenizers' ByteLevel): printable bytes stand for themselves, the
+    others for the characters from U+0100 on, in byte order."""
+    printable = {
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    }
+    shifted = iter(range(256, 512))
+    return [chr(b) if b in printable else chr(next(shifted)) for b in range(256)]
+
+
+def tokenizer_json(tokenizer) -> str | None:
+    """The run's tokenizer as a `tokenizer.json` for PreTrainedTokenizerFast, giving posenc's ids for
+    the same text: char, one token per character (its <unk> for unseen ones, where the run has one);
+    byte, one per UTF-8 byte; bpe, its own file. None for token ids without a text (data=bin)."""
+    if tokenizer.kind == "bpe":
+        return tokenizer.to_json()
+    if tokenizer.kind not in ("char", "byte"):
+        return None
+    tk = tokenizers_module()
+    if tokenizer.kind == "char":
+        unk = tokenizer.chars[-1] if tokenizer.has_unk else None
+        hf = tk.Tokenizer(tk.models.BPE({c: i for i, c in enumerate(tokenizer.chars)}, [], unk_token=unk))
+        hf.decoder = tk.decoders.Fuse()
+    else:
+        hf = tk.Tokenizer(tk.models.BPE({c: b for b, c in enumerate(gpt2_byte_chars())}, []))
+        hf.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        hf.decoder = tk.decoders.ByteLevel()
+    return hf.to_str()
+
+
+def refuse_export_as_run(path: Path) -> None:
+    """An export named where a run is expected is refused, saying what it is and what to do with it."""
+    try:
+        config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return
+    if isinstance(config, dict) and config.get("format") == FORMAT:
+        raise UsageError(
+            f"{path} is a posenc export of run {config.get('run_id')}, not a run: evaluate the run directory "
+            "it was exported from, or load the export in transformers "
+            "(AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True))"
+        )
 
 
 def not_an_export(directory: Path, why: str) -> UsageError:

@@ -1,7 +1,9 @@
 """An evaluation's or a probe's output set: every table and figure written atomically into one directory,
 with a manifest of what this command wrote. eval and probe share a directory on purpose: comparison.md
 gains passkey rows from probe.csv (and probe rewrites it from ppl.csv), but only from a file the set
-found there listed, with the same sha256, about the same runs (core.atomic.OutputSet.trusted_input)."""
+found there listed, with the same sha256, about the same runs (core.atomic.OutputSet.trusted_input).
+results.json, written last before the manifest, records how the set was made and every row of its
+tables (report.results_file), so that `posenc report` rebuilds the set through these same writers."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from posenc_cli.report.plots import (
     plot_probe_heatmap,
     plot_probe_summary,
 )
+from posenc_cli.report.results_file import RESULTS, Provenance, ResultsSection, write_results_file
 from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot, skipped_text
 from posenc_cli.rundir.selection import Skipped
 
@@ -37,11 +40,12 @@ def write_probe_outputs(
     info: dict[str, dict],
     out: Path,
     *,
+    made: list[Provenance],
     lang: str = "en",
     skipped: Sequence[Skipped] = (),
 ) -> list[Path]:
     """probe.csv, passkey.md, one heatmap per scheme, the summary plot; comparison.md again if eval's
-    ppl.csv of the same runs is here. The set is complete once manifest.json is written."""
+    ppl.csv of the same runs is here; results.json. The set is complete once manifest.json is written."""
     with output_set(out, list(passkey["model_id"].unique())) as result:
         write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
         written = [out / "probe.csv"]
@@ -57,6 +61,8 @@ def write_probe_outputs(
             text = comparison(read_results(ppl), info, lang=lang, passkey=passkey, skipped=skipped)
             write_text(out / "comparison.md", text)
             written.append(out / "comparison.md")
+        section = ResultsSection("probe", {"probe": passkey}, info, made)
+        written.append(write_results_file(out, section, result.trusted_input(RESULTS)))
         result.written += written
     return written
 
@@ -73,10 +79,11 @@ def write_eval_outputs(
     info: dict[str, dict],
     *,
     out: Path,
+    made: list[Provenance],
     lang: str = "en",
     skipped: Sequence[Skipped] = (),
 ) -> list[Path]:
-    """The eval output set; complete once manifest.json is written (see atomic.output_set)."""
+    """The eval output set, results.json last; complete once manifest.json is written (atomic.output_set)."""
     figures = ("ppl_vs_length", "loss_by_position") if not positions.empty else ("ppl_vs_length",)
     written = [out / n for n in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv")] + [
         out / f"{name}.{ext}" for name in figures for ext in ("png", "svg")
@@ -96,5 +103,7 @@ def write_eval_outputs(
         plot_ppl_vs_length(df, out / "ppl_vs_length.png")
         if not positions.empty:
             plot_loss_by_position(positions, df, out / "loss_by_position.png")
+        section = ResultsSection("eval", {"ppl": df, "loss_by_position": positions}, info, made)
+        written.append(write_results_file(out, section, result.trusted_input(RESULTS)))
         result.written += written
     return written

@@ -57,7 +57,8 @@ def ppl_pivot(df: pd.DataFrame, value: str = "ppl", digits: int = 2) -> tuple[li
         sub = df[df["scheme"] == str(scheme)]
         ratio = [f"{chars_per_token(sub):.2f}"] if extra else []
         cells = [result_cell(sub[sub["eval_len"] == L], value, digits) for L in lengths]
-        rows.append([str(scheme), str(sub["seed"].nunique()), *ratio, *cells])
+        seeds = "—" if as_label(scheme).model else str(sub["seed"].nunique())  # a pretrained model has none
+        rows.append([str(scheme), seeds, *ratio, *cells])
     return header, rows
 
 

@@ -1,0 +1,239 @@
+"""results.json: an output set that says how it was made. lm-evaluation-harness's results file is the
+model: its `config` (the command and options), `git_hash`, `date`, library versions and environment,
+then every number. Here one section per kind of set (eval, probe), each with the provenance of what
+made it (the command line, posenc's version and commit, torch/transformers/tokenizers, the machine, each
+target's identity, the data) and every row of its tables, whose column Labels are kept as fields, never
+as text to parse. `posenc report` rebuilds tables and figures from it through the same writers."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import shlex
+import sys
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from posenc_cli import __version__
+from posenc_cli.core.atomic import file_entry, hashed_entry, read_manifest, write_text
+from posenc_cli.core.device import cpu_bf16, cpu_model, native_bf16
+from posenc_cli.core.errors import UsageError
+from posenc_cli.core.version import code_version
+from posenc_cli.evaluation.labels import Label
+from posenc_cli.rundir.loading import LoadedRun
+
+RESULTS = "results.json"
+FORMAT = "posenc-results"
+FORMAT_VERSION = 1
+TABLES = {"eval": ("ppl", "loss_by_position"), "probe": ("probe",)}  # each kind's tables, by name
+LIBRARIES = ("torch", "transformers", "tokenizers")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """How one eval or probe was made (lm-evaluation-harness's config, versions, git_hash and date)."""
+
+    command: str  # the command line as typed
+    options: dict[str, Any]  # every option's value, defaults included
+    date: str  # UTC, ISO 8601
+    posenc_version: str
+    git_hash: str | None  # the checkout's commit (+dirty), None for an installed package
+    versions: dict[str, str | None]  # torch, transformers, tokenizers (None: not installed)
+    machine: dict[str, Any]  # CPU model, its bf16, the device and whether it computes bf16 natively
+    targets: list[dict[str, Any]]  # each target's identity: run id, model_id, config; or hf name, revision
+    data: dict[str, Any]  # the text scored (path, sha256, size) or each run's validation split
+
+
+@dataclass(frozen=True)
+class ResultsSection:
+    """One kind's part of results.json: its tables' rows, their column Labels and facts, and what made it
+    (several provenances where `posenc report` merged sets)."""
+
+    kind: str  # eval or probe
+    tables: dict[str, pd.DataFrame]
+    info: dict[str, dict]  # comparison.md's facts per column, keyed by the column's text
+    made: list[Provenance]
+
+
+def library_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def target_identity(target) -> dict[str, Any]:
+    """A posenc run by its id, checkpoint step, path and config; a pretrained model by name and revision."""
+    if isinstance(target, LoadedRun):
+        record = target.record
+        return {
+            "kind": "run",
+            "path": str(Path(target.path).resolve()),
+            "model_id": target.model_id,
+            "run_id": record.run_id,
+            "step": target.checkpoint.step,
+            "config": record.config or {"model": record.model_config, "data": record.data},
+            "corpus_sha256": record.corpus_sha256,
+        }
+    config = getattr(target, "config", None)
+    return {
+        "kind": "hf",
+        "model_id": target.model_id,
+        "name_or_path": getattr(config, "_name_or_path", str(target.path)),
+        "revision": getattr(config, "_commit_hash", None),
+    }
+
+
+def data_identity(data_path: str | Path | None) -> dict[str, Any]:
+    """The text every column scored, by sha256 and size; or each run's own validation split (its corpus's
+    sha256 is in its target entry). The span each column scored is in its rows (tokens, bytes)."""
+    if data_path is None:
+        return {"text": "each run's validation split"}
+    entry = hashed_entry(Path(data_path))
+    return {"text": str(Path(data_path).resolve()), **entry}
+
+
+def provenance(targets: list, *, options: dict[str, Any], data_path, device: torch.device) -> Provenance:
+    """What made this output set, taken as it is written."""
+    version = code_version()
+    return Provenance(
+        command=shlex.join(["posenc", *sys.argv[1:]]),
+        options=json.loads(json.dumps(options, default=str)),
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        posenc_version=__version__,
+        git_hash=version.removeprefix("git:") if version.startswith("git:") else None,
+        versions={name: library_version(name) for name in LIBRARIES},
+        machine={
+            "cpu": cpu_model(),
+            "cpu_bf16": cpu_bf16(),
+            "device": str(device),
+            "native_bf16": native_bf16(device),
+        },
+        targets=[target_identity(t) for t in targets],
+        data=data_identity(data_path),
+    )
+
+
+# -- writing ---------------------------------------------------------------------------------------
+
+
+def table_record(df: pd.DataFrame) -> dict[str, Any]:
+    """A table as columns, dtypes and rows (JSON null for nan), labels as their text: exact floats."""
+    plain = df.copy()
+    if "scheme" in plain:
+        plain["scheme"] = plain["scheme"].map(str)
+    rows = plain.astype(object).where(plain.notna(), None).to_dict("records")
+    return {"columns": list(df.columns), "dtypes": {c: str(t) for c, t in df.dtypes.items()}, "rows": rows}
+
+
+def section_record(section: ResultsSection) -> dict[str, Any]:
+    labels = {
+        str(label): asdict(label)
+        for table in section.tables.values()
+        if "scheme" in table
+        for label in table["scheme"]
+        if isinstance(label, Label)
+    }
+    return {
+        "provenance": [asdict(p) for p in section.made],
+        "labels": labels,
+        "info": {str(k): v for k, v in section.info.items()},
+        "results": {name: table_record(df) for name, df in section.tables.items()},
+    }
+
+
+def write_results_file(out: Path, section: ResultsSection, carried: bytes | None) -> Path:
+    """results.json with `section`, and the other kind's section from the file this set found here when its
+    manifest vouched for it (`carried`: eval and probe share a directory)."""
+    document = {"format": FORMAT, "format_version": FORMAT_VERSION}
+    if carried is not None:
+        try:
+            earlier = parse_results(carried, out / RESULTS)
+            document.update({k: v for k, v in earlier.items() if k in TABLES and k != section.kind})
+        except UsageError:
+            pass  # a file from another format version: not carried
+    document[section.kind] = section_record(section)
+    text = json.dumps(document, indent=1, allow_nan=False, default=lambda v: v.item()) + "\n"
+    write_text(out / RESULTS, text)
+    return out / RESULTS
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+
+def parse_results(data: bytes, where: Path) -> dict[str, Any]:
+    """results.json's document, its format and version checked."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"{where} is not valid JSON ({err}); rerun the command that wrote it") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise UsageError(f"{where} is not a posenc results file (format {FORMAT!r})")
+    if document.get("format_version") != FORMAT_VERSION:
+        raise UsageError(
+            f"{where} has format version {document.get('format_version')!r}; this posenc reads "
+            f"version {FORMAT_VERSION} (use the posenc that wrote it, or rerun the command)"
+        )
+    return document
+
+
+def read_results_file(directory: Path) -> list[ResultsSection]:
+    """The sections of `directory`'s results.json, which its complete manifest must list with this sha256
+    and size; anything else is refused in one line."""
+    if not directory.is_dir():
+        raise UsageError(f"{directory} is not a directory; give an output directory of posenc eval or probe")
+    listed = read_manifest(directory).get("files", {})
+    if RESULTS not in listed:
+        raise UsageError(
+            f"{directory} has no results.json that a complete manifest.json lists: not an output set of "
+            "this posenc's eval or probe (rerun it)"
+        )
+    try:
+        data = (directory / RESULTS).read_bytes()
+    except OSError as err:
+        raise UsageError(f"{directory / RESULTS}: cannot read it ({err.strerror})") from None
+    if file_entry(data) != listed[RESULTS]:
+        raise UsageError(
+            f"{directory / RESULTS} does not match its manifest (sha256 and size): changed since it was written"
+        )
+    document = parse_results(data, directory / RESULTS)
+    if not any(kind in document for kind in TABLES):
+        raise UsageError(f"{directory / RESULTS} holds no {' or '.join(TABLES)} results")
+    return [read_section(kind, document[kind], directory) for kind in TABLES if kind in document]
+
+
+def read_section(kind: str, record: Any, directory: Path) -> ResultsSection:
+    try:
+        labels = {text: as_label(fields_of) for text, fields_of in record["labels"].items()}
+        tables = {name: read_table(record["results"][name], labels) for name in TABLES[kind]}
+        made = [Provenance(**p) for p in record["provenance"]]
+        info = dict(record["info"])
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise UsageError(f"{directory / RESULTS}: its {kind} section is damaged ({err!r})") from None
+    return ResultsSection(kind, tables, info, made)
+
+
+def as_label(record: dict[str, Any]) -> Label:
+    known = {f.name for f in fields(Label)}
+    if set(record) != known:
+        raise ValueError(f"a label with fields {sorted(record)}, not {sorted(known)}")
+    return Label(**{**record, "distinct": tuple((str(k), str(v)) for k, v in record["distinct"])})
+
+
+def read_table(record: dict[str, Any], labels: dict[str, Label]) -> pd.DataFrame:
+    """A table as table_record wrote it: its columns, dtypes and Labels again."""
+    df = pd.DataFrame(record["rows"], columns=record["columns"])
+    if df.empty:
+        return df.astype(record["dtypes"])
+    df = df.astype({c: t for c, t in record["dtypes"].items() if t != "object"})
+    if "scheme" in df:
+        unknown = set(df["scheme"]) - set(labels)
+        if unknown:
+            raise ValueError(f"columns without a label: {sorted(unknown)}")
+        df["scheme"] = df["scheme"].map(labels)
+    return df

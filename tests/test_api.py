@@ -1,0 +1,76 @@
+"""`import posenc`: the calls a notebook needs, each the command's own function, refusing as the command
+refuses; and docs/notebook.py runs as written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import posenc
+from conftest import ROOT
+from conftest import posenc as posenc_cli_command
+from posenc_cli.cli.schemes_command import scheme_rows
+from posenc_cli.core.errors import UsageError
+from posenc_cli.model.positional import SCHEMES
+
+
+def refusal(*args: str) -> str:
+    """The one line `posenc ARGS` prints, without its `posenc: error: ` prefix."""
+    code, stderr = posenc_cli_command(*args)
+    assert code == 2, stderr
+    return stderr.strip().removeprefix("posenc: error: ")
+
+
+@pytest.mark.parametrize(
+    "call, args",
+    [
+        (lambda: posenc.evaluate(["no-such-run"]), ["eval", "no-such-run"]),
+        (
+            lambda: posenc.evaluate(["no-such-run"], max_tokens=0),
+            ["eval", "no-such-run", "--max-tokens", "0"],
+        ),
+        (lambda: posenc.evaluate(["hf:gpt2"]), ["eval", "hf:gpt2"]),
+        (lambda: posenc.probe(["no-such-run"], trials=0), ["probe", "no-such-run", "--trials", "0"]),
+        (lambda: posenc.probe(["no-such-run"], depths=[2]), ["probe", "no-such-run", "--depths", "2"]),
+        (lambda: posenc.inspect("rope", dim=7), ["inspect", "rope", "--dim", "7"]),
+        (lambda: posenc.load_run("no-such-run"), ["export", "no-such-run"]),
+    ],
+)
+def test_a_bad_value_raises_the_usage_error_the_command_prints(call, args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as raised:
+        call()
+    assert str(raised.value) == refusal(*args)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_schemes_is_the_commands_table_and_inspect_returns_its_checks(tmp_path):
+    table = posenc.schemes()
+    assert list(table.index) == list(SCHEMES)
+    assert table.reset_index().to_dict("records") == scheme_rows()
+    checks = posenc.inspect("alibi", dim=16, length=16, heads=2, out=tmp_path / "fig")
+    assert len(checks) > 1 and checks["passed"].all()
+    assert checks.attrs["figures"] and all(Path(f).is_file() for f in checks.attrs["figures"])
+
+
+@pytest.mark.slow
+def test_the_notebook_example_runs_as_written_in_a_fresh_directory(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "notebook.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert all((tmp_path / "runs" / s / "summary.json").is_file() for s in ("rope", "alibi"))
+    document = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert {"eval", "probe"} <= set(document)  # evaluate and probe wrote one output set
+    assert "passkey @ 128" in (tmp_path / "eval" / "comparison.md").read_text()
