@@ -89,13 +89,22 @@ def generate(
     sampling: Sampling,
     window: int | None,
     device: torch.device,
+    cached: bool = True,
 ) -> Iterator[int]:
-    """Token ids one at a time; the same ids for the same seed."""
+    """Token ids one at a time; the same ids for the same seed. Each step's logits are the model's on the
+    context (its last `window` tokens, at positions 0..W-1): with `cached`, a KV cache runs only the new
+    token while the context grows; once the window slides every position shifts, so it is run whole, as
+    it is at every step for a rotation that reads the context's length (dynamic NTK scaling)."""
     model = run.model.to(device)
     generator = torch.Generator().manual_seed(sampling.seed)
     context = prompt_ids.to(device)
+    cached = cached and not model.scheme.rotation_reads_length
+    cache = model.new_cache()
     for _ in range(tokens):
-        logits = model(context[-window:][None] if window else context[None])[0, -1].float().cpu()
+        seen = context[-window:] if window else context
+        if not cached or len(seen) < len(context):
+            cache = model.new_cache()
+        logits = model(seen[cache.length :][None], cache=cache)[0, -1].float().cpu()
         next_id = pick(logits, sampling.temperature, sampling.top_k, generator=generator)
         context = torch.cat([context, torch.tensor([next_id], device=device)])
         yield next_id

@@ -79,6 +79,7 @@ class RoPE(PositionalScheme):
         )
         if self.scaling is not None:
             self.frequencies(block_size)  # a scaling this model cannot take is refused now, not mid-run
+        self.rotation_reads_length = self.scaling is not None and self.scaling.method == "dynamic"
 
     @property
     def label(self) -> str:
