@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from conftest import assert_refused, posenc, run_cli
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.sample import SamplePlan, Sampling, generate, pick, plan
+from posenc_cli.data.tokenizers import ByteTokenizer, IdsOnly
+from posenc_cli.evaluation.sample import SamplePlan, Sampling, generate, pick, plan, stream_text
 from posenc_cli.rundir.loading import load_run
 
 PROMPT = "the "
@@ -119,3 +121,25 @@ def test_sample_never_replaces_a_link_or_a_device_with_its_output(smoke_sweep, t
     code, stderr = posenc("sample", str(run), "--prompt", "a", "--tokens", "3", "--out", str(target))
     assert_refused(code, stderr, str(target), "symbolic link" if kind == "symlink" else "not a regular file")
     assert target.is_symlink() if kind == "symlink" else not target.is_file()
+
+
+@pytest.mark.parametrize("tokenizer", [ByteTokenizer(), IdsOnly(50)], ids=["bytes", "ids"])
+def test_text_decoded_as_it_comes_joins_to_the_whole_texts_decoding(tokenizer):
+    """Multi-byte characters split over byte tokens, a cut-off one at the end, ids joined by spaces:
+    the pieces add up to decoding every id at once."""
+    ids = list("naïve 日本 ok".encode()) + [0xE6] if isinstance(tokenizer, ByteTokenizer) else [3, 14, 15, 9]
+    pieces = list(stream_text(SimpleNamespace(tokenizer=tokenizer), iter(ids)))
+    assert "".join(pieces) == tokenizer.decode(ids) and len(pieces) > 1
+
+
+@pytest.mark.parametrize(("scheme", "window"), [("rope", None), ("alibi", 7), ("learned", 16), ("sinusoidal", None)])
+def test_the_kv_cache_samples_the_same_tokens_as_the_whole_context_for_a_seed(smoke_sweep, scheme, window):
+    """Growing past the training length, and sliding a window (cached until it is full, then whole)."""
+    run = load_run(run_of(smoke_sweep, scheme))
+    ids = run.tokenizer.encode(PROMPT)
+    sampling = Sampling(0.8, 5, 0)
+    with_cache, without = (
+        list(generate(run, ids, 60, sampling=sampling, window=window, device=torch.device("cpu"), cached=c))
+        for c in (True, False)
+    )
+    assert with_cache == without and len(with_cache) == 60

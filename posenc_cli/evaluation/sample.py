@@ -133,11 +133,19 @@ def check_sampling(temperature: float, top_k: int | None, seed: int) -> Sampling
 
 
 def stream_text(run: LoadedRun, ids: Iterator[int]) -> Iterator[str]:
-    """Decode as the ids come, through the run's vocabulary: each piece is what the text gained."""
+    """Decode as the ids come: each piece is what the text gained. Only the tokens since the last piece,
+    and those of the piece before as context, are decoded at each step, so a step costs the same at the
+    1,000th token as at the first; what the tokenizer puts between tokens (a space, a character whose
+    bytes span tokens) comes out as it does in the whole text's decoding."""
+    decode = run.tokenizer.decode
     generated: list[int] = []
-    shown = 0
+    prefix = read = 0  # generated[prefix:read] was shown last; it is decoded again as context
     for token in ids:
         generated.append(token)
-        text = run.tokenizer.decode(generated)
-        yield text[shown:]
-        shown = len(text)
+        shown, text = decode(generated[prefix:read]), decode(generated[prefix:])
+        if len(text) > len(shown) and not text.endswith("\ufffd"):  # not mid-character
+            yield text[len(shown) :]
+            prefix, read = read, len(generated)
+    shown, text = decode(generated[prefix:read]), decode(generated[prefix:])
+    if len(text) > len(shown):
+        yield text[len(shown) :]
