@@ -49,7 +49,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     )  # seconds on a quiet machine; the timeout allows for a loaded one
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "bench" / "bench.csv")
-    assert set(df["section"]) == {"gemm", "train", "peer", "eval"}
+    assert set(df["section"]) == {"gemm", "train", "peer", "eval", "sample"}
     peer = df[df["section"] == "peer"]
     assert sorted(peer["config"]) == ["nanogpt", "posenc"] and (peer["steps"] == 3).all()
     assert peer.loc[peer["config"] == "nanogpt", "train_loss"].tolist() == [2.5]  # read from its log
@@ -63,9 +63,14 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     evals = df[df["section"] == "eval"]
     assert sorted(evals["multiple"].unique()) == [1, 8, 32]
     assert (evals["peak_rss_mib"] > evals["eval_rss_mib"]).all()
-    assert (df.loc[df["scheme"] == "rope", "vs_rope"] == 1).all()
+    assert (df.loc[(df["scheme"] == "rope") & df["section"].isin(["train", "eval"]), "vs_rope"] == 1).all()
+    sample = df[df["section"] == "sample"]
+    assert sorted(sample["config"]) == ["kv cache", "kv cache", "whole context", "whole context"]
+    assert (sample["tokens_per_s"] > 0).all() and (
+        sample.loc[sample["config"] == "whole context", "vs_baseline"] == 1
+    ).all()
     markdown = (tmp_path / "bench" / "bench.md").read_text(encoding="utf-8")
-    for heading in ("## Training", "## Beside nanoGPT", "## Evaluation", "## Targets"):
+    for heading in ("## Training", "## Beside nanoGPT", "## Evaluation", "## Sampling", "## Targets"):
         assert heading in markdown
     assert re.search(r"posenc's speed / nanoGPT's: \*\*[\d.]+×\*\*", markdown), markdown
     assert all(float(p) <= 100 for p in re.findall(r"([\d.]+)%", markdown))

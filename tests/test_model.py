@@ -47,7 +47,17 @@ CACHED_SCHEMES = [*SCHEMES, "rope+alibi", "sinusoidal+fire"]
 def random_model(scheme: str, **options) -> GPT:
     """Every parameter random, scheme's included, so a bias or table left out of a path shows."""
     torch.manual_seed(0)
-    model = GPT(ModelConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, scheme=scheme, scheme_options=options))
+    model = GPT(
+        ModelConfig(
+            vocab_size=13,
+            block_size=16,
+            n_layer=2,
+            n_head=2,
+            n_embd=16,
+            scheme=scheme,
+            scheme_options=options,
+        )
+    )
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.5)
@@ -78,5 +88,7 @@ def test_a_kv_cache_gives_each_token_the_logits_of_its_whole_context_to_fp32_rou
 def test_dynamic_ntk_scaling_says_its_rotation_reads_the_length_so_sampling_runs_it_uncached():
     """Its frequencies change with the context's length, so every hidden state does: a cache is stale."""
     assert random_model("rope", scaling="dynamic", scaling_factor=2.0).scheme.rotation_reads_length
-    assert random_model("alibi+rope", parts=["alibi", {"name": "rope", "scaling": "dynamic", "scaling_factor": 2.0}]).scheme.rotation_reads_length
+    assert random_model(
+        "alibi+rope", parts=["alibi", {"name": "rope", "scaling": "dynamic", "scaling_factor": 2.0}]
+    ).scheme.rotation_reads_length
     assert not any(random_model(s).scheme.rotation_reads_length for s in CACHED_SCHEMES)

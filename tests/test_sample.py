@@ -40,7 +40,9 @@ def run_of(sweep: Path, scheme: str) -> Path:
 def sampled(run, seed: int, tokens: int = 80, window: int | None = None) -> list[int]:
     ids = run.tokenizer.encode(PROMPT)
     return list(
-        generate(run, ids, tokens, sampling=Sampling(0.8, 5, seed), window=window, device=torch.device("cpu"))
+        generate(
+            run.model, ids, tokens, sampling=Sampling(0.8, 5, seed), window=window, device=torch.device("cpu")
+        )
     )
 
 
@@ -132,14 +134,20 @@ def test_text_decoded_as_it_comes_joins_to_the_whole_texts_decoding(tokenizer):
     assert "".join(pieces) == tokenizer.decode(ids) and len(pieces) > 1
 
 
-@pytest.mark.parametrize(("scheme", "window"), [("rope", None), ("alibi", 7), ("learned", 16), ("sinusoidal", None)])
+@pytest.mark.parametrize(
+    ("scheme", "window"), [("rope", None), ("alibi", 7), ("learned", 16), ("sinusoidal", None)]
+)
 def test_the_kv_cache_samples_the_same_tokens_as_the_whole_context_for_a_seed(smoke_sweep, scheme, window):
     """Growing past the training length, and sliding a window (cached until it is full, then whole)."""
     run = load_run(run_of(smoke_sweep, scheme))
     ids = run.tokenizer.encode(PROMPT)
     sampling = Sampling(0.8, 5, 0)
     with_cache, without = (
-        list(generate(run, ids, 60, sampling=sampling, window=window, device=torch.device("cpu"), cached=c))
+        list(
+            generate(
+                run.model, ids, 60, sampling=sampling, window=window, device=torch.device("cpu"), cached=c
+            )
+        )
         for c in (True, False)
     )
     assert with_cache == without and len(with_cache) == 60

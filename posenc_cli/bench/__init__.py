@@ -4,6 +4,7 @@
 - training.py: `posenc train`'s own training function, timed per eval interval (median reported).
 - peer.py: whole `posenc train` processes side by side with nanoGPT's CPU recipe, alternated.
 - memory.py: evaluation speed and peak memory, each case in a fresh process.
+- sampling.py: `posenc sample`'s tokens/s with and without the KV cache, alternated.
 - main_job.py: wall time of the README's main job.
 - markdown.py: bench.md, with the targets of configs/bench_targets.yaml.
 
@@ -24,6 +25,7 @@ from posenc_cli.bench.main_job import bench_main_job
 from posenc_cli.bench.markdown import machine, write_outputs
 from posenc_cli.bench.peak import Peak
 from posenc_cli.bench.peer import side_by_side
+from posenc_cli.bench.sampling import bench_sampling
 from posenc_cli.bench.train_speed import bench_levers, bench_training
 from posenc_cli.model.positional import SCHEMES
 
@@ -40,6 +42,8 @@ class Effort:
     eval_tokens: int = 16384  # tokens scored per evaluation case (at least one window)
     peer_steps: int = 400  # steps of each whole-process run in the nanoGPT side-by-side
     peer_pairs: int = 3  # alternated (nanoGPT, posenc) pairs; the median ratio is reported
+    sample_tokens: int = 1000  # tokens generated per sampling measurement
+    sample_pairs: int = 2  # alternated (cached, uncached) pairs per scheme; the smaller speed-up is reported
     overrides: tuple[str, ...] = ()  # on top of each benchmarked configuration
 
 
@@ -51,6 +55,8 @@ QUICK = Effort(
     eval_tokens=64,
     peer_steps=20,
     peer_pairs=1,
+    sample_tokens=20,
+    sample_pairs=1,
     overrides=(
         "model.n_layer=1",
         "model.n_embd=32",
@@ -92,6 +98,7 @@ def run_bench(
     rows = [*peak.rows(), *[peak.with_mfu(row) for row in rows]]
     rows += side_by_side(peer, effort, info)
     rows += bench_eval(schemes, effort)
+    rows += bench_sampling(effort)
     if main_job:
         rows += bench_main_job(quick)
     info["load_avg_1min_at_end"] = round(os.getloadavg()[0], 2)

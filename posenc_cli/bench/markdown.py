@@ -72,7 +72,7 @@ def targets(df: pd.DataFrame) -> list[list[str]]:
     """This run's numbers against configs/bench_targets.yaml: [target, measured, met], for each target
     whose section was run."""
     goal = load_targets()
-    checks = (train_mfu, bias_vs_rope, nanogpt_speedup, eval_rss, eval_slowdown, main_job)
+    checks = (train_mfu, bias_vs_rope, nanogpt_speedup, eval_rss, eval_slowdown, sample_speedup, main_job)
     rows = [row for check in checks if (row := check(df, goal)) is not None]
     return [[target, measured, "yes" if met else "**no**"] for target, measured, met in rows]
 
@@ -166,6 +166,7 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
         levers_section(df),
         peer_section(df, info),
         eval_section(df),
+        sampling_section(df),
         main_job_section(df),
         [
             "## Targets",
@@ -305,6 +306,37 @@ def eval_section(df: pd.DataFrame) -> list[str]:
         "RSS growth = peak RSS minus the process's peak before evaluating.",
         "",
         markdown_table(columns, rows),
+    ]
+
+
+def sampling_section(df: pd.DataFrame) -> list[str]:
+    sample = df[df["section"] == "sample"]
+    if not len(sample):
+        return []
+    rows = [
+        [r.scheme, r.config, f"{r.length:.0f}", f"{r.tokens_per_s:,.0f}", f"{r.vs_baseline:.1f}×"]
+        for r in sample.itertuples()
+    ]
+    return [
+        "## Sampling",
+        "",
+        "`posenc sample`'s generation, default model untrained, one-token prompt, context growing; "
+        "with and without the KV cache alternated, the median pair's speeds.",
+        "",
+        markdown_table(["scheme", "path", "tokens", "tokens/s", "vs whole context"], rows),
+        "",
+    ]
+
+
+def sample_speedup(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
+    cached = df[(df["section"] == "sample") & (df["config"] == "kv cache")]
+    if not len(cached):
+        return None
+    slowest = cached["vs_baseline"].min()
+    return [
+        f"sampling with the KV cache ≥ {goal['sample_speedup']:g}× without",
+        f"{slowest:.1f}×",
+        slowest >= goal["sample_speedup"],
     ]
 
 

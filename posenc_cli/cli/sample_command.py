@@ -66,7 +66,7 @@ def sample(
     steps = plan(loaded, len(prompt_ids), tokens, window=window)
     target = resolve_device(device)
     check_context_memory(loaded, window or len(prompt_ids) + steps.tokens, target)
-    ids = generate(loaded, prompt_ids, steps.tokens, sampling=sampling, window=window, device=target)
+    ids = generate(loaded.model, prompt_ids, steps.tokens, sampling=sampling, window=window, device=target)
     finish(stream(loaded, prompt, ids), out=out, stopped_early=steps.stopped_early)
 
 

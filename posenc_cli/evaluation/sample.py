@@ -16,6 +16,7 @@ import torch
 
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError, require_int, require_positive_int, require_seed
+from posenc_cli.model import GPT
 from posenc_cli.rundir.loading import LoadedRun
 
 MAX_TOKENS = 1_000_000  # --tokens: a million steps is hours on a small model already
@@ -82,7 +83,7 @@ class Sampling:
 
 @torch.inference_mode()
 def generate(
-    run: LoadedRun,
+    model: GPT,
     prompt_ids: torch.Tensor,
     tokens: int,
     *,
@@ -95,7 +96,7 @@ def generate(
     context (its last `window` tokens, at positions 0..W-1): with `cached`, a KV cache runs only the new
     token while the context grows; once the window slides every position shifts, so it is run whole, as
     it is at every step for a rotation that reads the context's length (dynamic NTK scaling)."""
-    model = run.model.to(device)
+    model = model.to(device)
     generator = torch.Generator().manual_seed(sampling.seed)
     context = prompt_ids.to(device)
     cached = cached and not model.scheme.rotation_reads_length
