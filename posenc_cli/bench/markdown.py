@@ -20,6 +20,10 @@ from posenc_cli.report.tables import markdown_table
 
 COLUMNS = (
     "note",
+    "median_s",
+    "scheme",
+    "length",
+    "tokens_per_s",
     "multiple",
     "peak_rss_mib",
     "eval_rss_mib",
@@ -73,7 +77,7 @@ def targets(df: pd.DataFrame) -> list[list[str]]:
     whose section was run."""
     goal = load_targets()
     checks = (train_mfu, bias_vs_rope, nanogpt_speedup, eval_rss, eval_slowdown, sample_speedup, main_job)
-    rows = [row for check in checks if (row := check(df, goal)) is not None]
+    rows = [row for check in checks if (row := check(df, goal)) is not None] + startup_times(df, goal)
     return [[target, measured, "yes" if met else "**no**"] for target, measured, met in rows]
 
 
@@ -167,6 +171,7 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
         peer_section(df, info),
         eval_section(df),
         sampling_section(df),
+        startup_section(df),
         main_job_section(df),
         [
             "## Targets",
@@ -325,6 +330,43 @@ def sampling_section(df: pd.DataFrame) -> list[str]:
         "",
         markdown_table(["scheme", "path", "tokens", "tokens/s", "vs whole context"], rows),
         "",
+    ]
+
+
+STARTUP_TARGETS = {  # case -> its key in configs/bench_targets.yaml
+    "refused override (train scheme=roep)": "startup_refused_s",
+    "train --help": "startup_help_s",
+    "completion (train scheme=al<TAB>)": "startup_completion_s",
+    "tiny run of 1 step, whole process": "startup_first_step_s",
+}
+
+
+def startup_section(df: pd.DataFrame) -> list[str]:
+    startup = df[df["section"] == "startup"]
+    if not len(startup):
+        return []
+    rows = [
+        [r.config, f"{r.seconds:.2f}", f"{r.median_s:.2f}", f"{r.pair:.0f}"] for r in startup.itertuples()
+    ]
+    return [
+        "## Start-up",
+        "",
+        "Whole `posenc` processes, OMP_NUM_THREADS=1, the cases alternated; fastest and median of the rounds.",
+        "",
+        markdown_table(["command", "fastest s", "median s", "rounds"], rows),
+        "",
+    ]
+
+
+def startup_times(df: pd.DataFrame, goal: dict[str, float]) -> list[list]:
+    startup = df[df["section"] == "startup"]
+    return [
+        [
+            f"{r.config} ≤ {goal[STARTUP_TARGETS[r.config]]:g} s",
+            f"{r.seconds:.2f} s",
+            r.seconds <= goal[STARTUP_TARGETS[r.config]],
+        ]
+        for r in startup.itertuples()
     ]
 
 

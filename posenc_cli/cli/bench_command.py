@@ -35,6 +35,11 @@ def bench(
         "--peer-steps",
         help="Training steps of each run in the nanoGPT side-by-side (default: 400; nanoGPT's README CPU run is 2000).",
     ),
+    startup: bool = flag(
+        "Only the start-up figures: whole processes of a refused override, train --help, a completion "
+        "and a tiny run's first step, alternated and repeated (seconds).",
+        "--startup",
+    ),
     out: Optional[str] = typer.Option(
         None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."
     ),
@@ -46,7 +51,8 @@ def bench(
 
     Training: `posenc train`'s own training function per scheme (median eval interval), MFU against
     the GEMM peak of the precision it computes in; `posenc train` beside nanoGPT's CPU recipe as whole
-    processes, alternated; evaluation tokens/s and peak memory at 1x/8x/32x the training length; with
+    processes, alternated; evaluation tokens/s and peak memory at 1x/8x/32x the training length;
+    `posenc sample`'s tokens/s with and without the KV cache; start-up as whole processes; with
     --main-job the README's main job. Writes bench.csv and bench.md. The numbers are this machine's,
     now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
     # imported when the command runs, so that --help leaves torch unimported
@@ -62,7 +68,13 @@ def bench(
         raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
     peer = None if nanogpt == "none" else Path(nanogpt)
     df, info = run_bench(
-        quick=quick, main_job=main_job, levers=levers, schemes=scheme, peer=peer, peer_steps=peer_steps
+        quick=quick,
+        main_job=main_job,
+        levers=levers,
+        schemes=scheme,
+        peer=peer,
+        peer_steps=peer_steps,
+        startup_only=startup,
     )
     out = out_dir or default_out("bench")
     ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
