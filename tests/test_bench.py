@@ -13,9 +13,9 @@ import torch
 from conftest import run_cli
 from posenc_cli.bench import peak as peak_module
 from posenc_cli.bench.markdown import STARTUP_TARGETS, load_targets, mfu_text, targets
-from posenc_cli.bench.startup import startup_cases
 from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
+from posenc_cli.bench.startup import startup_cases
 from posenc_cli.model import GPT, ModelConfig
 
 pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
