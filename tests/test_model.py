@@ -86,8 +86,10 @@ def test_a_kv_cache_gives_each_token_the_logits_of_its_whole_context_to_fp32_rou
 
 
 def test_dynamic_ntk_scaling_says_its_rotation_reads_the_length_so_sampling_runs_it_uncached():
-    """Its frequencies change with the context's length, so every hidden state does: a cache is stale."""
+    """Their frequencies change with the context's length, so every hidden state does: a cache is stale.
+    A fixed factor (yarn at 2, in the test above) keeps them fixed."""
     assert random_model("rope", scaling="dynamic", scaling_factor=2.0).scheme.rotation_reads_length
+    assert random_model("rope", scaling="yarn").scheme.rotation_reads_length  # its factor: length / L
     assert random_model(
         "alibi+rope", parts=["alibi", {"name": "rope", "scaling": "dynamic", "scaling_factor": 2.0}]
     ).scheme.rotation_reads_length

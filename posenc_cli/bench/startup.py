@@ -62,12 +62,14 @@ def process_seconds(args: list[str], env: dict[str, str], code: int, cwd: Path) 
 def bench_startup(repeats: int) -> list[dict[str, Any]]:
     """Each case's fastest and median wall seconds over `repeats` alternated rounds."""
     with tempfile.TemporaryDirectory(prefix="posenc-startup-") as tmp:
-        work = Path(tmp)
-        cases = startup_cases(work)
-        times: dict[str, list[float]] = {name: [] for name in cases}
-        for _ in range(repeats):
-            for name, (args, env, code) in cases.items():
-                times[name].append(process_seconds(args, {"OMP_NUM_THREADS": "1", **env}, code, work))
+        times: dict[str, list[float]] = {}
+        for round_ in range(repeats):
+            work = Path(tmp) / f"round{round_}"  # each round's tiny run in a directory of its own
+            work.mkdir()
+            for name, (args, env, code) in startup_cases(work).items():
+                times.setdefault(name, []).append(
+                    process_seconds(args, {"OMP_NUM_THREADS": "1", **env}, code, work)
+                )
     return [
         {
             "section": "startup",
