@@ -43,7 +43,7 @@ class ModelConfig:
 
 
 class LayerCache:
-    """One layer's keys, before rotation, and values for the tokens seen so far (positions 0..L-1)."""
+    """One layer's keys and values for the tokens seen so far (positions 0..L-1)."""
 
     def __init__(self) -> None:
         self.keys: torch.Tensor | None = None
@@ -60,9 +60,9 @@ class LayerCache:
 class KVCache:
     """What generation keeps between tokens so each step runs only the new token through the model.
 
-    Keys are kept unrotated and the whole context's keys are rotated again at every step, as the
-    uncached forward does: a rotation may depend on the context's length (dynamic NTK scaling) or
-    centre (xPos), and this elementwise pass is cheap beside the projections and MLPs it saves."""
+    Keys are kept rotated at their absolute positions, except where a scheme's rotation of a position
+    reads the others (`rotation_reads_context`, xPos): there they are kept unrotated and the whole
+    context is rotated again at each step, as the uncached forward rotates it."""
 
     def __init__(self, n_layer: int):
         self.layers = [LayerCache() for _ in range(n_layer)]
@@ -105,14 +105,16 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (
             t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2)
         )
-        if cache is not None:
+        if cache is not None and scheme.rotation_reads_context:
             k, v = cache.extend(k, v)
-        if k.size(2) > T:  # new queries after cached keys
             q, k = rotate_with_context(q, k, scheme)
+        else:
+            q, k = scheme.rotate(q, k, positions)
+            if cache is not None:
+                k, v = cache.extend(k, v)
+        if k.size(2) > T:  # new queries after cached keys
             y = cached_attention(q, k, v, scheme=scheme)
-            return self.proj(y.transpose(1, 2).reshape(B, T, C))
-        q, k = scheme.rotate(q, k, positions)
-        if scheme.adds_bias:
+        elif scheme.adds_bias:
             y = biased_causal_attention(q, k, v, scheme=scheme, positions=given)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
