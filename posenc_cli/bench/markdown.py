@@ -202,6 +202,8 @@ def header(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
 
 
 def training_section(df: pd.DataFrame) -> list[str]:
+    if not (df["section"] == "train").any():  # --startup
+        return []
     columns = ["scheme", "n_layer × d_model", "T", "batch", "steps", "precision", "tokens/s", "whole loop"]
     columns += ["GFLOP/s", "MFU", "vs rope"]
     rows = [
@@ -281,6 +283,8 @@ def peer_section(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
 
 
 def eval_section(df: pd.DataFrame) -> list[str]:
+    if not (df["section"] == "eval").any():  # --startup
+        return []
     columns = [
         "scheme",
         "length",
