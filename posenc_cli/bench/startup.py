@@ -48,7 +48,7 @@ def startup_cases(work: Path) -> dict[str, tuple[list[str], dict[str, str], int]
     }
 
 
-def process_seconds(args: list[str], env: dict[str, str], code: int, cwd: Path) -> float:
+def process_seconds(args: list[str], env: dict[str, str], code: int, *, cwd: Path) -> float:
     start = time.perf_counter()
     done = subprocess.run(args, cwd=cwd, env=child_env(**env), capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
@@ -68,7 +68,7 @@ def bench_startup(repeats: int) -> list[dict[str, Any]]:
             work.mkdir()
             for name, (args, env, code) in startup_cases(work).items():
                 times.setdefault(name, []).append(
-                    process_seconds(args, {"OMP_NUM_THREADS": "1", **env}, code, work)
+                    process_seconds(args, {"OMP_NUM_THREADS": "1", **env}, code, cwd=work)
                 )
     return [
         {

@@ -36,9 +36,7 @@ def bench(
         help="Training steps of each run in the nanoGPT side-by-side (default: 400; nanoGPT's README CPU run is 2000).",
     ),
     startup: bool = flag(
-        "Only the start-up figures: whole processes of a refused override, train --help, a completion "
-        "and a tiny run's first step, alternated and repeated (seconds).",
-        "--startup",
+        "Only the start-up figures: whole processes, alternated and repeated (seconds).", "--startup"
     ),
     out: Optional[str] = typer.Option(
         None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."
@@ -57,25 +55,30 @@ def bench(
     now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.bench import run_bench, write_outputs
-    from posenc_cli.model.positional import SCHEMES
     from posenc_cli.rundir.destinations import checked_out, default_out
 
     out_dir = checked_out(out)
     if peer_steps is not None:
         require_positive_int("--peer-steps", peer_steps)
-    unknown = [s for s in scheme or [] if s not in SCHEMES]
-    if unknown:
-        raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
-    peer = None if nanogpt == "none" else Path(nanogpt)
     df, info = run_bench(
         quick=quick,
         main_job=main_job,
         levers=levers,
-        schemes=scheme,
-        peer=peer,
+        schemes=known_schemes(scheme),
+        peer=None if nanogpt == "none" else Path(nanogpt),
         peer_steps=peer_steps,
         startup_only=startup,
     )
     out = out_dir or default_out("bench")
     ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote bench.csv, bench.md to {out}")
+
+
+def known_schemes(names: list[str] | None) -> list[str] | None:
+    """--scheme's names, refused by the first one that is not a scheme."""
+    from posenc_cli.model.positional import SCHEMES
+
+    unknown = [s for s in names or [] if s not in SCHEMES]
+    if unknown:
+        raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
+    return names
