@@ -12,9 +12,10 @@ import torch
 
 from conftest import run_cli
 from posenc_cli.bench import peak as peak_module
-from posenc_cli.bench.markdown import mfu_text
+from posenc_cli.bench.markdown import STARTUP_TARGETS, load_targets, mfu_text, targets
 from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
+from posenc_cli.bench.startup import startup_cases
 from posenc_cli.model import GPT, ModelConfig
 
 pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
@@ -49,7 +50,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     )  # seconds on a quiet machine; the timeout allows for a loaded one
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "bench" / "bench.csv")
-    assert set(df["section"]) == {"gemm", "train", "peer", "eval"}
+    assert set(df["section"]) == {"gemm", "train", "peer", "eval", "sample", "startup"}
     peer = df[df["section"] == "peer"]
     assert sorted(peer["config"]) == ["nanogpt", "posenc"] and (peer["steps"] == 3).all()
     assert peer.loc[peer["config"] == "nanogpt", "train_loss"].tolist() == [2.5]  # read from its log
@@ -63,9 +64,22 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     evals = df[df["section"] == "eval"]
     assert sorted(evals["multiple"].unique()) == [1, 8, 32]
     assert (evals["peak_rss_mib"] > evals["eval_rss_mib"]).all()
-    assert (df.loc[df["scheme"] == "rope", "vs_rope"] == 1).all()
+    assert (df.loc[(df["scheme"] == "rope") & df["section"].isin(["train", "eval"]), "vs_rope"] == 1).all()
+    sample = df[df["section"] == "sample"]
+    assert sorted(sample["config"]) == ["kv cache", "kv cache", "whole context", "whole context"]
+    assert (sample["tokens_per_s"] > 0).all() and (
+        sample.loc[sample["config"] == "whole context", "vs_baseline"] == 1
+    ).all()
     markdown = (tmp_path / "bench" / "bench.md").read_text(encoding="utf-8")
-    for heading in ("## Training", "## Beside nanoGPT", "## Evaluation", "## Targets"):
+    assert set(df.loc[df["section"] == "startup", "config"]) == set(STARTUP_TARGETS)
+    for heading in (
+        "## Training",
+        "## Beside nanoGPT",
+        "## Evaluation",
+        "## Sampling",
+        "## Start-up",
+        "## Targets",
+    ):
         assert heading in markdown
     assert re.search(r"posenc's speed / nanoGPT's: \*\*[\d.]+×\*\*", markdown), markdown
     assert all(float(p) <= 100 for p in re.findall(r"([\d.]+)%", markdown))
@@ -112,3 +126,29 @@ def test_flops_per_token_counts_non_positional_parameters_once(scheme):
     n = V * d + L * (12 * d * d + 4 * d) + 2 * d
     assert model.n_params - model.n_positional_params == n
     assert flops_per_token(non_positional_params=n, n_layer=L, n_embd=d, seq_len=T) == 6 * n + 12 * L * d * T
+
+
+def test_every_startup_case_is_checked_against_its_target_and_a_slow_one_is_not_met(tmp_path):
+    goal = load_targets()
+    assert set(startup_cases(tmp_path)) == set(STARTUP_TARGETS) and set(STARTUP_TARGETS.values()) <= set(goal)
+    rows = [
+        {"section": "startup", "config": case, "seconds": goal[key] + 0.01}
+        for case, key in STARTUP_TARGETS.items()
+    ]
+    checked = targets(
+        pd.DataFrame(rows).reindex(
+            columns=[
+                "section",
+                "config",
+                "seconds",
+                "scheme",
+                "tokens_per_s",
+                "multiple",
+                "peak_rss_mib",
+                "vs_rope",
+                "mfu",
+                "vs_baseline",
+            ]
+        )
+    )
+    assert [met for *_, met in checked] == ["**no**"] * len(STARTUP_TARGETS)

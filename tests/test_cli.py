@@ -6,7 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import BEYOND_CHAPTERS, invoke
+import pytest
+
+from conftest import BEYOND_CHAPTERS, invoke, run_cli
 from posenc_cli import __version__
 from posenc_cli.cli.completion import hydra_completions
 
@@ -76,6 +78,18 @@ def test_completion_script_and_hydra_completion_of_overrides():
     assert invoke(env=env).stdout.split() == ["alibi"]
     env = {"_POSENC_COMPLETE": "complete_bash", "COMP_WORDS": "posenc ev", "COMP_CWORD": "1"}
     assert invoke(env=env).stdout.split() == ["eval"]
+
+
+@pytest.mark.slow
+def test_a_fresh_process_completes_options_and_keys_as_the_installed_script_asks(tmp_path):
+    """In a new process nothing has registered the schema or scheme=A+B with Hydra yet: completion
+    must do it itself (it offered nothing while only an in-process test covered it)."""
+    for words, cword, expected in (
+        ("posenc train scheme = al", "4", "alibi"),
+        ("posenc train model.n_l", "2", "model.n_layer="),
+    ):
+        env = {"_POSENC_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": cword}
+        assert run_cli(cwd=tmp_path, env=env).stdout.split() == [expected]
 
 
 def test_hydra_completion_of_groups_options_and_keys():

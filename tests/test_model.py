@@ -7,6 +7,7 @@ import torch
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model.positional import SCHEMES
 
 
 def test_model_config_rejects_bad_sizes():
@@ -38,3 +39,58 @@ def test_a_checkpoint_from_before_the_rename_loads_its_scheme_weights():
     model = GPT(config)
     model.load_state_dict(legacy)
     assert all(torch.equal(value, saved[key]) for key, value in model.state_dict().items())
+
+
+CACHED_SCHEMES = [*SCHEMES, "rope+alibi", "sinusoidal+fire"]
+
+
+def random_model(scheme: str, **options) -> GPT:
+    """Every parameter random, scheme's included, so a bias or table left out of a path shows."""
+    torch.manual_seed(0)
+    model = GPT(
+        ModelConfig(
+            vocab_size=13,
+            block_size=16,
+            n_layer=2,
+            n_head=2,
+            n_embd=16,
+            scheme=scheme,
+            scheme_options=options,
+        )
+    )
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    return model.eval()
+
+
+@pytest.mark.parametrize(
+    ("scheme", "options"),
+    [(s, {}) for s in CACHED_SCHEMES] + [("rope", {"scaling": "yarn", "scaling_factor": 2.0})],
+)
+def test_a_kv_cache_gives_each_token_the_logits_of_its_whole_context_to_fp32_rounding(scheme, options):
+    """A prompt, then one token at a time: each step's logits are those of a forward over every token so
+    far (what sampling without a cache computes), past the training length too (learned: inside its
+    table), to 1e-5 of logits of size ~1."""
+    model = random_model(scheme, **options)
+    length = 16 if scheme == "learned" else 24
+    idx = torch.randint(0, 13, (1, length), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        cache = model.new_cache()
+        prompt = model(idx[:, :5], cache=cache)
+        torch.testing.assert_close(prompt, model(idx[:, :5]), rtol=0, atol=0)
+        steps = torch.cat([model(idx[:, t : t + 1], cache=cache)[:, -1] for t in range(5, length)])
+        uncached = torch.cat([model(idx[:, : t + 1])[:, -1] for t in range(5, length)])
+    assert cache.length == length
+    torch.testing.assert_close(steps, uncached, rtol=0, atol=1e-5)
+
+
+def test_dynamic_ntk_scaling_says_its_rotation_reads_the_length_so_sampling_runs_it_uncached():
+    """Their frequencies change with the context's length, so every hidden state does: a cache is stale.
+    A fixed factor (yarn at 2, in the test above) keeps them fixed."""
+    assert random_model("rope", scaling="dynamic", scaling_factor=2.0).scheme.rotation_reads_length
+    assert random_model("rope", scaling="yarn").scheme.rotation_reads_length  # its factor: length / L
+    assert random_model(
+        "alibi+rope", parts=["alibi", {"name": "rope", "scaling": "dynamic", "scaling_factor": 2.0}]
+    ).scheme.rotation_reads_length
+    assert not any(random_model(s).scheme.rotation_reads_length for s in CACHED_SCHEMES)

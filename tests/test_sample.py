@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from conftest import assert_refused, invoke, posenc, run_cli
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.sample import SamplePlan, Sampling, generate, pick, plan
+from posenc_cli.data.tokenizers import ByteTokenizer, IdsOnly
+from posenc_cli.evaluation.sample import SamplePlan, Sampling, generate, pick, plan, stream_text
 from posenc_cli.rundir.loading import load_run
 
 PROMPT = "the "
@@ -38,7 +40,9 @@ def run_of(sweep: Path, scheme: str) -> Path:
 def sampled(run, seed: int, tokens: int = 80, window: int | None = None) -> list[int]:
     ids = run.tokenizer.encode(PROMPT)
     return list(
-        generate(run, ids, tokens, sampling=Sampling(0.8, 5, seed), window=window, device=torch.device("cpu"))
+        generate(
+            run.model, ids, tokens, sampling=Sampling(0.8, 5, seed), window=window, device=torch.device("cpu")
+        )
     )
 
 
@@ -135,3 +139,31 @@ def test_without_a_prompt_samples_start_from_a_newline_or_space_and_each_sample_
         assert invoke(*args, "--seed", str(4 + i), "--out", f"one{i}.txt").code == 0
         assert (tmp_path / f"one{i}.txt").read_text(encoding="utf-8") == text
     assert_refused(*posenc("sample", str(rope), "--num-samples", "0"), "--num-samples", "between 1 and 100")
+
+
+@pytest.mark.parametrize("tokenizer", [ByteTokenizer(), IdsOnly(50)], ids=["bytes", "ids"])
+def test_text_decoded_as_it_comes_joins_to_the_whole_texts_decoding(tokenizer):
+    """Multi-byte characters split over byte tokens, a cut-off one at the end, ids joined by spaces:
+    the pieces add up to decoding every id at once."""
+    ids = list("naïve 日本 ok".encode()) + [0xE6] if isinstance(tokenizer, ByteTokenizer) else [3, 14, 15, 9]
+    pieces = list(stream_text(SimpleNamespace(tokenizer=tokenizer), iter(ids)))
+    assert "".join(pieces) == tokenizer.decode(ids) and len(pieces) > 1
+
+
+@pytest.mark.parametrize(
+    ("scheme", "window"), [("rope", None), ("alibi", 7), ("learned", 16), ("sinusoidal", None)]
+)
+def test_the_kv_cache_samples_the_same_tokens_as_the_whole_context_for_a_seed(smoke_sweep, scheme, window):
+    """Growing past the training length, and sliding a window (cached until it is full, then whole)."""
+    run = load_run(run_of(smoke_sweep, scheme))
+    ids = run.tokenizer.encode(PROMPT)
+    sampling = Sampling(0.8, 5, 0)
+    with_cache, without = (
+        list(
+            generate(
+                run.model, ids, 60, sampling=sampling, window=window, device=torch.device("cpu"), cached=c
+            )
+        )
+        for c in (True, False)
+    )
+    assert with_cache == without and len(with_cache) == 60

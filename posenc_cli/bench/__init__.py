@@ -4,6 +4,8 @@
 - training.py: `posenc train`'s own training function, timed per eval interval (median reported).
 - peer.py: whole `posenc train` processes side by side with nanoGPT's CPU recipe, alternated.
 - memory.py: evaluation speed and peak memory, each case in a fresh process.
+- sampling.py: `posenc sample`'s tokens/s with and without the KV cache, alternated.
+- startup.py: whole processes a user waits on (a refused override, --help, a completion, a tiny run).
 - main_job.py: wall time of the README's main job.
 - markdown.py: bench.md, with the targets of configs/bench_targets.yaml.
 
@@ -24,6 +26,8 @@ from posenc_cli.bench.main_job import bench_main_job
 from posenc_cli.bench.markdown import machine, write_outputs
 from posenc_cli.bench.peak import Peak
 from posenc_cli.bench.peer import side_by_side
+from posenc_cli.bench.sampling import bench_sampling
+from posenc_cli.bench.startup import bench_startup
 from posenc_cli.bench.train_speed import bench_levers, bench_training
 from posenc_cli.model.positional import SCHEMES
 
@@ -40,6 +44,9 @@ class Effort:
     eval_tokens: int = 16384  # tokens scored per evaluation case (at least one window)
     peer_steps: int = 400  # steps of each whole-process run in the nanoGPT side-by-side
     peer_pairs: int = 3  # alternated (nanoGPT, posenc) pairs; the median ratio is reported
+    sample_tokens: int = 1000  # tokens generated per sampling measurement
+    sample_pairs: int = 2  # alternated (cached, uncached) pairs per scheme; the smaller speed-up is reported
+    startup_repeats: int = 3  # alternated rounds of the start-up cases; each case's fastest is reported
     overrides: tuple[str, ...] = ()  # on top of each benchmarked configuration
 
 
@@ -51,6 +58,9 @@ QUICK = Effort(
     eval_tokens=64,
     peer_steps=20,
     peer_pairs=1,
+    sample_tokens=20,
+    sample_pairs=1,
+    startup_repeats=1,
     overrides=(
         "model.n_layer=1",
         "model.n_embd=32",
@@ -74,16 +84,42 @@ def run_bench(
     schemes: list[str] | None = None,
     peer: Path | None = None,
     peer_steps: int | None = None,
+    startup_only: bool = False,
 ) -> tuple[pd.DataFrame, dict]:
     """Every section of the benchmark as tidy rows, and the machine it ran on. `peer`: nanoGPT's
     peer directory (with run.sh); None or absent: the side-by-side is skipped and says so.
-    `peer_steps`: steps of each side-by-side run (default: the effort's)."""
+    `peer_steps`: steps of each side-by-side run (default: the effort's). `startup_only`: the
+    start-up section alone (seconds, not minutes)."""
 
     effort = QUICK if quick else FULL
     if peer_steps is not None:
         effort = replace(effort, peer_steps=peer_steps)
     schemes = schemes or list(SCHEMES)
     info = machine()
+    startup = bench_startup(effort.startup_repeats)
+    rows = (
+        startup
+        if startup_only
+        else [
+            *speed_rows(effort, schemes, peer, info=info, levers=levers, main_job=main_job, quick=quick),
+            *startup,
+        ]
+    )
+    info["load_avg_1min_at_end"] = round(os.getloadavg()[0], 2)
+    return (pd.DataFrame(rows) if startup_only else add_ratios(pd.DataFrame(rows))), info
+
+
+def speed_rows(
+    effort: Effort,
+    schemes: list[str],
+    peer: Path | None,
+    *,
+    info: dict,
+    levers: bool,
+    main_job: bool,
+    quick: bool,
+) -> list[dict]:
+    """Training, the side-by-side, evaluation, sampling and (if asked) the README's main job."""
     peak = Peak(effort.gemm_size, effort.gemm_repeats)
     peak.measure()
     rows = bench_training(schemes, effort, peak)
@@ -92,10 +128,10 @@ def run_bench(
     rows = [*peak.rows(), *[peak.with_mfu(row) for row in rows]]
     rows += side_by_side(peer, effort, info)
     rows += bench_eval(schemes, effort)
+    rows += bench_sampling(effort)
     if main_job:
         rows += bench_main_job(quick)
-    info["load_avg_1min_at_end"] = round(os.getloadavg()[0], 2)
-    return add_ratios(pd.DataFrame(rows)), info
+    return rows
 
 
 def add_ratios(df: pd.DataFrame) -> pd.DataFrame:

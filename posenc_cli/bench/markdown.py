@@ -20,6 +20,10 @@ from posenc_cli.report.tables import markdown_table
 
 COLUMNS = (
     "note",
+    "median_s",
+    "scheme",
+    "length",
+    "tokens_per_s",
     "multiple",
     "peak_rss_mib",
     "eval_rss_mib",
@@ -66,8 +70,8 @@ def targets(df: pd.DataFrame) -> list[list[str]]:
     """This run's numbers against configs/bench_targets.yaml: [target, measured, met], for each target
     whose section was run."""
     goal = load_targets()
-    checks = (train_mfu, bias_vs_rope, nanogpt_speedup, eval_rss, eval_slowdown, main_job)
-    rows = [row for check in checks if (row := check(df, goal)) is not None]
+    checks = (train_mfu, bias_vs_rope, nanogpt_speedup, eval_rss, eval_slowdown, sample_speedup, main_job)
+    rows = [row for check in checks if (row := check(df, goal)) is not None] + startup_times(df, goal)
     return [[target, measured, "yes" if met else "**no**"] for target, measured, met in rows]
 
 
@@ -160,6 +164,8 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
         levers_section(df),
         peer_section(df, info),
         eval_section(df),
+        sampling_section(df),
+        startup_section(df),
         main_job_section(df),
         [
             "## Targets",
@@ -190,6 +196,8 @@ def header(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
 
 
 def training_section(df: pd.DataFrame) -> list[str]:
+    if not (df["section"] == "train").any():  # --startup
+        return []
     columns = ["scheme", "n_layer × d_model", "T", "batch", "steps", "precision", "tokens/s", "whole loop"]
     columns += ["GFLOP/s", "MFU", "vs rope"]
     rows = [
@@ -269,6 +277,8 @@ def peer_section(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
 
 
 def eval_section(df: pd.DataFrame) -> list[str]:
+    if not (df["section"] == "eval").any():  # --startup
+        return []
     columns = [
         "scheme",
         "length",
@@ -299,6 +309,74 @@ def eval_section(df: pd.DataFrame) -> list[str]:
         "RSS growth = peak RSS minus the process's peak before evaluating.",
         "",
         markdown_table(columns, rows),
+    ]
+
+
+def sampling_section(df: pd.DataFrame) -> list[str]:
+    sample = df[df["section"] == "sample"]
+    if not len(sample):
+        return []
+    rows = [
+        [r.scheme, r.config, f"{r.length:.0f}", f"{r.tokens_per_s:,.0f}", f"{r.vs_baseline:.1f}×"]
+        for r in sample.itertuples()
+    ]
+    return [
+        "## Sampling",
+        "",
+        "`posenc sample`'s generation, default model untrained, one-token prompt, context growing; "
+        "with and without the KV cache alternated, the median pair's speeds.",
+        "",
+        markdown_table(["scheme", "path", "tokens", "tokens/s", "vs whole context"], rows),
+        "",
+    ]
+
+
+STARTUP_TARGETS = {  # case -> its key in configs/bench_targets.yaml
+    "refused override (train scheme=roep)": "startup_refused_s",
+    "train --help": "startup_help_s",
+    "completion (train scheme=al<TAB>)": "startup_completion_s",
+    "tiny run of 1 step, whole process": "startup_first_step_s",
+}
+
+
+def startup_section(df: pd.DataFrame) -> list[str]:
+    startup = df[df["section"] == "startup"]
+    if not len(startup):
+        return []
+    rows = [
+        [r.config, f"{r.seconds:.2f}", f"{r.median_s:.2f}", f"{r.pair:.0f}"] for r in startup.itertuples()
+    ]
+    return [
+        "## Start-up",
+        "",
+        "Whole `posenc` processes, OMP_NUM_THREADS=1, the cases alternated; fastest and median of the rounds.",
+        "",
+        markdown_table(["command", "fastest s", "median s", "rounds"], rows),
+        "",
+    ]
+
+
+def startup_times(df: pd.DataFrame, goal: dict[str, float]) -> list[list]:
+    startup = df[df["section"] == "startup"]
+    return [
+        [
+            f"{r.config} ≤ {goal[STARTUP_TARGETS[r.config]]:g} s",
+            f"{r.seconds:.2f} s",
+            r.seconds <= goal[STARTUP_TARGETS[r.config]],
+        ]
+        for r in startup.itertuples()
+    ]
+
+
+def sample_speedup(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
+    cached = df[(df["section"] == "sample") & (df["config"] == "kv cache")]
+    if not len(cached):
+        return None
+    slowest = cached["vs_baseline"].min()
+    return [
+        f"sampling with the KV cache ≥ {goal['sample_speedup']:g}× without",
+        f"{slowest:.1f}×",
+        slowest >= goal["sample_speedup"],
     ]
 
 

@@ -35,6 +35,9 @@ def bench(
         "--peer-steps",
         help="Training steps of each run in the nanoGPT side-by-side (default: 400; nanoGPT's README CPU run is 2000).",
     ),
+    startup: bool = flag(
+        "Only the start-up figures: whole processes, alternated and repeated (seconds).", "--startup"
+    ),
     out: Optional[str] = typer.Option(
         None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."
     ),
@@ -46,24 +49,36 @@ def bench(
 
     Training: `posenc train`'s own training function per scheme (median eval interval), MFU against
     the GEMM peak of the precision it computes in; `posenc train` beside nanoGPT's CPU recipe as whole
-    processes, alternated; evaluation tokens/s and peak memory at 1x/8x/32x the training length; with
+    processes, alternated; evaluation tokens/s and peak memory at 1x/8x/32x the training length;
+    `posenc sample`'s tokens/s with and without the KV cache; start-up as whole processes; with
     --main-job the README's main job. Writes bench.csv and bench.md. The numbers are this machine's,
     now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.bench import run_bench, write_outputs
-    from posenc_cli.model.positional import SCHEMES
     from posenc_cli.rundir.destinations import checked_out, default_out
 
     out_dir = checked_out(out)
     if peer_steps is not None:
         require_positive_int("--peer-steps", peer_steps)
-    unknown = [s for s in scheme or [] if s not in SCHEMES]
-    if unknown:
-        raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
-    peer = None if nanogpt == "none" else Path(nanogpt)
     df, info = run_bench(
-        quick=quick, main_job=main_job, levers=levers, schemes=scheme, peer=peer, peer_steps=peer_steps
+        quick=quick,
+        main_job=main_job,
+        levers=levers,
+        schemes=known_schemes(scheme),
+        peer=None if nanogpt == "none" else Path(nanogpt),
+        peer_steps=peer_steps,
+        startup_only=startup,
     )
     out = out_dir or default_out("bench")
     ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote bench.csv, bench.md to {out}")
+
+
+def known_schemes(names: list[str] | None) -> list[str] | None:
+    """--scheme's names, refused by the first one that is not a scheme."""
+    from posenc_cli.model.positional import SCHEMES
+
+    unknown = [s for s in names or [] if s not in SCHEMES]
+    if unknown:
+        raise UsageError(f"--scheme {unknown[0]} is not known; choose from: {', '.join(SCHEMES)}")
+    return names

@@ -46,7 +46,9 @@ def hydra_completions(words: list[str], incomplete: str) -> list[str]:
     from hydra._internal.core_plugins.bash_completion import BashCompletion
     from hydra._internal.utils import create_config_search_path
 
-    # imported when the command runs, so that --help leaves torch unimported
+    # imported when the command runs, so that --help leaves torch unimported; the schema and the
+    # composite source register themselves with Hydra, which completes keys and scheme=A+B through them
+    from posenc_cli.config import composite_schemes, schema  # noqa: F401
     from posenc_cli.config.location import config_dir
 
     if words and words[-1] in HYDRA_VALUE_FLAGS:

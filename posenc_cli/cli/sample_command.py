@@ -96,7 +96,7 @@ def samples(
     for i in range(count):
         ui.out.file.write(SEPARATOR.lstrip("\n") if i else "")  # the sample before ended its line
         draw = replace(sampling, seed=sampling.seed + i)
-        ids = generate(loaded, prompt_ids, tokens, sampling=draw, window=window, device=device)
+        ids = generate(loaded.model, prompt_ids, tokens, sampling=draw, window=window, device=device)
         texts.append(stream(loaded, prompt, ids))
     return texts
 

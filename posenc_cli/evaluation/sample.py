@@ -16,6 +16,7 @@ import torch
 
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError, require_int, require_positive_int, require_seed
+from posenc_cli.model import GPT
 from posenc_cli.rundir.loading import LoadedRun
 
 MAX_TOKENS = 1_000_000  # --tokens: a million steps is hours on a small model already
@@ -82,20 +83,29 @@ class Sampling:
 
 @torch.inference_mode()
 def generate(
-    run: LoadedRun,
+    model: GPT,
     prompt_ids: torch.Tensor,
     tokens: int,
     *,
     sampling: Sampling,
     window: int | None,
     device: torch.device,
+    cached: bool = True,
 ) -> Iterator[int]:
-    """Token ids one at a time; the same ids for the same seed."""
-    model = run.model.to(device)
+    """Token ids one at a time; the same ids for the same seed. Each step's logits are the model's on the
+    context (its last `window` tokens, at positions 0..W-1): with `cached`, a KV cache runs only the new
+    token while the context grows; once the window slides every position shifts, so it is run whole, as
+    it is at every step for a rotation that reads the context's length (dynamic NTK scaling)."""
+    model = model.to(device)
     generator = torch.Generator().manual_seed(sampling.seed)
     context = prompt_ids.to(device)
+    cached = cached and not model.scheme.rotation_reads_length
+    cache = model.new_cache()
     for _ in range(tokens):
-        logits = model(context[-window:][None] if window else context[None])[0, -1].float().cpu()
+        seen = context[-window:] if window else context
+        if not cached or len(seen) < len(context):
+            cache = model.new_cache()
+        logits = model(seen[cache.length :][None], cache=cache)[0, -1].float().cpu()
         next_id = pick(logits, sampling.temperature, sampling.top_k, generator=generator)
         context = torch.cat([context, torch.tensor([next_id], device=device)])
         yield next_id
@@ -124,11 +134,19 @@ def check_sampling(temperature: float, top_k: int | None, seed: int) -> Sampling
 
 
 def stream_text(run: LoadedRun, ids: Iterator[int]) -> Iterator[str]:
-    """Decode as the ids come, through the run's vocabulary: each piece is what the text gained."""
+    """Decode as the ids come: each piece is what the text gained. Only the tokens since the last piece,
+    and those of the piece before as context, are decoded at each step, so a step costs the same at the
+    1,000th token as at the first; what the tokenizer puts between tokens (a space, a character whose
+    bytes span tokens) comes out as it does in the whole text's decoding."""
+    decode = run.tokenizer.decode
     generated: list[int] = []
-    shown = 0
+    prefix = read = 0  # generated[prefix:read] was shown last; it is decoded again as context
     for token in ids:
         generated.append(token)
-        text = run.tokenizer.decode(generated)
-        yield text[shown:]
-        shown = len(text)
+        shown, text = decode(generated[prefix:read]), decode(generated[prefix:])
+        if len(text) > len(shown) and not text.endswith("\ufffd"):  # not mid-character
+            yield text[len(shown) :]
+            prefix, read = read, len(generated)
+    shown, text = decode(generated[prefix:read]), decode(generated[prefix:])
+    if len(text) > len(shown):
+        yield text[len(shown) :]

@@ -72,6 +72,19 @@ def query_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     return torch.cat(outputs, dim=2)
 
 
+def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scheme: PositionalScheme):
+    """The T newest queries (B, H, T, D) at positions L-T..L-1 against all L keys (generation with a
+    KV cache): each query's own row of the causal mask, plus of the bias where the scheme adds one."""
+    T, L = q.size(2), k.size(2)
+    query = torch.arange(L - T, L, device=q.device)[:, None]
+    distance = query - torch.arange(L, device=q.device)
+    if not scheme.adds_bias:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=distance >= 0)
+    bias = scheme.query_bias(query, distance) if scheme.bias_reads_query else scheme.bias(distance)
+    mask = bias.masked_fill(distance < 0, float("-inf")).to(q.dtype)
+    return attend(q, k, v, mask=mask[None])
+
+
 def dense_bias(scheme: PositionalScheme, positions: torch.Tensor) -> torch.Tensor:
     """(B, T) increasing positions -> the (B, H, T, T) causal mask scheme.bias(p_i - p_j). Distances are no
     longer a function of i - j, so the mask is built per pair: B×H×T×T floats, fine at training lengths

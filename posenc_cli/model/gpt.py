@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc_cli.core.errors import UsageError, require_positive_int
-from posenc_cli.model.attention import biased_causal_attention
+from posenc_cli.model.attention import biased_causal_attention, cached_attention
 from posenc_cli.model.positional import PositionalScheme, build_scheme
 
 
@@ -42,6 +42,48 @@ class ModelConfig:
         return asdict(self)
 
 
+class LayerCache:
+    """One layer's keys and values for the tokens seen so far (positions 0..L-1)."""
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the new tokens' (B, H, T, D) keys and values; returns every token's."""
+        if self.keys is not None and self.values is not None:
+            k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
+        self.keys, self.values = k, v
+        return k, v
+
+
+class KVCache:
+    """What generation keeps between tokens so each step runs only the new token through the model.
+
+    Keys are kept rotated at their absolute positions, except where a scheme's rotation of a position
+    reads the others (`rotation_reads_context`, xPos): there they are kept unrotated and the whole
+    context is rotated again at each step, as the uncached forward rotates it."""
+
+    def __init__(self, n_layer: int):
+        self.layers = [LayerCache() for _ in range(n_layer)]
+
+    @property
+    def length(self) -> int:
+        keys = self.layers[0].keys
+        return 0 if keys is None else keys.size(2)
+
+
+def rotate_with_context(
+    q: torch.Tensor, k: torch.Tensor, scheme: PositionalScheme
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The T newest queries (B, H, T, D) and all L keys, rotated as a forward over positions 0..L-1
+    rotates them: the queries are padded to L rows for the hook, then the new rows kept."""
+    T, L = q.size(2), k.size(2)
+    padded = F.pad(q, (0, 0, L - T, 0))
+    q, k = scheme.rotate(padded, k, torch.arange(L, device=q.device))
+    return q[:, :, L - T :], k
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -55,14 +97,24 @@ class CausalSelfAttention(nn.Module):
         positions: torch.Tensor,
         scheme: PositionalScheme,
         given: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        """`given`: the caller's (B, T) positions, None when they are 0..T-1 (then the bias is cheap)."""
+        """`given`: the caller's (B, T) positions, None when they are 0..T-1 (then the bias is cheap).
+        `cache`: x holds the newest tokens of a context whose earlier keys and values it keeps."""
         B, T, C = x.shape
         q, k, v = (
             t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2)
         )
-        q, k = scheme.rotate(q, k, positions)
-        if scheme.adds_bias:
+        if cache is not None and scheme.rotation_reads_context:
+            k, v = cache.extend(k, v)
+            q, k = rotate_with_context(q, k, scheme)
+        else:
+            q, k = scheme.rotate(q, k, positions)
+            if cache is not None:
+                k, v = cache.extend(k, v)
+        if k.size(2) > T:  # new queries after cached keys
+            y = cached_attention(q, k, v, scheme=scheme)
+        elif scheme.adds_bias:
             y = biased_causal_attention(q, k, v, scheme=scheme, positions=given)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -87,8 +139,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, scheme, given=None):
-        x = x + self.attn(self.ln_1(x), positions, scheme, given)
+    def forward(self, x, positions, scheme, given=None, cache=None):
+        x = x + self.attn(self.ln_1(x), positions, scheme, given, cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -117,16 +169,25 @@ class GPT(nn.Module):
                 std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith("proj.weight") else 0.02
                 nn.init.normal_(p, std=std)
 
-    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, idx: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
         """(B, T) token ids -> (B, T, vocab) logits. positions: (B, T) increasing positions of each
-        token (train.positions=randomized); None: 0..T-1, as in evaluation."""
+        token (train.positions=randomized); None: 0..T-1, as in evaluation. cache: idx continues the
+        tokens the cache holds, at positions cache.length.., and the cache gains them (generation)."""
         given = positions
+        start = 0 if cache is None else cache.length
         if positions is None:
-            positions = torch.arange(idx.size(1), device=idx.device)
+            positions = torch.arange(start, start + idx.size(1), device=idx.device)
+        elif cache is not None:
+            raise ValueError("a KV cache continues positions 0..L-1; it takes no positions")
         x = self.scheme.embed(self.tok(idx), positions)
-        for block in self.blocks:
-            x = block(x, positions, self.scheme, given)
+        for i, block in enumerate(self.blocks):
+            x = block(x, positions, self.scheme, given, None if cache is None else cache.layers[i])
         return self.head(self.ln_f(x))
+
+    def new_cache(self) -> KVCache:
+        return KVCache(len(self.blocks))
 
     @property
     def n_params(self) -> int:

@@ -49,6 +49,12 @@ class PositionalScheme(nn.Module):
     # builds it per query block with `query_bias` instead of once per distance
     bias_reads_query: ClassVar[bool] = False
     claim: ClassVar[Claim] = Claim()
+    # True: `rotate` depends on how many positions it is given (dynamic NTK scaling), so every hidden
+    # state changes as the context grows and a KV cache of earlier tokens would be stale
+    rotation_reads_length: bool = False
+    # True: `rotate` of one position depends on the others it is given (xPos centres on their mean), so
+    # a KV cache keeps keys unrotated and rotates the whole context again at each step
+    rotation_reads_context: ClassVar[bool] = False
     # True: the constructor takes RoPE context extension (scaling, scaling_factor, scaling_len,
     # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
     scalable: ClassVar[bool] = False

@@ -62,6 +62,8 @@ class Composite(PositionalScheme):
         self.preserves_norms = all(p.preserves_norms for p in self.parts)
         self.adds_bias = any(p.adds_bias for p in self.parts)
         self.bias_reads_query = any(p.bias_reads_query for p in self.parts)
+        self.rotation_reads_length = any(p.rotation_reads_length for p in self.parts)
+        self.rotation_reads_context = any(p.rotation_reads_context for p in self.parts)
 
     @property
     def max_len(self) -> int | None:

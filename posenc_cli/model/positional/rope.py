@@ -79,6 +79,10 @@ class RoPE(PositionalScheme):
         )
         if self.scaling is not None:
             self.frequencies(block_size)  # a scaling this model cannot take is refused now, not mid-run
+        # dynamic NTK, or a factor taken from the length (none given): the frequencies follow the context
+        self.rotation_reads_length = self.scaling is not None and (
+            self.scaling.method == "dynamic" or self.scaling.factor is None
+        )
 
     @property
     def label(self) -> str:

@@ -20,6 +20,7 @@ from posenc_cli.model.positional.rope import RoPE
 class XPos(RoPE):
     name = "xpos"
     preserves_norms = False  # q and k are scaled by the decay on purpose
+    rotation_reads_context = True  # the decay is centred on the positions' mean
     claim = Claim(used_by="LEX Transformer (TorchScale)")
 
     def __init__(
