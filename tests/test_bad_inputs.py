@@ -53,6 +53,11 @@ def workdir(tmp_path, monkeypatch) -> Path:
         (["data.tokenizer=word"], ["data.tokenizer=word", "char, byte, bpe"]),
         (["hydra.run.dir=${oops}"], ["Interpolation key 'oops' not found", "hydra.run.dir"]),
         (["train.lr=${oops}"], ["Interpolation key 'oops' not found", "train.lr"]),
+        (["scheme=fire", "scheme.per_layer=yes"], ["scheme.per_layer='yes'", "true or false"]),
+        (
+            ["scheme=rope+fire", "scheme.parts=[rope,{name:fire,per_layer:true}]"],
+            ["fire+per-layer keeps its own instance per layer", "train it alone"],
+        ),
         (["-m", "seed=0,1", "hydra.sweep.dir=${oops}"], ["Interpolation key 'oops'", "hydra.sweep.dir"]),
         (
             ["-m", "seed=0,1", "hydra.sweep.dir=${oops}", "--cfg", "all", "--resolve"],

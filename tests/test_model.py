@@ -66,7 +66,8 @@ def random_model(scheme: str, **options) -> GPT:
 
 @pytest.mark.parametrize(
     ("scheme", "options"),
-    [(s, {}) for s in CACHED_SCHEMES] + [("rope", {"scaling": "yarn", "scaling_factor": 2.0})],
+    [(s, {}) for s in CACHED_SCHEMES]
+    + [("rope", {"scaling": "yarn", "scaling_factor": 2.0}), ("fire", {"per_layer": True})],
 )
 def test_a_kv_cache_gives_each_token_the_logits_of_its_whole_context_to_fp32_rounding(scheme, options):
     """A prompt, then one token at a time: each step's logits are those of a forward over every token so
@@ -94,3 +95,28 @@ def test_dynamic_ntk_scaling_says_its_rotation_reads_the_length_so_sampling_runs
         "alibi+rope", parts=["alibi", {"name": "rope", "scaling": "dynamic", "scaling_factor": 2.0}]
     ).scheme.rotation_reads_length
     assert not any(random_model(s).scheme.rotation_reads_length for s in CACHED_SCHEMES)
+
+
+def test_a_per_layer_fire_is_the_shared_one_when_its_layers_agree_and_learns_each_layer_apart():
+    """per_layer gives each block its own MLP, c and L: with every layer's copied from the first it computes
+    exactly the shared FIRE's logits; as built, the layers differ, and each gets its own gradient."""
+    shared, per_layer = random_model("fire"), random_model("fire", per_layer=True)
+    state = {k: v for k, v in per_layer.state_dict().items() if "later_layers" not in k}
+    shared.load_state_dict(state)
+    first = {k: v for k, v in per_layer.scheme.state_dict().items() if "later_layers" not in k}
+    idx = torch.randint(0, 13, (2, 24), generator=torch.Generator().manual_seed(1))
+    assert not torch.allclose(per_layer(idx), shared(idx))
+    for later in per_layer.scheme.later_layers:
+        later.load_state_dict(first)
+    torch.testing.assert_close(per_layer(idx), shared(idx), rtol=0, atol=0)
+    per_layer.layer_schemes[1].mlp[0].weight.data.add_(1.0)
+    per_layer.train()
+    per_layer(idx).square().mean().backward()
+    blocks = per_layer.layer_schemes
+    assert len({id(b) for b in blocks}) == 2 and all(b.mlp[0].weight.grad.abs().sum() > 0 for b in blocks)
+    assert per_layer.n_positional_params == 2 * shared.n_positional_params
+
+
+def test_a_per_layer_part_of_a_composite_scheme_is_refused_in_one_line():
+    with pytest.raises(UsageError, match="fire\\+per-layer keeps its own instance per layer"):
+        random_model("rope+fire", parts=["rope", {"name": "fire", "per_layer": True}])

@@ -521,7 +521,7 @@ def test_fire_is_relative_below_its_threshold_and_reads_the_query_past_it():
 
 
 def test_fire_refuses_bad_options():
-    for option in ({"mlp_width": 0}, {"mlp_depth": 0}, {"c": 0}, {"threshold": -1.0}):
+    for option in ({"mlp_width": 0}, {"mlp_depth": 0}, {"c": 0}, {"threshold": -1.0}, {"per_layer": "yes"}):
         with pytest.raises(UsageError, match=f"scheme.{next(iter(option))}"):
             fresh("fire", **option)
 

@@ -19,18 +19,19 @@ _scheme_footprints: dict[str, tuple[int | None, int, int]] = {}  # a sweep's poi
 
 
 def scheme_footprint(
-    scheme: dict[str, Any], n_embd: int, n_head: int, *, block_size: int
+    scheme: dict[str, Any], n_embd: int, n_head: int, *, block_size: int, n_layer: int
 ) -> tuple[int | None, int, int]:
     """(max_len, parameter and buffer elements, bias activations per layer at block_size) of the
-    scheme, built on the meta device: its constructor checks every option. Memoised, so a 10,000-point
-    sweep builds each distinct scheme once."""
-    key = repr((sorted(scheme.items()), n_embd, n_head, block_size))
+    scheme spread over the model's layers, built on the meta device: its constructor checks every
+    option. Memoised, so a 10,000-point sweep builds each distinct scheme once."""
+    key = repr((sorted(scheme.items()), n_embd, n_head, block_size, n_layer))
     if key not in _scheme_footprints:
         options = dict(scheme)
         name = options.pop("name")
         with torch.device("meta"):
             try:
                 built = build_scheme(name, n_embd, n_head, block_size=block_size, **options)
+                built.for_layers(n_layer)  # its instances of later layers, where it keeps its own
             except TypeError as err:
                 raise UsageError(f"scheme={name}: {one_line(err)}") from None
         size = sum(t.numel() for t in [*built.parameters(), *built.buffers()])

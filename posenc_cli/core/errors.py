@@ -30,6 +30,12 @@ def require_int(key: str, value: Any, at_least: int = 0, *, at_most: int | None 
         raise UsageError(f"{key} must be an integer {limits}, got {value!r}")
 
 
+def require_bool(key: str, value: Any) -> None:
+    """true or false, not a word or number YAML would also accept as one."""
+    if not isinstance(value, bool):
+        raise UsageError(f"{key}={value!r} is not a boolean; choose true or false")
+
+
 SEED_MAX = 2**63 - 1  # torch, numpy and a checkpoint's int64 all take seeds up to here
 
 

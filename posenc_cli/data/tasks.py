@@ -18,7 +18,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from posenc_cli.core.errors import UsageError, require_positive_int
+from posenc_cli.core.errors import UsageError, require_bool, require_positive_int
 from posenc_cli.data.corpus import Corpus
 from posenc_cli.data.vocab import Vocab
 
@@ -103,8 +103,7 @@ def check_task_options(task: str, max_train_len: object, reversed_digits: object
     if task not in TASKS:
         raise UsageError(f"data.task={task} is not known; choose one of: {', '.join(TASKS)}")
     require_positive_int("data.max_train_len", max_train_len)
-    if not isinstance(reversed_digits, bool):
-        raise UsageError(f"data.reversed_digits={reversed_digits!r} is not a boolean; choose true or false")
+    require_bool("data.reversed_digits", reversed_digits)
     if reversed_digits and task != "addition":
         raise UsageError(f"data.reversed_digits=true applies only to data.task=addition, not {task}; drop it")
 

@@ -70,13 +70,13 @@ def layer_attention(model, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor,
     block's own qkv weights, and that layer's values v (B, H, T, D)."""
     positions = torch.arange(idx.size(1))
     x = model.scheme.embed(model.tok(idx), positions)
-    for block in model.blocks[:layer]:
-        x = block(x, positions, model.scheme)
+    for block, scheme in zip(model.blocks[:layer], model.layer_schemes):
+        x = block(x, positions, scheme)
     block = model.blocks[layer]
     q, k, v = (
         split_heads(t, model.cfg.n_head) for t in block.attn.qkv(block.ln_1(x)).split(model.cfg.n_embd, dim=2)
     )
-    return attention_probs(q, k, positions, scheme=model.scheme), v
+    return attention_probs(q, k, positions, scheme=model.layer_schemes[layer]), v
 
 
 # ---- checks -----------------------------------------------------------------------------------

@@ -151,6 +151,9 @@ class GPT(nn.Module):
         self.scheme = build_scheme(
             cfg.scheme, cfg.n_embd, cfg.n_head, block_size=cfg.block_size, **cfg.scheme_options
         )
+        # the scheme each block calls: one shared instance, or the scheme's own per layer (FIRE per_layer);
+        # a plain list, since the scheme already holds (and registers) every instance
+        self.layer_schemes = self.scheme.for_layers(cfg.n_layer)
         self.tok = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
@@ -182,8 +185,8 @@ class GPT(nn.Module):
         elif cache is not None:
             raise ValueError("a KV cache continues positions 0..L-1; it takes no positions")
         x = self.scheme.embed(self.tok(idx), positions)
-        for i, block in enumerate(self.blocks):
-            x = block(x, positions, self.scheme, given, None if cache is None else cache.layers[i])
+        for i, (block, scheme) in enumerate(zip(self.blocks, self.layer_schemes)):
+            x = block(x, positions, scheme, given, None if cache is None else cache.layers[i])
         return self.head(self.ln_f(x))
 
     def new_cache(self) -> KVCache:

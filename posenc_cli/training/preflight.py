@@ -53,7 +53,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
         vocab_size=1, block_size=tc.block_size, n_layer=mc.n_layer, n_head=mc.n_head, n_embd=mc.n_embd
     )
     max_len, positional, bias = scheme_footprint(
-        typed_cfg.scheme, mc.n_embd, mc.n_head, block_size=tc.block_size
+        typed_cfg.scheme, mc.n_embd, mc.n_head, block_size=tc.block_size, n_layer=mc.n_layer
     )
     trained_positions = tc.max_position or tc.block_size  # positions 0 .. this - 1 are trained on
     if max_len is not None and max_len < trained_positions:

@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from posenc_cli.core.errors import UsageError
+from posenc_cli.core.errors import require_bool
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,11 @@ class PositionalScheme(nn.Module):
         schemes keep none."""
         return 0
 
+    def for_layers(self, n_layer: int) -> list[PositionalScheme]:
+        """The scheme each of the model's `n_layer` blocks calls, once the model is built: this one
+        instance, shared by every block, unless the scheme keeps its own per layer (FIRE's per_layer)."""
+        return [self] * n_layer
+
     def extend_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """This scheme's weights from a run trained with other sizes (train.init_from at a longer
         length) -> weights shaped for this instance. Most schemes' parameters do not depend on the
@@ -133,10 +138,7 @@ class AdditiveScheme(PositionalScheme):
     def __init__(self, n_embd: int, n_head: int, block_size: int, *, scale_embeddings: bool | None = None):
         super().__init__(n_embd, n_head, block_size)
         scale = type(self).scales_embeddings if scale_embeddings is None else scale_embeddings
-        if not isinstance(scale, bool):
-            raise UsageError(
-                f"scheme.scale_embeddings={scale_embeddings!r} is not a boolean; choose true or false"
-            )
+        require_bool("scheme.scale_embeddings", scale)
         self.scale_embeddings = scale
 
     @property

@@ -70,6 +70,17 @@ class Composite(PositionalScheme):
         bounded = [p.max_len for p in self.parts if p.max_len is not None]
         return min(bounded) if bounded else None
 
+    def for_layers(self, n_layer: int) -> list[PositionalScheme]:
+        """Shared by every block, as its parts are: a part with its own instance per layer would need a
+        composite per layer, which no part asks for yet."""
+        for part in self.parts:
+            if any(layer is not part for layer in part.for_layers(n_layer)):
+                raise UsageError(
+                    f"scheme={self.name}: {part.label} keeps its own instance per layer, which a "
+                    "composite scheme cannot; train it alone"
+                )
+        return [self] * n_layer
+
     def embed(self, x, positions):
         first, *others = self.parts
         return first.embed(x, positions) + sum(part.embed(x, positions) - x for part in others)

@@ -6,8 +6,9 @@ every causal distance into [0, 1] whatever the length, so a longer sequence asks
 inputs it was trained on; the threshold L keeps short prefixes from being stretched over [0, 1].
 c and L are learned (L as a learned multiple of its initial value, as in the authors' code; the
 initial c = 0.1 is theirs). Past L the bias depends on the query's position, not on i − j alone
-(`bias_reads_query`), so the attention builds it per query block. One MLP serves every layer (the
-model shares its scheme across blocks).
+(`bias_reads_query`), so the attention builds it per query block. One FIRE serves every layer, as
+the model shares its scheme across blocks, unless `per_layer` gives each block its own (MLP, c and L),
+as the authors' code builds one per attention layer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from posenc_cli.core.errors import require_int, require_number
+from posenc_cli.core.errors import require_bool, require_int, require_number
 from posenc_cli.model.positional.base import Claim, PositionalScheme
 
 EPS = 1e-6  # keeps the normalizer positive where c·max(i, L) underflows
@@ -43,8 +44,10 @@ class FIRE(PositionalScheme):
         mlp_depth: int = 1,
         c: float = 0.1,
         threshold: float | None = None,
+        per_layer: bool = False,
     ):
         super().__init__(n_embd, n_head, block_size)
+        require_bool("scheme.per_layer", per_layer)
         require_int("scheme.mlp_width", mlp_width, at_least=1, at_most=MAX_WIDTH)
         require_int("scheme.mlp_depth", mlp_depth, at_least=1, at_most=MAX_DEPTH)
         require_number("scheme.c", c, above=0)
@@ -59,6 +62,25 @@ class FIRE(PositionalScheme):
         self.threshold_scale = nn.Parameter(torch.tensor(1.0))
         hidden = (mlp_depth - 1) * (mlp_width * mlp_width + mlp_width)
         self.param_formula = f"{2 * mlp_width + hidden + 2} + {mlp_width + 1}·h"
+        self.per_layer = per_layer
+        self.layer_options = {"mlp_width": mlp_width, "mlp_depth": mlp_depth, "c": c, "threshold": threshold}
+        self.later_layers = nn.ModuleList()  # per_layer: the FIREs of blocks 1.. (for_layers builds them)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}+per-layer" if self.per_layer else self.name
+
+    def for_layers(self, n_layer: int) -> list[PositionalScheme]:
+        """per_layer: this FIRE for the first block and a fresh one, its own MLP, c and L, for each other."""
+        if not self.per_layer:
+            return [self] * n_layer
+        self.later_layers = nn.ModuleList(
+            FIRE(self.n_embd, self.n_head, self.block_size, **self.layer_options) for _ in range(n_layer - 1)
+        )
+        self.param_formula = (
+            f"{n_layer}·({self.later_layers[0].param_formula})" if n_layer > 1 else self.param_formula
+        )
+        return [self, *self.later_layers]
 
     def bias_activations(self, length: int) -> int:
         """The MLP runs on every (query, key) pair: each hidden layer keeps its input and ReLU output."""
