@@ -1,0 +1,100 @@
+"""An effective context length, one number per column: the chapters' "extrapolation" row as a length.
+
+A column holds at a length when its perplexity there is within a tolerance of its value at its
+reference length (its training length, or the longest length inside it), and, where it was probed, when
+it retrieves at least a threshold of keys there (depths and seeds averaged). Its effective length is the
+longest length tried up to which it held at every length tried (RULER's "effective length" reads
+retrieval the same way, against a fixed threshold). Lengths shorter than the reference are not read:
+they are inside the context, and shorter windows give every model a higher perplexity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from posenc_cli.core.errors import require_number
+from posenc_cli.report.verdict import mean_of_all, per_column
+
+
+@dataclass(frozen=True)
+class LengthRule:
+    """What "held" means at a length: `--ppl-tolerance` and `--retrieval-threshold`."""
+
+    ppl_tolerance: float = 0.10  # perplexity at most (1 + this) x its value at the reference length
+    retrieval_threshold: float = 0.50  # at least this share of keys retrieved, where probed
+
+    def __post_init__(self) -> None:
+        require_number("--ppl-tolerance", self.ppl_tolerance, at_least=0)
+        require_number("--retrieval-threshold", self.retrieval_threshold, above=0, at_most=1)
+
+    def text(self, *, probed: bool) -> str:
+        held = f"perplexity within {self.ppl_tolerance:.0%} of its value at the reference length"
+        if probed:
+            held += f" and, where probed, at least {self.retrieval_threshold:.0%} of keys retrieved"
+        return (
+            f"effective length: the longest length tried up to which every length tried held ({held}); "
+            "≥ L: it held at every length tried"
+        )
+
+
+@dataclass(frozen=True)
+class EffectiveLength:
+    """One column's effective length, and why it stops where it does."""
+
+    held: int | None  # the longest length up to which every length tried held; None: not the first one
+    tried: int  # the longest length tried
+    failed: int | None = None  # the first length that did not hold
+    why: str = ""  # what did not hold there
+
+    def __str__(self) -> str:
+        if self.failed is None:
+            return f"≥ {self.tried}"
+        return f"{self.held}" if self.held is not None else f"< {self.failed}"
+
+
+def failures(
+    ppl: pd.DataFrame | None, passkey: pd.DataFrame | None, rule: LengthRule
+) -> dict[str, dict[int, str | None]]:
+    """Per column and length read: what did not hold there, or None where it held."""
+    checks: dict[str, dict[int, str | None]] = {}
+    if ppl is not None:
+        means = ppl.groupby(["scheme", "eval_len"])["ppl"].agg(mean_of_all)
+        reference = per_column(ppl, "reference_len")
+        for (scheme, length), value in means.items():
+            base = means.get((scheme, reference[scheme]), math.nan)
+            if length >= reference[scheme]:
+                ratio = value / base
+                held = math.isfinite(ratio) and ratio <= 1 + rule.ppl_tolerance
+                checks.setdefault(str(scheme), {})[int(length)] = (
+                    None if held else f"perplexity {ratio:.2f}× its value at {reference[scheme]}"
+                )
+    if passkey is not None:
+        retrieved = passkey.groupby(["scheme", "length"])["accuracy"].agg(mean_of_all)
+        for (scheme, length), share in retrieved.items():
+            at = checks.setdefault(str(scheme), {})
+            if not share >= rule.retrieval_threshold:  # nan (past a learned table) does not hold
+                at[int(length)] = at.get(int(length)) or f"{share:.0%} of keys retrieved"
+            else:
+                at.setdefault(int(length), None)
+    return checks
+
+
+def effective_lengths(
+    ppl: pd.DataFrame | None, passkey: pd.DataFrame | None, rule: LengthRule
+) -> dict[str, EffectiveLength]:
+    """Each column's effective length, from eval's ppl rows and probe's rows (either may be absent)."""
+    lengths = {}
+    for scheme, at in failures(ppl, passkey, rule).items():
+        tried = sorted(at)
+        failed = next((L for L in tried if at[L] is not None), None)
+        held = [L for L in tried if failed is None or L < failed]
+        lengths[scheme] = EffectiveLength(
+            held=held[-1] if held else None,
+            tried=tried[-1],
+            failed=failed,
+            why="" if failed is None else f"at {failed}: {at[failed]}",
+        )
+    return lengths
