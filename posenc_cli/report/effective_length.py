@@ -98,3 +98,16 @@ def effective_lengths(
             why="" if failed is None else f"at {failed}: {at[failed]}",
         )
     return lengths
+
+
+def effective_length_row(
+    ppl: pd.DataFrame, passkey: pd.DataFrame | None, schemes: list, rule: LengthRule
+) -> tuple[list[str], str]:
+    """comparison.md's row, and its note: the rule, and where and why each column stopped."""
+    found = effective_lengths(ppl, passkey, rule)
+    row = ["effective length"] + [str(found[str(s)]) if str(s) in found else "—" for s in schemes]
+    stops = [f"{s} {found[str(s)].why}" for s in schemes if str(s) in found and found[str(s)].why]
+    note = rule.text(probed=passkey is not None) + (
+        f". Where each stopped: {'; '.join(stops)}." if stops else "."
+    )
+    return row, note

@@ -20,6 +20,7 @@ from posenc_cli.report.cells import (
     result_cell,
     times,
 )
+from posenc_cli.report.effective_length import LengthRule, effective_length_row
 from posenc_cli.report.passkey_tables import passkey_note, passkey_rows
 from posenc_cli.report.verdict import (
     LEARNED_BELOW_UNIGRAM,
@@ -99,6 +100,7 @@ def comparison(
     lang: str = "en",
     passkey: pd.DataFrame | None = None,
     skipped: Sequence[Skipped] = (),
+    rule: LengthRule = LengthRule(),
 ) -> str:
     """The chapters' table, with measured numbers beside the claims (and passkey rows from a probe)."""
     schemes = scheme_order(df["scheme"])
@@ -106,12 +108,16 @@ def comparison(
     evidence, best = extrapolation(df, max(lengths))
     rows = context_rows(df, schemes) + length_rows(df, schemes, lengths)
     rows += grade_rows(df, schemes, evidence, best=best)
+    effective, effective_note = effective_length_row(df, passkey, schemes, rule)
+    rows.append(effective)
     if subword(df):
         rows += tokenizer_rows(df, schemes, lengths)
     if passkey is not None:
         rows += passkey_rows(passkey, schemes)
     rows += claim_rows(info, schemes, evidence, lang=lang)
-    notes = comparison_notes(df, schemes, evidence, passkey=passkey) + skipped_notes(skipped)
+    notes = (
+        comparison_notes(df, schemes, evidence, passkey=passkey) + [effective_note] + skipped_notes(skipped)
+    )
     return (
         "# Positional schemes: the chapters' table, measured\n\n"
         + markdown_table([""] + schemes, rows)
