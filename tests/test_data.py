@@ -158,6 +158,58 @@ def test_a_saved_hugging_face_dataset_is_its_text_column(tmp_path):
         load_corpus({"kind": "hf", "name": str(directory), "text_field": "body"})
 
 
+def saved_splits(tmp_path, names=("train", "validation", "test")):
+    """A DatasetDict on disk whose splits' rows say which split they are."""
+    from datasets import Dataset, DatasetDict
+
+    splits = {n: [f"{n} row {i}: {line}" for i, line in enumerate(TEXT.splitlines()[:20])] for n in names}
+    DatasetDict({n: Dataset.from_dict({"text": rows}) for n, rows in splits.items()}).save_to_disk(
+        str(tmp_path / "splits")
+    )
+    return tmp_path / "splits", {n: "".join(f"{row}\n" for row in rows) for n, rows in splits.items()}
+
+
+@pytest.mark.parametrize(
+    ("val_split", "validated_on"), [("auto", "validation"), ("test", "test"), (None, None)]
+)
+def test_a_dataset_with_its_own_splits_trains_on_train_and_validates_on_its_validation_split(
+    tmp_path, val_split, validated_on
+):
+    """auto: the dataset's validation split (else test); null: the last val_fraction of the training split."""
+    directory, texts = saved_splits(tmp_path)
+    corpus = load_corpus(
+        {"kind": "hf", "name": str(directory), "split": "train", "val_split": val_split, "tokenizer": "byte"}
+        | {"val_fraction": 0.25, "cache_dir": str(tmp_path / "cache")}
+    )
+    train, val = corpus.tokenizer.decode(corpus.train), corpus.tokenizer.decode(corpus.val)
+    if validated_on is None:
+        assert train + val == texts["train"] and len(val) == len(texts["train"]) - int(
+            len(texts["train"]) * 0.75
+        )
+    else:
+        assert (train, val) == (texts["train"], texts[validated_on])
+    assert corpus.stats["val_split"] == validated_on
+
+
+def test_auto_validates_on_the_test_split_when_there_is_no_validation_split_and_a_bad_split_is_one_line(
+    tmp_path,
+):
+    directory, texts = saved_splits(tmp_path, names=("train", "test"))
+    cfg = {"kind": "hf", "name": str(directory), "val_split": "auto", "tokenizer": "byte"} | {
+        "cache_dir": str(tmp_path / "cache")
+    }
+    assert load_corpus(cfg).tokenizer.decode(load_corpus(cfg).val) == texts["test"]
+    with pytest.raises(
+        UsageError, match="data.val_split=validation is not a split .* its other splits are: test"
+    ):
+        load_corpus(cfg | {"val_split": "validation"})
+    with pytest.raises(UsageError, match="data.val_split=train is not a split"):
+        load_corpus(cfg | {"val_split": "train"})
+    single, _ = saved_dataset(tmp_path)
+    with pytest.raises(UsageError, match="one dataset without splits"):
+        load_corpus({"kind": "hf", "name": str(single), "val_split": "test"})
+
+
 @pytest.mark.slow  # trains runs or starts processes
 def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_the_cli(tmp_path, monkeypatch):
     directory, _ = saved_dataset(tmp_path)

@@ -17,7 +17,14 @@ RULE = LengthRule()
 def ppl_table(per_scheme: dict[str, list[float]], lengths=(128, 256, 512, 1024), reference=256, seeds=1):
     """ppl.csv's columns that the rule reads: one row per scheme, seed and length."""
     rows = [
-        {"scheme": s, "seed": seed, "eval_len": L, "ppl": p, "reference_len": reference, "train_len": reference}
+        {
+            "scheme": s,
+            "seed": seed,
+            "eval_len": L,
+            "ppl": p,
+            "reference_len": reference,
+            "train_len": reference,
+        }
         for s, values in per_scheme.items()
         for seed in range(seeds)
         for L, p in zip(lengths, values)

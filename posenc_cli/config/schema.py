@@ -188,9 +188,12 @@ class HfData:
     kind: str = "hf"  # the corpus kind (data.name is the dataset's)
     name: Optional[str] = None  # the dataset: a Hub name or a save_to_disk directory
     config: Optional[str] = None  # the Hub dataset's configuration, if it has several
-    split: str = "train"  # the split read; its last val_fraction is the validation split
+    split: str = "train"  # the split trained on
+    # the split validated on: auto takes the dataset's validation split, else its test split, else (as
+    # null does) the last val_fraction of data.split
+    val_split: Optional[str] = "auto"
     text_field: str = "text"  # the column holding the text
-    val_fraction: float = 0.1  # the last share of the text, held out for validation
+    val_fraction: float = 0.1  # the last share of data.split, held out where no val_split is used
     tokenizer: str = "char"  # char | byte | bpe (see TextData)
     vocab_size: int = 4096  # bpe only
     cache_dir: str = "outputs/cache"  # token arrays keyed by the text's sha256 and the tokenizer

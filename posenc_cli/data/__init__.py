@@ -120,7 +120,7 @@ def read_text_plan(data_cfg: Mapping[str, Any]) -> TextPlan:
     check_tokenizer_options(data_cfg)
     source, stats = text_source(data_cfg)
     sha, n_chars = stream.scan(source)
-    cut = stream.split_point(n_chars, data_cfg.get("val_fraction", 0.1))
+    cut = stream.validation_start(source, n_chars, data_cfg.get("val_fraction", 0.1))
     cache = (
         None if corpus_kind(data_cfg) == "synthetic" else Path(data_cfg.get("cache_dir") or "outputs/cache")
     )

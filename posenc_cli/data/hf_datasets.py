@@ -2,20 +2,24 @@
 
 `data.name` is a Hub name (`wikitext`, with `data.config=wikitext-103-raw-v1`; `pg19`), which needs a
 network, or a directory written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk`. The text is
-the `data.text_field` column of `data.split`, each row followed by a newline; its last
-`data.val_fraction` is the validation split, as for `data=text`.
+the `data.text_field` column of `data.split`, each row followed by a newline. The validation text is the
+dataset's own `validation` split, else its `test` split (`data.val_split`, default auto), read after the
+training rows; a dataset without either (or `data.val_split=null`) holds out the last
+`data.val_fraction` of the training split, as `data=text` does.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.stream import TextSource
 
 ROWS_PER_BLOCK = 1000
 TEXT_TYPES = ("string", "large_string")  # the Arrow types of a text column
+VALIDATION_SPLITS = ("validation", "test")  # what data.val_split=auto looks for, in this order
 
 
 def column_type(feature) -> str:
@@ -24,15 +28,42 @@ def column_type(feature) -> str:
     return getattr(feature, "dtype", None) if type(feature).__name__ == "Value" else type(feature).__name__
 
 
-def load_dataset(data_cfg: Mapping[str, Any]):
-    """The split as a `datasets.Dataset` (memory-mapped Arrow), or one clear line saying why not."""
+def import_datasets():
     try:
         import datasets
     except ImportError:
         raise UsageError(
             "data=hf needs the Hugging Face datasets package: pip install 'posenc[data]'"
         ) from None
+    return datasets
+
+
+@dataclass(frozen=True)
+class Splits:
+    """The split trained on, and the dataset's own split validated on (None: the training split's tail)."""
+
+    train: Any  # a datasets.Dataset
+    validation: Any | None
+    validation_name: str | None
+
+
+def pick_validation(val_split: str | None, *, names: list[str], train: str, dataset: str) -> str | None:
+    """data.val_split: auto takes `validation`, else `test`, else none; a name must be one of the
+    dataset's other splits; None (null): none, the last data.val_fraction of the training split."""
+    others = [n for n in names if n != train]
+    if val_split == "auto":
+        return next((n for n in VALIDATION_SPLITS if n in others), None)
+    if val_split is not None and val_split not in others:
+        held = f"its other splits are: {', '.join(others)}" if others else "it has no other split"
+        raise UsageError(f"data.val_split={val_split} is not a split of {dataset} to validate on; {held}")
+    return val_split
+
+
+def load_splits(data_cfg: Mapping[str, Any]) -> Splits:
+    """The splits as `datasets.Dataset`s (memory-mapped Arrow), or one clear line saying why not."""
+    datasets = import_datasets()
     name, split = data_cfg.get("name"), data_cfg.get("split") or "train"
+    val_split = data_cfg.get("val_split")  # absent in records from before data.val_split: the tail
     if not name or name == "hf":
         raise UsageError(
             "data=hf needs data.name=DATASET: a Hub name (e.g. wikitext with "
@@ -40,45 +71,72 @@ def load_dataset(data_cfg: Mapping[str, Any]):
         )
     local = Path(str(name)).expanduser()
     try:
-        if local.is_dir():
-            found = datasets.load_from_disk(str(local))
-            if isinstance(found, datasets.DatasetDict):
-                if split not in found:
-                    raise UsageError(f"data.split={split} is not in {name}; it has: {', '.join(found)}")
-                found = found[split]
-            return found
-        return datasets.load_dataset(str(name), data_cfg.get("config"), split=split)
-    except UsageError:
-        raise
+        found = (
+            datasets.load_from_disk(str(local))
+            if local.is_dir()
+            else datasets.load_dataset(str(name), data_cfg.get("config"))
+        )
     except Exception as err:  # network, missing dataset or config, bad directory: the library's own words
         raise UsageError(
             f"data.name={name} could not be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
         ) from None
+    if not isinstance(found, datasets.DatasetDict):  # one Dataset, saved without splits
+        if val_split not in ("auto", None):
+            raise UsageError(f"data.val_split={val_split}: {name} is one dataset without splits; drop it")
+        return Splits(found, None, None)
+    if split not in found:
+        raise UsageError(f"data.split={split} is not in {name}; it has: {', '.join(found)}")
+    held = pick_validation(val_split, names=list(found), train=split, dataset=str(name))
+    return Splits(found[split], None if held is None else found[held], held)
 
 
-def hf_source(data_cfg: Mapping[str, Any]) -> tuple[TextSource, dict[str, Any]]:
-    dataset = load_dataset(data_cfg)
+def text_column(dataset, data_cfg: Mapping[str, Any], split: str) -> str:
+    """The text_field column of one split, checked to hold text."""
     field = data_cfg.get("text_field") or "text"
+    where = f"data.name={data_cfg['name']}" + (f" (split {split})" if split else "")
     if field not in dataset.column_names:
         raise UsageError(
-            f"data.text_field={field} is not a column of data.name={data_cfg['name']}; "
-            f"its columns are: {', '.join(dataset.column_names)}"
+            f"data.text_field={field} is not a column of {where}; its columns are: {', '.join(dataset.column_names)}"
         )
     found = column_type(dataset.features[field])
     if found not in TEXT_TYPES:
         raise UsageError(
-            f"data.text_field={field} of data.name={data_cfg['name']} holds {found}, not strings; "
+            f"data.text_field={field} of {where} holds {found}, not strings; "
             "name a column of text (its words would otherwise be trained on as Python reprs)"
+        )
+    return field
+
+
+def rows_text(dataset, field: str) -> Iterator[str]:
+    """A split's text in blocks of ROWS_PER_BLOCK rows, each row followed by a newline."""
+    for batch in dataset.iter(batch_size=ROWS_PER_BLOCK):
+        yield "".join(f"{row}\n" for row in batch[field] if row is not None)
+
+
+def hf_source(data_cfg: Mapping[str, Any]) -> tuple[TextSource, dict[str, Any]]:
+    """The training split's rows, then the validation split's where the dataset has one (the source's
+    validation_start is where they begin)."""
+    splits = load_splits(data_cfg)
+    train_split = data_cfg.get("split") or "train"
+    parts = [(splits.train, text_column(splits.train, data_cfg, train_split))]
+    if splits.validation is not None:
+        parts.append(
+            (splits.validation, text_column(splits.validation, data_cfg, str(splits.validation_name)))
         )
 
     def blocks():
-        for batch in dataset.iter(batch_size=ROWS_PER_BLOCK):
-            yield "".join(f"{row}\n" for row in batch[field] if row is not None)
+        for dataset, field in parts:
+            yield from rows_text(dataset, field)
 
+    start = None
+    if splits.validation is not None:
+        start = sum(len(block) for block in rows_text(*parts[0]))
     facts = {
         "dataset": str(data_cfg["name"]),
         "config": data_cfg.get("config"),
-        "split": data_cfg.get("split") or "train",
-        "rows": len(dataset),
+        "split": train_split,
+        "rows": len(splits.train),
+        "val_split": splits.validation_name,
+        "val_rows": None if splits.validation is None else len(splits.validation),
     }
-    return TextSource(f"data.name={data_cfg['name']}", blocks), facts
+    return TextSource(f"data.name={data_cfg['name']}", blocks, validation_start=start), facts

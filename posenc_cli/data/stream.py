@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 class TextSource:
     what: str  # names the source in messages, e.g. "data.path=big.txt"
     blocks: Callable[[], Iterator[str]]  # the whole text in order, in blocks of any size
+    # the first validation character where the source has its own validation text after its training
+    # text (a dataset's validation split); None: the last data.val_fraction is held out (split_point)
+    validation_start: int | None = None
 
 
 def string_source(text: str, what: str) -> TextSource:
@@ -130,6 +133,13 @@ def pieces(source: TextSource, start: int, end: int) -> Iterator[str]:
             break
     if buffer:
         yield from text_pieces(buffer)
+
+
+def validation_start(source: TextSource, n_chars: int, val_fraction) -> int:
+    """Where the validation text begins: the source's own, else the last `val_fraction` of it."""
+    return (
+        source.validation_start if source.validation_start is not None else split_point(n_chars, val_fraction)
+    )
 
 
 def split_point(n_chars: int, val_fraction) -> int:

@@ -101,7 +101,7 @@ def effective_lengths(
 
 
 def effective_length_row(
-    ppl: pd.DataFrame, passkey: pd.DataFrame | None, schemes: list, rule: LengthRule
+    ppl: pd.DataFrame, passkey: pd.DataFrame | None, schemes: list, *, rule: LengthRule
 ) -> tuple[list[str], str]:
     """comparison.md's row, and its note: the rule, and where and why each column stopped."""
     found = effective_lengths(ppl, passkey, rule)

@@ -108,7 +108,7 @@ def comparison(
     evidence, best = extrapolation(df, max(lengths))
     rows = context_rows(df, schemes) + length_rows(df, schemes, lengths)
     rows += grade_rows(df, schemes, evidence, best=best)
-    effective, effective_note = effective_length_row(df, passkey, schemes, rule)
+    effective, effective_note = effective_length_row(df, passkey, schemes, rule=rule)
     rows.append(effective)
     if subword(df):
         rows += tokenizer_rows(df, schemes, lengths)

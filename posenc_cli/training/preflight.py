@@ -157,10 +157,16 @@ def corpus_size(data: Any) -> tuple[int | None, int | None]:
     if kind == "task":  # instances are made per batch: no text to bound the window
         return None, None
     if kind == "synthetic":
-        n = data.n_chars
+        source, n = None, data.n_chars
     elif kind == "text":
-        n = stream.scan(stream.file_source(data.path))[1]
+        source = stream.file_source(data.path)
+        n = stream.scan(source)[1]
     else:
-        n = stream.scan(hf_source(values)[0])[1]
-    first_val = stream.split_point(n, data.val_fraction)
+        source = hf_source(values)[0]
+        n = stream.scan(source)[1]
+    first_val = (
+        stream.split_point(n, data.val_fraction)
+        if source is None
+        else stream.validation_start(source, n, data.val_fraction)
+    )
     return n, None if data.tokenizer == "byte" else min(first_val, n - first_val)
