@@ -13,6 +13,7 @@ import io
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +25,15 @@ from filelock import FileLock
 
 from posenc_cli.core.choices import CHAPTER_SCHEMES
 from posenc_cli.core.device import CPU_BF16, CPU_BF16_ENV
+from posenc_cli.training.precision_choice import CACHE_ENV
 
 # What `train.precision=auto` resolves to must not depend on the machine the suite runs on (AVX2: fp32;
 # AVX-512-BF16/AMX: bf16 autocast). Every test, and every process it starts, sees a CPU that emulates
 # bf16, so auto means fp32 everywhere (and stays fast on AVX2); a test that needs the other answer asks
 # for it with the `cpu_bf16` fixture, and numeric comparisons pin their precision (test_precision.py).
 os.environ[CPU_BF16_ENV] = "emulated"
+# auto's measured choices (training.precision_choice) are cached in a file of the suite's own, never the user's
+os.environ[CACHE_ENV] = str(Path(tempfile.mkdtemp(prefix="posenc-test-precision-")) / "precision.json")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"

@@ -1,6 +1,7 @@
-"""Device and precision. `auto` device means cuda, then mps, then cpu. `auto` precision means bf16
-autocast where the hardware computes bf16 natively (CUDA with bf16, CPUs with AVX-512 BF16 or AMX),
-fp32 elsewhere; the loss is always computed in fp32. A run records the precision it computed in (its
+"""Device and precision. `auto` device means cuda, then mps, then cpu. `auto` precision's static rule
+is bf16 autocast where the hardware computes bf16 natively (CUDA with bf16, CPUs with AVX-512 BF16 or
+AMX), fp32 elsewhere; on a native-bf16 CPU a new run measures instead (training.precision_choice). The
+loss is always computed in fp32. A run records the precision it computed in (its
 *effective* precision, never the word `auto`), so the same config on two machine kinds says so."""
 
 from __future__ import annotations

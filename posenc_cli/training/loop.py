@@ -22,7 +22,6 @@ from posenc_cli.core.device import (
     resolve_device,
 )
 from posenc_cli.data import load_corpus, random_positions
-from posenc_cli.data.tasks import IGNORE
 from posenc_cli.data.tokenizers import TOKENIZER_FILE
 from posenc_cli.model import GPT, token_nll
 from posenc_cli.rundir.claim import hold_lock, resume_command
@@ -31,6 +30,7 @@ from posenc_cli.rundir.lineage import lineage
 from posenc_cli.rundir.record import read_summary, write_summary
 from posenc_cli.rundir.resume import stored_record
 from posenc_cli.training import distributed
+from posenc_cli.training.precision_choice import PrecisionChoice, choose_precision
 from posenc_cli.training.session import (
     NonFiniteLoss,
     Session,
@@ -44,6 +44,8 @@ from posenc_cli.training.session import (
     recorded,
     restore,
     save,
+    scored_mean,
+    train_step,
 )
 from posenc_cli.training.stopping import Stopped, StopSignals
 from posenc_cli.training.tracking import open_loggers
@@ -57,11 +59,6 @@ def lr_at(step: int, tc: TrainConfig) -> float:
         return tc.lr * (step + 1) / tc.warmup_steps
     progress = (step - tc.warmup_steps) / max(1, tc.max_steps - tc.warmup_steps)
     return tc.min_lr + 0.5 * (tc.lr - tc.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def scored_mean(nll: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The mean loss over scored targets: every token of a text window, a task's answer tokens alone."""
-    return nll.sum() / (targets != IGNORE).sum()
 
 
 @torch.no_grad()
@@ -154,6 +151,12 @@ def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
     corpus = load_corpus(dataclasses.asdict(cfg.data))
     check_lengths(corpus, tc.block_size)
 
+    if tc.resume:  # restore() continues in the run's own precision
+        choice = PrecisionChoice(
+            effective_precision(device, tc.precision), "a resume keeps its run's precision"
+        )
+    else:
+        choice = choose_precision(cfg, device, vocab_size=len(corpus.tokenizer), ranks=ctx.world_size)
     torch.manual_seed(cfg.seed)
     mc = model_config(cfg, len(corpus.tokenizer))
     model = GPT(mc)
@@ -176,7 +179,8 @@ def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
             for _ in range(tc.eval_batches)
         ],
         run_id=run_id,
-        precision=effective_precision(device, tc.precision),
+        precision=choice.effective,
+        precision_facts=choice.facts(),
     )
     if tc.resume:
         restore(s, Path(tc.resume) / CHECKPOINT)
@@ -190,7 +194,7 @@ def announce_run(s: Session, run_name: str | None) -> dict[str, Any]:
     cfg = s.cfg
     summary = {
         **describe(cfg, s.model, s.corpus, device=s.device),
-        "precision": precision_record(s.device, cfg.train.precision, s.precision),
+        "precision": {**precision_record(s.device, cfg.train.precision, s.precision), **s.precision_facts},
         "run_id": s.run_id,
         "config": recorded(cfg),
     }
@@ -270,13 +274,14 @@ def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, *, elapsed) ->
                     tc.batch_size, tc.block_size, tc.max_position, generator=s.data_rng
                 )
                 positions = distributed.shard(positions, ctx).to(s.device)
-            with autocast(s.device, s.precision):
-                y = y.to(s.device)
-                loss = scored_mean(token_nll(net(x.to(s.device), positions), y), y)
-            s.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(net.parameters(), tc.grad_clip)
-            s.optimizer.step()
+            loss, grad_norm = train_step(
+                net,
+                s.optimizer,
+                (x, y, positions),
+                device=s.device,
+                precision=s.precision,
+                grad_clip=tc.grad_clip,
+            )
             state.recent.append(loss.detach())
             state.step += 1
             rate.steps += 1

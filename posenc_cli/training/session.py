@@ -14,14 +14,16 @@ import torch
 
 from posenc_cli.config.schema import PosencConfig, TrainConfig
 from posenc_cli.core.device import (
+    autocast,
     native_bf16,
     resumed_precision,
 )
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.version import code_version
 from posenc_cli.data import Corpus
+from posenc_cli.data.tasks import IGNORE
 from posenc_cli.data.tokenizers import run_payload
-from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model import GPT, ModelConfig, token_nll
 from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.lineage import check_same_model, initial_state, source_checkpoint
 from posenc_cli.rundir.record import (
@@ -93,6 +95,33 @@ def make_optimizer(model: GPT, tc: TrainConfig) -> torch.optim.AdamW:
         return torch.optim.AdamW(groups, lr=tc.lr, betas=(0.9, 0.95))
 
 
+def scored_mean(nll: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The mean loss over scored targets: every token of a text window, a task's answer tokens alone."""
+    return nll.sum() / (targets != IGNORE).sum()
+
+
+def train_step(
+    net: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
+    *,
+    device: torch.device,
+    precision: str,
+    grad_clip: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step on (inputs, targets, positions or None): the loss and the gradient norm. The
+    loop trains with it and auto precision times it (precision_choice), so both run the same step."""
+    x, y, positions = batch
+    with autocast(device, precision):
+        y = y.to(device)
+        loss = scored_mean(token_nll(net(x.to(device), positions), y), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(net.parameters(), grad_clip)
+    optimizer.step()
+    return loss, grad_norm
+
+
 @dataclass(kw_only=True)
 class Session:
     """One run being trained: what the loop works on and what a checkpoint saves."""
@@ -109,6 +138,7 @@ class Session:
     val_batches: list[tuple[torch.Tensor, torch.Tensor]]
     run_id: str  # names the run in its summary and every checkpoint: a foreign checkpoint is refused
     precision: str  # effective (fp32 | bf16-autocast): resolved once, kept by every resume
+    precision_facts: dict[str, Any] = field(default_factory=dict)  # why it is that one (precision_choice)
     state: TrainState = field(default_factory=TrainState)
     saved_step: int | None = None  # the step of the newest checkpoint on disk
     summary: dict[str, Any] = field(default_factory=dict)  # summary.json while it trains (announce_run)

@@ -1,0 +1,115 @@
+"""train.precision=auto chosen by measurement (training.precision_choice): on a CPU with native bf16 the
+faster precision at the run's shapes, cached per machine and shape; never bf16 where it is emulated."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from posenc_cli.config.location import config_dir
+from posenc_cli.training import precision_choice
+from posenc_cli.training.precision_choice import cache_path, choose_precision, time_steps
+from posenc_cli.training.preflight import validate
+
+CPU = torch.device("cpu")
+
+
+def config(*overrides: str):
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return validate(compose("config", overrides=["experiment=smoke", *overrides]))
+
+
+def timings(fp32: float, bf16: float):
+    """A stand-in for time_steps that records each call."""
+    calls = []
+
+    def measure(cfg, device, vocab_size):
+        calls.append(cfg.train.batch_size)
+        return {"fp32": fp32, "bf16-autocast": bf16}
+
+    return measure, calls
+
+
+@pytest.fixture
+def quiet_cache(tmp_path, monkeypatch):
+    """A fresh cache file and a machine that is not busy, whatever the host's load."""
+    monkeypatch.setenv(precision_choice.CACHE_ENV, str(tmp_path / "precision.json"))
+    monkeypatch.setattr(precision_choice, "machine_busy", lambda: None)
+    return tmp_path / "precision.json"
+
+
+@pytest.mark.parametrize(("fp32", "bf16", "faster"), [(50.0, 40.0, "bf16-autocast"), (40.0, 50.0, "fp32")])
+def test_auto_on_a_native_bf16_cpu_takes_the_precision_that_measured_faster(
+    quiet_cache, monkeypatch, fp32, bf16, faster
+):
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    measure, calls = timings(fp32, bf16)
+    choice = choose_precision(config("train.precision=auto"), CPU, vocab_size=30, measure=measure)
+    assert (choice.effective, choice.step_ms, len(calls)) == (
+        faster,
+        {"fp32": fp32, "bf16-autocast": bf16},
+        1,
+    )
+    assert (
+        choice.facts() == {"reason": choice.reason, "step_ms": choice.step_ms} and "measured" in choice.reason
+    )
+
+
+def test_auto_never_measures_nor_picks_bf16_where_it_is_emulated_nor_when_a_precision_is_asked_for(
+    quiet_cache, monkeypatch
+):
+    measure, calls = timings(50.0, 1.0)  # bf16 "faster": it must not matter
+    monkeypatch.setenv("POSENC_CPU_BF16", "emulated")
+    assert choose_precision(config(), CPU, vocab_size=30, measure=measure).effective == "fp32"
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    for asked, effective in (("fp32", "fp32"), ("bf16", "bf16-autocast")):
+        choice = choose_precision(config(f"train.precision={asked}"), CPU, vocab_size=30, measure=measure)
+        assert (choice.effective, choice.reason) == (effective, f"train.precision={asked}")
+    several = choose_precision(config(), CPU, vocab_size=30, ranks=2, measure=measure)
+    assert several.effective == "bf16-autocast" and "several ranks" in several.reason  # the static rule
+    assert calls == [] and not quiet_cache.exists()
+
+
+def test_a_measured_choice_is_cached_per_shape_and_a_changed_or_foreign_cache_is_measured_again(
+    quiet_cache, monkeypatch
+):
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    measure, calls = timings(50.0, 40.0)
+    first = choose_precision(config(), CPU, vocab_size=30, measure=measure)
+    again = choose_precision(config(), CPU, vocab_size=30, measure=measure)
+    assert calls == [4] and again.effective == first.effective and "cached" in again.reason
+    choose_precision(config("train.batch_size=8"), CPU, vocab_size=30, measure=measure)
+    assert calls == [4, 8]  # another shape: measured
+    stored = json.loads(quiet_cache.read_text())
+    for entry in stored["choices"].values():
+        entry["effective"] = "fp32"  # edited by hand: its fingerprint no longer matches
+    quiet_cache.write_text(json.dumps(stored))
+    assert choose_precision(config(), CPU, vocab_size=30, measure=measure).effective == "bf16-autocast"
+    assert calls == [4, 8, 4]
+    for foreign in ("not json", json.dumps({"format": "other", "choices": {}}), json.dumps([1])):
+        quiet_cache.write_text(foreign)
+        choose_precision(config(), CPU, vocab_size=30, measure=measure)
+    assert len(calls) == 6 and json.loads(quiet_cache.read_text())["format"] == precision_choice.CACHE_FORMAT
+
+
+def test_a_busy_machine_is_not_measured_and_auto_keeps_the_static_rule_uncached(quiet_cache, monkeypatch):
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    monkeypatch.setattr(precision_choice, "machine_busy", lambda: "load average 6.1 on 2 cores")
+    measure, calls = timings(40.0, 50.0)  # fp32 "faster": unmeasured, it must not matter
+    choice = choose_precision(config(), CPU, vocab_size=30, measure=measure)
+    assert choice.effective == "bf16-autocast" and "busy (load average 6.1 on 2 cores)" in choice.reason
+    assert calls == [] and not quiet_cache.exists() and cache_path() == quiet_cache
+
+
+def test_timing_the_steps_leaves_the_runs_random_streams_as_they_were():
+    """The throwaway model and batch draw from forked streams: the run's seeded init is unchanged."""
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    ms = time_steps(
+        config("model.n_layer=1", "train.batch_size=2", "train.block_size=16"), CPU, vocab_size=30
+    )
+    assert torch.equal(torch.get_rng_state(), before)
+    assert set(ms) == {"fp32", "bf16-autocast"} and all(v > 0 for v in ms.values())
