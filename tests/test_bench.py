@@ -50,7 +50,14 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     )  # seconds on a quiet machine; the timeout allows for a loaded one
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "bench" / "bench.csv")
-    assert set(df["section"]) == {"gemm", "train", "peer", "eval", "sample", "startup"}
+    assert set(df["section"]) == {"gemm", "train", "precision", "peer", "eval", "sample", "startup"}
+    precision = df[df["section"] == "precision"]
+    assert sorted(precision["config"].unique()) == ["default", "nanogpt-recipe"]
+    assert (precision.groupby("config")["asked"].apply(sorted) == [["auto", "bf16", "fp32"]] * 2).all()
+    auto = precision[precision["asked"] == "auto"]
+    assert (
+        auto["reason"].str.contains("emulates bf16").all() and (auto["precision"] == "fp32").all()
+    )  # the suite's CPU
     peer = df[df["section"] == "peer"]
     assert sorted(peer["config"]) == ["nanogpt", "posenc"] and (peer["steps"] == 3).all()
     assert peer.loc[peer["config"] == "nanogpt", "train_loss"].tolist() == [2.5]  # read from its log
@@ -74,6 +81,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     assert set(df.loc[df["section"] == "startup", "config"]) == set(STARTUP_TARGETS)
     for heading in (
         "## Training",
+        "## Precision: what auto chose, beside both precisions",
         "## Beside nanoGPT",
         "## Evaluation",
         "## Sampling",

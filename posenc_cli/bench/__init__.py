@@ -2,6 +2,7 @@
 
 - peak.py: the GEMM peak of each precision (fp32, bf16), the denominator of MFU.
 - training.py: `posenc train`'s own training function, timed per eval interval (median reported).
+- train_speed.py's precision section: what train.precision=auto chose, beside fp32's and bf16's speeds.
 - peer.py: whole `posenc train` processes side by side with nanoGPT's CPU recipe, alternated.
 - memory.py: evaluation speed and peak memory, each case in a fresh process.
 - sampling.py: `posenc sample`'s tokens/s with and without the KV cache, alternated.
@@ -16,6 +17,7 @@ nanoGPT) stay meaningful on a busy machine.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,7 +30,7 @@ from posenc_cli.bench.peak import Peak
 from posenc_cli.bench.peer import side_by_side
 from posenc_cli.bench.sampling import bench_sampling
 from posenc_cli.bench.startup import bench_startup
-from posenc_cli.bench.train_speed import bench_levers, bench_training
+from posenc_cli.bench.train_speed import bench_levers, bench_precision, bench_training
 from posenc_cli.model.positional import SCHEMES
 
 __all__ = ["Effort", "FULL", "QUICK", "run_bench", "write_outputs"]
@@ -126,6 +128,8 @@ def speed_rows(
     if levers:
         rows += bench_levers(effort, peak)
     rows = [*peak.rows(), *[peak.with_mfu(row) for row in rows]]
+    with tempfile.TemporaryDirectory(prefix="posenc-bench-precision-") as cache:
+        rows += bench_precision(effort, Path(cache) / "precision.json")
     rows += side_by_side(peer, effort, info)
     rows += bench_eval(schemes, effort)
     rows += bench_sampling(effort)

@@ -37,6 +37,9 @@ COLUMNS = (
     "mfu",
     "gflops",
     "vs_rope",
+    "asked",
+    "reason",
+    "vs_best",
 )  # not every section has them
 TARGETS_FILE = "bench_targets.yaml"
 
@@ -70,7 +73,16 @@ def targets(df: pd.DataFrame) -> list[list[str]]:
     """This run's numbers against configs/bench_targets.yaml: [target, measured, met], for each target
     whose section was run."""
     goal = load_targets()
-    checks = (train_mfu, bias_vs_rope, nanogpt_speedup, eval_rss, eval_slowdown, sample_speedup, main_job)
+    checks = (
+        train_mfu,
+        bias_vs_rope,
+        precision_auto,
+        nanogpt_speedup,
+        eval_rss,
+        eval_slowdown,
+        sample_speedup,
+    )
+    checks += (main_job,)
     rows = [row for check in checks if (row := check(df, goal)) is not None] + startup_times(df, goal)
     return [[target, measured, "yes" if met else "**no**"] for target, measured, met in rows]
 
@@ -98,6 +110,19 @@ def bias_vs_rope(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
         f"bias schemes within {1 - goal['bias_vs_rope']:.0%} of rope's training tokens/s",
         f"lowest {worst['vs_rope']:.2f}× rope ({worst['scheme']})",
         worst["vs_rope"] >= goal["bias_vs_rope"],
+    ]
+
+
+def precision_auto(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
+    auto = df[(df["section"] == "precision") & (df["asked"] == "auto")]
+    if not len(auto):
+        return None
+    worst = auto.loc[auto["vs_best"].idxmin()]
+    return [
+        f"train.precision=auto within {goal['precision_auto_slack']:.0%} of the faster of fp32 and bf16 "
+        "(default config and nanoGPT's recipe)",
+        f"lowest {worst['vs_best']:.2f}× the faster ({worst['config']}: auto computed in {worst['precision']})",
+        worst["vs_best"] >= 1 - goal["precision_auto_slack"],
     ]
 
 
@@ -162,6 +187,7 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
         header(df, info),
         training_section(df),
         levers_section(df),
+        precision_section(df),
         peer_section(df, info),
         eval_section(df),
         sampling_section(df),
@@ -244,6 +270,25 @@ def levers_section(df: pd.DataFrame) -> list[str]:
         "Each setting through the same training path as the baseline.",
         "",
         markdown_table(["scheme", "lever", "precision", "tokens/s", "vs baseline", "MFU"], rows),
+    ]
+
+
+def precision_section(df: pd.DataFrame) -> list[str]:
+    found = df[df["section"] == "precision"]
+    if not len(found):
+        return []
+    rows = [
+        [r.config, r.asked, r.precision, f"{r.tokens_per_s:,.0f}", f"{r.vs_best:.2f}", r.reason]
+        for r in found.itertuples()
+    ]
+    return [
+        "## Precision: what auto chose, beside both precisions",
+        "",
+        "Each configuration trained three times through the training path, at train.precision=auto "
+        "(which measures afresh, in a new cache file), fp32 and bf16; vs best: tokens/s over the faster "
+        "of fp32 and bf16.",
+        "",
+        markdown_table(["config", "asked", "computed in", "tokens/s", "vs best", "why"], rows),
     ]
 
 

@@ -5,20 +5,24 @@ rate, which leaves out the validation pass it times) and the whole loop's (every
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pandas as pd
 import torch
 
 from posenc_cli.bench.peak import Peak, flops_per_token
+from posenc_cli.bench.peer import RECIPE
 from posenc_cli.config.hydra_args import composing, parse_hydra_args
 from posenc_cli.config.schema import check_keys
 from posenc_cli.core import ui
 from posenc_cli.training.loop import train
+from posenc_cli.training.precision_choice import CACHE_ENV
 
 CONFIG = "default"  # the training configuration every scheme is timed at: posenc's defaults
 LEVERS = {"baseline": [], "threads=1": ["train.threads=1"], "fp32": ["train.precision=fp32"]}
@@ -51,10 +55,12 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
     T, model = tc["block_size"], cfg["model"]
     precision = {"bf16-autocast": "bf16", "fp32": "fp32"}[summary["precision"]["effective"]]
     return {
+        "reason": summary["precision"].get("reason", ""),
         "section": "train",
         "config": CONFIG,
         "scheme": cfg["scheme"]["name"],
         "precision": precision,
+        "asked": tc["precision"],
         "length": T,
         "batch": tc["batch_size"],
         "n_layer": model["n_layer"],
@@ -92,3 +98,27 @@ def bench_levers(effort, peak: Peak, scheme: str = "rope") -> list[dict]:
         peak.measure()
     baseline = rows[0]["tokens_per_s"]
     return [{**row, "vs_baseline": row["tokens_per_s"] / baseline} for row in rows]
+
+
+# the shapes auto must not lose at by more than PRECISION_SLACK (issue #33): posenc's default config,
+# and nanoGPT's CPU recipe (bench/peer.py's RECIPE on the default corpus: its data is the peer's file)
+PRECISION_CONFIGS = {
+    "default": ("scheme=rope",),
+    "nanogpt-recipe": tuple(o for o in RECIPE if o != "data=text"),
+}
+
+
+def bench_precision(effort, cache: Path) -> list[dict]:
+    """Each configuration trained in fp32, in bf16 and at auto (which measures afresh: `cache` is a new
+    file), through the training path users run; auto's speed over the better of the two."""
+    rows = []
+    with mock.patch.dict(os.environ, {CACHE_ENV: str(cache)}):
+        for config, overrides in PRECISION_CONFIGS.items():
+            found = []
+            for asked in ("auto", "fp32", "bf16"):
+                ui.err.print(f"precision ({config}): {asked}")
+                row = timed_training([*overrides, f"train.precision={asked}"], effort)
+                found.append({**row, "section": "precision", "config": config})
+            best = max(r["tokens_per_s"] for r in found[1:])
+            rows += [{**r, "vs_best": r["tokens_per_s"] / best} for r in found]
+    return rows
