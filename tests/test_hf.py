@@ -18,6 +18,7 @@ import torch
 
 from conftest import assert_one_line_error, run_cli
 from posenc_cli.core.errors import UsageError
+from posenc_cli.data.needles import NeedleTask
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
@@ -266,7 +267,7 @@ def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
     probe = pd.read_csv(root / "probe" / "probe.csv")
     assert sorted(probe.scheme) == [BLOOM, "gpt2 (learned)"] and (probe.trials == 2).all()
     model = load_hf_model(f"hf:{root / 'gpt2'}")
-    ((trial, n_key),) = model.probe_trials(CONTEXT, 0.5, 1, seed=0, cache={})
+    ((trial, n_key),) = model.probe_trials(NeedleTask(), CONTEXT, 0.5, trials=1, seed=0, cache={})
     prompt, key = trial[:, : -int(n_key)], trial[:, -int(n_key) :]
     assert trial.size(1) <= CONTEXT
     words = tiny["tokenizer"].decode(torch.cat([prompt, key], 1)[0])
