@@ -203,6 +203,22 @@ def test_training_episodes_are_the_probe_s_form_and_fit_a_window(name):
     assert set(text) <= needed_chars(task) | set(" .")
 
 
+@pytest.mark.slow  # trains runs
+def test_a_length_too_short_for_the_task_is_left_out_and_said_or_refused_when_all_are(
+    needle_runs, monkeypatch
+):
+    cwd, _ = needle_runs
+    monkeypatch.chdir(cwd)
+    args = ["probe", "rope", "--task", "multikey", "--depths", "0.5", "--trials", "1"]
+    probed = invoke(*args, "--lengths", "200,300", "--out", "short")
+    assert (
+        probed.code == 0
+        and "not probing rope at 200: a multikey trial needs at least 248 tokens" in probed.stderr
+    )
+    assert set(pd.read_csv(cwd / "short" / "probe.csv").length) == {300}
+    assert_refused(*posenc(*args, "--lengths", "100,200"), "--lengths 100,200", "needs at least 248 tokens")
+
+
 def test_bad_task_values_are_refused_in_one_line(tmp_path):
     assert_refused(*posenc("probe", "--task", "niah"), "niah")
     assert_refused(*posenc("probe", "--task", "multikey", "--distractors", "0"), "--distractors", "0")
@@ -301,5 +317,5 @@ def test_probe_rows_per_method_in_the_order_asked_and_alibi_once_as_trained(need
         assert headings == ["rope+yarn", "rope", "rope+ntk", "alibi"]
         assert "alibi takes no RoPE scaling: scored once, as trained" in markdown
         assert (cwd / task / "probe_summary.png").read_bytes()[:4] == b"\x89PNG"
-        if task != "passkey":  # 96 cannot hold a trial of 4 needles: left out, and said
-            assert "not probing rope at 96" in probed.stderr
+        if task != "passkey":  # 96, the training length, cannot hold 4 needles: left out without a word
+            assert "96" not in probed.stderr

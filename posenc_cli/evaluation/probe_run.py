@@ -4,7 +4,7 @@ its lengths and depths, once per RoPE scaling method (as eval scores it), on one
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -70,16 +70,17 @@ def probe_lengths(
 ) -> dict[int, list[int]]:
     """Each target's trial lengths (by id; perplexity.target_lengths, the added ones said), checked
     before any trial: a posenc run's vocabulary and corpus (unchanged since training), and each
-    target's memory at its lengths. Lengths too short for one trial of the task are left out, and said."""
-    planned = {id(r): target_lengths(r.train_len, wanted, add_context=add_context) for r in loaded}
-    announce_added(loaded, planned)
-    kept = {}
+    target's memory at its lengths. Lengths too short for one trial of the task are left out, and said
+    (an added training length silently: nobody asked for it)."""
+    planned = {}
     for run in loaded:
         run.check_probe(task)
         shortest = run.shortest_trial(task)
-        kept[id(run)] = [L for L in planned[id(run)].lengths if L >= shortest]
-        short = [str(L) for L in planned[id(run)].lengths if L < shortest]
-        if not kept[id(run)]:
+        plan = target_lengths(run.train_len, wanted, add_context=add_context)
+        kept = [L for L in plan.lengths if L >= shortest]
+        planned[id(run)] = replace(plan, lengths=kept, added=plan.added if plan.added in kept else None)
+        short = [str(L) for L in wanted if L < shortest]
+        if not kept:
             raise UsageError(
                 f"--lengths {','.join(short)}: a {task.name} trial for {run.path} needs at least {shortest} "
                 "tokens; give longer --lengths"
@@ -90,8 +91,9 @@ def probe_lengths(
                 markup=False,
                 highlight=False,
             )
-        run.check_fits([L for L in kept[id(run)] if run.max_len is None or L <= run.max_len], device)
-    return kept
+        run.check_fits([L for L in kept if run.max_len is None or L <= run.max_len], device)
+    announce_added(loaded, planned)
+    return {key: plan.lengths for key, plan in planned.items()}
 
 
 def probe_runs(runs: list[EvalTarget], spec: ProbeSpec, *, lengths: dict, variants: dict, device):
