@@ -180,13 +180,15 @@ def episode_chars(task: NeedleTask) -> int:
 @pytest.mark.parametrize("name", ["multikey", "multivalue", "multiquery"])
 def test_training_episodes_are_the_probe_s_form_and_fit_a_window(name):
     task = NeedleTask(name)
-    spec = SyntheticSpec(
-        n_chars=40_000,
-        copy_rate=0.0,
-        passkey_rate=0.3,
-        passkey_min_distance=8,
-        passkey_max_distance=40,
-        probe_task=name,
+    spec = (
+        SyntheticSpec(  # scripts/reproduce_needles.sh's recipe, without copies (they repeat episodes' parts)
+            n_chars=60_000,
+            copy_rate=0.0,
+            passkey_rate=0.3,
+            passkey_min_distance=16,
+            passkey_max_distance=160,
+            probe_task=name,
+        )
     )
     text = generate(spec).text
     question = re.escape(LOWER.ask(placeholder(task))).replace("baba", "[a-z]{4}")
