@@ -85,6 +85,28 @@ def test_a_trial_holds_each_needle_once_at_its_depth_and_ends_with_the_answer(ta
         assert sum(f" of {asked} is " in LOWER.sentence(episode, n) for n in episode.needles) == 1
 
 
+@pytest.mark.parametrize("kind", ["byte", "bpe"])
+@pytest.mark.parametrize("name", ["multikey", "multivalue", "multiquery"])
+def test_a_subword_trial_scores_the_tokens_that_cover_every_asked_key(kind, name):
+    from test_data import BPE, TEXT
+
+    from posenc_cli.data.tokenizers import ByteTokenizer
+
+    tokenizer = ByteTokenizer() if kind == "byte" else BPE
+    task = NeedleTask(name)
+    filler = tokenizer.encode(re.sub(r"\d", "", TEXT) * 4)
+    length = overhead(tokenizer, task) + 120
+    trials, n_answer, episodes = make_trials(
+        filler, tokenizer, length, depth=0.5, trials=4, seed=2, task=task
+    )
+    assert trials.shape == (4, length)
+    for trial, n, episode in zip(trials, n_answer.tolist(), episodes):
+        prompt, answer = tokenizer.decode(trial[:-n]), tokenizer.decode(trial[-n:])
+        assert answer.strip() == LOWER.answer(episode)
+        assert (prompt + answer).endswith(LOWER.ask(episode) + LOWER.answer(episode))
+        assert all(prompt.count(LOWER.sentence(episode, needle)) == 1 for needle in episode.needles)
+
+
 HAND = {  # depths 0.5, 0.0, 1.0, 0.25 for needles 0..3; checked by reading them
     "passkey": "ba pe gunazo the pass key is 11110. remember 11110. gunazo what is the pass key? "
     "the pass key is 11110",
