@@ -62,13 +62,6 @@ class NeedleTask:
         """The answer's digits: key_nll is per digit."""
         return passkey.KEY_DIGITS * self.asked
 
-    @property
-    def described(self) -> str:
-        """The task as headings name it: 'multikey (3 distractors)'."""
-        if self.name == "multikey":
-            return f"multikey ({self.distractors} distractors)"
-        return self.name if self.name == "passkey" else f"{self.name} ({self.needles} needles)"
-
 
 def needle_task(name: str, distractors: int | None) -> NeedleTask:
     """--task and --distractors, checked: --distractors belongs to multikey only."""
