@@ -192,6 +192,27 @@ def test_passkey_trials_prompts_and_corpus_are_as_before_the_needle_tasks():
     assert hashlib.sha256(made.text.encode()).hexdigest()[:16] == "0dca0098f1cc28ef"
 
 
+@pytest.mark.parametrize(
+    "scheme", ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "xpos", "kerple", "fire"]
+)
+def test_reading_the_whole_trial_scores_as_reading_it_without_its_last_token(scheme):
+    """The probe now reads all L tokens of a trial (so a scaled rotation is eval's at L); a causal model's
+    predictions of the answer are those it made from the prompt and the answer's earlier tokens alone."""
+    from posenc_cli.model import GPT, ModelConfig, token_nll
+
+    torch.manual_seed(0)
+    model = GPT(
+        ModelConfig(vocab_size=len(VOCAB), block_size=160, n_layer=2, n_head=2, n_embd=32, scheme=scheme)
+    )
+    trials, n_key, _ = make_trials(FILLER, VOCAB, 160, depth=0.5, trials=3, seed=0)
+    hits, nll = score(LogitsScorer(model.eval()), trials, n_key)
+    with torch.no_grad():  # the probe's reading before: the prompt and the key's first four digits
+        logits = model(trials[:, :-1])[:, -passkey.KEY_DIGITS :].float()
+    target = trials[:, -passkey.KEY_DIGITS :]
+    assert hits.tolist() == (logits.argmax(-1) == target).all(-1).tolist()
+    assert torch.allclose(nll, token_nll(logits, target).sum(-1) / passkey.KEY_DIGITS, rtol=1e-5, atol=1e-6)
+
+
 def episode_chars(task: NeedleTask) -> int:
     """An episode's characters but its filler: needles, question, answer and its full stop."""
     episode = placeholder(task)
