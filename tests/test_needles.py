@@ -264,6 +264,31 @@ def test_a_length_too_short_for_the_task_is_left_out_and_said_or_refused_when_al
     assert_refused(*posenc(*args, "--lengths", "100,200"), "--lengths 100,200", "needs at least 248 tokens")
 
 
+def test_data_probe_task_reaches_the_corpus_through_the_typed_config():
+    from hydra import compose, initialize_config_dir
+
+    from posenc_cli.config.location import config_dir
+    from posenc_cli.data import text_source
+
+    overrides = ["experiment=probe", "data.probe_task=multiquery", "data.n_chars=20000"]
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    source, _ = text_source(cfg.data)
+    text = "".join(source.blocks())
+    assert "what are the pass keys of " in text and "what is the pass key?" not in text
+
+
+def test_a_vocabulary_that_cannot_write_the_task_is_refused_naming_what_is_missing():
+    from posenc_cli.core.errors import UsageError
+    from posenc_cli.data.vocab import Vocab
+    from posenc_cli.evaluation.probe import check_vocab
+
+    passkey_only = Vocab.from_text("".join(sorted(passkey.needed_chars())))
+    check_vocab(passkey_only, "run")
+    with pytest.raises(UsageError, match="lacks the characters 'dfglnouvz', which the multikey prompt needs"):
+        check_vocab(passkey_only, "run", NeedleTask("multikey"))
+
+
 def test_bad_task_values_are_refused_in_one_line(tmp_path):
     assert_refused(*posenc("probe", "--task", "niah"), "niah")
     assert_refused(*posenc("probe", "--task", "multikey", "--distractors", "0"), "--distractors", "0")
