@@ -20,18 +20,19 @@ from posenc_cli import __version__
 from posenc_cli.cli.app import hf_options
 from posenc_cli.cli.eval_command import check_windows, named_runs, rope_methods
 from posenc_cli.cli.inspect_command import check_options
-from posenc_cli.cli.probe_command import column_facts, probe_lengths
 from posenc_cli.cli.schemes_command import scheme_rows
 from posenc_cli.cli.train_command import train_with
 from posenc_cli.core.device import resolve_device
-from posenc_cli.core.errors import UsageError, require_seed
+from posenc_cli.core.errors import UsageError
+from posenc_cli.data.needles import needle_task
 from posenc_cli.evaluation.eval_runs import evaluate_runs
 from posenc_cli.evaluation.hf_loading import load_hf_model
 from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
-from posenc_cli.evaluation.probe import check_trials, parse_depths, probe_runs
+from posenc_cli.evaluation.probe import parse_depths
+from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
 from posenc_cli.evaluation.targets import load_targets
 from posenc_cli.inspection.inspect_scheme import inspect_scheme
-from posenc_cli.report.output_sets import write_eval_outputs, write_probe_outputs
+from posenc_cli.report.output_sets import write_eval_outputs, write_probe_result
 from posenc_cli.report.results_file import provenance
 from posenc_cli.rundir.destinations import owned_out
 from posenc_cli.rundir.loading import LoadedRun, load_run
@@ -126,23 +127,27 @@ def probe(
     depths: str | Iterable[float] = (0.1, 0.5, 0.9),
     trials: int = 50,
     seed: int = 0,
+    task: str = "passkey",
+    distractors: int | None = None,
+    rope_scaling: str | Iterable[str] = "none",
+    rope_factor: float | None = None,
     device: str = "auto",
     out: str | Path | None = None,
 ) -> pd.DataFrame:
-    """`posenc probe`: passkey retrieval by length and depth, probe.csv's rows (and its output set with
-    `out`)."""
+    """`posenc probe`: passkey or needle retrieval by length and depth, once per RoPE scaling method;
+    probe.csv's rows (and its output set with `out`)."""
     asked = {**locals(), "targets": target_names(targets)}  # as results.json records the command's
     out_dir = owned_out(str(out)) if out is not None else None
     wanted, at_depths = parse_lengths(as_text(lengths)), parse_depths(as_text(depths))
-    check_trials(trials), require_seed("seed", seed)
+    methods = rope_methods(as_text(rope_scaling), rope_factor)
+    spec = ProbeSpec(needle_task(task, distractors), at_depths, trials, seed, methods, rope_factor)
     where = resolve_device(device)
-    loaded, _, skipped = load_targets(asked["targets"], "probe", hf_options(None, where, "fp32"))
-    lengths_of = probe_lengths(loaded, wanted, add_context=False, device=where)
-    df = probe_runs(loaded, lengths=lengths_of, depths=at_depths, trials=trials, seed=seed, device=where)
+    result = run_probe(
+        asked["targets"], spec, lengths=wanted, device=where, hf=hf_options(None, where, "fp32")
+    )
     if out_dir is not None:
-        made = provenance(loaded, options=asked, data_path=None, device=where)
-        write_probe_outputs(df, column_facts(df, loaded), out_dir, made=[made], skipped=skipped)
-    return df
+        write_probe_result(result, out_dir, options=asked, device=where)
+    return result.rows
 
 
 def schemes() -> pd.DataFrame:

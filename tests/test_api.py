@@ -37,6 +37,14 @@ def refusal(*args: str) -> str:
         (lambda: posenc.evaluate(["hf:gpt2"]), ["eval", "hf:gpt2"]),
         (lambda: posenc.probe(["no-such-run"], trials=0), ["probe", "no-such-run", "--trials", "0"]),
         (lambda: posenc.probe(["no-such-run"], depths=[2]), ["probe", "no-such-run", "--depths", "2"]),
+        (
+            lambda: posenc.probe(["no-such-run"], task="multikey", distractors=0),
+            ["probe", "no-such-run", "--task", "multikey", "--distractors", "0"],
+        ),
+        (
+            lambda: posenc.probe(["no-such-run"], rope_scaling="none,yarn", rope_factor=0.5),
+            ["probe", "no-such-run", "--rope-scaling", "none,yarn", "--rope-factor", "0.5"],
+        ),
         (lambda: posenc.inspect("rope", dim=7), ["inspect", "rope", "--dim", "7"]),
         (lambda: posenc.load_run("no-such-run"), ["export", "no-such-run"]),
     ],

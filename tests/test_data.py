@@ -123,11 +123,11 @@ def test_pre_tokenized_arrays_with_a_meta_json(tmp_path):
 @pytest.mark.parametrize("kind", ["byte", "bpe"])
 def test_passkey_trials_score_the_tokens_that_cover_the_key(kind):
     tokenizer = ByteTokenizer() if kind == "byte" else BPE
-    trials, key_tokens, keys = make_trials(
+    trials, key_tokens, episodes = make_trials(
         tokenizer.encode(TEXT.replace("40913", "")), tokenizer, 160, depth=0.5, trials=6, seed=1
     )
     assert trials.shape == (6, 160)
-    for trial, n, key in zip(trials, key_tokens.tolist(), keys):
+    for trial, n, key in zip(trials, key_tokens.tolist(), (e.needles[0].key for e in episodes)):
         prompt, answer = tokenizer.decode(trial[:-n]), tokenizer.decode(trial[-n:])
         assert answer.strip() == key and (prompt + answer).endswith(passkey.QUESTION + key)
         assert prompt.count(passkey.key_sentence(key)) == 1

@@ -18,6 +18,7 @@ import torch
 
 from conftest import assert_one_line_error, run_cli
 from posenc_cli.core.errors import UsageError
+from posenc_cli.data.needles import NeedleTask
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
@@ -266,7 +267,7 @@ def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
     probe = pd.read_csv(root / "probe" / "probe.csv")
     assert sorted(probe.scheme) == [BLOOM, "gpt2 (learned)"] and (probe.trials == 2).all()
     model = load_hf_model(f"hf:{root / 'gpt2'}")
-    ((trial, n_key),) = model.probe_trials(CONTEXT, 0.5, 1, seed=0, cache={})
+    ((trial, n_key),) = model.probe_trials(NeedleTask(), CONTEXT, 0.5, trials=1, seed=0, cache={})
     prompt, key = trial[:, : -int(n_key)], trial[:, -int(n_key) :]
     assert trial.size(1) <= CONTEXT
     words = tiny["tokenizer"].decode(torch.cat([prompt, key], 1)[0])
@@ -281,6 +282,45 @@ def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
 
     hit, _ = score(model, trial, n_key)
     assert bool(hit[0]) == torch.equal(greedy, key[0])
+
+
+def test_an_hf_model_is_probed_once_per_rope_scaling_on_the_needle_tasks_in_english(tiny):
+    from posenc_cli.data.needles import ENGLISH
+    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.evaluation.probe import score
+
+    root = tiny["root"]
+    args = ["probe", f"hf:{root / 'llama'}", "--task", "multiquery", "--lengths", str(2 * CONTEXT)]
+    args += [
+        "--depths",
+        "0.5",
+        "--trials",
+        "1",
+        "--rope-scaling",
+        "yarn,none",
+        "--out",
+        str(root / "needles"),
+    ]
+    result = run_cli(*args, cwd=root)
+    assert result.returncode == 0, result.stderr
+    probe = pd.read_csv(root / "needles" / "probe.csv")
+    at_2x = probe[probe.length == 2 * CONTEXT]
+    assert list(at_2x.rope_scaling) == ["yarn", "none"] and (probe.task == "multiquery").all()
+    assert list(at_2x.scheme) == ["llama (rope+yarn)", "llama (rope)"]
+    model = load_hf_model(f"hf:{root / 'llama'}")
+    for name, question in [
+        ("multikey", "What is the pass key of "),
+        ("multivalue", "What are the pass keys of "),
+    ]:
+        ((trial, n_key),) = model.probe_trials(NeedleTask(name), 2 * CONTEXT, 0.5, trials=1, seed=0, cache={})
+        words = tiny["tokenizer"].decode(trial[0])
+        answer = tiny["tokenizer"].decode(trial[0, -int(n_key) :]).strip()
+        assert question in words and words.endswith(answer) and trial.size(1) <= 2 * CONTEXT
+        assert answer.count(",") == (0 if name == "multikey" else 3) and ENGLISH.keys_joiner == ", "
+    (yarn,) = model.variants(["yarn"], None)
+    model.use_variant(yarn)
+    score(model, trial, n_key)  # the rotation of a window of the trial's length, as eval builds it
+    assert model.built == ("yarn", trial.size(1) / CONTEXT)
 
 
 def test_training_length_comes_from_the_config():

@@ -13,6 +13,7 @@ import torch
 from conftest import SMOKE, evaluate, invoke, run_cli
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import passkey
+from posenc_cli.data.needles import LOWER, Episode, Needle, NeedleTask
 from posenc_cli.data.synthetic import SyntheticSpec, generate
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.evaluation.perplexity import LogitsScorer
@@ -29,6 +30,12 @@ from posenc_cli.report.passkey_tables import passkey_by_depth
 WORDS = "ba bode kalimu so tefa ri gunazo pe".split()
 VOCAB = Vocab.from_text("".join(sorted(passkey.needed_chars())) + "abcdefghijklmnopqrstuvwxyz")
 FILLER = VOCAB.encode(" ".join(WORDS[(i * 7 + i // 3) % len(WORDS)] for i in range(2000)))
+
+
+def passkey_episode(key: str, depth: float) -> Episode:
+    return Episode(NeedleTask(), (Needle(depth, "", key),), (0,))
+
+
 OVERHEAD = len(passkey.key_sentence("00000")) + len(passkey.QUESTION) + passkey.KEY_DIGITS
 
 
@@ -36,7 +43,7 @@ OVERHEAD = len(passkey.key_sentence("00000")) + len(passkey.QUESTION) + passkey.
 @pytest.mark.parametrize("depth", [0.0, 0.1, 0.5, 0.9, 1.0])
 def test_prompt_has_exact_length_key_at_depth_and_question_last(length, depth):
     key = "40913"
-    trial, n_key = build_trial(FILLER[5:], key, depth, length=length, tokenizer=VOCAB)
+    trial, n_key = build_trial(FILLER[5:], passkey_episode(key, depth), length=length, tokenizer=VOCAB)
     assert len(trial) == length and n_key == passkey.KEY_DIGITS
     text = VOCAB.decode(trial[:-n_key])
     assert text.endswith(" " + passkey.QUESTION) and VOCAB.decode(trial[-n_key:]) == key
@@ -50,8 +57,9 @@ def test_prompt_has_exact_length_key_at_depth_and_question_last(length, depth):
 
 
 def test_trials_are_reproducible_and_keys_vary():
-    a_trials, a_lengths, a_keys = make_trials(FILLER, VOCAB, 200, depth=0.5, trials=8, seed=3)
-    b_trials, b_lengths, b_keys = make_trials(FILLER, VOCAB, 200, depth=0.5, trials=8, seed=3)
+    a_trials, a_lengths, a_episodes = make_trials(FILLER, VOCAB, 200, depth=0.5, trials=8, seed=3)
+    b_trials, b_lengths, b_episodes = make_trials(FILLER, VOCAB, 200, depth=0.5, trials=8, seed=3)
+    a_keys, b_keys = ([LOWER.answer(e) for e in episodes] for episodes in (a_episodes, b_episodes))
     assert torch.equal(a_trials, b_trials) and torch.equal(a_lengths, b_lengths) and a_keys == b_keys
     assert a_trials.shape == (8, 200) and (a_lengths == passkey.KEY_DIGITS).all()
     assert [VOCAB.decode(t[-passkey.KEY_DIGITS :]) for t in a_trials] == a_keys and len(set(a_keys)) > 1
@@ -88,7 +96,9 @@ def greedy_key(model, prompt: torch.Tensor) -> torch.Tensor:
 def test_score_matches_greedy_decoding_and_the_nll_by_hand():
     model = SpellsKey("12345", VOCAB)
     keys = ["12345", "12399", "54321", "12345"]
-    trials = torch.stack([build_trial(FILLER, k, 0.5, length=128, tokenizer=VOCAB)[0] for k in keys])
+    trials = torch.stack(
+        [build_trial(FILLER, passkey_episode(k, 0.5), length=128, tokenizer=VOCAB)[0] for k in keys]
+    )
     hits, nll = score(LogitsScorer(model), trials, torch.full((len(keys),), passkey.KEY_DIGITS))
     assert hits.tolist() == [True, False, False, True]
     n = passkey.KEY_DIGITS
@@ -150,6 +160,8 @@ def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path, monkeypatch):
         "run",
         "model_id",
         "scheme",
+        "rope_scaling",
+        "task",
         "seed",
         "train_len",
         "length",
@@ -177,7 +189,8 @@ def passkey_cells(scheme: str, accuracy: dict[tuple[int, int, float], float]) ->
     """probe.csv rows for one scheme trained at 128: {(seed, length, depth): accuracy}."""
     return pd.DataFrame(
         [
-            {"scheme": scheme, "seed": seed, "train_len": 128, "length": length, "depth": depth}
+            {"run": f"{scheme}-{seed}", "scheme": scheme, "seed": seed, "train_len": 128}
+            | {"length": length, "depth": depth}
             | {"trials": 0 if math.isnan(acc) else 50, "accuracy": acc, "key_nll": 1.0}
             for (seed, length, depth), acc in accuracy.items()
         ]

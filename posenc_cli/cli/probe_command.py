@@ -1,4 +1,4 @@
-"""`posenc probe`: passkey retrieval by depth and length."""
+"""`posenc probe`: passkey and needle retrieval by depth and length, once per RoPE scaling."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ import typer
 
 from posenc_cli.cli.app import app, choice, device_option, flag, hf_options, lengths_option, runs_argument
 from posenc_cli.core import ui
-from posenc_cli.core.choices import HF_DEVICE_MAPS, HF_DTYPES, LANGS
-from posenc_cli.core.errors import require_seed
+from posenc_cli.core.choices import (
+    HF_DEVICE_MAPS,
+    HF_DTYPES,
+    HF_ROPE_SCALING,
+    LANGS,
+    PROBE_TASKS,
+    ROPE_SCALING,
+)
 
 
 @app.command()
@@ -45,79 +51,70 @@ def probe(
     add_context: bool = flag(
         "Also probe each target at its own training length when it is longer than every --lengths."
     ),
+    task: str = choice(
+        "passkey",
+        PROBE_TASKS,
+        "The needle task (RULER's family beside the passkey): multikey hides distractor keys of other names and asks one; multivalue hides 4 keys of one name and asks all; multiquery hides 4 keys of 4 names and asks all. See docs/probe.md.",
+        "--task",
+    ),
+    distractors: Optional[int] = typer.Option(
+        None,
+        "--distractors",
+        help="multikey only: needles beside the asked one, 1 to 16 (default 3, as RULER's multikey).",
+    ),
+    rope_scaling: str = choice(
+        "none",
+        ROPE_SCALING + HF_ROPE_SCALING,
+        "Comma list of RoPE context-extension methods, as eval's: each RoPE-based run is probed once per method (rows rope+yarn etc.), no retraining; a run without a rotary scheme is probed once, as trained.",
+        "--rope-scaling",
+        comma_list=True,
+    ),
+    rope_factor: Optional[float] = typer.Option(
+        None,
+        "--rope-factor",
+        help="Scale factor s for --rope-scaling, from 1 to 10,000 (default: trial length / training length), as eval's.",
+    ),
 ) -> None:
-    """Passkey retrieval: can a model find a 5-digit key at depth δ in a prompt of L tokens?
+    """Needle retrieval: can a model find a 5-digit key (or several) at depth δ in a prompt of L tokens?
 
-    Filler comes from each run's own validation text; the key's phrasing is the one the synthetic
-    corpus teaches with data.passkey_rate>0 (see experiment=probe). hf: models get Mohtashami & Jaggi's
-    English prompt ("The grass is green. …") in their own tokenizer, whole sentences up to L tokens. Writes probe.csv, a heatmap per
-    scheme (probe_<scheme>.png), probe_summary.png, and rewrites comparison.md with "passkey @ L" rows
+    Filler comes from each run's own validation text; the phrasing is the one the synthetic corpus
+    teaches with data.passkey_rate>0 and data.probe_task (see experiment=probe). hf: models get the
+    task in English (Mohtashami & Jaggi's prompt for the passkey: "The grass is green. …") in their own tokenizer, whole sentences up to L tokens. Writes probe.csv, a heatmap per
+    scheme (probe_<scheme>.png), probe_summary.png, and rewrites comparison.md with "passkey @ L" rows (the task's name @ L)
     when the output directory also holds eval's ppl.csv. Runs are chosen as in eval.
     """
     asked = dict(locals())  # every option as given and defaulted: results.json records them
     # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.cli.eval_command import rope_methods
     from posenc_cli.core.device import resolve_device
-    from posenc_cli.core.ui import announce
+    from posenc_cli.data.needles import needle_task
     from posenc_cli.evaluation.perplexity import parse_lengths
-    from posenc_cli.evaluation.probe import check_trials, parse_depths, probe_runs
-    from posenc_cli.evaluation.targets import load_targets
-    from posenc_cli.rundir.destinations import owned_out
+    from posenc_cli.evaluation.probe import parse_depths
+    from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
+    from posenc_cli.report.output_sets import write_probe_result
+    from posenc_cli.rundir.destinations import default_out, owned_out
 
     out_dir = owned_out(out)
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
-    check_trials(trials), require_seed("--seed", seed)
+    methods = rope_methods(rope_scaling, rope_factor)
+    spec = ProbeSpec(needle_task(task, distractors), at_depths, trials, seed, methods, rope_factor)
     target = resolve_device(device)
     options = hf_options(hf_context, target, dtype, device_map=device_map)
-    loaded, why, skipped = load_targets(list(runs or []), "probe", options)
-    lengths_of = probe_lengths(loaded, wanted, add_context=add_context, device=target)
-    announce([r.path for r in loaded], why, "probing")
-    df = probe_runs(loaded, lengths=lengths_of, depths=at_depths, trials=trials, seed=seed, device=target)
-    report_probe(df, loaded, out_dir, options=asked, device=target, lang=lang, skipped=skipped)
-
-
-def probe_lengths(loaded: list, wanted: list[int], *, add_context: bool, device) -> dict[int, list[int]]:
-    """Each target's trial lengths (by id; perplexity.target_lengths, the added ones said), checked
-    before any trial: a posenc run's vocabulary and corpus (unchanged since training), and each
-    target's memory at its lengths."""
-    # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.evaluation.eval_runs import announce_added
-    from posenc_cli.evaluation.perplexity import target_lengths
-
-    planned = {id(r): target_lengths(r.train_len, wanted, add_context=add_context) for r in loaded}
-    for run in loaded:
-        run.check_probe()
-        lengths = planned[id(run)].lengths
-        run.check_fits([L for L in lengths if run.max_len is None or L <= run.max_len], device)
-    announce_added(loaded, planned)
-    return {key: plan.lengths for key, plan in planned.items()}
-
-
-def report_probe(df, loaded: list, out_dir, *, options: dict, device, lang: str, skipped: list) -> None:
-    """The probe's output set (in `out_dir`, or outputs/probe/<time>; its results.json records `options`),
-    and its table on stdout."""
-    # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.report.output_sets import write_probe_outputs
-    from posenc_cli.report.results_file import provenance
-    from posenc_cli.rundir.destinations import default_out
-
-    info = column_facts(df, loaded)
-    made = provenance(loaded, options=options, data_path=None, device=device)
-    out = out_dir or default_out("probe")
-    show_probe(df, write_probe_outputs(df, info, out, made=[made], lang=lang, skipped=skipped), out)
-
-
-def column_facts(df, loaded: list) -> dict:
-    """comparison.md's facts about each column of the probe's rows (posenc.probe reads them too)."""
-    labels = df.groupby("run")["scheme"].first()  # "rope", or "rope [bpe]" when tokenizers mix
-    return {labels[str(r.path)]: r.facts() for r in loaded}
+    result = run_probe(
+        list(runs or []), spec, lengths=wanted, device=target, hf=options, add_context=add_context
+    )
+    out_dir = out_dir or default_out("probe")
+    written = write_probe_result(result, out_dir, options=asked, device=target, lang=lang)
+    show_probe(result.rows, written, out_dir)
 
 
 def show_probe(df, written: list, out) -> None:
     """The retrieval table on stdout, what was written on stderr."""
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.report.tables import markdown_table, passkey_rows, scheme_order
+    from posenc_cli.report.passkey_tables import probe_columns
+    from posenc_cli.report.tables import markdown_table, passkey_rows
 
-    schemes = scheme_order(df["scheme"])
+    schemes = probe_columns(df)
     ui.out.print(
         markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False
     )

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from posenc_cli.core.choices import PROBE_TASKS
 from posenc_cli.core.device import PRECISIONS
 from posenc_cli.core.errors import (
     UsageError,
@@ -126,6 +127,8 @@ class SyntheticData:
     passkey_min_distance: int = SyntheticSpec.passkey_min_distance  # least filler between key and question
     # most filler between key and question: keep an episode inside train.block_size
     passkey_max_distance: int = SyntheticSpec.passkey_max_distance
+    # the needle task the episodes teach: passkey | multikey | multivalue | multiquery (`posenc probe --task`)
+    probe_task: str = SyntheticSpec.probe_task
     tokenizer: str = "char"  # char | byte | bpe (see TextData)
     vocab_size: int = 4096  # bpe only
 
@@ -139,6 +142,8 @@ class SyntheticData:
             low, high = getattr(self, f"{kind}_min_distance"), getattr(self, f"{kind}_max_distance")
             require_positive_int(f"data.{kind}_min_distance", low)
             require_int(f"data.{kind}_max_distance", high, at_least=low)
+        if self.probe_task not in PROBE_TASKS:
+            raise UsageError(f"data.probe_task={self.probe_task!r} is not one of {', '.join(PROBE_TASKS)}")
         check_tokenizer_options(dataclasses.asdict(self))
 
 

@@ -8,6 +8,7 @@ ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")  # posenc's own, for
 HF_ROPE_SCALING = ("llama3",)  # transformers' own implementations, for `hf:` models only
 HF_DTYPES = ("fp32", "bf16")  # the weights of `hf:` models
 HF_DEVICE_MAPS = ("auto",)  # accelerate's big-model placement of `hf:` models (GPUs, then CPU)
+PROBE_TASKS = ("passkey", "multikey", "multivalue", "multiquery")  # posenc probe --task (data/needles.py)
 LEARNED_OVERFLOWS = ("dash", "window")  # eval past a position table (evaluation.perplexity)
 ROPE_LAYOUTS = ("half", "interleaved")  # rope and xpos pairings: rope.LAYOUTS, by name
 ALIBI_SLOPES = ("paper", "chapter")  # alibi slope rules: alibi.SLOPE_RULES, by name

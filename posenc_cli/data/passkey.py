@@ -66,13 +66,3 @@ NATURAL_FILLER = (
 )
 NATURAL_KEY = "The pass key is {key}. Remember it. {key} is the pass key."
 NATURAL_QUESTION = "What is the pass key? The pass key is"
-
-
-def natural_prompt(key: str, sentences: int, depth: float) -> str:
-    """The intro, `sentences` filler sentences with the key sentence after round(depth · sentences) of
-    them, and the question; the answer (" " + key) follows."""
-    filler = [NATURAL_FILLER[i % len(NATURAL_FILLER)] for i in range(sentences)]
-    at = round(depth * sentences)
-    return " ".join(
-        [NATURAL_INTRO, *filler[:at], NATURAL_KEY.format(key=key), *filler[at:], NATURAL_QUESTION]
-    )

@@ -12,7 +12,9 @@ segment is a copy, and each copy's distance and length; `entropy_floor` counts t
 Passkey episodes (off by default, `passkey_rate`): the key sentence with a random key, fresh filler of a
 distance drawn uniformly from `passkey_min_distance`..`passkey_max_distance` characters, then the
 question and the answer (phrasing in passkey.py). Keep the distances inside the training length, so
-every episode can fit in one training window: that is what `posenc probe` asks about.
+every episode can fit in one training window: that is what `posenc probe` asks about. With
+`probe_task` another needle task (data/needles.py), an episode holds that task's needles, each followed
+by its share of the distance, then the task's question and answer.
 """
 
 from __future__ import annotations
@@ -22,10 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posenc_cli.data import passkey
-
-CONSONANTS = "bdfghklmnprstvz"
-VOWELS = "aeiou"
+from posenc_cli.data import needles, passkey
+from posenc_cli.data.letters import CONSONANTS, VOWELS
+from posenc_cli.data.needles import LOWER
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class SyntheticSpec:
     passkey_rate: float = 0.0  # probability that the next segment is a passkey episode
     passkey_min_distance: int = 16  # characters of filler between the key sentence and the question
     passkey_max_distance: int = 160  # an episode is ~70 characters plus this: fits the default 256
+    probe_task: str = "passkey"  # which needle task the episodes teach (data/needles.py)
 
 
 @dataclass
@@ -137,19 +139,28 @@ def _copy(rng: np.random.Generator, spec: SyntheticSpec, out: list[str]) -> tupl
 
 
 def _episode(rng: np.random.Generator, spec: SyntheticSpec, words: _Words) -> tuple[str, int, float, float]:
-    """A passkey episode: its text, its fresh characters and their nats, and the nats of its distance."""
-    key = passkey.random_key(rng)
-    distance = int(rng.integers(spec.passkey_min_distance, spec.passkey_max_distance + 1))
-    event_nats = math.log(spec.passkey_max_distance - spec.passkey_min_distance + 1)
-    filler, nats = "", 0.0
-    while len(filler) < distance:
-        text, sentence_nats = words.sentence(rng)
-        filler, nats = filler + text, nats + sentence_nats
-    # the filler is cut to the distance, ending in a space (as in the probe's prompts);
-    # count its fresh characters and (pro rata) their nats
-    fresh_nats = nats * distance / max(len(filler), 1) + passkey.KEY_DIGITS * math.log(len(passkey.DIGITS))
-    piece = passkey.key_sentence(key) + filler[: distance - 1] + " " + passkey.QUESTION + passkey.answer(key)
-    return piece, distance, fresh_nats, event_nats
+    """A needle episode of `probe_task` (the passkey's: as always): each needle then fresh filler, then the
+    question and the answer; its text, its fresh characters and their nats, and the nats of its gaps and
+    choices. The n gaps are drawn from passkey_min..max_distance // n each, so the filler stays within it."""
+    task = needles.NeedleTask(spec.probe_task)
+    episode = needles.draw_episode(task, rng, depth=rng.random() if task.needles > 1 else 0.0)
+    n = task.needles
+    low, high = max(1, spec.passkey_min_distance // n), max(1, spec.passkey_max_distance // n)
+    piece, chars, fresh_nats = "", 0, 0.0
+    event_nats = n * math.log(high - low + 1)  # the gaps (which needle is asked: episode_nats)
+    for needle in episode.in_text_order:
+        distance = int(rng.integers(low, high + 1))
+        filler, nats = "", 0.0
+        while len(filler) < distance:
+            text, sentence_nats = words.sentence(rng)
+            filler, nats = filler + text, nats + sentence_nats
+        # the filler is cut to the distance, ending in a space (as in the probe's prompts);
+        # count its fresh characters and (pro rata) their nats
+        fresh_nats += nats * distance / max(len(filler), 1)
+        piece += LOWER.sentence(episode, needle) + filler[: distance - 1] + " "
+        chars += distance
+    fresh_nats += needles.episode_nats(task)
+    return piece + LOWER.ask(episode) + passkey.answer(LOWER.answer(episode)), chars, fresh_nats, event_nats
 
 
 def generate(spec: SyntheticSpec) -> SyntheticText:

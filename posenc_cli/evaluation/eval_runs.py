@@ -244,8 +244,13 @@ def column_note(run: EvalTarget, column: Label, plan: RunPlan, *, methods: list[
     is the trained one), so it was scored once, as trained."""
     asked = any(method != "none" for method in methods)
     if asked and len(plan.variants) == 1 and column.variant == run.label.variant:
-        return f"{run.label} takes no RoPE scaling: scored once, as trained"
+        return unscalable_note(run.label)
     return merged if column.variant.endswith("ntk") else ""
+
+
+def unscalable_note(label: Label) -> str:
+    """What eval's and probe's tables say of a run --rope-scaling cannot scale."""
+    return f"{label} takes no RoPE scaling: scored once, as trained"
 
 
 def score_variant(

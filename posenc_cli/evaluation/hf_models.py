@@ -29,7 +29,8 @@ import torch
 
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError
-from posenc_cli.data import passkey
+from posenc_cli.data import needles
+from posenc_cli.data.needles import ENGLISH, Episode, NeedleTask
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.model import token_nll
 from posenc_cli.model.positional.rope_scaling import RopeScaling
@@ -259,52 +260,58 @@ class HFModel:
         self.built = wanted
 
     # -- passkey ----------------------------------------------------------------------------------
-    def check_probe(self) -> None:
+    def check_probe(self, task: NeedleTask) -> None:
         pass  # any text tokenizes
 
-    def probe_trials(self, length: int, depth: float, trials: int, *, seed: int, cache: dict):
-        """One (trial, key tokens) pair per trial, the trial a (1, n) tensor ending in the key's tokens: Mohtashami & Jaggi's English prompt, as
-        long as whole filler sentences allow within `length` tokens."""
+    def shortest_trial(self, task: NeedleTask) -> int:
+        return self.trial_length(0, needles.placeholder(task))  # no filler sentence
+
+    def probe_trials(
+        self, task: NeedleTask, length: int, depth: float, *, trials: int, seed: int, cache: dict
+    ):
+        """One (trial, answer tokens) pair per trial, the trial a (1, n) tensor ending in the answer's
+        tokens: the task in English (Mohtashami & Jaggi's prompt for the passkey), as long as whole filler
+        sentences allow within `length` tokens."""
         import numpy as np
 
         rng = np.random.default_rng([seed, length, round(depth * 1_000_000)])
-        keys = [passkey.random_key(rng) for _ in range(trials)]
-        n = self.filler_sentences(length, depth)
+        episodes = [needles.draw_episode(task, rng, depth) for _ in range(trials)]
+        n = self.filler_sentences(needles.placeholder(task, depth), length)
         out = []
-        for key in keys:
+        for episode in episodes:
             count = n
             while True:
-                prompt, answer = self.encode_trial(count, depth, key)
+                prompt, answer = self.encode_trial(count, episode)
                 if len(prompt) + len(answer) <= length or count == 0:
                     break
                 count -= 1
             if len(prompt) + len(answer) > length:
                 raise UsageError(
-                    f"a passkey trial for {self.path} needs {len(prompt) + len(answer)} tokens; "
+                    f"a {task.name} trial for {self.path} needs {len(prompt) + len(answer)} tokens; "
                     f"length {length} is too short"
                 )
             out.append((torch.tensor([prompt + answer]), torch.tensor([len(answer)])))
         return out
 
-    def filler_sentences(self, length: int, depth: float) -> int:
-        """The most filler sentences whose prompt, with a 5-digit key, fits in `length` tokens."""
+    def filler_sentences(self, episode: Episode, length: int) -> int:
+        """The most filler sentences whose prompt, with this episode, fits in `length` tokens."""
         low, high = 0, 1
-        while self.trial_length(high, depth) <= length:
+        while self.trial_length(high, episode) <= length:
             low, high = high, high * 2
         while high - low > 1:
             middle = (low + high) // 2
-            low, high = (middle, high) if self.trial_length(middle, depth) <= length else (low, middle)
+            low, high = (middle, high) if self.trial_length(middle, episode) <= length else (low, middle)
         return low
 
-    def trial_length(self, sentences: int, depth: float) -> int:
-        prompt, answer = self.encode_trial(sentences, depth, "0" * passkey.KEY_DIGITS)
+    def trial_length(self, sentences: int, episode: Episode) -> int:
+        prompt, answer = self.encode_trial(sentences, episode)
         return len(prompt) + len(answer)
 
-    def encode_trial(self, sentences: int, depth: float, key: str) -> tuple[list[int], list[int]]:
-        """(prompt ids, answer ids): the tokenizer's own encoding of prompt + " " + key, split where it
+    def encode_trial(self, sentences: int, episode: Episode) -> tuple[list[int], list[int]]:
+        """(prompt ids, answer ids): the tokenizer's own encoding of prompt + " " + answer, split where it
         stops agreeing with the prompt's encoding (special tokens as the tokenizer adds them)."""
-        text = passkey.natural_prompt(key, sentences, depth)
-        full, prompt = (self.tokenizer(t)["input_ids"] for t in (text + " " + key, text))
+        text = needles.natural_prompt(episode, sentences)
+        full, prompt = (self.tokenizer(t)["input_ids"] for t in (text + " " + ENGLISH.answer(episode), text))
         special = set(self.tokenizer.all_special_ids)
         while prompt and full and prompt[-1] in special and full[-1] == prompt[-1]:  # a trailing EOS
             prompt, full = prompt[:-1], full[:-1]

@@ -13,9 +13,10 @@ import torch
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import token_window
+from posenc_cli.data.needles import NeedleTask
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.perplexity import TOKENS_PER_FORWARD, LogitsScorer
-from posenc_cli.evaluation.probe import check_vocab, make_trials, without_episodes
+from posenc_cli.evaluation.probe import check_vocab, make_trials, overhead, without_episodes
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.positional.rope_scaling import METHODS
 from posenc_cli.rundir.loading import LoadedRun, require_text_run, run_corpus
@@ -120,19 +121,24 @@ class RunTarget(LoadedRun):
         self.active = self.model_with(**options)
         return scheme_label(self.active)
 
-    def check_probe(self) -> None:
+    def check_probe(self, task: NeedleTask) -> None:
         require_text_run(self)
-        check_vocab(self.tokenizer, str(self.path))
+        check_vocab(self.tokenizer, str(self.path), task)
         run_corpus(self)  # the text the run was trained on, unchanged: checked before any work
 
-    def probe_trials(self, length: int, depth: float, trials: int, *, seed: int, cache: dict):
-        """[(trials x `length` tokens, key tokens per trial)]: one batch with filler from the run's own
-        validation text, the key scored through the tokens that cover its characters."""
+    def shortest_trial(self, task: NeedleTask) -> int:
+        return overhead(self.tokenizer, task) + 1  # one filler token at least
+
+    def probe_trials(
+        self, task: NeedleTask, length: int, depth: float, *, trials: int, seed: int, cache: dict
+    ):
+        """[(trials x `length` tokens, answer tokens per trial)]: one batch with filler from the run's own
+        validation text, the answer scored through the tokens that cover its characters."""
         filler = ("filler", self.data_key())
         if filler not in cache:
             cache[filler] = without_episodes(run_corpus(self).val, self.tokenizer)
         sequences, key_tokens, _ = make_trials(
-            cache[filler], self.tokenizer, length, depth=depth, trials=trials, seed=seed
+            cache[filler], self.tokenizer, length, depth=depth, trials=trials, seed=seed, task=task
         )
         return [(sequences, key_tokens)]
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
+from posenc_cli.data.needles import NeedleTask
 from posenc_cli.evaluation.labels import Label
 
 
@@ -69,12 +70,16 @@ class EvalTarget(Protocol):
         """comparison.md's rows about the model: positional_params, relative (and used_by)."""
         ...
 
-    def check_probe(self) -> None:
-        """Refuse, before any work, a model the passkey probe cannot ask (its vocabulary, its text)."""
+    def check_probe(self, task: NeedleTask) -> None:
+        """Refuse, before any work, a model the probe cannot ask the task (its vocabulary, its text)."""
+        ...
+
+    def shortest_trial(self, task: NeedleTask) -> int:
+        """The fewest tokens a trial of the task takes in this model's tokenizer."""
         ...
 
     def probe_trials(
-        self, length: int, depth: float, trials: int, *, seed: int, cache: dict
+        self, task: NeedleTask, length: int, depth: float, *, trials: int, seed: int, cache: dict
     ) -> list[tuple[Any, Any]]:
-        """[(trials x `length` token ids, the key's tokens per trial)] at `depth`, the same for a seed."""
+        """[(trials x `length` token ids, the answer's tokens per trial)] at `depth`, the same for a seed."""
         ...

@@ -15,16 +15,17 @@ from typing import Sequence
 import pandas as pd
 
 from posenc_cli.core.atomic import output_set, write_text, write_with
-from posenc_cli.evaluation.labels import Label, scheme_order
+from posenc_cli.evaluation.labels import Label
+from posenc_cli.evaluation.probe_run import ProbeResult
 from posenc_cli.report.cells import markdown_table
-from posenc_cli.report.passkey_tables import passkey_by_depth
+from posenc_cli.report.passkey_tables import passkey_by_depth, probe_columns
 from posenc_cli.report.plots import (
     plot_loss_by_position,
     plot_ppl_vs_length,
     plot_probe_heatmap,
     plot_probe_summary,
 )
-from posenc_cli.report.results_file import RESULTS, Provenance, ResultsSection, write_results_file
+from posenc_cli.report.results_file import RESULTS, Provenance, ResultsSection, provenance, write_results_file
 from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot, skipped_text
 from posenc_cli.rundir.selection import Skipped
 
@@ -49,7 +50,7 @@ def write_probe_outputs(
     with output_set(out, list(passkey["model_id"].unique())) as result:
         write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
         written = [out / "probe.csv"]
-        for scheme in scheme_order(passkey["scheme"]):
+        for scheme in probe_columns(passkey):
             plot_probe_heatmap(passkey, scheme, out / f"probe_{file_safe(scheme)}.png")
             written += [out / f"probe_{file_safe(scheme)}.png", out / f"probe_{file_safe(scheme)}.svg"]
         plot_probe_summary(passkey, out / "probe_summary.png")
@@ -65,6 +66,15 @@ def write_probe_outputs(
         written.append(write_results_file(out, section, result.trusted_input(RESULTS)))
         result.written += written
     return written
+
+
+def write_probe_result(
+    result: ProbeResult, out: Path, *, options: dict, device, lang: str = "en"
+) -> list[Path]:
+    """`posenc probe`'s output set of one run_probe (the command's and posenc.probe's), its
+    results.json recording `options`."""
+    made = provenance(result.targets, options=options, data_path=None, device=device)
+    return write_probe_outputs(result.rows, result.info, out, made=[made], lang=lang, skipped=result.skipped)
 
 
 def file_safe(label: Label | str) -> str:

@@ -1,30 +1,67 @@
-"""The passkey tables: retrieval by length and by depth, as mean ± std [lowest–highest seed] over seeds."""
+"""The passkey and needle tables: retrieval by length and by depth, as mean ± std [lowest–highest seed]
+over seeds, one section per task and column (a RoPE scaling is a column of its own)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
+from posenc_cli.evaluation.eval_runs import unscalable_note
 from posenc_cli.evaluation.labels import scheme_order
 from posenc_cli.report.cells import BEYOND_TABLE, markdown_table, mean_std, relative_length, relative_to
 
 
+def probe_rows(passkey: pd.DataFrame) -> pd.DataFrame:
+    """probe.csv's rows with the columns a file from before the needle tasks lacks: passkey, unscaled."""
+    return passkey.assign(
+        **{k: v for k, v in {"task": "passkey", "rope_scaling": "none"}.items() if k not in passkey}
+    )
+
+
+def tasks(passkey: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(probe_rows(passkey)["task"]))
+
+
+def probe_columns(passkey: pd.DataFrame) -> list:
+    """scheme_order, but each run's RoPE scalings in the order --rope-scaling gave them: its rows' order."""
+    order = scheme_order(passkey["scheme"])
+    rank = {str(s): i for i, s in enumerate(order)}
+    run_rank = passkey.groupby("run", sort=False)["scheme"].agg(lambda s: min(rank[str(x)] for x in s))
+    column_rank = {str(s): run_rank[run] for s, run in passkey.groupby("scheme")["run"].first().items()}
+    appearance = {str(s): i for i, s in enumerate(dict.fromkeys(passkey["scheme"]))}
+    return sorted(order, key=lambda s: (column_rank[str(s)], appearance[str(s)]))
+
+
+def unscaled_columns(passkey: pd.DataFrame) -> dict[str, str]:
+    """The columns --rope-scaling could not scale (a run probed once, as trained, while others were
+    scaled), with eval's note for each."""
+    rows = probe_rows(passkey)
+    if (rows["rope_scaling"] == "none").all():
+        return {}
+    per_run = rows.groupby("run")["scheme"].nunique()
+    alone = rows[rows.run.map(per_run).eq(1) & rows.rope_scaling.eq("none")]
+    return {str(s): unscalable_note(s) for s in dict.fromkeys(alone["scheme"])}
+
+
 def retrieval_by_length(passkey: pd.DataFrame) -> pd.DataFrame:
-    """Percent retrieved per scheme, seed and length, averaged over depths (NaN past a learned table)."""
-    return (passkey.groupby(["scheme", "seed", "length"])["accuracy"].mean() * 100).reset_index()
+    """Percent retrieved per task, scheme, seed and length, averaged over depths (NaN past a learned
+    table)."""
+    by = ["task", "scheme", "seed", "length"]
+    return (probe_rows(passkey).groupby(by)["accuracy"].mean() * 100).reset_index()
 
 
 def passkey_rows(passkey: pd.DataFrame, schemes: list[str]) -> list[list[str]]:
-    """Rows "passkey @ L": % of trials retrieved exactly, mean ± std over seeds."""
+    """Rows "passkey @ L" (the task's name @ L): % of trials retrieved exactly, mean ± std over seeds."""
     by_length = retrieval_by_length(passkey)
     contexts = [int(c) for c in passkey.groupby("scheme")["train_len"].min()]
     rows = []
-    for L in sorted(by_length["length"].unique()):
-        label = f"passkey @ {L} ({relative_to(L, contexts)})"
-        cells = by_length[by_length.length == L]
-        rows.append(
-            [label] + [mean_std(cells[cells.scheme == str(s)]["accuracy"], digits=0) for s in schemes]
-        )
+    for task in tasks(passkey):
+        for L in sorted(by_length["length"].unique()):
+            label = f"{task} @ {L} ({relative_to(L, contexts)})"
+            cells = by_length[(by_length.length == L) & (by_length.task == task)]
+            rows.append(
+                [label] + [mean_std(cells[cells.scheme == str(s)]["accuracy"], digits=0) for s in schemes]
+            )
     return rows
 
 
@@ -38,43 +75,62 @@ def seed_spread(values: pd.Series) -> str:
 
 
 def passkey_by_depth(passkey: pd.DataFrame) -> str:
-    """passkey.md: per scheme, % retrieved at every depth and length with the spread over seeds, and
-    how many seeds retrieve at least half the keys (depths averaged)."""
-    train_len = int(passkey["train_len"].min())
+    """passkey.md: per task and column, % retrieved at every depth and length with the spread over
+    seeds, and how many seeds retrieve at least half the keys (depths averaged)."""
+    rows = probe_rows(passkey)
+    asked = tasks(rows)
+    title = "Passkey retrieval" if asked == ["passkey"] else f"Needle retrieval ({', '.join(asked)})"
     sections = [
-        "# Passkey retrieval by depth and length\n\n"
-        f"% of {int(passkey['trials'].max())} trials retrieved exactly (`posenc probe`); cells are "
+        f"# {title} by depth and length\n\n"
+        f"% of {int(rows['trials'].max())} trials retrieved exactly (`posenc probe`); cells are "
         "mean ± std [min–max] over seeds. Depth is where the key sits in the filler: 0.1 is far from the "
         "question, 0.9 near it.\n"
     ]
-    for scheme in scheme_order(passkey["scheme"]):
-        sub = passkey[passkey.scheme == str(scheme)].assign(percent=lambda d: d["accuracy"] * 100)
-        lengths = sorted(sub["length"].unique())
-        header = ["depth"] + [f"{L} ({relative_length(L, train_len)})" for L in lengths]
-        rows = [
-            [f"{depth:g}"]
-            + [seed_spread(sub[(sub.length == L) & (sub.depth == depth)]["percent"]) for L in lengths]
-            for depth in sorted(sub["depth"].unique())
-        ]
-        per_seed = sub.groupby(["length", "seed"])["percent"].mean()
-        rows.append(["all depths"] + [seed_spread(per_seed[L]) for L in lengths])
-        rows.append(
-            ["seeds retrieving ≥ 50 %"]
-            + [
-                f"{int((per_seed[L] >= 50).sum())} of {len(per_seed[L])}"
-                if per_seed[L].notna().any()
-                else BEYOND_TABLE
-                for L in lengths
-            ]
-        )
-        seeds = ", ".join(str(s) for s in sorted(sub["seed"].unique()))
-        sections.append(f"## {scheme} (seeds {seeds})\n\n" + markdown_table(header, rows))
+    notes = unscaled_columns(rows)
+    for task in asked:
+        for scheme in probe_columns(rows):
+            sub = rows[(rows.scheme == str(scheme)) & (rows.task == task)]
+            if len(sub):
+                sections.append(column_section(sub, scheme, task=task, note=notes.get(str(scheme), "")))
     return "\n".join(sections)
+
+
+def column_section(sub: pd.DataFrame, scheme, *, task: str, note: str) -> str:
+    """One column's table in passkey.md: depth rows, all depths, seeds retrieving at least half."""
+    sub = sub.assign(percent=lambda d: d["accuracy"] * 100)
+    train_len = int(sub["train_len"].min())
+    lengths = sorted(sub["length"].unique())
+    header = ["depth"] + [f"{L} ({relative_length(L, train_len)})" for L in lengths]
+    rows = [
+        [f"{depth:g}"]
+        + [seed_spread(sub[(sub.length == L) & (sub.depth == depth)]["percent"]) for L in lengths]
+        for depth in sorted(sub["depth"].unique())
+    ]
+    per_seed = sub.groupby(["length", "seed"])["percent"].mean()
+    rows.append(["all depths"] + [seed_spread(per_seed[L]) for L in lengths])
+    rows.append(
+        ["seeds retrieving ≥ 50 %"]
+        + [
+            f"{int((per_seed[L] >= 50).sum())} of {len(per_seed[L])}"
+            if per_seed[L].notna().any()
+            else BEYOND_TABLE
+            for L in lengths
+        ]
+    )
+    seeds = ", ".join(str(s) for s in sorted(sub["seed"].unique()))
+    said = f"{note}.\n\n" if note else ""
+    return f"## {scheme} ({task}, seeds {seeds})\n\n" + said + markdown_table(header, rows)
 
 
 def passkey_note(passkey: pd.DataFrame) -> str:
     depths = ", ".join(f"{d:g}" for d in sorted(passkey["depth"].unique()))
+    asked = tasks(passkey)
+    what = (
+        f"{PASSKEY_DIGITS}-digit key"
+        if asked == ["passkey"]
+        else f"{PASSKEY_DIGITS}-digit key or keys (all asked)"
+    )
     return (
-        f"passkey: % of {int(passkey['trials'].max())} trials per depth (depths {depths}) whose "
-        f"{PASSKEY_DIGITS}-digit key greedy decoding reproduced exactly (`posenc probe`)."
+        f"{', '.join(asked)}: % of {int(passkey['trials'].max())} trials per depth (depths {depths}) whose "
+        f"{what} greedy decoding reproduced exactly (`posenc probe`)."
     )

@@ -15,7 +15,7 @@ import pandas as pd
 from posenc_cli.core.plotting import pyplot, save_figure
 from posenc_cli.evaluation.labels import Label, as_label, scheme_order
 from posenc_cli.report.cells import BEYOND_TABLE
-from posenc_cli.report.passkey_tables import retrieval_by_length
+from posenc_cli.report.passkey_tables import probe_columns, retrieval_by_length, tasks
 
 # Okabe & Ito's colour-blind-safe palette, one colour (and marker, for print) per scheme in every figure.
 SCHEME_STYLES = {
@@ -85,13 +85,17 @@ def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
     ax.set_ylabel("key depth")
     seeds = passkey[passkey.scheme == str(scheme)]["seed"].nunique()
     of_seeds = f", mean of {seeds} seeds" if seeds > 1 else ""
-    ax.set_title(f"{scheme}: passkey retrieved (%){of_seeds}, trained at {int(passkey['train_len'].min())}")
+    what = ", ".join(tasks(passkey))
+    ax.set_title(f"{scheme}: {what} retrieved (%){of_seeds}, trained at {int(passkey['train_len'].min())}")
     fig.colorbar(image, ax=ax, label="% retrieved")
     save_figure(fig, path)
 
 
 def plot_probe_summary(passkey: pd.DataFrame, path: Path) -> None:
-    """Accuracy vs length, one line per scheme, mean and min–max over seeds (depths averaged)."""
+    """Accuracy vs length, one line per column (each RoPE scaling its own, in the order asked), mean and
+    min–max over seeds (depths averaged)."""
+    names = tasks(passkey)
+    what = "passkey" if names == ["passkey"] else ", ".join(names)
     plot_by_length(
         retrieval_by_length(passkey),
         x="length",
@@ -99,9 +103,10 @@ def plot_probe_summary(passkey: pd.DataFrame, path: Path) -> None:
         contexts=column_contexts(passkey),
         path=path,
         xlabel="prompt length (tokens)",
-        ylabel="passkey retrieved (%)",
-        title="Passkey retrieval: mean over seeds, bars from lowest to highest",
+        ylabel=f"{what} retrieved (%)",
+        title=f"{what[0].upper() + what[1:]} retrieval: mean over seeds, bars from lowest to highest",
         percent=True,
+        order=probe_columns(passkey),
     )
 
 
@@ -242,15 +247,16 @@ def plot_by_length(
     title: str,
     log_y: bool = False,
     percent: bool = False,
+    order: list | None = None,
 ) -> None:
     """One line per scheme of y against length x (log 2 axis), the mean over seeds with bars of ± std,
     or for a percentage (`percent`) bars from the lowest seed to the highest: retrieval splits seeds
     into all-or-nothing, where ± std would reach past 0 and 100. Schemes then sit a little apart on x,
-    so lines that agree (all at 0) stay visible."""
+    so lines that agree (all at 0) stay visible. `order`: the lines' order (default scheme_order)."""
     from matplotlib.ticker import NullLocator
 
     fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
-    schemes = scheme_order(df["scheme"])
+    schemes = order or scheme_order(df["scheme"])
     styles = figure_styles(schemes, column_tokenizers(df))
     for i, scheme in enumerate(schemes):
         stats = df[df.scheme == str(scheme)].groupby(x)[y].agg(["mean", "std", "min", "max"])
