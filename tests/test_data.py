@@ -461,3 +461,28 @@ def test_moving_a_bin_corpuss_split_boundary_makes_it_another_corpus(tmp_path):
     ids[:2000].tofile(tmp_path / "train.bin")
     ids[2000:].tofile(tmp_path / "val.bin")
     assert load_bin(data).sha256 != before
+
+
+def test_eval_data_names_a_local_dataset_and_split_or_a_hub_one_and_reads_its_rows(tmp_path):
+    from posenc_cli.data.hf_datasets import HfText, hf_rows, parse_hf_text
+
+    splits, texts = saved_splits(tmp_path)
+    single, text = saved_dataset(tmp_path)
+    assert parse_hf_text(f"hf:{splits}:test", "text") == HfText(str(splits), None, "test")
+    assert parse_hf_text("hf:pg19:test", "text") == HfText("pg19", None, "test")
+    assert parse_hf_text("hf:wikitext:wikitext-2-raw-v1:test", "text") == HfText(
+        "wikitext", "wikitext-2-raw-v1", "test"
+    )
+    assert "".join(f"{row}\n" for row in hf_rows(parse_hf_text(f"hf:{splits}:test", "text"))) == texts["test"]
+    assert "".join(f"{row}\n" for row in hf_rows(parse_hf_text(f"hf:{single}", "text"))) == text
+    for spec, needle in (
+        ("hf:pg19", "give hf:DIR or hf:DIR:SPLIT"),
+        ("hf:a:b:c:d", "give hf:DIR"),
+        (f"hf:{splits}", "holds splits; name one"),
+        (f"hf:{splits}:dev", "has no split dev; it has: train, validation, test"),
+        (f"hf:{single}:test", "one dataset without splits"),
+    ):
+        with pytest.raises(UsageError, match=needle):
+            hf_rows(parse_hf_text(spec, "text"))
+    with pytest.raises(UsageError, match="--text-field=body is not a column of --data"):
+        hf_rows(parse_hf_text(f"hf:{splits}:test", "body"))

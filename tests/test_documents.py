@@ -28,7 +28,9 @@ def doc(*ids: int) -> EncodedDocument:
 def test_a_document_qualifies_when_it_has_one_window_and_its_next_token():
     docs = [doc(*range(8)), doc(*range(9)), doc(*range(20))]
     assert [len(d.tokens) for d in qualifying(docs, 8)] == [9, 20]
-    with pytest.raises(UsageError, match="--lengths 20: no document of pg19 has 21 tokens .its longest has 20."):
+    with pytest.raises(
+        UsageError, match="--lengths 20: no document of pg19 has 21 tokens .its longest has 20."
+    ):
         require_documents(docs, [8, 20], where="pg19")
     require_documents(docs, [8, 19], where="pg19")
 

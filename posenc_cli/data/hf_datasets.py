@@ -59,6 +59,19 @@ def pick_validation(val_split: str | None, *, names: list[str], train: str, data
     return val_split
 
 
+def open_dataset(name: str, config: str | None, *, what: str):
+    """A save_to_disk directory (a Dataset or a DatasetDict) or a Hub dataset with all its splits, or
+    one line saying why not (`what` names it as the user wrote it)."""
+    datasets = import_datasets()
+    local = Path(name).expanduser()
+    try:
+        return datasets.load_from_disk(str(local)) if local.is_dir() else datasets.load_dataset(name, config)
+    except Exception as err:  # network, missing dataset or config, bad directory: the library's own words
+        raise UsageError(
+            f"{what} could not be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+        ) from None
+
+
 def load_splits(data_cfg: Mapping[str, Any]) -> Splits:
     """The splits as `datasets.Dataset`s (memory-mapped Arrow), or one clear line saying why not."""
     datasets = import_datasets()
@@ -69,17 +82,7 @@ def load_splits(data_cfg: Mapping[str, Any]) -> Splits:
             "data=hf needs data.name=DATASET: a Hub name (e.g. wikitext with "
             "data.config=wikitext-103-raw-v1) or a directory saved with save_to_disk"
         )
-    local = Path(str(name)).expanduser()
-    try:
-        found = (
-            datasets.load_from_disk(str(local))
-            if local.is_dir()
-            else datasets.load_dataset(str(name), data_cfg.get("config"))
-        )
-    except Exception as err:  # network, missing dataset or config, bad directory: the library's own words
-        raise UsageError(
-            f"data.name={name} could not be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
-        ) from None
+    found = open_dataset(str(name), data_cfg.get("config"), what=f"data.name={name}")
     if not isinstance(found, datasets.DatasetDict):  # one Dataset, saved without splits
         if val_split not in ("auto", None):
             raise UsageError(f"data.val_split={val_split}: {name} is one dataset without splits; drop it")
@@ -90,19 +93,17 @@ def load_splits(data_cfg: Mapping[str, Any]) -> Splits:
     return Splits(found[split], None if held is None else found[held], held)
 
 
-def text_column(dataset, data_cfg: Mapping[str, Any], split: str) -> str:
-    """The text_field column of one split, checked to hold text."""
-    field = data_cfg.get("text_field") or "text"
-    where = f"data.name={data_cfg['name']}" + (f" (split {split})" if split else "")
+def text_column(dataset, field: str, *, where: str, option: str = "data.text_field") -> str:
+    """The `field` column of one split (`where` names it), checked to hold text."""
     if field not in dataset.column_names:
         raise UsageError(
-            f"data.text_field={field} is not a column of {where}; its columns are: {', '.join(dataset.column_names)}"
+            f"{option}={field} is not a column of {where}; its columns are: {', '.join(dataset.column_names)}"
         )
     found = column_type(dataset.features[field])
     if found not in TEXT_TYPES:
         raise UsageError(
-            f"data.text_field={field} of {where} holds {found}, not strings; "
-            "name a column of text (its words would otherwise be trained on as Python reprs)"
+            f"{option}={field} of {where} holds {found}, not strings; "
+            "name a column of text (its words would otherwise be read as Python reprs)"
         )
     return field
 
@@ -117,12 +118,12 @@ def hf_source(data_cfg: Mapping[str, Any]) -> tuple[TextSource, dict[str, Any]]:
     """The training split's rows, then the validation split's where the dataset has one (the source's
     validation_start is where they begin)."""
     splits = load_splits(data_cfg)
-    train_split = data_cfg.get("split") or "train"
-    parts = [(splits.train, text_column(splits.train, data_cfg, train_split))]
+    train_split, field = data_cfg.get("split") or "train", data_cfg.get("text_field") or "text"
+    named = f"data.name={data_cfg['name']}"
+    parts = [(splits.train, text_column(splits.train, field, where=f"{named} (split {train_split})"))]
     if splits.validation is not None:
-        parts.append(
-            (splits.validation, text_column(splits.validation, data_cfg, str(splits.validation_name)))
-        )
+        where = f"{named} (split {splits.validation_name})"
+        parts.append((splits.validation, text_column(splits.validation, field, where=where)))
 
     def blocks():
         for dataset, field in parts:
@@ -140,3 +141,51 @@ def hf_source(data_cfg: Mapping[str, Any]) -> tuple[TextSource, dict[str, Any]]:
         "val_rows": None if splits.validation is None else len(splits.validation),
     }
     return TextSource(f"data.name={data_cfg['name']}", blocks, validation_start=start), facts
+
+
+@dataclass(frozen=True)
+class HfText:
+    """`--data hf:NAME[:CONFIG]:SPLIT`, `hf:DIR` (a saved Dataset) or `hf:DIR:SPLIT` (a saved DatasetDict):
+    one split of a dataset whose rows are the evaluation text (or, with --documents, its documents)."""
+
+    name: str
+    config: str | None
+    split: str | None
+    text_field: str = "text"
+
+    @property
+    def spec(self) -> str:
+        return ":".join(["hf", self.name, *[p for p in (self.config, self.split) if p]])
+
+
+def parse_hf_text(spec: str, text_field: str) -> HfText:
+    """hf:DIR, hf:DIR:SPLIT (a local directory), hf:NAME:SPLIT or hf:NAME:CONFIG:SPLIT (the Hub)."""
+    parts = spec.removeprefix("hf:").split(":")
+    if Path(parts[0]).expanduser().is_dir() and len(parts) <= 2:
+        return HfText(parts[0], None, parts[1] if len(parts) == 2 else None, text_field)
+    if len(parts) in (2, 3) and all(parts):
+        return HfText(parts[0], parts[1] if len(parts) == 3 else None, parts[-1], text_field)
+    raise UsageError(
+        f"--data {spec}: give hf:DIR or hf:DIR:SPLIT (a save_to_disk directory) or hf:NAME:SPLIT or "
+        "hf:NAME:CONFIG:SPLIT (a Hugging Face dataset)"
+    )
+
+
+def hf_rows(text: HfText) -> list[str]:
+    """The split's rows of text, in order (rows without text left out)."""
+    datasets = import_datasets()
+    found = open_dataset(text.name, text.config, what=f"--data {text.spec}")
+    if isinstance(found, datasets.DatasetDict):
+        if text.split is None:
+            raise UsageError(
+                f"--data {text.spec} holds splits; name one: hf:{text.name}:SPLIT ({', '.join(found)})"
+            )
+        if text.split not in found:
+            raise UsageError(
+                f"--data {text.spec}: {text.name} has no split {text.split}; it has: {', '.join(found)}"
+            )
+        found = found[text.split]
+    elif text.split is not None and Path(text.name).expanduser().is_dir():
+        raise UsageError(f"--data {text.spec}: {text.name} is one dataset without splits; use hf:{text.name}")
+    field = text_column(found, text.text_field, where=f"--data {text.spec}", option="--text-field")
+    return [row for batch in found.iter(batch_size=ROWS_PER_BLOCK) for row in batch[field] if row is not None]
