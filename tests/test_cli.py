@@ -124,3 +124,17 @@ def test_a_bad_fixed_choice_is_refused_while_parsing_naming_what_is_allowed():
     ):
         result = invoke(*args)
         assert result.code == 2 and allowed in result.stderr and "Traceback" not in result.stderr, args
+
+
+@pytest.mark.slow  # starts a process
+def test_a_refused_override_is_answered_without_importing_torch(tmp_path):
+    """Start-up (issue #33): the override is composed before torch (3 s of its 3.3 s) is imported."""
+    code = (
+        "import sys\nsys.argv = ['posenc', 'train', 'scheme=roep']\nfrom posenc_cli.cli.main import main\n"
+        "try:\n    main()\nexcept SystemExit as stop:\n    print(stop.code, 'torch' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.split() == ["2", "False"], result.stderr
+    assert "scheme/roep" in result.stderr and not (tmp_path / "outputs").exists()

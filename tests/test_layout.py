@@ -23,20 +23,30 @@ def modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
-def test_no_internal_import_sits_inside_a_function_outside_the_command_line():
-    """cli/ imports inside its commands so that `posenc --help` stays free of torch; nothing else needs to."""
-    hidden = []
+# Imports deferred into a function outside cli/, each for start-up (issue #33): the typed config and the
+# override check are imported and run before torch is, so a refused override answers in about a second.
+DEFERRED_IMPORTS = {
+    ("posenc_cli/config/hydra_args.py", "known_keys"): "scheme options: only once a key is misspelt",
+    ("posenc_cli/config/schema.py", "__post_init__"): "the task generators: only once data=task is set",
+    ("posenc_cli/config/schema.py", "check_keys"): "the task generators: only once data=task is set",
+}
+
+
+def test_no_internal_import_sits_inside_a_function_outside_the_command_line_but_the_deferred_ones():
+    """cli/ imports inside its commands so that `posenc --help` stays free of torch; elsewhere only the
+    named start-up deferrals do, and every one named is still there."""
+    hidden = set()
     for path in modules():
         if path.relative_to(PACKAGE).parts[0] == "cli":
             continue
         for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                hidden += [
-                    f"{path.relative_to(ROOT)}:{node.lineno}"
+                hidden |= {
+                    (str(path.relative_to(ROOT)), function.name)
                     for node in ast.walk(function)
                     if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("posenc_cli")
-                ]
-    assert not hidden, hidden
+                }
+    assert hidden == set(DEFERRED_IMPORTS), hidden ^ set(DEFERRED_IMPORTS)
 
 
 def test_no_import_cycle_remains_counting_imports_inside_functions():

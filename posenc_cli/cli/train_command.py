@@ -117,7 +117,16 @@ def train_with(args: list[str]) -> Path | None:
     """`posenc train ARGS`'s work (posenc.train calls it too): the run or sweep directory it trained
     into; None when nothing trained (--cfg, --info)."""
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.config.hydra_args import first_sweep_point, parse_hydra_args, print_sweep
+    from posenc_cli.config.hydra_args import (
+        check_first_point,
+        first_sweep_point,
+        parse_hydra_args,
+        print_sweep,
+    )
+    from posenc_cli.rundir.claim import resuming
+
+    if not resuming(args):  # a resume's arguments are the run's own, rewritten below
+        check_first_point(args)  # before torch is imported: a typo answers in a second
     from posenc_cli.rundir.claim import claim
     from posenc_cli.rundir.resume import resume_args
     from posenc_cli.training import distributed

@@ -27,7 +27,6 @@ from posenc_cli.core.errors import (
     UsageError,
     nearest,
 )
-from posenc_cli.model.positional import scheme_options
 
 EXHAUSTIVE_SWEEP_POINTS = 64  # larger sweeps: every value of every key is checked, not every combination
 
@@ -56,6 +55,8 @@ def one_line(err: BaseException) -> str:
 
 def known_keys() -> list[str]:
     """Every dotted key some option of some group has: what a misspelt key is compared with."""
+    from posenc_cli.model.positional import scheme_options  # torch: only once a key is misspelt
+
     keys = [f.name for f in dataclasses.fields(PosencConfig)]
     for group, cls in (("train", TrainConfig), ("model", ModelSize), *(("data", c) for c in DATA.values())):
         keys += [f"{group}.{f.name}" for f in dataclasses.fields(cls)]
@@ -112,6 +113,17 @@ def first_sweep_point(args: list[str]) -> list[str]:
     parsed = parse_hydra_args(args)
     with composing(parsed):
         return sweep_points(parsed.overrides)[0]
+
+
+def check_first_point(args: list[str]) -> None:
+    """Compose the first job of `posenc train ARGS` (a sweep's first point): a bad override is refused
+    here, before the command imports torch (3 s of a refused override's 3.3 before). Flags that run
+    nothing are left to the full pre-flight."""
+    parsed = parse_hydra_args(args)
+    if parsed.help or parsed.hydra_help or parsed.shell_completion or parsed.info:
+        return
+    with composing(parsed) as compose_point:
+        compose_point(sweep_points(parsed.overrides)[0] if parsed.multirun else parsed.overrides)
 
 
 def parse_hydra_args(args: list[str]):

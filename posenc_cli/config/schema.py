@@ -19,8 +19,7 @@ from typing import Any, ClassVar, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from posenc_cli.core.choices import PROBE_TASKS
-from posenc_cli.core.device import PRECISIONS
+from posenc_cli.core.choices import PRECISIONS, PROBE_TASKS
 from posenc_cli.core.errors import (
     UsageError,
     nearest,
@@ -31,7 +30,6 @@ from posenc_cli.core.errors import (
 )
 from posenc_cli.data import check_tokenizer_options, corpus_kind
 from posenc_cli.data.synthetic import SyntheticSpec
-from posenc_cli.data.tasks import TaskSpec, check_task_options
 
 POSITIONS = ("ordinary", "randomized")
 
@@ -221,6 +219,8 @@ class TaskData:
     reversed_digits: bool = False  # addition only: operands and sum least significant digit first
 
     def __post_init__(self) -> None:
+        from posenc_cli.data.tasks import check_task_options  # torch: imported once a task is configured
+
         check_task_options(self.task, self.max_train_len, self.reversed_digits)
 
 
@@ -327,6 +327,8 @@ def check_keys(cfg: dict[str, Any]) -> PosencConfig:
         **{k: cfg[k] for k in ("logger", "seed", "device") if k in cfg},
     )
     if isinstance(typed_cfg.data, TaskData):
+        from posenc_cli.data.tasks import TaskSpec
+
         task = typed_cfg.data
         TaskSpec(task.task, task.max_train_len, task.reversed_digits).check_fits(typed_cfg.train.block_size)
     return typed_cfg

@@ -15,3 +15,5 @@ ALIBI_SLOPES = ("paper", "chapter")  # alibi slope rules: alibi.SLOPE_RULES, by 
 # the comparison the chapters' table asks for: their four schemes and the no-position baseline
 CHAPTER_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
 MULTIRUN_FLAGS = ("-m", "--multirun")  # Hydra's flags for a sweep
+PRECISIONS = ("auto", "fp32", "bf16")  # what train.precision asks for (core.device computes them)
+TOKENIZERS = ("char", "byte", "bpe")  # data.tokenizer's kinds (data.tokenizers implements them)

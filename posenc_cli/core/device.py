@@ -16,7 +16,6 @@ import torch
 from posenc_cli.core.choices import DEVICES
 from posenc_cli.core.errors import UsageError
 
-PRECISIONS = ("auto", "fp32", "bf16")  # what train.precision asks for
 EFFECTIVE_PRECISIONS = ("fp32", "bf16-autocast")  # what a run computes in
 # What a CPU's bf16 detection answers, overriding the hardware: `native` or `emulated`. The test suite
 # sets it so that no test depends on the machine kind; a user can try the other kind's `auto` path.

@@ -19,11 +19,11 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from posenc_cli.core.choices import TOKENIZERS
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.tokenizer_base import TokenizerBase
 from posenc_cli.data.vocab import UNK, Vocab
 
-TOKENIZERS = ("char", "byte", "bpe")
 PIECE_CHARS = 1 << 18  # BPE encodes text in pieces cut after a newline (`text_pieces`); small = less memory
 
 
