@@ -79,14 +79,22 @@ def refuse_collisions(kind: str, parts: list[tuple[Path, ResultsSection]]) -> No
 
 def rebuild(merged: dict[str, ResultsSection], out: Path, *, lang: str) -> list[Path]:
     """The tables and figures of merged sections (merged_sections) written into `out`: eval's first, then
-    probe's (which adds passkey rows to comparison.md)."""
+    probe's (which adds passkey rows to comparison.md). Nothing goes to trackers: nothing was scored."""
     written: list[Path] = []
     if "eval" in merged:
         ev = merged["eval"]
         written += write_eval_outputs(
-            ev.tables["ppl"], ev.tables["loss_by_position"], ev.info, out=out, made=ev.made, lang=lang
+            ev.tables["ppl"],
+            ev.tables["loss_by_position"],
+            ev.info,
+            out=out,
+            made=ev.made,
+            lang=lang,
+            track=False,
         )
     if "probe" in merged:
         probe = merged["probe"]
-        written += write_probe_outputs(probe.tables["probe"], probe.info, out, made=probe.made, lang=lang)
+        written += write_probe_outputs(
+            probe.tables["probe"], probe.info, out, made=probe.made, lang=lang, track=False
+        )
     return list(dict.fromkeys(written))
