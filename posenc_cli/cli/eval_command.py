@@ -155,20 +155,21 @@ def check_windows(mode: str, stride: int | None, max_tokens: int) -> None:
 
 
 def named_runs(runs: List[str] | None, data: Path | None) -> list[str]:
-    """RUNS as given; an hf: model needs --data, the text it is scored on in its own tokenizer."""
+    """RUNS as given (a posenc export as hf:EXPORT); an hf: model needs --data, the text it is scored on
+    in its own tokenizer."""
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.evaluation.export import refuse_export_as_run
     from posenc_cli.evaluation.hf_models import is_hf
+    from posenc_cli.evaluation.targets import exports_as_hf
 
-    named = list(runs or [])
-    for name in named:
-        if not is_hf(name):
-            refuse_export_as_run(Path(name))
-    hf_named = [r for r in named if is_hf(r)]
+    given = list(runs or [])
+    named = exports_as_hf(given)
+    hf_named = [(g, r) for g, r in zip(given, named) if is_hf(r)]
     if hf_named and data is None:
-        raise UsageError(
-            f"{hf_named[0]} needs --data FILE: the text to evaluate it on (its own tokenizer is used)"
+        given_as, name = hf_named[0]
+        export = (
+            f"{given_as} is a posenc export, scored as {name}, which " if given_as != name else f"{name} "
         )
+        raise UsageError(f"{export}needs --data FILE: the text to evaluate it on (its own tokenizer is used)")
     return named
 
 

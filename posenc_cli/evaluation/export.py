@@ -7,7 +7,9 @@ for both: an export killed mid-write (B's weights beside A's config) is refused,
 The same directory is a transformers model: config.json also carries `model_type` and `auto_map`,
 `modeling_posenc.py` imports evaluation.hf_modeling's classes (which wrap posenc's GPT: posenc must be
 installed where it is loaded), and `tokenizer.json` is the run's tokenizer for PreTrainedTokenizerFast,
-so `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` gives posenc's logits."""
+so `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` gives posenc's logits. posenc itself
+loads it as `hf:DIR` (or DIR named as a target) with its classes registered, running nothing of the
+directory's (evaluation.hf_loading)."""
 
 from __future__ import annotations
 
@@ -35,8 +37,9 @@ MODELING_SOURCE = (  # the module transformers imports with trust_remote_code: p
     '"""posenc\'s GPT for transformers (pip install posenc): see posenc_cli/evaluation/hf_modeling.py."""\n\n'
     "from posenc_cli.evaluation.hf_modeling import PosencConfig, PosencForCausalLM  # noqa: F401\n"
 )
+MODEL_TYPE = "posenc"  # transformers' model_type of an export
 HF_FIELDS = {
-    "model_type": "posenc",
+    "model_type": MODEL_TYPE,
     "architectures": ["PosencForCausalLM"],
     "auto_map": {
         "AutoConfig": "modeling_posenc.PosencConfig",
@@ -133,18 +136,14 @@ def tokenizer_json(tokenizer) -> str | None:
     return hf.to_str()
 
 
-def refuse_export_as_run(path: Path) -> None:
-    """An export named where a run is expected is refused, saying what it is and what to do with it."""
+def is_export(path: Path) -> bool:
+    """Whether `path` is a directory whose config.json says it is a posenc export (verified_config checks
+    the rest)."""
     try:
         config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return
-    if isinstance(config, dict) and config.get("format") == FORMAT:
-        raise UsageError(
-            f"{path} is a posenc export of run {config.get('run_id')}, not a run: evaluate the run directory "
-            "it was exported from, or load the export in transformers "
-            "(AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True))"
-        )
+        return False
+    return isinstance(config, dict) and config.get("format") == FORMAT
 
 
 def not_an_export(directory: Path, why: str) -> UsageError:

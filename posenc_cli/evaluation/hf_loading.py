@@ -13,7 +13,15 @@ from urllib.parse import urlparse
 import torch
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.hf_models import MODEL_TYPE_SCHEMES, PREFIX, HFModel, transformers_module
+from posenc_cli.evaluation.export import is_export, verified_config
+from posenc_cli.evaluation.hf_models import (
+    MODEL_TYPE_SCHEMES,
+    PREFIX,
+    ExportModel,
+    HFModel,
+    model_scheme,
+    transformers_module,
+)
 
 CONTEXT_KEYS = ("n_positions", "max_position_embeddings", "max_seq_len", "seq_length", "n_ctx")
 
@@ -109,6 +117,12 @@ def load_hf_model(
         )
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
+    export = is_export(Path(source).expanduser())
+    if export:  # its files checked against its manifest; posenc's own classes, nothing of it run
+        from posenc_cli.evaluation.hf_modeling import register_posenc_classes
+
+        verified_config(Path(source).expanduser())
+        register_posenc_classes()
     config = load_config(tf, source, name)
     model_class = causal_lm_class(tf, config, name)
     train_len = checked_context(config, context, name)
@@ -120,7 +134,7 @@ def load_hf_model(
         placement["device_map"] = device_map
     tokenizer, model = load_weights(tf, source, name, config=config, placement=placement)
     check_tokenizer(tokenizer, name)
-    return HFModel(
+    return (ExportModel if export else HFModel)(
         name,
         model.eval(),
         tokenizer,
@@ -140,7 +154,7 @@ def causal_lm_class(tf, config, name: str):
             f"{name} is a {config.model_type} model, not a causal LM; posenc evaluates causal LMs "
             f"({', '.join(sorted(MODEL_TYPE_SCHEMES))})"
         )
-    if config.model_type not in MODEL_TYPE_SCHEMES:
+    if model_scheme(config) is None:
         raise UsageError(
             f"{name} is a {config.model_type} model, whose positional scheme posenc does not know; "
             f"known: {', '.join(sorted(MODEL_TYPE_SCHEMES))}"
@@ -154,7 +168,7 @@ def checked_context(config, context: int | None, name: str) -> int:
     if not train_len:
         raise UsageError(f"{name}'s config states no context length; give it with --hf-context N")
     table = training_length(config)
-    if MODEL_TYPE_SCHEMES[config.model_type] == "learned" and table and train_len > table:
+    if model_scheme(config) == "learned" and table and train_len > table:
         raise UsageError(
             f"--hf-context {train_len} is past {name}'s table of {table} learned positions, which it cannot "
             f"be scored beyond; give --hf-context <= {table}"
