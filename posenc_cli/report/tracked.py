@@ -1,6 +1,7 @@
 """An output set's numbers sent to the trackers its runs were trained with (training.tracking.send_results):
 eval's perplexity at each length as `eval/ppl@1024` (a RoPE scaling or overflow column as
-`eval/ppl@1024+yarn`), probe's retrieval as `probe/accuracy@1024` (over its depths), and the set's
+`eval/ppl@1024+yarn`), probe's retrieval as `probe/accuracy@1024` (over its depths), a task run's exact
+match as `task/accuracy@16`, and the set's
 figures as images, at the step of the checkpoint scored. Models posenc did not train (`hf:`) and runs
 trained without a tracker get nothing; `posenc report`, which scores nothing, sends nothing."""
 
@@ -48,14 +49,31 @@ def probe_scalars(probe: pd.DataFrame) -> dict[str, dict[str, float]]:
     return scalars
 
 
-SCALARS = {"eval": (eval_scalars, "ppl"), "probe": (probe_scalars, "probe")}  # kind -> scalars of its table
+def task_scalars(accuracy: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per task run: the fraction of instances answered exactly at each instance length."""
+    scalars: dict[str, dict[str, float]] = {}
+    for run, scheme, length, value in accuracy[["run", "scheme", "length", "accuracy"]].itertuples(
+        index=False
+    ):
+        if math.isfinite(value):
+            scalars.setdefault(run_key(run), {})[column_tag("task", "accuracy", length, scheme=scheme)] = (
+                value
+            )
+    return scalars
+
+
+SCALARS = {  # kind -> the scalars of its table, the table's name, the tags' group
+    "eval": (eval_scalars, "ppl", "eval"),
+    "probe": (probe_scalars, "probe", "probe"),
+    "tasks": (task_scalars, "task_accuracy", "task"),
+}
 
 
 def send_to_trackers(section: ResultsSection, written: list[Path]) -> None:
     """Each posenc run of the section's targets gets its own rows and the set's PNG figures."""
-    scalars_of, table = SCALARS[section.kind]
+    scalars_of, table, group = SCALARS[section.kind]
     scalars = scalars_of(section.tables[table])
-    figures = {f"{section.kind}/{p.stem}": p for p in written if p.suffix == ".png" and p.exists()}
+    figures = {f"{group}/{p.stem}": p for p in written if p.suffix == ".png" and p.exists()}
     for made in section.made:
         for target in made.targets:
             logger = (target.get("config") or {}).get("logger") if target["kind"] == "run" else None
