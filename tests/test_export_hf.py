@@ -111,7 +111,7 @@ def test_eval_of_an_export_as_a_directory_or_hf_scores_the_run_it_came_from(sche
         assert exported["ppl"].isna().tolist() == own["ppl"].isna().tolist()  # learned: — past its table
 
 
-def test_eval_of_an_export_needs_data_refuses_a_scaling_and_a_changed_file(smoke_sweep, tmp_path):
+def test_eval_of_an_export_needs_data_refuses_a_scaling_and_runs_no_code_but_posencs(smoke_sweep, tmp_path):
     run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
     export = export_run(run, tmp_path / "export")
     data = str(text_in_vocabulary(run, tmp_path / "text.txt"))
@@ -121,5 +121,9 @@ def test_eval_of_an_export_needs_data_refuses_a_scaling_and_a_changed_file(smoke
     )
     scaled = ("eval", f"hf:{export}", "--data", data, "--lengths", "64", "--rope-scaling", "yarn")
     assert_refused(*posenc(*scaled), "is a posenc export, scored as exported", "run directory")
+    (export / "modeling_posenc.py").write_text("raise SystemExit('foreign code ran')\n")
+    assert_refused(
+        *posenc("eval", f"hf:{export}", "--data", data), "modeling_posenc.py is not the one posenc writes"
+    )
     (export / "model.safetensors").write_bytes(b"not the weights")
     assert_refused(*posenc("eval", f"hf:{export}", "--data", data), "is not a complete posenc export")

@@ -5,6 +5,7 @@ a sweep's runs carry HParams; eval and probe send their numbers into the runs' o
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 
 from conftest import SMOKE, evaluate, run_cli
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.install import install_hint
 from posenc_cli.training.tracking import COLUMNS, TAGS, check_loggers, hparams_of, run_name
 
 pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
@@ -102,9 +104,8 @@ def test_a_tracker_whose_package_is_missing_names_the_extra(monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
     )
-    with pytest.raises(
-        UsageError, match=r"logger=wandb needs the wandb package: pip install 'posenc\[track\]'"
-    ):
+    hint = re.escape(install_hint("track"))  # pip install -e '.[track]' in a checkout
+    with pytest.raises(UsageError, match=f"logger=wandb needs the wandb package: {hint}"):
         check_loggers({"csv": {}, "wandb": {"mode": "offline"}})
 
 

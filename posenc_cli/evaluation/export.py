@@ -8,8 +8,8 @@ The same directory is a transformers model: config.json also carries `model_type
 `modeling_posenc.py` imports evaluation.hf_modeling's classes (which wrap posenc's GPT: posenc must be
 installed where it is loaded), and `tokenizer.json` is the run's tokenizer for PreTrainedTokenizerFast,
 so `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` gives posenc's logits. posenc itself
-loads it as `hf:DIR` (or DIR named as a target) with its classes registered, running nothing of the
-directory's (evaluation.hf_loading)."""
+loads it so as `hf:DIR` (or DIR named as a target), trusting the code only of a complete export whose
+modeling_posenc.py is the import line posenc writes (`trusted_export`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from posenc_cli.core.atomic import MANIFEST, hashed_entry, output_set, read_manifest, write_text, write_with
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.install import install_hint
 from posenc_cli.data.tokenizers import from_payload
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.claim import is_locked
@@ -54,7 +55,7 @@ def safetensors_torch():
     try:
         import safetensors.torch
     except ImportError:
-        raise UsageError("export needs safetensors: pip install 'posenc[hf]'") from None
+        raise UsageError(f"export needs safetensors: {install_hint('hf')}") from None
     return safetensors.torch
 
 
@@ -100,7 +101,7 @@ def tokenizers_module():
     try:
         import tokenizers
     except ImportError:
-        raise UsageError("export needs tokenizers: pip install 'posenc[hf]'") from None
+        raise UsageError(f"export needs tokenizers: {install_hint('hf')}") from None
     return tokenizers
 
 
@@ -144,6 +145,22 @@ def is_export(path: Path) -> bool:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     return isinstance(config, dict) and config.get("format") == FORMAT
+
+
+def trusted_export(directory: Path) -> dict:
+    """transformers' keywords to load an export as `hf:DIR`: trust_remote_code, given only to a complete
+    export (verified_config) whose modeling_posenc.py is MODELING_SOURCE, the line that imports posenc's
+    own classes; any other code in it is refused, never run."""
+    verified_config(directory)
+    try:
+        source = (directory / MODELING).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        source = None
+    if source != MODELING_SOURCE:
+        raise not_an_export(
+            directory, f"its {MODELING} is not the one posenc writes, and posenc runs no other"
+        )
+    return {"trust_remote_code": True}
 
 
 def not_an_export(directory: Path, why: str) -> UsageError:

@@ -13,7 +13,8 @@ from urllib.parse import urlparse
 import torch
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.export import is_export, verified_config
+from posenc_cli.core.install import install_hint
+from posenc_cli.evaluation.export import is_export, trusted_export
 from posenc_cli.evaluation.hf_models import (
     MODEL_TYPE_SCHEMES,
     PREFIX,
@@ -83,14 +84,14 @@ def gguf_architectures() -> list[str]:
     return sorted(set(GGUF_CONFIG_MAPPING) - {"general", "tokenizer"})
 
 
-def load_config(tf, source: str, name: str):
+def load_config(tf, source: str, name: str, **kwargs):
     """The model's config; a GGUF architecture transformers cannot read is one line naming those it can."""
     try:
-        return load_pretrained(tf.AutoConfig, source, name)
+        return load_pretrained(tf.AutoConfig, source, name, **kwargs)
     except UsageError:
         raise
     except ImportError as err:  # a GGUF file without the gguf package
-        raise UsageError(f"{name} cannot be loaded: {first_line(err)}; pip install 'posenc[hf]'") from None
+        raise UsageError(f"{name} cannot be loaded: {first_line(err)}; {install_hint('hf')}") from None
     except (OSError, ValueError, KeyError) as err:
         if source.endswith(GGUF_SUFFIX) and "not supported" in str(err):
             raise UsageError(
@@ -118,16 +119,12 @@ def load_hf_model(
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
     export = is_export(Path(source).expanduser())
-    if export:  # its files checked against its manifest; posenc's own classes, nothing of it run
-        from posenc_cli.evaluation.hf_modeling import register_posenc_classes
-
-        verified_config(Path(source).expanduser())
-        register_posenc_classes()
-    config = load_config(tf, source, name)
-    model_class = causal_lm_class(tf, config, name)
+    trusted = trusted_export(Path(source).expanduser()) if export else {}  # posenc's own code only
+    config = load_config(tf, source, name, **trusted)
+    model_class = None if export else causal_lm_class(tf, config, name)
     train_len = checked_context(config, context, name)
     attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
-    placement = {"dtype": DTYPES[dtype], "attn_implementation": attention}
+    placement = {"dtype": DTYPES[dtype], "attn_implementation": attention, **trusted}
     if source.endswith(GGUF_SUFFIX):  # dense weights in --dtype, whatever kernels are installed
         placement["quantization_config"] = tf.GgufConfig(dequantize=True)
     if device_map is not None:

@@ -8,13 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    GenerationMixin,
-    PretrainedConfig,
-    PreTrainedModel,
-)
+from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
 from posenc_cli.evaluation.export import MODEL_TYPE
@@ -95,10 +89,3 @@ class PosencForCausalLM(PreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, **_: Any) -> dict[str, Any]:
         return {"input_ids": input_ids}
-
-
-def register_posenc_classes() -> None:
-    """These classes in transformers' Auto registries: an export then loads without trust_remote_code,
-    nothing of its directory (modeling_posenc.py) run (posenc's `hf:EXPORT`)."""
-    AutoConfig.register(MODEL_TYPE, PosencConfig, exist_ok=True)
-    AutoModelForCausalLM.register(PosencConfig, PosencForCausalLM, exist_ok=True)

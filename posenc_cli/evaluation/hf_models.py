@@ -29,6 +29,7 @@ import torch
 
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.install import install_hint
 from posenc_cli.data import passkey
 from posenc_cli.evaluation.export import MODEL_TYPE
 from posenc_cli.evaluation.labels import Label
@@ -72,7 +73,7 @@ def transformers_module():
     try:
         import transformers
     except ImportError:
-        raise UsageError("hf: models need transformers: pip install 'posenc[hf]'") from None
+        raise UsageError(f"hf: models need transformers: {install_hint('hf')}") from None
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     return transformers

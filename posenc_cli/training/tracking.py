@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from posenc_cli.core import ui
 from posenc_cli.core.atomic import write_text
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.install import install_hint
 from posenc_cli.rundir.layout import METRICS
 
 COLUMNS = ("step", "train_loss", "val_loss", "lr", "tokens_per_s", "grad_norm")
@@ -244,7 +245,7 @@ def check_loggers(chosen: Mapping[str, Any] | None) -> None:
             )
         if name in TRACKER_PACKAGES and importlib.util.find_spec(TRACKER_PACKAGES[name]) is None:
             raise UsageError(
-                f"logger={name} needs the {TRACKER_PACKAGES[name]} package: pip install 'posenc[track]'"
+                f"logger={name} needs the {TRACKER_PACKAGES[name]} package: {install_hint('track')}"
             )
         if name == "wandb" and (options or {}).get("mode", "online") not in WANDB_MODES:
             raise UsageError(
