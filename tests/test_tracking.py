@@ -243,3 +243,17 @@ def test_eval_resumes_the_runs_offline_wandb_run_by_id_and_says_how_to_sync_it(t
     assert b"eval/ppl@64" in record.read_bytes() and b"eval/ppl_vs_length" in record.read_bytes()
     (line,) = [line for line in result.stderr.splitlines() if "wandb sync" in line]
     assert line.endswith(f"wandb sync {evaluated.resolve()}")
+
+
+def test_a_tracker_that_cannot_be_written_is_one_line_and_the_results_stand(tmp_path, capsys):
+    from posenc_cli.training.tracking import TrackedResults, send_results
+
+    (tmp_path / "tensorboard").write_text("a file where the run's event directory should be")
+    send_results(
+        {"tensorboard": {"subdir": "tensorboard"}},
+        tmp_path,
+        TrackedResults(20, {"eval/ppl@64": 2.0}),
+        run_id="x",
+    )
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"{tmp_path}: results not sent to its tracker: ")

@@ -290,18 +290,18 @@ def send_results(chosen: Mapping[str, Any] | None, run_dir: Path, results: Track
     a tracker that cannot be reached now is said in one line, and the results on disk stand."""
     try:
         check_loggers(chosen)
-        opened = trackers(chosen, run_dir, name=run_dir.name, start_step=0, run_id=run_id, hparams=None)
-    except UsageError as err:
+        for tracker in trackers(
+            chosen, run_dir, name=run_dir.name, start_step=0, run_id=run_id, hparams=None
+        ):
+            tracker.log_results(results)
+            tracker.close()
+    except (UsageError, OSError) as err:
         ui.err.print(
             f"{run_dir}: results not sent to its tracker: {err}",
             markup=False,
             highlight=False,
             soft_wrap=True,
         )
-        return
-    for tracker in opened:
-        tracker.log_results(results)
-        tracker.close()
 
 
 def hparams_of(overrides: list[str], config: Mapping[str, Any]) -> dict[str, HParam]:
