@@ -197,6 +197,22 @@ def test_a_task_eval_writes_results_json_last_and_report_rebuilds_its_tables_fro
 
 
 @pytest.mark.slow
+def test_posenc_evaluate_scores_task_runs_as_the_command_does_and_writes_nothing_without_out(task_runs):
+    import posenc
+
+    cwd, (first, second), _ = task_runs
+    before = set(cwd.iterdir())
+    result = posenc.evaluate([first, second], lengths=[2, 8])
+    assert result.out is None and result.ppl.empty and result.written == [] and set(cwd.iterdir()) == before
+    assert invoke("eval", str(first), str(second), "--lengths", "2,8", "--out", str(cwd / "cli")).code == 0
+    command = pd.read_csv(cwd / "cli" / "task_accuracy.csv")
+    assert (
+        result.tasks[["length", "accuracy"]].values.tolist()
+        == command[["length", "accuracy"]].values.tolist()
+    )
+
+
+@pytest.mark.slow
 def test_a_task_run_is_refused_beside_text_runs_by_perplexity_paths_and_past_memory(task_runs):
     cwd, (first, _), text = task_runs
     mixed = invoke("eval", str(first), str(text), "--lengths", "8", "--out", str(cwd / "o"))
