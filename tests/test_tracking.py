@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import SMOKE, evaluate, run_cli
+from conftest import SMOKE, evaluate, invoke, run_cli, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
 from posenc_cli.training.tracking import COLUMNS, TAGS, check_loggers, hparams_of, run_name
@@ -257,3 +257,19 @@ def test_a_tracker_that_cannot_be_written_is_one_line_and_the_results_stand(tmp_
     )
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"{tmp_path}: results not sent to its tracker: ")
+
+
+def test_probe_logs_retrieval_by_length_and_its_figures_into_the_runs_tensorboard(tmp_path):
+    run = train(
+        tmp_path, "experiment=probe", "experiment=smoke", "data.passkey_rate=0.3", "train.block_size=128",
+        "logger=tensorboard",
+    )  # fmt: skip
+    result = invoke("probe", str(run), "--lengths", "128,256", "--trials", "2", "--out", str(tmp_path / "p"))
+    assert result.code == 0, result.stderr
+    probe = pd.read_csv(tmp_path / "p" / "probe.csv")
+    events = events_of(run / "tensorboard")
+    for length, rows in probe.groupby("length"):
+        expected = (rows["accuracy"] * rows["trials"]).sum() / rows["trials"].sum()
+        (logged,) = events.Scalars(f"probe/accuracy@{length}")
+        assert (logged.step, logged.value) == (STEPS, pytest.approx(expected))
+    assert {"probe/probe_summary", "probe/probe_rope"} <= set(events.Tags()["images"])
