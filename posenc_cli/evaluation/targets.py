@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.export import is_export
 from posenc_cli.evaluation.hf_loading import load_hf_model
 from posenc_cli.evaluation.hf_models import PREFIX, is_hf
@@ -34,3 +35,15 @@ def exports_as_hf(names: list[str]) -> list[str]:
     """`names`, each posenc export among them (`posenc export RUN`) as `hf:EXPORT`: it is scored as
     transformers loads it (its column and tokenizer rows say hf:)."""
     return [PREFIX + name if not is_hf(name) and is_export(Path(name)) else name for name in names]
+
+
+def named_runs(runs: list[str], data: Path | None) -> list[str]:
+    """RUNS as given (a posenc export as hf:EXPORT); an hf: model needs --data, the text it is scored on
+    in its own tokenizer."""
+    named = exports_as_hf(list(runs))
+    hf_named = [(given, name) for given, name in zip(runs, named) if is_hf(name)]
+    if hf_named and data is None:
+        given, name = hf_named[0]
+        export = f"{given} is a posenc export, scored as {name}, which " if given != name else f"{name} "
+        raise UsageError(f"{export}needs --data FILE: the text to evaluate it on (its own tokenizer is used)")
+    return named

@@ -11,14 +11,11 @@ from pathlib import Path
 import pandas as pd
 
 from posenc_cli.core.device import resolve_device
-from posenc_cli.core.errors import UsageError, require_number, require_positive_int
-from posenc_cli.evaluation.eval_runs import evaluate_runs
-from posenc_cli.evaluation.hf_models import is_hf
+from posenc_cli.evaluation.eval_runs import check_windows, evaluate_runs, rope_methods
 from posenc_cli.evaluation.hf_options import hf_options
 from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
-from posenc_cli.evaluation.targets import exports_as_hf, load_targets
+from posenc_cli.evaluation.targets import load_targets, named_runs
 from posenc_cli.evaluation.task_accuracy import refuse_text_options, task_accuracy, task_targets
-from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, parse_rope_scaling
 from posenc_cli.report.output_sets import write_eval_outputs
 from posenc_cli.report.results_file import provenance
 from posenc_cli.report.task_tables import write_task_outputs
@@ -60,35 +57,6 @@ class Evaluation:
     out: Path | None
     written: list[Path] = field(default_factory=list)
     tasks: pd.DataFrame | None = None
-
-
-def rope_methods(rope_scaling: str, rope_factor: float | None) -> list[str]:
-    """--rope-scaling's methods, with --rope-factor bounded."""
-    if rope_factor is not None:
-        require_number("--rope-factor", rope_factor, at_least=1, at_most=MAX_FACTOR)
-    return parse_rope_scaling(rope_scaling, rope_factor)
-
-
-def check_windows(mode: str, stride: int | None, max_tokens: int) -> None:
-    if stride is not None:
-        if mode != "sliding":
-            raise UsageError(
-                f"--stride {stride} is only used with --mode sliding; drop it or add --mode sliding"
-            )
-        require_positive_int("--stride", stride)
-    require_positive_int("--max-tokens", max_tokens)
-
-
-def named_runs(runs: list[str], data: Path | None) -> list[str]:
-    """RUNS as given (a posenc export as hf:EXPORT); an hf: model needs --data, the text it is scored on
-    in its own tokenizer."""
-    named = exports_as_hf(list(runs))
-    hf_named = [(given, name) for given, name in zip(runs, named) if is_hf(name)]
-    if hf_named and data is None:
-        given, name = hf_named[0]
-        export = f"{given} is a posenc export, scored as {name}, which " if given != name else f"{name} "
-        raise UsageError(f"{export}needs --data FILE: the text to evaluate it on (its own tokenizer is used)")
-    return named
 
 
 def run_eval(options: EvalOptions, *, write: bool = True) -> Evaluation:
