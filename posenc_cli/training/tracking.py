@@ -140,7 +140,7 @@ class WandbLogger(RunLogger):
     def __init__(
         self,
         run_dir: Path,
-        name: str,
+        name: str | None,  # None: a resumed run keeps the name it has
         project: str = "posenc",
         *,
         entity: str | None = None,
@@ -272,7 +272,7 @@ def open_loggers(
 
 
 def trackers(
-    chosen: Mapping[str, Any] | None, run_dir: Path, *, name: str, start_step: int, run_id, hparams
+    chosen: Mapping[str, Any] | None, run_dir: Path, *, name: str | None, start_step: int, run_id, hparams
 ) -> list[RunLogger]:
     """The trackers of a `logger` config, opened for the run in `run_dir`."""
     opened: list[RunLogger] = []
@@ -290,9 +290,7 @@ def send_results(chosen: Mapping[str, Any] | None, run_dir: Path, results: Track
     a tracker that cannot be reached now is said in one line, and the results on disk stand."""
     try:
         check_loggers(chosen)
-        for tracker in trackers(
-            chosen, run_dir, name=run_dir.name, start_step=0, run_id=run_id, hparams=None
-        ):
+        for tracker in trackers(chosen, run_dir, name=None, start_step=0, run_id=run_id, hparams=None):
             tracker.log_results(results)
             tracker.close()
     except (UsageError, OSError) as err:
