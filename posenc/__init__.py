@@ -10,7 +10,7 @@ naming it) that the command prints.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -18,38 +18,25 @@ import pandas as pd
 
 from posenc_cli import __version__
 from posenc_cli.cli.app import hf_options
-from posenc_cli.cli.eval_command import check_windows, named_runs, rope_methods
 from posenc_cli.cli.inspect_command import check_options
 from posenc_cli.cli.schemes_command import scheme_rows
 from posenc_cli.cli.train_command import train_with
 from posenc_cli.core.device import resolve_device
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.needles import needle_task
-from posenc_cli.evaluation.eval_runs import evaluate_runs
+from posenc_cli.evaluation.eval_runs import rope_methods
 from posenc_cli.evaluation.hf_loading import load_hf_model
-from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
+from posenc_cli.evaluation.perplexity import parse_lengths
 from posenc_cli.evaluation.probe import parse_depths
 from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
-from posenc_cli.evaluation.targets import load_targets
 from posenc_cli.inspection.inspect_scheme import inspect_scheme
-from posenc_cli.report.output_sets import write_eval_outputs, write_probe_result
-from posenc_cli.report.results_file import provenance
+from posenc_cli.report.output_sets import write_probe_result
+from posenc_cli.report.run_eval import EvalOptions, Evaluation, run_eval
 from posenc_cli.rundir.destinations import owned_out
 from posenc_cli.rundir.loading import LoadedRun, load_run
 
 __all__ = ["Evaluation", "UsageError", "evaluate", "inspect", "load_hf", "load_run", "probe", "schemes"]
 __all__ += ["train", "__version__"]
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """What `posenc eval` measures: ppl.csv's and loss_by_position.csv's rows, comparison.md's facts per
-    column, and the output set's directory when one was written (`out=`)."""
-
-    ppl: pd.DataFrame
-    loss_by_position: pd.DataFrame
-    info: dict[str, dict]
-    out: Path | None
 
 
 def train(overrides: Sequence[str] = ()) -> Path | None:
@@ -91,33 +78,27 @@ def evaluate(
     out: str | Path | None = None,
 ) -> Evaluation:
     """`posenc eval`, its options as keywords (lists or the command's comma lists): every target at
-    every length. With `out`, the output set (tables, figures, results.json) is written there too."""
-    asked = {**locals(), "targets": target_names(targets)}  # as results.json records the command's
-    out_dir = owned_out(str(out)) if out is not None else None
-    methods = rope_methods(as_text(rope_scaling), rope_factor)
-    check_windows(mode, stride, max_tokens)
-    where = resolve_device(device)
-    loaded, why, skipped = load_targets(
-        named_runs(asked["targets"], data), "evaluate", hf_options(hf_context, where, dtype)
-    )
-    df, positions, info = evaluate_runs(
-        loaded,
-        lengths=parse_lengths(as_text(lengths)),
+    every length (`.tasks` holds task runs' accuracy). With `out`, the output set (tables, figures,
+    results.json) is written there too; without it, nothing is written."""
+    options = EvalOptions(
+        runs=target_names(targets),
+        lengths=as_text(lengths),
         mode=mode,
         stride=stride,
         max_tokens=max_tokens,
-        data_path=str(data) if data is not None else None,
-        device=where,
-        rope_scaling=methods,
+        out=str(out) if out is not None else None,
+        data=Path(data) if data is not None else None,
+        device=device,
+        lang="en",
+        rope_scaling=as_text(rope_scaling),
         rope_factor=rope_factor,
-        why=why,
-        learned_overflow=parse_overflow(as_text(learned_overflow)),
+        learned_overflow=as_text(learned_overflow),
+        hf_context=hf_context,
+        dtype=dtype,
+        device_map=None,
         add_context=add_context,
     )
-    if out_dir is not None:
-        made = provenance(loaded, options=asked, data_path=data, device=where)
-        write_eval_outputs(df, positions, info, out=out_dir, made=[made], skipped=skipped)
-    return Evaluation(df, positions, info, out_dir)
+    return run_eval(options, write=out is not None)
 
 
 def probe(

@@ -600,6 +600,28 @@ def test_a_label_shows_what_sets_its_runs_apart_and_sorts_lengths_by_size():
     assert scheme_order([long, short, Label("alibi")]) == [short, long, Label("alibi")]
 
 
+def test_a_schemes_variants_come_in_the_order_asked_never_alphabetical():
+    rope, linear, ntk, yarn = (Label("rope", variant=v) for v in ("", "linear", "ntk", "yarn"))
+    alibi = Label("alibi")
+    assert scheme_order([alibi, rope, ntk, linear]) == [rope, ntk, linear, alibi]
+    assert scheme_order([yarn, alibi, rope, linear, yarn]) == [yarn, rope, linear, alibi]
+    hf = [Label("rope", variant=v, model="smollm2") for v in ("ntk", "")]
+    assert scheme_order([*hf, ntk, rope]) == [ntk, rope, *hf]  # posenc's runs first, then by model
+
+
+@pytest.mark.slow
+def test_eval_puts_rope_scaling_columns_in_the_order_given(smoke_sweep, tmp_path):
+    run = str(smoke_sweep / "3_rope_seed0")
+    options = ["--lengths", "128", "--max-tokens", "512"]
+    for methods in ("none,linear,ntk", "ntk,none,linear"):
+        evaluate(tmp_path, run, *options, "--rope-scaling", methods, out=methods)
+        columns = [f"rope+{m}" if m != "none" else "rope" for m in methods.split(",")]
+        lines = (tmp_path / methods / "ppl.md").read_text(encoding="utf-8").splitlines()
+        assert [line.split(" | ")[0].lstrip("| ") for line in lines[4:7]] == columns  # ppl.md: a row each
+        comparison = (tmp_path / methods / "comparison.md").read_text(encoding="utf-8")
+        assert "|  | " + " | ".join(columns) + " |" in comparison
+
+
 @pytest.fixture(scope="module")
 def rope_trainings(tmp_path_factory):
     """rope at block_size 64 (seeds 0 and 1) and 128 (seed 0); the newest single runs of rope (4 steps)

@@ -1,6 +1,6 @@
 """`posenc export` writes a transformers model: AutoModelForCausalLM with trust_remote_code gives posenc's
 logits exactly for every scheme, PreTrainedTokenizerFast gives posenc's ids for char, byte and bpe
-tokenizers, and `posenc eval` of an export says what it is."""
+tokenizers, and `posenc eval` of an export (EXPORT_DIR or hf:EXPORT_DIR) scores it as the run it came from."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ALL_SCHEMES, BEYOND_CHAPTERS, assert_refused, posenc
+from conftest import ALL_SCHEMES, BEYOND_CHAPTERS, assert_refused, evaluate, posenc, train
 from posenc_cli.data.tokenizers import ByteTokenizer
 from posenc_cli.data.vocab import UNK, Vocab
 from posenc_cli.evaluation.export import export_run, tokenizer_json
@@ -79,8 +79,51 @@ def test_a_scheme_beyond_the_chapters_loads_in_transformers_with_posencs_logits(
     exported_logits_match(run, tmp_path / "export")
 
 
-def test_eval_of_an_export_says_it_is_one_and_names_its_run(smoke_sweep, tmp_path):
-    run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+@pytest.fixture(scope="module")
+def fire_run(tmp_path_factory) -> Path:
+    """A tiny FIRE run (its learned MLP over relative positions): beyond the sweeps the suite shares."""
+    return train(tmp_path_factory.mktemp("fire"), "scheme=fire")
+
+
+@pytest.mark.slow
+def test_fire_loads_in_transformers_with_posencs_logits(fire_run, tmp_path):
+    exported_logits_match(fire_run, tmp_path / "export")
+
+
+def text_in_vocabulary(run: Path, path: Path, n: int = 3000) -> Path:
+    """A text of the run's own characters, so that the run and its export score every byte of it."""
+    chars = load_run(run).tokenizer.chars
+    path.write_text("".join(chars[(i * 7 + i // 5) % len(chars)] for i in range(n)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("scheme", ["rope", "learned"])
+def test_eval_of_an_export_as_a_directory_or_hf_scores_the_run_it_came_from(scheme, smoke_sweep, tmp_path):
+    run = next(p for p in smoke_sweep.iterdir() if p.name.endswith(f"{scheme}_seed0"))
     export_run(run, tmp_path / "export")
-    run_id = load_run(run).record.run_id
-    assert_refused(*posenc("eval", str(tmp_path / "export")), "is a posenc export of run", run_id)
+    data = str(text_in_vocabulary(run, tmp_path / "text.txt"))
+    options = ["--data", data, "--lengths", "64,128", "--max-tokens", "1024"]
+    own = evaluate(tmp_path, str(run), *options, out="run_eval")
+    for name in ("export", "hf:export"):
+        exported = evaluate(tmp_path, name, *options, out=f"eval_{name.replace(':', '_')}")
+        assert exported["scheme"].unique().tolist() == [f"export ({scheme})"]
+        assert exported["ppl"].tolist() == pytest.approx(own["ppl"].tolist(), rel=1e-6, nan_ok=True)
+        assert exported["ppl"].isna().tolist() == own["ppl"].isna().tolist()  # learned: — past its table
+
+
+def test_eval_of_an_export_needs_data_refuses_a_scaling_and_runs_no_code_but_posencs(smoke_sweep, tmp_path):
+    run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+    export = export_run(run, tmp_path / "export")
+    data = str(text_in_vocabulary(run, tmp_path / "text.txt"))
+    assert_refused(
+        *posenc("eval", str(export)),
+        f"{export} is a posenc export, scored as hf:{export}, which needs --data",
+    )
+    scaled = ("eval", f"hf:{export}", "--data", data, "--lengths", "64", "--rope-scaling", "yarn")
+    assert_refused(*posenc(*scaled), "is a posenc export, scored as exported", "run directory")
+    (export / "modeling_posenc.py").write_text("raise SystemExit('foreign code ran')\n")
+    assert_refused(
+        *posenc("eval", f"hf:{export}", "--data", data), "modeling_posenc.py is not the one posenc writes"
+    )
+    (export / "model.safetensors").write_bytes(b"not the weights")
+    assert_refused(*posenc("eval", f"hf:{export}", "--data", data), "is not a complete posenc export")

@@ -3,6 +3,8 @@ the answer-only loss, exact match as greedy decoding, and task runs through trai
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -158,12 +160,56 @@ def test_task_runs_evaluate_to_accuracy_by_length_with_seeds_aggregated(task_run
     result = invoke("eval", str(first), str(second), "--lengths", "2,8", "--out", str(cwd / "out"))
     assert result.code == 0, result.stderr
     df = pd.read_csv(cwd / "out" / "task_accuracy.csv")
-    assert list(df.columns) == ["run", "task", "scheme", "seed", "length", "train_len", "accuracy", "n"]
+    assert list(df.columns) == [
+        "run",
+        "model_id",
+        "task",
+        "scheme",
+        "seed",
+        "length",
+        "train_len",
+        "accuracy",
+        "n",
+    ]
     assert sorted(df["length"].unique()) == [2, 4, 8]  # the training length is always added
     assert df["accuracy"].between(0, 1).all() and (df["n"] == 100).all()
     table = (cwd / "out" / "task_accuracy.md").read_text()
     assert "## parity (trained on lengths 1–4)" in table and "(0, 1)" in table and "8 (2×)" in table
     assert (cwd / "out" / "task_accuracy.png").is_file()
+
+
+@pytest.mark.slow
+def test_a_task_eval_writes_results_json_last_and_report_rebuilds_its_tables_from_it(task_runs):
+    cwd, (first, second), _ = task_runs
+    result = invoke("eval", str(first), str(second), "--lengths", "2,8", "--out", str(cwd / "tasks"))
+    assert result.code == 0, result.stderr
+    manifest = json.loads((cwd / "tasks" / "manifest.json").read_text())
+    assert list(manifest["files"])[-1] == "results.json"  # written last, before the manifest
+    results = json.loads((cwd / "tasks" / "results.json").read_text())
+    (made,) = results["tasks"]["provenance"]
+    assert made["options"]["lengths"] == "2,8" and [t["kind"] for t in made["targets"]] == ["run", "run"]
+    assert len(results["tasks"]["results"]["task_accuracy"]["rows"]) == 6  # 2 runs x lengths 2, 4, 8
+    written = {name: (cwd / "tasks" / name).read_text() for name in ("task_accuracy.csv", "task_accuracy.md")}
+    report = invoke("report", str(cwd / "tasks"), "--out", str(cwd / "rebuilt"))
+    assert report.code == 0, report.stderr
+    assert {name: (cwd / "rebuilt" / name).read_text() for name in written} == written
+    assert (cwd / "rebuilt" / "task_accuracy.png").is_file()
+
+
+@pytest.mark.slow
+def test_posenc_evaluate_scores_task_runs_as_the_command_does_and_writes_nothing_without_out(task_runs):
+    import posenc
+
+    cwd, (first, second), _ = task_runs
+    before = set(cwd.iterdir())
+    result = posenc.evaluate([first, second], lengths=[2, 8])
+    assert result.out is None and result.ppl.empty and result.written == [] and set(cwd.iterdir()) == before
+    assert invoke("eval", str(first), str(second), "--lengths", "2,8", "--out", str(cwd / "cli")).code == 0
+    command = pd.read_csv(cwd / "cli" / "task_accuracy.csv")
+    assert (
+        result.tasks[["length", "accuracy"]].values.tolist()
+        == command[["length", "accuracy"]].values.tolist()
+    )
 
 
 @pytest.mark.slow

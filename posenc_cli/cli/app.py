@@ -11,7 +11,7 @@ import typer
 
 from posenc_cli.core import ui
 from posenc_cli.core.choices import CHAPTER_SCHEMES, DEVICES
-from posenc_cli.core.errors import UsageError
+from posenc_cli.evaluation.hf_options import hf_options as hf_options  # eval's and probe's, one home
 
 HELP_OPTION_NAMES = ["-h", "--help"]
 app = typer.Typer(
@@ -100,13 +100,6 @@ def runs_argument(hf_note: str = "") -> Any:
 def lengths_option(default: str, help: str) -> Any:
     """--lengths (-l): a comma list of lengths, as eval and probe take it."""
     return typer.Option(default, "--lengths", "-l", help=help)
-
-
-def hf_options(context: int | None, device, dtype: str, *, device_map: str | None = None) -> dict:
-    """How hf: models are loaded (checked here, before any model is)."""
-    if context is not None and context <= 0:
-        raise UsageError(f"--hf-context must be a positive integer, got {context}")
-    return {"context": context, "device": device, "dtype": dtype, "device_map": device_map}
 
 
 def reflow(text: str) -> str:

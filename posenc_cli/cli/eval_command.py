@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from posenc_cli.cli.app import app, choice, device_option, flag, hf_options, lengths_option, runs_argument
+from posenc_cli.cli.app import app, choice, device_option, flag, lengths_option, runs_argument
 from posenc_cli.core import ui
 from posenc_cli.core.choices import (
     EVAL_MODES,
@@ -19,7 +19,6 @@ from posenc_cli.core.choices import (
     LEARNED_OVERFLOWS,
     ROPE_SCALING,
 )
-from posenc_cli.core.errors import UsageError, require_number, require_positive_int
 
 
 @app.command("eval")
@@ -91,95 +90,22 @@ def eval_command(
     loss_by_position.png and results.json (how it was made, every number: posenc report reads it). With no RUNS it takes the newest sweep under outputs/sweeps if it is newer
     than every single run, otherwise the newest single run of each scheme under outputs/runs.
     """
-    asked = dict(locals())  # every option as given and defaulted: results.json records them
+    given = dict(locals())  # every option as given and defaulted: results.json records them
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.core.device import resolve_device
-    from posenc_cli.evaluation.eval_runs import evaluate_runs
-    from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
-    from posenc_cli.evaluation.targets import load_targets
-    from posenc_cli.evaluation.task_accuracy import refuse_text_options, task_targets
-    from posenc_cli.report.output_sets import write_eval_outputs
-    from posenc_cli.report.results_file import provenance
-    from posenc_cli.rundir.destinations import default_out, owned_out
+    from posenc_cli.report.run_eval import EvalOptions, run_eval
 
-    out_dir = owned_out(out)
-    wanted, overflows = parse_lengths(lengths), parse_overflow(learned_overflow)
-    methods = rope_methods(rope_scaling, rope_factor)
-    check_windows(mode, stride, max_tokens)
-    target = resolve_device(device)
-    loaded, why, skipped = load_targets(
-        named_runs(runs, data), "evaluate", hf_options(hf_context, target, dtype, device_map=device_map)
-    )
-    tasks = task_targets(loaded)
-    if tasks is not None:  # task runs: --lengths are instance lengths, scored by exact match
-        refuse_text_options(data=data, mode=mode, stride=stride, rope_scaling=rope_scaling)
-        return show_task_eval(tasks, wanted, out=out_dir or default_out("eval"), device=target)
-    df, positions, info = evaluate_runs(
-        loaded,
-        lengths=wanted,
-        mode=mode,
-        stride=stride,
-        max_tokens=max_tokens,
-        data_path=str(data) if data else None,
-        device=target,
-        rope_scaling=methods,
-        rope_factor=rope_factor,
-        why=why,
-        learned_overflow=overflows,
-        add_context=add_context,
-    )
-    made = provenance(loaded, options=asked, data_path=data, device=target)
-    out = out_dir or default_out("eval")
-    written = write_eval_outputs(df, positions, info, out=out, made=[made], lang=lang, skipped=skipped)
-    show_eval(df, out, written, mode=mode)
+    result = run_eval(EvalOptions(**{**given, "runs": list(runs or [])}))
+    if result.tasks is not None:
+        show_task_eval(result.tasks, result.out, result.written)
+    else:
+        show_eval(result.ppl, result.out, result.written, mode=mode)
 
 
-def rope_methods(rope_scaling: str, rope_factor: float | None) -> list[str]:
-    """--rope-scaling's methods, with --rope-factor bounded."""
+def show_task_eval(df, out: Path, written: list[Path]) -> None:
+    """Task runs: accuracy by instance length on stdout, what was written on stderr."""
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, parse_rope_scaling
+    from posenc_cli.report.task_tables import task_tables
 
-    if rope_factor is not None:
-        require_number("--rope-factor", rope_factor, at_least=1, at_most=MAX_FACTOR)
-    return parse_rope_scaling(rope_scaling, rope_factor)
-
-
-def check_windows(mode: str, stride: int | None, max_tokens: int) -> None:
-    if stride is not None:
-        if mode != "sliding":
-            raise UsageError(
-                f"--stride {stride} is only used with --mode sliding; drop it or add --mode sliding"
-            )
-        require_positive_int("--stride", stride)
-    require_positive_int("--max-tokens", max_tokens)
-
-
-def named_runs(runs: List[str] | None, data: Path | None) -> list[str]:
-    """RUNS as given; an hf: model needs --data, the text it is scored on in its own tokenizer."""
-    # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.evaluation.export import refuse_export_as_run
-    from posenc_cli.evaluation.hf_models import is_hf
-
-    named = list(runs or [])
-    for name in named:
-        if not is_hf(name):
-            refuse_export_as_run(Path(name))
-    hf_named = [r for r in named if is_hf(r)]
-    if hf_named and data is None:
-        raise UsageError(
-            f"{hf_named[0]} needs --data FILE: the text to evaluate it on (its own tokenizer is used)"
-        )
-    return named
-
-
-def show_task_eval(runs, lengths: list[int], *, out: Path, device) -> None:
-    """Task runs: accuracy by instance length on stdout, the output set written to `out`."""
-    # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.evaluation.task_accuracy import task_accuracy
-    from posenc_cli.report.task_tables import task_tables, write_task_outputs
-
-    df = task_accuracy(runs, lengths, device=device)
-    written = write_task_outputs(df, out, runs=[run.model_id for run in runs])
     ui.out.print(task_tables(df), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote {', '.join(p.name for p in written if p.exists())} to {out}")
 

@@ -6,24 +6,28 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from posenc_cli.cli.app import app
 from posenc_cli.core import ui
+from posenc_cli.core.install import needs
+
+EXPORT_HELP = f"""Write a run's model as model.safetensors + config.json (and manifest.json, their hashes and the
+run's id, written last): shareable, and loaded without pickle (posenc_cli.evaluation.export.load_export
+gives the same logits, and refuses an export whose files do not match its manifest). The directory
+also loads in transformers: AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True) with
+posenc installed (modeling_posenc.py), the tokenizer from tokenizer.json; posenc eval hf:DIR (or DIR)
+scores it. A run being trained is refused. Needs safetensors and tokenizers ({escape(needs("hf", "safetensors", "tokenizers"))})."""
 
 
-@app.command("export")
+@app.command("export", help=EXPORT_HELP)
 def export_command(
     run: Path = typer.Argument(..., help="A trained run directory."),
     out: Optional[str] = typer.Option(
         None, help="Directory for model.safetensors and config.json (default: the run directory)."
     ),
 ) -> None:
-    """Write a run's model as model.safetensors + config.json (and manifest.json, their hashes and the
-    run's id, written last): shareable, and loaded without pickle (posenc_cli.evaluation.export.load_export
-    gives the same logits, and refuses an export whose files do not match its manifest). The directory
-    also loads in transformers: AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True) with
-    posenc installed (modeling_posenc.py), the tokenizer from tokenizer.json. A run being trained is
-    refused. Needs safetensors and tokenizers: pip install 'posenc\\[hf]'."""
+    """EXPORT_HELP: its install hint is spelled for this install (core.install)."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.atomic import read_manifest
     from posenc_cli.evaluation.export import export_run

@@ -85,9 +85,9 @@ def probe(
     """
     asked = dict(locals())  # every option as given and defaulted: results.json records them
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.cli.eval_command import rope_methods
     from posenc_cli.core.device import resolve_device
     from posenc_cli.data.needles import needle_task
+    from posenc_cli.evaluation.eval_runs import rope_methods
     from posenc_cli.evaluation.perplexity import parse_lengths
     from posenc_cli.evaluation.probe import parse_depths
     from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe

@@ -15,7 +15,9 @@ from posenc_cli.core.choices import LANGS
 @app.command("report")
 def report_command(
     dirs: List[Path] = typer.Argument(
-        ..., metavar="DIRS...", help="Output directories of posenc eval or probe (or report)."
+        ...,
+        metavar="DIRS...",
+        help="Output directories of posenc eval (text or task runs) or probe (or report).",
     ),
     out: Optional[str] = typer.Option(None, help="Output directory (default: outputs/report/<time>)."),
     lang: str = choice("en", LANGS, "en, or zh to add the chapters' own words to comparison.md.", "--lang"),

@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from typer.core import TyperCommand
 
 from posenc_cli.cli.app import app, reflow
 from posenc_cli.core import ui
 from posenc_cli.core.choices import CHAPTER_SCHEMES, MULTIRUN_FLAGS
+from posenc_cli.core.install import install_hint
 
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
@@ -20,7 +22,7 @@ Config groups (pick with group=option):
   model:  {models}   (default tiny)
   data:   {corpora}   (default synthetic; text needs data.path=FILE)
   data.tokenizer: {tokenizers}   (default char; bpe: data.vocab_size, default 4096)
-  logger: {loggers}, or a list: logger=\\[csv,tensorboard]   (default csv; pip install 'posenc\\[track]')
+  logger: {loggers}, or a list: logger=\\[csv,tensorboard]   (default csv; {install_track})
   experiment: {experiments}   (presets that set several groups)
 
 Common keys: model.n_layer model.n_head model.n_embd data.path train.max_steps train.batch_size
@@ -35,7 +37,7 @@ Examples:
   posenc train data=text data.path=input.txt train.block_size=128
   posenc train data=text data.path=input.txt data.tokenizer=bpe data.vocab_size=2048
   posenc train data=bin data.train=train.bin data.val=val.bin   (meta.json beside them: dtype, vocab_size)
-  posenc train data=hf data.name=wikitext data.config=wikitext-103-raw-v1   (pip install 'posenc\\[data]')
+  posenc train data=hf data.name=wikitext data.config=wikitext-103-raw-v1   ({install_data})
   posenc train logger=\\[csv,tensorboard]      (then: tensorboard --logdir outputs)
   posenc train logger=wandb logger.wandb.mode=offline   (no network; wandb sync later)
   posenc train --cfg job      (print the composed config and exit)
@@ -46,7 +48,7 @@ Examples:
       (randomized positions: sorted random positions from [0, 2048) per sequence; eval uses 0..L-1)
   torchrun --standalone --nproc_per_node=2 -m posenc_cli train   (DDP; train.batch_size is the global batch)
 
-Launchers for -m sweeps (hydra/launcher=...; all but basic need pip install 'posenc\\[cluster]'):
+Launchers for -m sweeps (hydra/launcher=...; all but basic need {install_cluster}):
   basic           one job after another in this process (the default): posenc train -m seed=0,1,2
   joblib          jobs side by side on this machine: posenc train -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2
   submitit_local  each job in its own process through submitit: posenc train -m seed=0,1 hydra/launcher=submitit_local
@@ -83,6 +85,7 @@ class TrainCommand(TyperCommand):
                 loggers=yaml_options("logger"),
                 experiments=yaml_options("experiment"),
                 chapter_schemes=",".join(CHAPTER_SCHEMES),
+                **{f"install_{extra}": escape(install_hint(extra)) for extra in ("track", "data", "cluster")},
             )
         )
 

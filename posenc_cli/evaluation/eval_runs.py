@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import pandas as pd  # imported where it is used: `posenc eval` only
 
 from posenc_cli.core import ui
+from posenc_cli.core.errors import UsageError, require_number, require_positive_int
 from posenc_cli.core.ui import announce
 from posenc_cli.data import token_window
 from posenc_cli.data.stream import read_text
@@ -35,11 +36,29 @@ from posenc_cli.evaluation.perplexity import (
 )
 from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.model.positional import past_max_len
-from posenc_cli.model.positional.rope_scaling import METHODS
+from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, METHODS, parse_rope_scaling
 
 SCALINGS = tuple(m for m in METHODS if m != "none")  # the methods a --rope-factor applies to
 
 NON_FINITE = "non-finite loss"  # a row's note where the model's loss is nan or inf: its cell says so
+
+
+def rope_methods(rope_scaling: str, rope_factor: float | None) -> list[str]:
+    """--rope-scaling's methods, with --rope-factor bounded."""
+    if rope_factor is not None:
+        require_number("--rope-factor", rope_factor, at_least=1, at_most=MAX_FACTOR)
+    return parse_rope_scaling(rope_scaling, rope_factor)
+
+
+def check_windows(mode: str, stride: int | None, max_tokens: int) -> None:
+    """--mode, --stride and --max-tokens, checked together before any model is loaded."""
+    if stride is not None:
+        if mode != "sliding":
+            raise UsageError(
+                f"--stride {stride} is only used with --mode sliding; drop it or add --mode sliding"
+            )
+        require_positive_int("--stride", stride)
+    require_positive_int("--max-tokens", max_tokens)
 
 
 def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:

@@ -7,7 +7,9 @@ for both: an export killed mid-write (B's weights beside A's config) is refused,
 The same directory is a transformers model: config.json also carries `model_type` and `auto_map`,
 `modeling_posenc.py` imports evaluation.hf_modeling's classes (which wrap posenc's GPT: posenc must be
 installed where it is loaded), and `tokenizer.json` is the run's tokenizer for PreTrainedTokenizerFast,
-so `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` gives posenc's logits."""
+so `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` gives posenc's logits. posenc itself
+loads it so as `hf:DIR` (or DIR named as a target), trusting the code only of a complete export whose
+modeling_posenc.py is the import line posenc writes (`trusted_export`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from posenc_cli.core.atomic import MANIFEST, hashed_entry, output_set, read_manifest, write_text, write_with
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.install import install_hint
 from posenc_cli.data.tokenizers import from_payload
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.claim import is_locked
@@ -35,8 +38,9 @@ MODELING_SOURCE = (  # the module transformers imports with trust_remote_code: p
     '"""posenc\'s GPT for transformers (pip install posenc): see posenc_cli/evaluation/hf_modeling.py."""\n\n'
     "from posenc_cli.evaluation.hf_modeling import PosencConfig, PosencForCausalLM  # noqa: F401\n"
 )
+MODEL_TYPE = "posenc"  # transformers' model_type of an export
 HF_FIELDS = {
-    "model_type": "posenc",
+    "model_type": MODEL_TYPE,
     "architectures": ["PosencForCausalLM"],
     "auto_map": {
         "AutoConfig": "modeling_posenc.PosencConfig",
@@ -51,7 +55,7 @@ def safetensors_torch():
     try:
         import safetensors.torch
     except ImportError:
-        raise UsageError("export needs safetensors: pip install 'posenc[hf]'") from None
+        raise UsageError(f"export needs safetensors: {install_hint('hf')}") from None
     return safetensors.torch
 
 
@@ -97,7 +101,7 @@ def tokenizers_module():
     try:
         import tokenizers
     except ImportError:
-        raise UsageError("export needs tokenizers: pip install 'posenc[hf]'") from None
+        raise UsageError(f"export needs tokenizers: {install_hint('hf')}") from None
     return tokenizers
 
 
@@ -133,18 +137,30 @@ def tokenizer_json(tokenizer) -> str | None:
     return hf.to_str()
 
 
-def refuse_export_as_run(path: Path) -> None:
-    """An export named where a run is expected is refused, saying what it is and what to do with it."""
+def is_export(path: Path) -> bool:
+    """Whether `path` is a directory whose config.json says it is a posenc export (verified_config checks
+    the rest)."""
     try:
         config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return
-    if isinstance(config, dict) and config.get("format") == FORMAT:
-        raise UsageError(
-            f"{path} is a posenc export of run {config.get('run_id')}, not a run: evaluate the run directory "
-            "it was exported from, or load the export in transformers "
-            "(AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True))"
+        return False
+    return isinstance(config, dict) and config.get("format") == FORMAT
+
+
+def trusted_export(directory: Path) -> dict:
+    """transformers' keywords to load an export as `hf:DIR`: trust_remote_code, given only to a complete
+    export (verified_config) whose modeling_posenc.py is MODELING_SOURCE, the line that imports posenc's
+    own classes; any other code in it is refused, never run."""
+    verified_config(directory)
+    try:
+        source = (directory / MODELING).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        source = None
+    if source != MODELING_SOURCE:
+        raise not_an_export(
+            directory, f"its {MODELING} is not the one posenc writes, and posenc runs no other"
         )
+    return {"trust_remote_code": True}
 
 
 def not_an_export(directory: Path, why: str) -> UsageError:

@@ -13,7 +13,16 @@ from urllib.parse import urlparse
 import torch
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.hf_models import MODEL_TYPE_SCHEMES, PREFIX, HFModel, transformers_module
+from posenc_cli.core.install import install_hint
+from posenc_cli.evaluation.export import is_export, trusted_export
+from posenc_cli.evaluation.hf_models import (
+    MODEL_TYPE_SCHEMES,
+    PREFIX,
+    ExportModel,
+    HFModel,
+    model_scheme,
+    transformers_module,
+)
 
 CONTEXT_KEYS = ("n_positions", "max_position_embeddings", "max_seq_len", "seq_length", "n_ctx")
 
@@ -75,14 +84,14 @@ def gguf_architectures() -> list[str]:
     return sorted(set(GGUF_CONFIG_MAPPING) - {"general", "tokenizer"})
 
 
-def load_config(tf, source: str, name: str):
+def load_config(tf, source: str, name: str, **kwargs):
     """The model's config; a GGUF architecture transformers cannot read is one line naming those it can."""
     try:
-        return load_pretrained(tf.AutoConfig, source, name)
+        return load_pretrained(tf.AutoConfig, source, name, **kwargs)
     except UsageError:
         raise
     except ImportError as err:  # a GGUF file without the gguf package
-        raise UsageError(f"{name} cannot be loaded: {first_line(err)}; pip install 'posenc[hf]'") from None
+        raise UsageError(f"{name} cannot be loaded: {first_line(err)}; {install_hint('hf')}") from None
     except (OSError, ValueError, KeyError) as err:
         if source.endswith(GGUF_SUFFIX) and "not supported" in str(err):
             raise UsageError(
@@ -109,18 +118,20 @@ def load_hf_model(
         )
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
-    config = load_config(tf, source, name)
-    model_class = causal_lm_class(tf, config, name)
+    export = is_export(Path(source).expanduser())
+    trusted = trusted_export(Path(source).expanduser()) if export else {}  # posenc's own code only
+    config = load_config(tf, source, name, **trusted)
+    model_class = None if export else causal_lm_class(tf, config, name)
     train_len = checked_context(config, context, name)
     attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
-    placement = {"dtype": DTYPES[dtype], "attn_implementation": attention}
+    placement = {"dtype": DTYPES[dtype], "attn_implementation": attention, **trusted}
     if source.endswith(GGUF_SUFFIX):  # dense weights in --dtype, whatever kernels are installed
         placement["quantization_config"] = tf.GgufConfig(dequantize=True)
     if device_map is not None:
         placement["device_map"] = device_map
     tokenizer, model = load_weights(tf, source, name, config=config, placement=placement)
     check_tokenizer(tokenizer, name)
-    return HFModel(
+    return (ExportModel if export else HFModel)(
         name,
         model.eval(),
         tokenizer,
@@ -140,7 +151,7 @@ def causal_lm_class(tf, config, name: str):
             f"{name} is a {config.model_type} model, not a causal LM; posenc evaluates causal LMs "
             f"({', '.join(sorted(MODEL_TYPE_SCHEMES))})"
         )
-    if config.model_type not in MODEL_TYPE_SCHEMES:
+    if model_scheme(config) is None:
         raise UsageError(
             f"{name} is a {config.model_type} model, whose positional scheme posenc does not know; "
             f"known: {', '.join(sorted(MODEL_TYPE_SCHEMES))}"
@@ -154,7 +165,7 @@ def checked_context(config, context: int | None, name: str) -> int:
     if not train_len:
         raise UsageError(f"{name}'s config states no context length; give it with --hf-context N")
     table = training_length(config)
-    if MODEL_TYPE_SCHEMES[config.model_type] == "learned" and table and train_len > table:
+    if model_scheme(config) == "learned" and table and train_len > table:
         raise UsageError(
             f"--hf-context {train_len} is past {name}'s table of {table} learned positions, which it cannot "
             f"be scored beyond; give --hf-context <= {table}"

@@ -11,9 +11,8 @@ import torch
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
+from posenc_cli.evaluation.export import MODEL_TYPE
 from posenc_cli.model import GPT, ModelConfig, token_nll
-
-MODEL_TYPE = "posenc"
 
 
 class PosencConfig(PretrainedConfig):

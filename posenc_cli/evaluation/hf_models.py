@@ -29,8 +29,10 @@ import torch
 
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.install import install_hint
 from posenc_cli.data import needles
 from posenc_cli.data.needles import ENGLISH, Episode, NeedleTask
+from posenc_cli.evaluation.export import MODEL_TYPE
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.model import token_nll
 from posenc_cli.model.positional.rope_scaling import RopeScaling
@@ -54,6 +56,13 @@ MODEL_TYPE_SCHEMES = {
 LOGITS_CHUNK = 1024  # positions whose logits exist at once
 
 
+def model_scheme(config) -> str | None:
+    """The positional scheme of a transformers config: by its model type, or a posenc export's own."""
+    if config.model_type == MODEL_TYPE:
+        return dict(getattr(config, "model_config", None) or {}).get("scheme")
+    return MODEL_TYPE_SCHEMES.get(config.model_type)
+
+
 def is_hf(name: str) -> bool:
     return str(name).startswith(PREFIX)
 
@@ -65,7 +74,7 @@ def transformers_module():
     try:
         import transformers
     except ImportError:
-        raise UsageError("hf: models need transformers: pip install 'posenc[hf]'") from None
+        raise UsageError(f"hf: models need transformers: {install_hint('hf')}") from None
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     return transformers
@@ -105,7 +114,7 @@ class HFModel:
             model.to(device)
         self.device = model.get_input_embeddings().weight.device  # where its inputs go
         self.config = model.config
-        self.base_scheme = MODEL_TYPE_SCHEMES[self.config.model_type]
+        self.base_scheme = model_scheme(self.config)
         self.tokenizer_name = name
         self.rotary = {
             n: m for n, m in model.named_modules() if hasattr(m, "rope_type") and hasattr(m, "inv_freq")
@@ -317,6 +326,45 @@ class HFModel:
             prompt, full = prompt[:-1], full[:-1]
         split = next((i for i, (a, b) in enumerate(zip(prompt, full)) if a != b), len(prompt))
         return full[:split], full[split:]
+
+
+class ExportModel(HFModel):
+    """A posenc export (`posenc export RUN`) as transformers loads it: posenc's GPT under PreTrainedModel
+    (evaluation.hf_modeling), scored through its logits whole (posenc's vocabularies are small), with the
+    facts its scheme states, as the run it was exported from has them."""
+
+    @property
+    def gpt(self):
+        return self.model.gpt
+
+    @property
+    def max_len(self) -> int | None:
+        return self.gpt.scheme.max_len
+
+    def facts(self) -> dict:
+        return {
+            "positional_params": self.gpt.n_positional_params,
+            "relative": self.gpt.scheme.relative,
+            "used_by": short_name(self.path),
+        }
+
+    @torch.no_grad()
+    def token_nll(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return token_nll(self.model(input_ids=inputs.to(self.device)).logits, targets.to(self.device))
+
+    @torch.no_grad()
+    def last_logits(self, inputs: torch.Tensor, n: int) -> torch.Tensor:
+        return self.model(input_ids=inputs.to(self.device)).logits[:, -n:].float()
+
+    def variants(self, methods: list[str], factor: float | None) -> list[RopeScaling | None]:
+        """Once, as exported: posenc applies a RoPE scaling to its own runs, so one is refused here."""
+        scaled = [m for m in methods if m != "none"]
+        if scaled and self.gpt.scheme.scalable:
+            raise UsageError(
+                f"--rope-scaling {','.join(scaled)}: {self.path} is a posenc export, scored as exported; "
+                "evaluate the run directory it was exported from to scale its RoPE"
+            )
+        return [None]
 
 
 def scaled_config(config, method: str, factor: float, *, train_len: int):

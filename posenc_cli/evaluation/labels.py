@@ -85,9 +85,16 @@ def pretended_context(target) -> tuple[tuple[str, str], ...]:
 
 
 def scheme_order(columns: Iterable[Label | str]) -> list[Label | str]:
-    """SCHEMES' order, unknown schemes after, each `rope+yarn`-style variant after its base, each
-    scheme's tokenizers side by side; Hugging Face models ('gpt2 (learned)') after posenc's runs, by name."""
+    """SCHEMES' order, unknown schemes after; within a scheme, what sets a column apart from its base
+    (`rope+ntk`, `learned+window`, `sinusoidal+learned`) in the order `columns` first shows it, which is
+    the order it was asked for and scored in (`--rope-scaling none,linear,ntk`: rope, rope+linear,
+    rope+ntk); each scheme's tokenizers side by side; Hugging Face models ('gpt2 (learned)') after
+    posenc's runs, by name."""
     order = list(SCHEMES)
+    columns = list(dict.fromkeys(columns))
+    asked: dict[tuple[str, str], int] = {}  # (family, what the column adds to it) -> when first shown
+    for label in map(as_label, columns):
+        asked.setdefault((label.family, label.beyond_family), len(asked))
 
     def key(column: Label | str):
         label = as_label(column)
@@ -98,12 +105,12 @@ def scheme_order(columns: Iterable[Label | str]) -> list[Label | str]:
             label.model,
             rank,
             label.family,
-            label.beyond_family,
+            asked[label.family, label.beyond_family],
             label.tokenizer,
             distinct,
         )
 
-    return sorted(dict.fromkeys(columns), key=key)
+    return sorted(columns, key=key)
 
 
 def natural(value: str) -> tuple:

@@ -113,8 +113,9 @@ def task_accuracy(runs: list[RunTarget], lengths: list[int], *, device: torch.de
             rows.append(
                 {
                     "run": str(run.path),
+                    "model_id": run.model_id,
                     "task": spec.task + ("+reversed" if spec.reversed_digits else ""),
-                    "scheme": str(column(run)),
+                    "scheme": column(run),
                     "seed": run.seed,
                     "length": length,
                     "train_len": spec.max_train_len,

@@ -3,7 +3,9 @@ with a manifest of what this command wrote. eval and probe share a directory on 
 gains passkey rows from probe.csv (and probe rewrites it from ppl.csv), but only from a file the set
 found there listed, with the same sha256, about the same runs (core.atomic.OutputSet.trusted_input).
 results.json, written last before the manifest, records how the set was made and every row of its
-tables (report.results_file), so that `posenc report` rebuilds the set through these same writers."""
+tables (report.results_file), so that `posenc report` rebuilds the set through these same writers. Once the
+set is complete, its numbers go to the trackers its runs were trained with (report.tracked), unless
+`track=False` (`posenc report`, which scores nothing)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from posenc_cli.report.plots import (
 )
 from posenc_cli.report.results_file import RESULTS, Provenance, ResultsSection, provenance, write_results_file
 from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot, skipped_text
+from posenc_cli.report.tracked import send_to_trackers
 from posenc_cli.rundir.selection import Skipped
 
 
@@ -44,6 +47,7 @@ def write_probe_outputs(
     made: list[Provenance],
     lang: str = "en",
     skipped: Sequence[Skipped] = (),
+    track: bool = True,
 ) -> list[Path]:
     """probe.csv, passkey.md, one heatmap per scheme, the summary plot; comparison.md again if eval's
     ppl.csv of the same runs is here; results.json. The set is complete once manifest.json is written."""
@@ -65,6 +69,8 @@ def write_probe_outputs(
         section = ResultsSection("probe", {"probe": passkey}, info, made)
         written.append(write_results_file(out, section, result.trusted_input(RESULTS)))
         result.written += written
+    if track:
+        send_to_trackers(section, written)
     return written
 
 
@@ -92,6 +98,7 @@ def write_eval_outputs(
     made: list[Provenance],
     lang: str = "en",
     skipped: Sequence[Skipped] = (),
+    track: bool = True,
 ) -> list[Path]:
     """The eval output set, results.json last; complete once manifest.json is written (atomic.output_set)."""
     figures = ("ppl_vs_length", "loss_by_position") if not positions.empty else ("ppl_vs_length",)
@@ -116,4 +123,6 @@ def write_eval_outputs(
         section = ResultsSection("eval", {"ppl": df, "loss_by_position": positions}, info, made)
         written.append(write_results_file(out, section, result.trusted_input(RESULTS)))
         result.written += written
+    if track:
+        send_to_trackers(section, written)
     return written

@@ -11,6 +11,7 @@ import pandas as pd
 from posenc_cli.core.errors import UsageError
 from posenc_cli.report.output_sets import write_eval_outputs, write_probe_outputs
 from posenc_cli.report.results_file import TABLES, ResultsSection, read_results_file
+from posenc_cli.report.task_tables import write_task_outputs
 
 
 def merged_sections(directories: list[Path]) -> dict[str, ResultsSection]:
@@ -27,6 +28,11 @@ def merged_sections(directories: list[Path]) -> dict[str, ResultsSection]:
         for section in read_results_file(directory):
             found.setdefault(section.kind, []).append((directory, section))
     merged = {kind: merge(kind, parts) for kind, parts in found.items()}
+    if "tasks" in merged and len(merged) > 1:
+        raise UsageError(
+            "task accuracy and perplexity or probe results cannot share one set; report them into "
+            "separate --out directories"
+        )
     if {"eval", "probe"} <= set(merged) and run_set(merged["eval"]) != run_set(merged["probe"]):
         raise UsageError(
             "the eval and probe results given are of different models, so they cannot share one set; "
@@ -79,14 +85,25 @@ def refuse_collisions(kind: str, parts: list[tuple[Path, ResultsSection]]) -> No
 
 def rebuild(merged: dict[str, ResultsSection], out: Path, *, lang: str) -> list[Path]:
     """The tables and figures of merged sections (merged_sections) written into `out`: eval's first, then
-    probe's (which adds passkey rows to comparison.md)."""
+    probe's (which adds passkey rows to comparison.md). Nothing goes to trackers: nothing was scored."""
     written: list[Path] = []
     if "eval" in merged:
         ev = merged["eval"]
         written += write_eval_outputs(
-            ev.tables["ppl"], ev.tables["loss_by_position"], ev.info, out=out, made=ev.made, lang=lang
+            ev.tables["ppl"],
+            ev.tables["loss_by_position"],
+            ev.info,
+            out=out,
+            made=ev.made,
+            lang=lang,
+            track=False,
         )
     if "probe" in merged:
         probe = merged["probe"]
-        written += write_probe_outputs(probe.tables["probe"], probe.info, out, made=probe.made, lang=lang)
+        written += write_probe_outputs(
+            probe.tables["probe"], probe.info, out, made=probe.made, lang=lang, track=False
+        )
+    if "tasks" in merged:
+        tasks = merged["tasks"]
+        written += write_task_outputs(tasks.tables["task_accuracy"], out, made=tasks.made, track=False)
     return list(dict.fromkeys(written))

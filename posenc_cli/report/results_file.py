@@ -30,7 +30,11 @@ from posenc_cli.rundir.loading import LoadedRun
 RESULTS = "results.json"
 FORMAT = "posenc-results"
 FORMAT_VERSION = 1
-TABLES = {"eval": ("ppl", "loss_by_position"), "probe": ("probe",)}  # each kind's tables, by name
+TABLES = {  # each kind's tables, by name
+    "eval": ("ppl", "loss_by_position"),
+    "probe": ("probe",),
+    "tasks": ("task_accuracy",),
+}
 LIBRARIES = ("torch", "transformers", "tokenizers")
 
 
@@ -54,7 +58,7 @@ class ResultsSection:
     """One kind's part of results.json: its tables' rows, their column Labels and facts, and what made it
     (several provenances where `posenc report` merged sets)."""
 
-    kind: str  # eval or probe
+    kind: str  # eval, probe or tasks (eval of task runs)
     tables: dict[str, pd.DataFrame]
     info: dict[str, dict]  # comparison.md's facts per column, keyed by the column's text
     made: list[Provenance]

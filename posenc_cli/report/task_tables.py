@@ -1,4 +1,5 @@
-"""Task accuracy by instance length (posenc eval on task runs): task_accuracy.csv, .md and .png.
+"""Task accuracy by instance length (posenc eval on task runs): task_accuracy.csv, .md and .png, and
+results.json last (how it was made, every row: `posenc report` rebuilds the set from it).
 
 Cells are % exact over seeds as mean ± std [lowest–highest seed]: length generalization on these tasks
 is known to swing with the seed (Zhou et al. 2024), and a mean alone hides a split.
@@ -16,6 +17,8 @@ from posenc_cli.evaluation.labels import as_label, scheme_order
 from posenc_cli.report.cells import markdown_table, relative_length
 from posenc_cli.report.passkey_tables import seed_spread
 from posenc_cli.report.plots import SCHEME_STYLES, UNKNOWN_STYLE
+from posenc_cli.report.results_file import RESULTS, Provenance, ResultsSection, write_results_file
+from posenc_cli.report.tracked import send_to_trackers
 
 
 def task_tables(df: pd.DataFrame) -> str:
@@ -66,13 +69,20 @@ def plot_task_accuracy(df: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
-def write_task_outputs(df: pd.DataFrame, out: Path, *, runs: list[str]) -> list[Path]:
-    """task_accuracy.csv (tidy), task_accuracy.md and the figure, as one output set of `runs`."""
+def write_task_outputs(
+    df: pd.DataFrame, out: Path, *, made: list[Provenance], track: bool = True
+) -> list[Path]:
+    """task_accuracy.csv (tidy), task_accuracy.md, the figure and results.json, as one output set of the
+    runs in `df`; then its numbers to the runs' trackers (report.tracked) unless `track` is False."""
     written = [out / "task_accuracy.csv", out / "task_accuracy.md"]
     written += [out / "task_accuracy.png", out / "task_accuracy.svg"]
-    with output_set(out, runs) as result:
+    with output_set(out, list(df["model_id"].unique())) as result:
         write_with(out / "task_accuracy.csv", lambda p: df.to_csv(p, index=False))
         write_text(out / "task_accuracy.md", task_tables(df))
         plot_task_accuracy(df, out / "task_accuracy.png")
+        section = ResultsSection("tasks", {"task_accuracy": df}, {}, made)
+        written.append(write_results_file(out, section, result.trusted_input(RESULTS)))
         result.written += written
+    if track:
+        send_to_trackers(section, written)
     return written

@@ -17,7 +17,7 @@ from posenc_cli.rundir.resume import resumed_config
 from posenc_cli.training.distributed import threads_per_job
 from posenc_cli.training.loop import train as train_run
 from posenc_cli.training.preflight import validate
-from posenc_cli.training.tracking import run_name
+from posenc_cli.training.tracking import hparams_of, run_name
 
 
 def run_hydra_train() -> None:
@@ -33,7 +33,9 @@ def run_hydra_train() -> None:
         name = run_name(list(hydra_cfg.overrides.task), output_dir, hydra_cfg.mode == RunMode.MULTIRUN)
         try:
             typed = validate(config)  # a large sweep's pre-flight checked every value, not every combination
-            summary = train_run(typed, output_dir, name)
+            summary = train_run(
+                typed, output_dir, name, hparams=hparams_of(list(hydra_cfg.overrides.task), config)
+            )
         except UsageError as err:
             fail(err)
         if summary["status"] == "failed" and hydra_cfg.mode == RunMode.RUN:

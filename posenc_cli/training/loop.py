@@ -74,11 +74,14 @@ def validation_loss(
     return float(total) / len(batches)
 
 
-def train(cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None) -> dict[str, Any]:
-    """Train one run into `run_dir`; `run_name` names it in trackers (default: the directory's name)."""
+def train(
+    cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None, *, hparams: dict | None = None
+) -> dict[str, Any]:
+    """Train one run into `run_dir`; `run_name` names it in trackers (default: the directory's name),
+    `hparams` (its overrides) are its TensorBoard HParams."""
     try:
         s = start_session(cfg, Path(run_dir))
-        summary = announce_run(s, run_name)
+        summary = announce_run(s, run_name, hparams=hparams)
     except BaseException as err:
         if not cfg.train.resume:  # a resume refused at its start may be another process's run
             mark_failed(Path(run_dir), err, "failed to start")
@@ -189,7 +192,7 @@ def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
     return s
 
 
-def announce_run(s: Session, run_name: str | None) -> dict[str, Any]:
+def announce_run(s: Session, run_name: str | None, *, hparams: dict | None = None) -> dict[str, Any]:
     """The summary of a run being trained, written with status running; the trackers opened."""
     cfg = s.cfg
     summary = {
@@ -220,7 +223,13 @@ def announce_run(s: Session, run_name: str | None) -> dict[str, Any]:
         s.summary = summary
         write_summary(s.run_dir, {**summary, "status": "running", "checkpoint_step": s.saved_step})
         s.logger = open_loggers(
-            cfg.logger, s.run_dir, s.state.metrics, name=run_name or s.run_dir.name, start_step=s.state.step
+            cfg.logger,
+            s.run_dir,
+            s.state.metrics,
+            name=run_name or s.run_dir.name,
+            start_step=s.state.step,
+            run_id=s.run_id,
+            hparams=hparams,
         )
         s.logger.log_config(recorded(cfg))
     return summary
