@@ -21,6 +21,7 @@ from posenc_cli.cli.app import hf_options
 from posenc_cli.cli.inspect_command import check_options
 from posenc_cli.cli.schemes_command import scheme_rows
 from posenc_cli.cli.train_command import train_with
+from posenc_cli.core.choices import PPL_TOLERANCE, RETRIEVAL_THRESHOLD
 from posenc_cli.core.device import resolve_device
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.needles import needle_task
@@ -30,6 +31,7 @@ from posenc_cli.evaluation.perplexity import parse_lengths
 from posenc_cli.evaluation.probe import parse_depths
 from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
 from posenc_cli.inspection.inspect_scheme import inspect_scheme
+from posenc_cli.report.effective_length import LengthRule
 from posenc_cli.report.output_sets import write_probe_result
 from posenc_cli.report.run_eval import EvalOptions, Evaluation, run_eval
 from posenc_cli.rundir.destinations import owned_out
@@ -75,6 +77,10 @@ def evaluate(
     add_context: bool = False,
     hf_context: int | None = None,
     dtype: str = "fp32",
+    text_field: str = "text",
+    documents: bool = False,
+    ppl_tolerance: float = PPL_TOLERANCE,
+    retrieval_threshold: float = RETRIEVAL_THRESHOLD,
     out: str | Path | None = None,
 ) -> Evaluation:
     """`posenc eval`, its options as keywords (lists or the command's comma lists): every target at
@@ -87,7 +93,9 @@ def evaluate(
         stride=stride,
         max_tokens=max_tokens,
         out=str(out) if out is not None else None,
-        data=Path(data) if data is not None else None,
+        data=str(data) if data is not None else None,
+        text_field=text_field,
+        documents=documents,
         device=device,
         lang="en",
         rope_scaling=as_text(rope_scaling),
@@ -97,6 +105,8 @@ def evaluate(
         dtype=dtype,
         device_map=None,
         add_context=add_context,
+        ppl_tolerance=ppl_tolerance,
+        retrieval_threshold=retrieval_threshold,
     )
     return run_eval(options, write=out is not None)
 
@@ -113,6 +123,8 @@ def probe(
     rope_scaling: str | Iterable[str] = "none",
     rope_factor: float | None = None,
     device: str = "auto",
+    ppl_tolerance: float = PPL_TOLERANCE,
+    retrieval_threshold: float = RETRIEVAL_THRESHOLD,
     out: str | Path | None = None,
 ) -> pd.DataFrame:
     """`posenc probe`: passkey or needle retrieval by length and depth, once per RoPE scaling method;
@@ -121,6 +133,7 @@ def probe(
     out_dir = owned_out(str(out)) if out is not None else None
     wanted, at_depths = parse_lengths(as_text(lengths)), parse_depths(as_text(depths))
     methods = rope_methods(as_text(rope_scaling), rope_factor)
+    LengthRule(ppl_tolerance, retrieval_threshold)  # checked here, applied by the writers (rule_of)
     spec = ProbeSpec(needle_task(task, distractors), at_depths, trials, seed, methods, rope_factor)
     where = resolve_device(device)
     result = run_probe(

@@ -3,6 +3,8 @@ rest are each scored alone, never across a boundary, and the counts say how many
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -49,3 +51,37 @@ def test_sliding_windows_stay_inside_their_document_and_score_up_to_max_tokens_o
     result, n = evaluate_documents(TargetIdScorer(), [a, b], length=4, mode="sliding", stride=2, max_tokens=8)
     assert n == 2 and result.tokens == 8 + 5  # a: its first 8 targets; b: all 5 it has
     assert result.nll == pytest.approx((sum(range(1, 9)) + sum(range(101, 106))) / 13)
+
+
+@pytest.mark.slow  # scores trained runs through the CLI
+def test_eval_documents_scores_each_qualifying_document_of_a_local_split_and_says_how_many(
+    smoke_sweep, tmp_path
+):
+    """`posenc eval RUNS --data hf:DIR:test --documents`: at each length only the documents with at least
+    L + 1 characters (char runs) count, the counts are in ppl.csv, and the set rebuilds from results.json."""
+    from datasets import Dataset, DatasetDict
+
+    from conftest import evaluate, invoke
+
+    words = "the sun is on the hill and the rain is so near "  # letters the synthetic corpus has
+    rows = [(words * 20)[:n] for n in (20, 40, 70, 150, 300, 600)]
+    DatasetDict(
+        {"train": Dataset.from_dict({"text": rows}), "test": Dataset.from_dict({"text": rows})}
+    ).save_to_disk(str(tmp_path / "docs"))
+    runs = [str(p) for p in sorted(smoke_sweep.iterdir()) if (p / "summary.json").exists()][:2]
+    df = evaluate(
+        tmp_path, *runs, "--data", f"hf:{tmp_path / 'docs'}:test", "--documents", "--lengths", "64,128"
+    )
+    counts = df.groupby("eval_len")["documents"].unique()
+    assert [list(counts[L]) for L in (64, 128)] == [
+        [4],
+        [3],
+    ]  # 70, 150, 300, 600 characters; then 150, 300, 600
+    assert (df.loc[df.eval_len == 64, "tokens"] == 4 * 64).all()  # nonoverlap: each document's first L
+    comparison = (tmp_path / "eval" / "comparison.md").read_text()
+    assert "each scored alone" in comparison and "so each length has its own documents" in comparison
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert results["eval"]["provenance"][0]["data"]["text"].endswith(":test (6 documents)")
+    rebuilt = invoke("report", str(tmp_path / "eval"), "--out", str(tmp_path / "again"))
+    assert rebuilt.code == 0, rebuilt.stderr
+    assert (tmp_path / "again" / "comparison.md").read_text() == comparison

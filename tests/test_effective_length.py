@@ -96,3 +96,32 @@ def test_a_column_that_never_retrieves_has_no_effective_length_and_a_probe_alone
 def test_a_rule_outside_its_range_is_refused_naming_the_option(options, needle):
     with pytest.raises(UsageError, match=needle):
         LengthRule(**options)
+
+
+@pytest.mark.slow  # evaluates and probes trained runs through the CLI
+def test_eval_and_probe_into_one_directory_give_one_effective_length_row_with_both_rules(tmp_path):
+    """The row is in comparison.md (and the terminal's), ppl.csv holds it by perplexity and probe.csv by
+    retrieval, both rules are stated, and a rule out of range is one line before any work."""
+    from conftest import evaluate, invoke, train
+
+    passkeys = ("train.block_size=96", "data.passkey_rate=0.3", "data.passkey_max_distance=20")
+    run = str(train(tmp_path, "scheme=alibi", *passkeys))
+    ppl = evaluate(tmp_path, run, "--lengths", "96,192", "--ppl-tolerance", "1000")
+    assert (ppl["effective_len_ppl"] == 192).all() and ppl["effective_len_ppl_at_least"].all()
+    probed = invoke("probe", run, "--lengths", "96,192", "--trials", "2", "--out", str(tmp_path / "eval"))
+    assert probed.code == 0, probed.stderr
+    assert "effective length" in probed.stdout
+    probe = pd.read_csv(tmp_path / "eval" / "probe.csv")
+    assert {"effective_len_retrieval", "effective_len_retrieval_at_least"} <= set(probe.columns)
+    comparison = (tmp_path / "eval" / "comparison.md").read_text()
+    row = next(line for line in comparison.splitlines() if line.startswith("| effective length |"))
+    assert "perplexity within 10%" in comparison and "at least 50% of keys retrieved" in comparison
+    smoke_retrieves = probe["accuracy"].mean() >= 0.5
+    assert ("≥ 192" in row) == smoke_retrieves  # the probe's 50 % decides: perplexity held at 1000 %
+    refused = invoke("probe", run, "--retrieval-threshold", "0", "--out", str(tmp_path / "never"))
+    assert (
+        refused.code == 2
+        and refused.stderr.strip().count("\n") == 0
+        and "--retrieval-threshold" in refused.stderr
+    )
+    assert not (tmp_path / "never").exists()

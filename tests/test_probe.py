@@ -169,6 +169,8 @@ def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path, monkeypatch):
         "trials",
         "accuracy",
         "key_nll",
+        "effective_len_retrieval",
+        "effective_len_retrieval_at_least",
     ]
     assert len(df) == 2 * 2 * 2  # runs x lengths (96 added) x depths
     beyond = df[(df.scheme == "learned") & (df.length == 128)]

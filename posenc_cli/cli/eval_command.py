@@ -17,6 +17,8 @@ from posenc_cli.core.choices import (
     HF_ROPE_SCALING,
     LANGS,
     LEARNED_OVERFLOWS,
+    PPL_TOLERANCE,
+    RETRIEVAL_THRESHOLD,
     ROPE_SCALING,
 )
 
@@ -41,9 +43,13 @@ def eval_command(
         help="Tokens scored at every length, never raised (a multiple of the longest length, at least one window). With --data every column scores the same bytes: those the column with the longest tokens covers in this many, each column in its own tokens.",
     ),
     out: Optional[str] = typer.Option(None, help="Output directory (default: outputs/eval/<time>)."),
-    data: Optional[Path] = typer.Option(
+    data: Optional[str] = typer.Option(
         None,
-        help="Evaluate on this UTF-8 text file instead of each run's validation split (required for hf: models, tokenized by each model's own tokenizer).",
+        help="Evaluate on this UTF-8 text file, or a dataset's split (hf:NAME:SPLIT, hf:NAME:CONFIG:SPLIT, or a save_to_disk directory as hf:DIR or hf:DIR:SPLIT; its rows each followed by a newline), instead of each run's validation split (required for hf: models, tokenized by each model's own tokenizer).",
+    ),
+    text_field: str = typer.Option("text", "--text-field", help="The column of text of an hf: --data."),
+    documents: bool = flag(
+        "With --data hf:...: score each row as a document of its own (PI's and YaRN's protocol): at each length the documents of at least L+1 tokens, their first L tokens (or sliding windows inside them with --mode sliding, up to --max-tokens each); ppl.csv's documents column says how many."
     ),
     device: str = device_option(),
     lang: str = choice("en", LANGS, "en, or zh to add the chapters' own words to comparison.md.", "--lang"),
@@ -82,6 +88,16 @@ def eval_command(
     ),
     add_context: bool = flag(
         "Also evaluate each target at its own training length (context) when it is longer than every --lengths."
+    ),
+    ppl_tolerance: float = typer.Option(
+        PPL_TOLERANCE,
+        "--ppl-tolerance",
+        help="Effective length (comparison.md, ppl.csv): the longest length up to which perplexity stays within this fraction of its value at the reference length.",
+    ),
+    retrieval_threshold: float = typer.Option(
+        RETRIEVAL_THRESHOLD,
+        "--retrieval-threshold",
+        help="Effective length, where probe.csv is in --out too: retrieval must also stay at or above this share of keys (0-1].",
     ),
 ) -> None:
     """Perplexity at lengths past the training length, and the chapters' comparison table, measured.

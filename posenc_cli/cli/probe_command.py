@@ -13,7 +13,9 @@ from posenc_cli.core.choices import (
     HF_DTYPES,
     HF_ROPE_SCALING,
     LANGS,
+    PPL_TOLERANCE,
     PROBE_TASKS,
+    RETRIEVAL_THRESHOLD,
     ROPE_SCALING,
 )
 
@@ -74,6 +76,16 @@ def probe(
         "--rope-factor",
         help="Scale factor s for --rope-scaling, from 1 to 10,000 (default: trial length / training length), as eval's.",
     ),
+    retrieval_threshold: float = typer.Option(
+        RETRIEVAL_THRESHOLD,
+        "--retrieval-threshold",
+        help="Effective length (probe.csv, comparison.md): the longest length up to which at least this share of keys (0-1] is retrieved, depths and seeds averaged.",
+    ),
+    ppl_tolerance: float = typer.Option(
+        PPL_TOLERANCE,
+        "--ppl-tolerance",
+        help="Effective length, where eval's ppl.csv is in --out too: perplexity must also stay within this fraction of its value at the reference length.",
+    ),
 ) -> None:
     """Needle retrieval: can a model find a 5-digit key (or several) at depth δ in a prompt of L tokens?
 
@@ -91,12 +103,14 @@ def probe(
     from posenc_cli.evaluation.perplexity import parse_lengths
     from posenc_cli.evaluation.probe import parse_depths
     from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
+    from posenc_cli.report.effective_length import LengthRule
     from posenc_cli.report.output_sets import write_probe_result
     from posenc_cli.rundir.destinations import default_out, owned_out
 
     out_dir = owned_out(out)
     wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
     methods = rope_methods(rope_scaling, rope_factor)
+    rule = LengthRule(ppl_tolerance, retrieval_threshold)  # checked here, applied by the writers
     spec = ProbeSpec(needle_task(task, distractors), at_depths, trials, seed, methods, rope_factor)
     target = resolve_device(device)
     options = hf_options(hf_context, target, dtype, device_map=device_map)
@@ -105,17 +119,20 @@ def probe(
     )
     out_dir = out_dir or default_out("probe")
     written = write_probe_result(result, out_dir, options=asked, device=target, lang=lang)
-    show_probe(result.rows, written, out_dir)
+    show_probe(result.rows, written, out_dir, rule=rule)
 
 
-def show_probe(df, written: list, out) -> None:
-    """The retrieval table on stdout, what was written on stderr."""
+def show_probe(df, written: list, out, *, rule) -> None:
+    """The retrieval table, with the effective length by retrieval, on stdout; what was written on stderr."""
     # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.report.effective_length import effective_length_row
     from posenc_cli.report.passkey_tables import probe_columns
     from posenc_cli.report.tables import markdown_table, passkey_rows
 
     schemes = probe_columns(df)
+    effective, note = effective_length_row(None, df, schemes, rule=rule)
+    rows = [*passkey_rows(df, schemes), effective]
     ui.out.print(
-        markdown_table(["% retrieved"] + schemes, passkey_rows(df, schemes)), markup=False, highlight=False
+        markdown_table(["% retrieved"] + schemes, rows) + f"\n- {note}", markup=False, highlight=False
     )
     ui.err.print(f"wrote {', '.join(p.name for p in written)} to {out}")

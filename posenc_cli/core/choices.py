@@ -17,3 +17,6 @@ CHAPTER_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
 MULTIRUN_FLAGS = ("-m", "--multirun")  # Hydra's flags for a sweep
 PRECISIONS = ("auto", "fp32", "bf16")  # what train.precision asks for (core.device computes them)
 TOKENIZERS = ("char", "byte", "bpe")  # data.tokenizer's kinds (data.tokenizers implements them)
+# the effective-length rule's defaults (report.effective_length.LengthRule; --ppl-tolerance, --retrieval-threshold)
+PPL_TOLERANCE = 0.10  # perplexity at most 10 % above its value at the reference length
+RETRIEVAL_THRESHOLD = 0.50  # at least half the keys retrieved, where probed

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     import pandas as pd  # imported where it is used: `posenc eval` only
 
+import numpy as np
+
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError, require_number, require_positive_int
 from posenc_cli.core.ui import announce
 from posenc_cli.data import token_window
-from posenc_cli.data.stream import read_text
-from posenc_cli.evaluation.eval_text import EvalText, held_out_text, same_bytes_spans
+from posenc_cli.evaluation.documents import EncodedDocument, evaluate_documents, require_documents
+from posenc_cli.evaluation.eval_text import EvalText, same_bytes_spans
 from posenc_cli.evaluation.labels import (
     Label,
     distinctions,
@@ -82,6 +84,7 @@ class RunPlan:
     variants: list  # what it is evaluated as: RoPE scalings, or itself once
     reference: int  # the length its longer lengths are read against (its training length, or inside it)
     text: str  # what text it scored, as the table names it
+    documents: list[EncodedDocument] | None = None  # --documents: each scored alone (evaluation.documents)
 
 
 @dataclass(frozen=True)
@@ -141,17 +144,17 @@ def same_computation(methods, rope_factor) -> tuple[list[str], str]:
     )
 
 
-def plan_text(runs: list[EvalTarget], data_path: str | None) -> EvalText | None:
-    """--data's text (cut to a run's validation split where --data is its training text), or None."""
-    return held_out_text(read_text(data_path, what="--data"), data_path, runs) if data_path else None
-
-
 def plan_runs(
     runs, text: EvalText | None, *, lengths: list[int], add_context: bool, max_tokens: int, **options
 ) -> dict:
     """Every target's RunPlan (by id), every input checked: its lengths (target_lengths, the added ones
     said before any work) and, with a text, the spans of the same bytes."""
     lengths_of = {id(run): target_lengths(run.train_len, lengths, add_context=add_context) for run in runs}
+    if text is not None and text.documents is not None:
+        return {
+            id(run): plan_documents(run, text, lengths=lengths_of[id(run)], max_tokens=max_tokens, **options)
+            for run in runs
+        }
     streams = {id(run): run.eval_tokens(text.text if text else None) for run in runs}
     longest = {key: max(ls.lengths) for key, ls in lengths_of.items()}
     for key in longest:
@@ -180,6 +183,23 @@ def plan_runs(
     return plans
 
 
+def plan_documents(
+    run: EvalTarget, text: EvalText, *, lengths: TargetLengths, max_tokens: int, scoring: Scoring, **variants
+) -> RunPlan:
+    """A target's plan under --documents: each document in its own tokens, every length checked to have a
+    document that qualifies (evaluation.documents) before any scoring; `span` bounds the targets a
+    document scores in sliding windows (--max-tokens)."""
+    assert text.documents is not None
+    documents = [EncodedDocument(*run.eval_tokens(doc)) for doc in text.documents]
+    require_documents(documents, lengths.lengths, where=f"{text.name} in {run.path}'s tokens")
+    scaled = run.variants(list(variants["rope_scaling"]), variants["rope_factor"])
+    run.check_fits([L for L in lengths.lengths if not past_max_len(run.max_len, L)], scoring.device)
+    every = np.concatenate([np.asarray(d.tokens) for d in documents])
+    unigram = unigram_perplexity(every)
+    plan = RunPlan(every, None, unigram, lengths.lengths, max_tokens, scaled, lengths.reference, text.name)
+    return replace(plan, documents=documents)
+
+
 def announce_added(runs: list[EvalTarget], lengths_of: dict) -> None:
     """Up front, the lengths nobody asked for: each target's training length where it is added."""
     added: dict[int, list[str]] = {}
@@ -202,7 +222,7 @@ def evaluate_runs(
     mode: str,
     stride: int | None,
     max_tokens: int,
-    data_path: str | None,
+    text: EvalText | None,
     device,
     rope_scaling: tuple[str, ...] | list[str] = ("none",),
     rope_factor: float | None = None,
@@ -221,7 +241,7 @@ def evaluate_runs(
     methods, merged = same_computation(rope_scaling, rope_factor)
     plans = plan_runs(  # bad input is found before any work
         runs,
-        plan_text(runs, data_path),
+        text,
         lengths=lengths,
         add_context=add_context,
         max_tokens=max_tokens,
@@ -298,16 +318,27 @@ def score_length(
     if unreadable and context is None:
         row["note"] = f"{scheme} {unreadable}"
         return row, []
-    result = evaluate_length(
-        scorer,
-        plan.tokens,
-        span=plan.span,
-        length=length,
-        mode=scoring.mode,
-        stride=scoring.stride,
-        context=context,
-        weights=plan.weights,
-    )
+    if plan.documents is not None:
+        result, row["documents"] = evaluate_documents(
+            scorer,
+            plan.documents,
+            length=length,
+            mode=scoring.mode,
+            stride=scoring.stride,
+            context=context,
+            max_tokens=plan.span,
+        )
+    else:
+        result = evaluate_length(
+            scorer,
+            plan.tokens,
+            span=plan.span,
+            length=length,
+            mode=scoring.mode,
+            stride=scoring.stride,
+            context=context,
+            weights=plan.weights,
+        )
     if context is not None and length > context:
         row["note"] = (
             f"{scheme} past max_len={context}: sliding windows of {context} tokens "
@@ -362,4 +393,5 @@ def unscored_row(run, scheme, plan: RunPlan, *, length: int, mode: str) -> dict[
         "context": run.real_context,  # the model's own, where --hf-context pretends another train_len
         "reference_len": plan.reference,
         "text": plan.text,
+        "documents": math.nan,  # --documents: how many qualified at this length
     }

@@ -23,16 +23,59 @@ from pathlib import Path
 import numpy as np
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.data.stream import scan, split_point, string_source
+from posenc_cli.data.hf_datasets import HfText, hf_rows, parse_hf_text
+from posenc_cli.data.stream import read_text, scan, split_point, string_source
 from posenc_cli.rundir.loading import LoadedRun
 
 
 @dataclass(frozen=True)
 class EvalText:
-    """The text every target tokenizes, and how a table names it."""
+    """The text every target tokenizes, and how a table names it; with --documents, its documents (a
+    dataset's rows), each scored alone (evaluation.documents)."""
 
     text: str
     name: str  # e.g. "shakespeare.txt, characters 1,003,854–1,115,394 (the validation split of ...)"
+    documents: list[str] | None = None
+
+
+def eval_text(data: str, runs: list, *, text_field: str, documents: bool) -> EvalText:
+    """--data as the table scores it: a text file (cut to a run's validation split where it is that run's
+    training text), or a dataset's split (`hf:...`, its rows each followed by a newline; with
+    --documents, its rows as documents)."""
+    if not data.startswith("hf:"):
+        if documents:
+            raise UsageError(
+                f"--documents needs --data hf:DATASET...: a dataset's rows are its documents, and {data} is one "
+                "stream of text; drop --documents or name a dataset"
+            )
+        return held_out_text(read_text(data, what="--data"), data, runs)
+    spec = parse_hf_text(data, text_field)
+    rows = hf_rows(spec)
+    refuse_training_split(spec, runs)
+    if not rows:
+        raise UsageError(f"--data {spec.spec} has no rows of text in its column {spec.text_field}")
+    text = "".join(f"{row}\n" for row in rows)
+    unit = "documents" if documents else "rows"
+    return EvalText(text, f"{spec.spec} ({len(rows):,} {unit})", rows if documents else None)
+
+
+def refuse_training_split(spec: HfText, runs: list) -> None:
+    """A dataset split a posenc run was trained on (or the whole of a dataset without splits it was trained
+    on) is never its evaluation text."""
+    for run in runs:
+        trained = run.record.data if isinstance(run, LoadedRun) else {}
+        if trained.get("kind") != "hf" or not same_dataset(str(trained.get("name")), spec.name):
+            continue
+        if spec.split is None or spec.split == (trained.get("split") or "train"):
+            raise UsageError(
+                f"--data {spec.spec} holds the text {run.path} was trained on; evaluate it on its validation "
+                "split (no --data) or on another split"
+            )
+
+
+def same_dataset(a: str, b: str) -> bool:
+    """Two data.name values for one dataset: the same Hub name, or the same local directory."""
+    return a == b or Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
 def held_out_text(text: str, path: str, runs: list) -> EvalText:

@@ -11,10 +11,12 @@ they are inside the context, and shorter windows give every model a higher perpl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
 
 import pandas as pd
 
+from posenc_cli.core.choices import PPL_TOLERANCE, RETRIEVAL_THRESHOLD
 from posenc_cli.core.errors import require_number
 from posenc_cli.report.verdict import mean_of_all, per_column
 
@@ -23,19 +25,30 @@ from posenc_cli.report.verdict import mean_of_all, per_column
 class LengthRule:
     """What "held" means at a length: `--ppl-tolerance` and `--retrieval-threshold`."""
 
-    ppl_tolerance: float = 0.10  # perplexity at most (1 + this) x its value at the reference length
-    retrieval_threshold: float = 0.50  # at least this share of keys retrieved, where probed
+    ppl_tolerance: float = PPL_TOLERANCE  # perplexity at most (1 + this) x its value at the reference length
+    retrieval_threshold: float = RETRIEVAL_THRESHOLD  # at least this share of keys retrieved, where probed
 
     def __post_init__(self) -> None:
         require_number("--ppl-tolerance", self.ppl_tolerance, at_least=0)
         require_number("--retrieval-threshold", self.retrieval_threshold, above=0, at_most=1)
 
-    def text(self, *, probed: bool) -> str:
-        held = f"perplexity within {self.ppl_tolerance:.0%} of its value at the reference length"
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> LengthRule:
+        """The rule an eval or probe was asked for, from the options its results.json records (a set from
+        before the options existed: the defaults)."""
+        return cls(**{f.name: options[f.name] for f in fields(cls) if options.get(f.name) is not None})
+
+    def text(self, *, perplexity: bool = True, probed: bool) -> str:
+        held = (
+            [f"perplexity within {self.ppl_tolerance:.0%} of its value at the reference length"]
+            if perplexity
+            else []
+        )
         if probed:
-            held += f" and, where probed, at least {self.retrieval_threshold:.0%} of keys retrieved"
+            where = "where probed, " if perplexity else ""
+            held.append(f"{where}at least {self.retrieval_threshold:.0%} of keys retrieved")
         return (
-            f"effective length: the longest length tried up to which every length tried held ({held}); "
+            f"effective length: the longest length tried up to which every length tried held ({' and '.join(held)}); "
             "≥ L: it held at every length tried"
         )
 
@@ -101,7 +114,7 @@ def effective_lengths(
 
 
 def effective_length_row(
-    ppl: pd.DataFrame, passkey: pd.DataFrame | None, schemes: list, *, rule: LengthRule
+    ppl: pd.DataFrame | None, passkey: pd.DataFrame | None, schemes: list, *, rule: LengthRule
 ) -> tuple[list[str], str]:
     """comparison.md's row, and its note: the rule, and where and why each column stopped."""
     found = effective_lengths(ppl, passkey, rule)
@@ -111,3 +124,19 @@ def effective_length_row(
         f". Where each stopped: {'; '.join(stops)}." if stops else "."
     )
     return row, note
+
+
+def rule_of(made: Sequence[Any]) -> LengthRule:
+    """The rule of an output set: its first provenance's options (report.results_file.Provenance)."""
+    return LengthRule.of(made[0].options if made else {})
+
+
+def with_effective_length(
+    df: pd.DataFrame, found: dict[str, EffectiveLength], *, column: str
+) -> pd.DataFrame:
+    """`df` with its column's effective length on every row (nan where none held) and whether that is only
+    a lower bound (it held at every length tried): ppl.csv's by perplexity, probe.csv's by retrieval."""
+    held = {s: math.nan if e.held is None else e.held for s, e in found.items()}
+    bound = {s: e.failed is None for s, e in found.items()}
+    label = df["scheme"].map(str)
+    return df.assign(**{column: label.map(held), f"{column}_at_least": label.map(bound)})

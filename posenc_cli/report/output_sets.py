@@ -20,6 +20,7 @@ from posenc_cli.core.atomic import output_set, write_text, write_with
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.probe_run import ProbeResult
 from posenc_cli.report.cells import markdown_table
+from posenc_cli.report.effective_length import effective_lengths, rule_of, with_effective_length
 from posenc_cli.report.passkey_tables import passkey_by_depth, probe_columns
 from posenc_cli.report.plots import (
     plot_loss_by_position,
@@ -51,6 +52,9 @@ def write_probe_outputs(
 ) -> list[Path]:
     """probe.csv, passkey.md, one heatmap per scheme, the summary plot; comparison.md again if eval's
     ppl.csv of the same runs is here; results.json. The set is complete once manifest.json is written."""
+    rule = rule_of(made)
+    found = effective_lengths(None, passkey, rule)
+    passkey = with_effective_length(passkey, found, column="effective_len_retrieval")
     with output_set(out, list(passkey["model_id"].unique())) as result:
         write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
         written = [out / "probe.csv"]
@@ -63,7 +67,7 @@ def write_probe_outputs(
         written.append(out / "passkey.md")
         ppl = result.trusted_input("ppl.csv")
         if ppl is not None:
-            text = comparison(read_results(ppl), info, lang=lang, passkey=passkey, skipped=skipped)
+            text = comparison(read_results(ppl), info, lang=lang, passkey=passkey, skipped=skipped, rule=rule)
             write_text(out / "comparison.md", text)
             written.append(out / "comparison.md")
         section = ResultsSection("probe", {"probe": passkey}, info, made)
@@ -105,6 +109,8 @@ def write_eval_outputs(
     written = [out / n for n in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv")] + [
         out / f"{name}.{ext}" for name in figures for ext in ("png", "svg")
     ]
+    rule = rule_of(made)
+    df = with_effective_length(df, effective_lengths(df, None, rule), column="effective_len_ppl")
     with output_set(out, list(df["model_id"].unique())) as result:
         write_with(out / "ppl.csv", lambda p: df.to_csv(p, index=False))
         write_with(out / "loss_by_position.csv", lambda p: positions.to_csv(p, index=False))
@@ -116,7 +122,8 @@ def write_eval_outputs(
         write_text(out / "ppl.md", text + skipped_text(skipped))
         probe = result.trusted_input("probe.csv")
         passkey = read_results(probe) if probe is not None else None
-        write_text(out / "comparison.md", comparison(df, info, lang=lang, passkey=passkey, skipped=skipped))
+        text = comparison(df, info, lang=lang, passkey=passkey, skipped=skipped, rule=rule)
+        write_text(out / "comparison.md", text)
         plot_ppl_vs_length(df, out / "ppl_vs_length.png")
         if not positions.empty:
             plot_loss_by_position(positions, df, out / "loss_by_position.png")

@@ -8,6 +8,7 @@ as text to parse. `posenc report` rebuilds tables and figures from it through th
 from __future__ import annotations
 
 import datetime
+import hashlib
 import importlib.metadata
 import json
 import shlex
@@ -24,6 +25,7 @@ from posenc_cli.core.atomic import file_entry, hashed_entry, read_manifest, writ
 from posenc_cli.core.device import cpu_bf16, cpu_model, native_bf16
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.version import code_version
+from posenc_cli.evaluation.eval_text import EvalText
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.rundir.loading import LoadedRun
 
@@ -93,16 +95,22 @@ def target_identity(target) -> dict[str, Any]:
     }
 
 
-def data_identity(data_path: str | Path | None) -> dict[str, Any]:
-    """The text every column scored, by sha256 and size; or each run's own validation split (its corpus's
-    sha256 is in its target entry). The span each column scored is in its rows (tokens, bytes)."""
+def data_identity(data_path: str | Path | None, text: EvalText | None = None) -> dict[str, Any]:
+    """The text every column scored, by sha256 and size (a dataset's split: the rows as scored); or each
+    run's own validation split (its corpus's sha256 is in its target entry). The span each column scored
+    is in its rows (tokens, bytes)."""
     if data_path is None:
         return {"text": "each run's validation split"}
+    if str(data_path).startswith("hf:") and text is not None:
+        scored = text.text.encode("utf-8", "surrogatepass")
+        return {"text": text.name, "sha256": hashlib.sha256(scored).hexdigest(), "bytes": len(scored)}
     entry = hashed_entry(Path(data_path))
     return {"text": str(Path(data_path).resolve()), **entry}
 
 
-def provenance(targets: list, *, options: dict[str, Any], data_path, device: torch.device) -> Provenance:
+def provenance(
+    targets: list, *, options: dict[str, Any], data_path, device: torch.device, text: EvalText | None = None
+) -> Provenance:
     """What made this output set, taken as it is written."""
     version = code_version()
     return Provenance(
@@ -119,7 +127,7 @@ def provenance(targets: list, *, options: dict[str, Any], data_path, device: tor
             "native_bf16": native_bf16(device),
         },
         targets=[target_identity(t) for t in targets],
-        data=data_identity(data_path),
+        data=data_identity(data_path, text),
     )
 
 

@@ -11,11 +11,14 @@ from pathlib import Path
 import pandas as pd
 
 from posenc_cli.core.device import resolve_device
+from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.eval_runs import check_windows, evaluate_runs, rope_methods
+from posenc_cli.evaluation.eval_text import eval_text
 from posenc_cli.evaluation.hf_options import hf_options
 from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
 from posenc_cli.evaluation.targets import load_targets, named_runs
 from posenc_cli.evaluation.task_accuracy import refuse_text_options, task_accuracy, task_targets
+from posenc_cli.report.effective_length import LengthRule
 from posenc_cli.report.output_sets import write_eval_outputs
 from posenc_cli.report.results_file import provenance
 from posenc_cli.report.task_tables import write_task_outputs
@@ -33,7 +36,9 @@ class EvalOptions:
     stride: int | None
     max_tokens: int
     out: str | None
-    data: Path | None
+    data: str | None  # a text file, or a dataset's split: hf:NAME[:CONFIG]:SPLIT, hf:DIR[:SPLIT]
+    text_field: str
+    documents: bool
     device: str
     lang: str
     rope_scaling: str
@@ -43,6 +48,8 @@ class EvalOptions:
     dtype: str
     device_map: str | None
     add_context: bool
+    ppl_tolerance: float
+    retrieval_threshold: float
 
 
 @dataclass(frozen=True)
@@ -67,24 +74,30 @@ def run_eval(options: EvalOptions, *, write: bool = True) -> Evaluation:
     wanted, overflows = parse_lengths(o.lengths), parse_overflow(o.learned_overflow)
     methods = rope_methods(o.rope_scaling, o.rope_factor)
     check_windows(o.mode, o.stride, o.max_tokens)
+    LengthRule(o.ppl_tolerance, o.retrieval_threshold)  # checked here, applied by the writers (rule_of)
+    if o.documents and o.data is None:
+        raise UsageError("--documents needs --data hf:DATASET...: the documents to score, each alone")
     device = resolve_device(o.device)
     loading = hf_options(o.hf_context, device, o.dtype, device_map=o.device_map)
     loaded, why, skipped = load_targets(named_runs(o.runs, o.data), "evaluate", loading)
     tasks = task_targets(loaded)
     if tasks is not None:  # task runs: --lengths are instance lengths, scored by exact match
         refuse_text_options(data=o.data, mode=o.mode, stride=o.stride, rope_scaling=o.rope_scaling)
+        if o.documents:
+            raise UsageError("--documents scores text; task runs are scored by exact match: drop it")
         accuracy = task_accuracy(tasks, wanted, device=device)
         out = out_dir or (default_out("eval") if write else None)  # made only once the work is done
         made = provenance(loaded, options=asdict(o), data_path=o.data, device=device)
         written = write_task_outputs(accuracy, out, made=[made]) if out is not None else []
         return Evaluation(pd.DataFrame(), pd.DataFrame(), {}, out, written, tasks=accuracy)
+    text = eval_text(o.data, loaded, text_field=o.text_field, documents=o.documents) if o.data else None
     df, positions, info = evaluate_runs(
         loaded,
         lengths=wanted,
         mode=o.mode,
         stride=o.stride,
         max_tokens=o.max_tokens,
-        data_path=str(o.data) if o.data is not None else None,
+        text=text,
         device=device,
         rope_scaling=methods,
         rope_factor=o.rope_factor,
@@ -95,6 +108,6 @@ def run_eval(options: EvalOptions, *, write: bool = True) -> Evaluation:
     out = out_dir or (default_out("eval") if write else None)  # made only once the work is done
     if out is None:
         return Evaluation(df, positions, info, None)
-    made = provenance(loaded, options=asdict(o), data_path=o.data, device=device)
+    made = provenance(loaded, options=asdict(o), data_path=o.data, device=device, text=text)
     written = write_eval_outputs(df, positions, info, out=out, made=[made], lang=o.lang, skipped=skipped)
     return Evaluation(df, positions, info, out, written)

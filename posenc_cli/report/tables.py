@@ -221,7 +221,12 @@ def comparison_notes(
     seeds = {s: df[df.scheme == str(s)]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
     notes = [
-        f"Perplexity on {scored_text(df)} ({mode} windows), the same tokens at every length; "
+        f"Perplexity on {scored_text(df)} ({mode} windows), "
+        + (
+            "so each length has its own documents; "
+            if per_document(df)
+            else "the same tokens at every length; "
+        )
         + (
             "mean ± std over seeds: " + ", ".join(f"{s} n={n}" for s, n in seeds.items())
             if max(seeds.values()) > 1
@@ -346,6 +351,11 @@ def scored_tokens(df: pd.DataFrame, kind: str = "validation tokens") -> str:
     )
 
 
+def per_document(df: pd.DataFrame) -> bool:
+    """Whether the table was scored with --documents (ppl.csv's documents column holds the counts)."""
+    return "documents" in df and df["documents"].notna().any()
+
+
 def scored_text(df: pd.DataFrame) -> str:
     """What text the columns scored: one --data text (the same bytes for all, to less than a token at
     each end: eval_text), or each run's validation split; old ppl.csv files say validation tokens."""
@@ -354,6 +364,16 @@ def scored_text(df: pd.DataFrame) -> str:
     texts = df.groupby("scheme")["text"].first()
     if (texts == "its validation split").all():
         return "each run's validation split: " + scored_tokens(df, "tokens")
+    if per_document(df):
+        counts = df.dropna(subset=["documents"]).groupby(["scheme", "eval_len"])["documents"].first()
+        per_column = "; ".join(
+            f"{s}: " + ", ".join(f"{int(n):,} @ {L}" for (c, L), n in counts.items() if c == s)
+            for s in dict.fromkeys(c for c, _ in counts.index)
+        )
+        return (
+            f"{texts.iloc[0]}: at each length the documents of at least L + 1 tokens, each scored alone, "
+            f"the mean over all their scored tokens (documents: {per_column}), {scored_tokens(df, 'tokens')}"
+        )
     scored = df[df["tokens"] > 0]["bytes"].dropna()
     span = f"{scored.min():,.0f}" if scored.nunique() <= 1 else f"{scored.min():,.0f}–{scored.max():,.0f}"
     where = texts.iloc[0] if texts.nunique() == 1 else "; ".join(f"{s}: {t}" for s, t in texts.items())
