@@ -28,6 +28,7 @@ from posenc_cli.bench.main_job import bench_main_job
 from posenc_cli.bench.markdown import machine, write_outputs
 from posenc_cli.bench.peak import Peak
 from posenc_cli.bench.peer import side_by_side
+from posenc_cli.bench.processes import TINY_MODEL
 from posenc_cli.bench.sampling import bench_sampling
 from posenc_cli.bench.startup import bench_startup
 from posenc_cli.bench.train_speed import bench_levers, bench_precision, bench_training
@@ -64,12 +65,7 @@ QUICK = Effort(
     sample_pairs=1,
     startup_repeats=1,
     overrides=(
-        "model.n_layer=1",
-        "model.n_embd=32",
-        "model.n_head=2",
-        "train.block_size=16",
-        "train.batch_size=2",
-        "data.n_chars=5000",
+        *TINY_MODEL,
         "train.eval_interval=2",
         "train.log_interval=1",
         "train.checkpoint_interval=2",

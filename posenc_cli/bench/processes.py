@@ -8,6 +8,16 @@ import sys
 import time
 from pathlib import Path
 
+# the smallest model and corpus that still train: --quick's overrides and the start-up's tiny run
+TINY_MODEL = (
+    "model.n_layer=1",
+    "model.n_embd=32",
+    "model.n_head=2",
+    "train.block_size=16",
+    "train.batch_size=2",
+    "data.n_chars=5000",
+)
+
 
 def child_env(**extra: str) -> dict[str, str]:
     """The environment for a child Python that imports this very package."""

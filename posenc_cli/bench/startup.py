@@ -12,16 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from posenc_cli.bench.processes import child_env, posenc
+from posenc_cli.bench.processes import TINY_MODEL, child_env, posenc
 
 # a tiny run's first step: one optimizer step, no checkpoint before it, one validation batch
 TINY_RUN = (
-    "model.n_layer=1",
-    "model.n_embd=32",
-    "model.n_head=2",
-    "train.block_size=16",
-    "train.batch_size=2",
-    "data.n_chars=5000",
+    *TINY_MODEL,
     "train.max_steps=1",
     "train.eval_interval=1",
     "train.eval_batches=1",
