@@ -154,3 +154,21 @@ def test_an_export_with_a_tokenizer_file_missing_or_changed_or_one_transformers_
         edit(edited)
         with pytest.raises(UsageError, match=said):
             verified_config(edited)
+
+
+def test_a_run_holding_its_own_export_is_still_evaluated_as_the_run_and_hf_run_names_the_export(
+    smoke_sweep, tmp_path
+):
+    import shutil
+
+    from posenc_cli.evaluation.export import is_export
+    from posenc_cli.evaluation.targets import exports_as_hf
+
+    run = Path(
+        shutil.copytree(
+            next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0")), tmp_path / "run"
+        )
+    )
+    export_run(run)  # the default: into the run directory
+    assert exports_as_hf([str(run)]) == [str(run)]  # posenc eval RUN: the run, scalable, no --data needed
+    assert is_export(run, in_a_run=True) and is_export(export_run(run, tmp_path / "elsewhere"))

@@ -152,9 +152,12 @@ def tokenizer_json(tokenizer) -> str | None:
     return hf.to_str()
 
 
-def is_export(path: Path) -> bool:
+def is_export(path: Path, *, in_a_run: bool = False) -> bool:
     """Whether `path` is a directory whose config.json says it is a posenc export (verified_config checks
-    the rest)."""
+    the rest). A run directory holding its own export (export's default) is the run, as RUN names it,
+    unless `in_a_run` (hf:RUN names its export)."""
+    if not in_a_run and (path / SUMMARY).is_file():
+        return False
     try:
         config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
