@@ -138,3 +138,18 @@ def test_a_refused_override_is_answered_without_importing_torch(tmp_path):
     )
     assert result.stdout.split() == ["2", "False"], result.stderr
     assert "scheme/roep" in result.stderr and not (tmp_path / "outputs").exists()
+
+
+def test_train_composes_its_first_point_from_the_directory_cp_names_and_refuses_one_it_cannot_read(tmp_path):
+    import shutil
+
+    from posenc_cli.config.hydra_args import check_first_point
+    from posenc_cli.config.location import config_dir
+    from posenc_cli.core.errors import UsageError
+
+    shutil.copytree(config_dir(), tmp_path / "configs")
+    shutil.copy(tmp_path / "configs" / "config.yaml", tmp_path / "configs" / "mine.yaml")
+    check_first_point(["-cp", str(tmp_path / "configs"), "-cn", "mine", "experiment=smoke"])  # no refusal
+    for cp, said in ((str(tmp_path / "absent"), "no such config directory"), ("../configs", "absolute")):
+        with pytest.raises(UsageError, match=said):
+            check_first_point(["-cp", cp, "experiment=smoke"])

@@ -127,3 +127,48 @@ def test_eval_of_an_export_needs_data_refuses_a_scaling_and_runs_no_code_but_pos
     )
     (export / "model.safetensors").write_bytes(b"not the weights")
     assert_refused(*posenc("eval", f"hf:{export}", "--data", data), "is not a complete posenc export")
+
+
+def test_an_export_with_a_tokenizer_file_missing_or_changed_or_one_transformers_reads_added_is_refused(
+    smoke_sweep, tmp_path
+):
+    import shutil
+
+    from posenc_cli.core.errors import UsageError
+    from posenc_cli.evaluation.export import verified_config
+
+    run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+    export = export_run(run, tmp_path / "export")
+    (export / "notes.txt").write_text("a file transformers never reads is left alone")
+    verified_config(export)
+    for edit, said in (
+        (lambda d: (d / "tokenizer.json").unlink(), "it has no tokenizer.json"),
+        (
+            lambda d: (d / "tokenizer_config.json").write_text("{}"),
+            "its tokenizer_config.json is not the one",
+        ),
+        (lambda d: (d / "added_tokens.json").write_text('{"x": 99}'), "it holds added_tokens.json"),
+    ):
+        shutil.rmtree(tmp_path / "edited", ignore_errors=True)
+        edited = Path(shutil.copytree(export, tmp_path / "edited"))
+        edit(edited)
+        with pytest.raises(UsageError, match=said):
+            verified_config(edited)
+
+
+def test_a_run_holding_its_own_export_is_still_evaluated_as_the_run_and_hf_run_names_the_export(
+    smoke_sweep, tmp_path
+):
+    import shutil
+
+    from posenc_cli.evaluation.export import is_export
+    from posenc_cli.evaluation.targets import exports_as_hf
+
+    run = Path(
+        shutil.copytree(
+            next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0")), tmp_path / "run"
+        )
+    )
+    export_run(run)  # the default: into the run directory
+    assert exports_as_hf([str(run)]) == [str(run)]  # posenc eval RUN: the run, scalable, no --data needed
+    assert is_export(run, in_a_run=True) and is_export(export_run(run, tmp_path / "elsewhere"))

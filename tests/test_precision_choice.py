@@ -113,3 +113,31 @@ def test_timing_the_steps_leaves_the_runs_random_streams_as_they_were():
     )
     assert torch.equal(torch.get_rng_state(), before)
     assert set(ms) == {"fp32", "bf16-autocast"} and all(v > 0 for v in ms.values())
+
+
+def test_a_cache_too_deep_too_large_with_bool_timings_or_where_no_file_can_go_never_stops_a_run(
+    quiet_cache, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    measure, calls = timings(50.0, 40.0)
+    key = precision_choice.shape_key(config(), 30)
+    bools = {key: {"effective": "fp32", "step_ms": {"fp32": True, "bf16-autocast": True}}}
+    signed = {"format": precision_choice.CACHE_FORMAT, "sha256": precision_choice.entries_sha256(bools)}
+    (tmp_path / "target").write_text("kept")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    (tmp_path / "dir").mkdir()
+    for name, text in (
+        ("deep.json", "[" * 100_000 + "]" * 100_000),  # past json's recursion limit
+        ("huge.json", " " * (precision_choice.MAX_CACHE_BYTES + 1) + "{}"),
+        ("bools.json", json.dumps({**signed, "choices": bools})),  # fingerprint right, timings not numbers
+        ("link", None),
+        ("dir", None),
+    ):
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        monkeypatch.setenv(precision_choice.CACHE_ENV, str(tmp_path / name))
+        choice = choose_precision(config(), CPU, vocab_size=30, measure=measure)
+        assert (choice.effective, choice.step_ms) == ("bf16-autocast", {"fp32": 50.0, "bf16-autocast": 40.0})
+    assert (
+        len(calls) == 5 and (tmp_path / "link").is_symlink() and (tmp_path / "target").read_text() == "kept"
+    )

@@ -273,3 +273,20 @@ def test_probe_logs_retrieval_by_length_and_its_figures_into_the_runs_tensorboar
         (logged,) = events.Scalars(f"probe/accuracy@{length}")
         assert (logged.step, logged.value) == (STEPS, pytest.approx(expected))
     assert {"probe/probe_summary", "probe/probe_rope"} <= set(events.Tags()["images"])
+
+
+@pytest.mark.parametrize(
+    ("env", "mode"), [("offline", "offline"), ("dryrun", "offline"), ("disabled", "disabled")]
+)
+def test_wandb_mode_offline_in_the_environment_holds_over_the_configs_default_online(
+    env, mode, tmp_path, monkeypatch
+):
+    import wandb
+
+    from posenc_cli.training.tracking import WandbLogger
+
+    asked = {}
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: asked.update(kwargs))
+    monkeypatch.setenv("WANDB_MODE", env)
+    WandbLogger(tmp_path, "run", mode="online")
+    assert asked["mode"] == mode

@@ -140,10 +140,28 @@ def parse_hydra_args(args: list[str]):
     return parser.parse_args(args)
 
 
+def primary_config_dir(parsed) -> Path:
+    """The directory Hydra's job composes from: -cd's, else -cp's (an absolute directory: Hydra reads a
+    relative one as a Python module's), else posenc's configs."""
+    if parsed.config_dir:
+        return Path(parsed.config_dir).resolve()
+    if not parsed.config_path or "://" in parsed.config_path:  # pkg:// and file:// are Hydra's to resolve
+        return config_dir()
+    directory = Path(parsed.config_path).expanduser()
+    if not directory.is_absolute():
+        raise UsageError(
+            f"-cp {parsed.config_path}: give -cp an absolute directory (Hydra reads a relative one as a "
+            "Python module), or -cd DIR"
+        )
+    if not directory.is_dir():
+        raise UsageError(f"-cp {parsed.config_path}: no such config directory")
+    return directory.resolve()
+
+
 @contextmanager
 def composing(parsed) -> Iterator[Callable[..., Any]]:
     """Hydra's compose API over the config directory the arguments name; bad overrides -> UsageError."""
-    directory = Path(parsed.config_dir).resolve() if parsed.config_dir else config_dir()
+    directory = primary_config_dir(parsed)
     name = parsed.config_name or "config"
     composed: dict[tuple[str, ...], DictConfig] = {}  # group choices -> their composition, reused
     groups: set[str] = set()

@@ -38,6 +38,21 @@ MODELING_SOURCE = (  # the module transformers imports with trust_remote_code: p
     '"""posenc\'s GPT for transformers (pip install posenc): see posenc_cli/evaluation/hf_modeling.py."""\n\n'
     "from posenc_cli.evaluation.hf_modeling import PosencConfig, PosencForCausalLM  # noqa: F401\n"
 )
+# files transformers reads beside an export's own when it loads the directory: one the manifest does not
+# list would change the tokenizer or the weights loaded, so an export holding one is refused
+TRANSFORMERS_READS = (
+    "added_tokens.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "chat_template.jinja",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 MODEL_TYPE = "posenc"  # transformers' model_type of an export
 HF_FIELDS = {
     "model_type": MODEL_TYPE,
@@ -137,9 +152,12 @@ def tokenizer_json(tokenizer) -> str | None:
     return hf.to_str()
 
 
-def is_export(path: Path) -> bool:
+def is_export(path: Path, *, in_a_run: bool = False) -> bool:
     """Whether `path` is a directory whose config.json says it is a posenc export (verified_config checks
-    the rest)."""
+    the rest). A run directory holding its own export (export's default) is the run, as RUN names it,
+    unless `in_a_run` (hf:RUN names its export)."""
+    if not in_a_run and (path / SUMMARY).is_file():
+        return False
     try:
         config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -176,9 +194,18 @@ def verified_config(directory: Path) -> dict:
         if not (directory / name).is_file():
             raise not_an_export(directory, f"it has no {name}")
     manifest = read_manifest(directory)
-    for name in (CONFIG, WEIGHTS):
-        if manifest.get("files", {}).get(name) != hashed_entry(directory / name):
+    listed = manifest.get("files", {})
+    # the tokenizer's files too, where it has them; modeling_posenc.py is held to posenc's own line instead
+    for name in [n for n in dict.fromkeys((CONFIG, WEIGHTS, *listed)) if n != MODELING]:
+        if not (directory / name).is_file():
+            raise not_an_export(directory, f"it has no {name}, which its {MANIFEST} lists")
+        if listed.get(name) != hashed_entry(directory / name):
             raise not_an_export(directory, f"its {name} is not the one its {MANIFEST} lists")
+    foreign = [name for name in TRANSFORMERS_READS if name not in listed and (directory / name).exists()]
+    if foreign:
+        raise not_an_export(
+            directory, f"it holds {foreign[0]}, which transformers would read and posenc did not write"
+        )
     try:
         config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

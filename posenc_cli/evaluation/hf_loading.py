@@ -118,7 +118,7 @@ def load_hf_model(
         )
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
-    export = is_export(Path(source).expanduser())
+    export = is_export(Path(source).expanduser(), in_a_run=True)
     trusted = trusted_export(Path(source).expanduser()) if export else {}  # posenc's own code only
     config = load_config(tf, source, name, **trusted)
     model_class = None if export else causal_lm_class(tf, config, name)

@@ -30,6 +30,7 @@ import torch
 from posenc_cli.config.schema import PosencConfig
 from posenc_cli.core.atomic import write_text
 from posenc_cli.core.device import EFFECTIVE_PRECISIONS, cpu_bf16, cpu_model, effective_precision
+from posenc_cli.core.errors import UsageError
 from posenc_cli.data import random_positions
 from posenc_cli.model import GPT
 from posenc_cli.training.session import make_optimizer, model_config, train_step
@@ -38,6 +39,7 @@ CACHE_ENV = "POSENC_PRECISION_CACHE"  # the cache file's path; default under XDG
 CACHE_FORMAT = "posenc-precision-choices"
 ROUNDS = 3  # timed rounds, each one step in each precision (alternated), after a warm-up step of each
 SLOW_STEP_S = 1.0  # a warm-up step slower than this: one timed round, so calibration stays a few steps
+MAX_CACHE_BYTES = 1 << 20  # a cache holds one small entry per shape; a larger file is not posenc's
 log = logging.getLogger("posenc.train")
 
 
@@ -82,13 +84,16 @@ def read_cache(path: Path) -> dict[str, dict]:
     """The cached choices, verified (format, fingerprint, every entry's fields); anything else is ignored,
     said in one line, and measured again."""
     try:
+        if path.stat().st_size > MAX_CACHE_BYTES:
+            raise ValueError("too large")
         stored = json.loads(path.read_text(encoding="utf-8"))
         entries = stored["choices"]
         ok = stored.get("format") == CACHE_FORMAT and stored.get("sha256") == entries_sha256(entries)
         ok = ok and all(valid_entry(e) for e in entries.values())
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    # RecursionError: JSON nested past the parser's depth
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         ok, entries = False, {}
     if not ok:
         log.warning(f"{path} is not a precision cache posenc wrote (or was changed since); measuring again")
@@ -102,18 +107,26 @@ def valid_entry(entry: Any) -> bool:
         isinstance(ms, dict)
         and entry.get("effective") in EFFECTIVE_PRECISIONS
         and set(ms) == set(EFFECTIVE_PRECISIONS)
-        and all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in ms.values())
+        and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+            for v in ms.values()
+        )
     )
 
 
-def write_cache(path: Path, key: str, choice: PrecisionChoice) -> None:
-    entries = {**read_cache(path), key: {"effective": choice.effective, "step_ms": choice.step_ms}}
+def write_cache(path: Path, key: str, choice: PrecisionChoice, *, cached: dict[str, dict]) -> None:
+    """`cached`: the entries read before measuring (read_cache), kept beside the new one."""
+    entries = {**cached, key: {"effective": choice.effective, "step_ms": choice.step_ms}}
     payload = {"format": CACHE_FORMAT, "sha256": entries_sha256(entries), "choices": entries}
+    # a read-only home, or a directory or symbolic link where the file goes: the choice holds for this
+    # run, and is measured next time; a cache never stops a run
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, json.dumps(payload, indent=1, sort_keys=True) + "\n")
-    except OSError as err:  # a read-only home: the choice holds for this run, and is measured next time
+    except OSError as err:
         log.warning(f"could not cache the precision choice in {path} ({err.strerror}); it is measured again")
+    except UsageError as err:
+        log.warning(f"could not cache the precision choice: {err}")
 
 
 def time_steps(cfg: PosencConfig, device: torch.device, vocab_size: int) -> dict[str, float]:
@@ -164,7 +177,8 @@ def choose_precision(
     if cpu_bf16() == "emulated":
         return PrecisionChoice("fp32", "this CPU emulates bf16 (no AVX-512-BF16 or AMX)")
     path, key = cache_path(), shape_key(cfg, vocab_size)
-    cached = read_cache(path).get(key)
+    entries = read_cache(path)
+    cached = entries.get(key)
     if cached is not None:
         return PrecisionChoice(
             cached["effective"], "measured before on this machine at these shapes (cached)", cached["step_ms"]
@@ -177,7 +191,7 @@ def choose_precision(
     step_ms = measure(cfg, device, vocab_size)
     faster = min(EFFECTIVE_PRECISIONS, key=lambda p: step_ms[p])
     choice = PrecisionChoice(faster, "measured: the faster of the two at this run's shapes", step_ms)
-    write_cache(path, key, choice)
+    write_cache(path, key, choice, cached=entries)
     return choice
 
 

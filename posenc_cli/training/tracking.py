@@ -151,6 +151,11 @@ class WandbLogger(RunLogger):
         run_id: str | None = None,
     ):
         os.environ.setdefault("WANDB_SILENT", "true")
+        # WANDB_MODE=offline (or dryrun, its old name) or disabled, W&B's own switch, holds over the
+        # config's default online, as it does for wandb.init: with it a run never asks for a login
+        asked = {"dryrun": "offline"}.get(os.environ.get("WANDB_MODE", ""), os.environ.get("WANDB_MODE"))
+        if mode == "online" and asked in ("offline", "disabled"):
+            mode = asked
         if mode != "online":  # no version check, no login prompt, no network
             os.environ["WANDB_MODE"] = mode
         import wandb
