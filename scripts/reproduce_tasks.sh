@@ -3,12 +3,13 @@
 # parity, binary addition with reversed digits), trained on lengths 1-8 and tested at 1x, 2x, 4x, 8x,
 # for none, sinusoidal, learned, rope, alibi, t5, fire and randomized sinusoidal / rope / fire.
 #
-#   bash scripts/reproduce_tasks.sh                         # docs/tasks.md's: seeds 0,1,2, 400 steps (90 runs)
+#   bash scripts/reproduce_tasks.sh                         # docs/tasks.md's: seeds 0,1,2, 1,500 steps (90 runs)
+#   STEPS=400 bash scripts/reproduce_tasks.sh               # its earlier 400-step table
 #   SEEDS=0 JOBS=1 bash scripts/reproduce_tasks.sh train.max_steps=20    # a dry run
 #
-# A tiny model (2 layers, width 64, 4 heads) on one thread per run: 8-63 s a run on a shared 2-core Xeon
-# (AVX-512/AMX), two side by side; the 90 runs' training wall times summed to 39 min, the whole script
-# with the evaluation took 27.5 min of wall time (docs/tasks.md).
+# A tiny model (2 layers, width 64, 4 heads) on one thread per run, two side by side: at 1,500 steps
+# about a minute a run on a shared 2-core Xeon (AVX-512/AMX), 6-7 min a randomized one; the 90 runs'
+# training wall times summed to 137.5 min, 76 min of wall time for the whole script (docs/tasks.md).
 # The learned table is given 200 rows (positions past training stay untrained, so it can be scored at
 # 8x); randomized positions are drawn from [0, 8 x train.block_size). Extra arguments are Hydra
 # overrides for every training run.
@@ -18,7 +19,7 @@ source "$(dirname "$0")/common.sh"
 POSENC=${POSENC:-posenc}                      # or: POSENC="python -m posenc_cli"
 TASKS=${TASKS:-reverse parity addition}      # any of these three, space-separated
 SEEDS=${SEEDS:-0,1,2}
-STEPS=${STEPS:-400}
+STEPS=${STEPS:-1500}
 JOBS=${JOBS:-2}                               # training jobs side by side, one torch thread each
 LENGTHS=${LENGTHS:-8,16,32,64}
 NAME=tasks_$(date +%Y-%m-%d_%H-%M-%S)
