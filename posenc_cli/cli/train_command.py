@@ -12,7 +12,7 @@ from typer.core import TyperCommand
 
 from posenc_cli.cli.app import app, reflow
 from posenc_cli.core import ui
-from posenc_cli.core.choices import CHAPTER_SCHEMES, MULTIRUN_FLAGS
+from posenc_cli.core.choices import CHAPTER_SCHEMES, MULTIRUN_FLAGS, TOKENIZERS
 from posenc_cli.core.install import install_hint
 
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
@@ -70,15 +70,16 @@ class TrainCommand(TyperCommand):
         # imported when the command runs, so that --help leaves torch unimported
         from posenc_cli.config.location import config_dir
         from posenc_cli.config.schema import DATA, OPTIONS
-        from posenc_cli.data.tokenizers import TOKENIZERS
-        from posenc_cli.model.positional import SCHEMES
 
         def yaml_options(group: str) -> str:
             return " | ".join(sorted(p.stem for p in (config_dir() / group).glob("*.yaml")))
 
+        # the scheme group's options as Hydra takes them (configs/scheme/), the chapters' first: no torch
+        schemes = {p.stem for p in (config_dir() / "scheme").glob("*.yaml")}
+        listed = [s for s in CHAPTER_SCHEMES if s in schemes] + sorted(schemes - set(CHAPTER_SCHEMES))
         return reflow(
             TRAIN_HELP.format(
-                schemes=" | ".join(SCHEMES),
+                schemes=" | ".join(listed),
                 models=" | ".join(OPTIONS["model"]),
                 corpora=" | ".join(DATA),
                 tokenizers=" | ".join(TOKENIZERS),
