@@ -383,3 +383,19 @@ def test_cli_schemes_fits_80_columns():
     assert max(len(line) for line in lines) <= 80 and "…" not in result.stdout
     for name, cls in SCHEMES.items():
         assert any(line.split()[:2] == [name, cls.kind] for line in lines if line.split()), name
+
+
+@pytest.mark.slow  # trains a run
+def test_inspect_of_a_per_layer_fire_run_draws_the_bias_of_the_layer_it_is_given(tmp_path):
+    """scheme.per_layer: each block its own FIRE, so --layer picks whose bias is drawn (found by a hostile
+    pass: layer 0's was drawn for every layer)."""
+    from conftest import train
+
+    run = train(tmp_path, "model.n_layer=2", "scheme=fire", "scheme.per_layer=true")
+    drawn = {}
+    for layer in (0, 1):
+        result = inspect_scheme(name=None, run_dir=run, layer=layer, out=tmp_path / f"layer{layer}")
+        assert result.label.endswith(f", layer {layer}")
+        drawn[layer] = result.scheme
+    assert drawn[0] is not drawn[1]
+    assert not torch.equal(drawn[0].mlp[0].weight, drawn[1].mlp[0].weight)

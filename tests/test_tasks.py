@@ -197,6 +197,34 @@ def test_a_task_eval_writes_results_json_last_and_report_rebuilds_its_tables_fro
 
 
 @pytest.mark.slow
+def test_a_results_file_emptied_or_nested_too_deep_is_one_line_and_report_writes_nothing(task_runs):
+    """Edited results.json (its manifest re-hashed to match): rows emptied or replaced, or JSON nested past
+    Python's recursion limit, is refused in one line, exit 2, no output set (found by a hostile pass)."""
+    import hashlib
+    import shutil
+
+    cwd, (first, _), _ = task_runs
+    assert invoke("eval", str(first), "--lengths", "2,8", "--out", str(cwd / "set")).code == 0
+    for name, edit in (
+        ("emptied", lambda doc: doc["tasks"]["results"]["task_accuracy"].update(rows=[])),
+        ("replaced", lambda doc: doc["tasks"]["results"]["task_accuracy"].update(rows={"a": 1})),
+        ("deep", lambda doc: None),  # the whole file replaced below
+    ):
+        edited = cwd / name
+        shutil.copytree(cwd / "set", edited)
+        doc = json.loads((edited / "results.json").read_text())
+        edit(doc)
+        data = ("[" * 100_000 + "]" * 100_000 if name == "deep" else json.dumps(doc)).encode()
+        (edited / "results.json").write_bytes(data)
+        manifest = json.loads((edited / "manifest.json").read_text())
+        manifest["files"]["results.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        (edited / "manifest.json").write_text(json.dumps(manifest))
+        report = invoke("report", str(edited), "--out", str(cwd / f"out-{name}"))
+        assert report.code == 2 and report.stderr.count("\n") == 1, report.stderr
+        assert not (cwd / f"out-{name}").exists()
+
+
+@pytest.mark.slow
 def test_posenc_evaluate_scores_task_runs_as_the_command_does_and_writes_nothing_without_out(task_runs):
     import posenc
 

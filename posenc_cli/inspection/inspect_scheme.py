@@ -96,7 +96,9 @@ def inspect_scheme(
             )
         length = validated_length(length or run.train_len)
         warn_if_training(run.path, f"inspecting its checkpoint of step {run.checkpoint.step}")
-        scheme, label = run.model.scheme, f"{run.scheme} (trained, step {run.checkpoint.step})"
+        scheme, label = run.model.layer_schemes[layer], f"{run.scheme} (trained, step {run.checkpoint.step})"
+        if len({id(s) for s in run.model.layer_schemes}) > 1:  # one per layer (FIRE per_layer): --layer's
+            label += f", layer {layer}"
     out = out or OUTPUTS / "inspect" / (run.path.name if run_dir else name)
     length = min(length, scheme.max_len or length)  # a learned table has no rows past max_len
     result = Inspection(scheme, label, length, run_checks(scheme, length))

@@ -182,6 +182,10 @@ def parse_results(data: bytes, where: Path) -> dict[str, Any]:
     """results.json's document, its format and version checked."""
     try:
         document = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise UsageError(
+            f"{where} is nested too deep to be a posenc results file; rerun the command that wrote it"
+        ) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"{where} is not valid JSON ({err}); rerun the command that wrote it") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
@@ -225,8 +229,15 @@ def read_section(kind: str, record: Any, directory: Path) -> ResultsSection:
         tables = {name: read_table(record["results"][name], labels) for name in TABLES[kind]}
         made = [Provenance(**p) for p in record["provenance"]]
         info = dict(record["info"])
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise UsageError(f"{directory / RESULTS}: its {kind} section is damaged ({err!r})") from None
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as err:
+        raise UsageError(
+            f"{directory / RESULTS}: its {kind} section is damaged ({type(err).__name__})"
+        ) from None
+    first = TABLES[kind][0]
+    if tables[first].empty:  # a set always has rows: none means it was emptied since
+        raise UsageError(
+            f"{directory / RESULTS}: its {kind} section has no rows of {first}; rerun the command"
+        )
     return ResultsSection(kind, tables, info, made)
 
 
