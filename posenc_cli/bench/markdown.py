@@ -114,9 +114,10 @@ def bias_vs_rope(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
 
 
 def precision_auto(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
-    auto = df[(df["section"] == "precision") & (df["asked"] == "auto")]
-    if not len(auto):
+    found = df[df["section"] == "precision"]
+    if not len(found):
         return None
+    auto = found[found["asked"] == "auto"]
     worst = auto.loc[auto["vs_best"].idxmin()]
     return [
         f"train.precision=auto within {goal['precision_auto_slack']:.0%} of the faster of fp32 and bf16 "
