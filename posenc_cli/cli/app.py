@@ -10,7 +10,14 @@ from typing import Any
 import typer
 
 from posenc_cli.core import ui
-from posenc_cli.core.choices import CHAPTER_SCHEMES, DEVICES
+from posenc_cli.core.choices import (
+    CHAPTER_SCHEMES,
+    DEVICES,
+    HF_ROPE_SCALING,
+    PPL_TOLERANCE,
+    RETRIEVAL_THRESHOLD,
+    ROPE_SCALING,
+)
 from posenc_cli.evaluation.hf_options import hf_options as hf_options  # eval's and probe's, one home
 
 HELP_OPTION_NAMES = ["-h", "--help"]
@@ -100,6 +107,48 @@ def runs_argument(hf_note: str = "") -> Any:
 def lengths_option(default: str, help: str) -> Any:
     """--lengths (-l): a comma list of lengths, as eval and probe take it."""
     return typer.Option(default, "--lengths", "-l", help=help)
+
+
+def rope_scaling_option(scored: str) -> Any:
+    """--rope-scaling, as eval and probe take it: each RoPE-based run is `scored` once per method."""
+    return choice(
+        "none",
+        ROPE_SCALING + HF_ROPE_SCALING,
+        f"Comma list of RoPE context-extension methods: each RoPE-based run is {scored} once per method "
+        "(labelled rope+yarn etc.), no retraining; a run without a rotary scheme once, as trained; llama3 is "
+        "for hf: models only, which go through transformers' own rope_parameters.",
+        "--rope-scaling",
+        comma_list=True,
+    )
+
+
+def rope_factor_option(default: str) -> Any:
+    """--rope-factor, as eval and probe take it; `default` says what s is without it."""
+    return typer.Option(
+        None,
+        "--rope-factor",
+        help=f"Scale factor s for --rope-scaling, from 1 to 10,000 (default: {default}).",
+    )
+
+
+def ppl_tolerance_option(where: str = "") -> Any:
+    """--ppl-tolerance: the perplexity half of the effective-length rule (report.effective_length)."""
+    return typer.Option(
+        PPL_TOLERANCE,
+        "--ppl-tolerance",
+        help="Effective length (comparison.md): the longest length up to which perplexity stays within this "
+        f"fraction of its value at the reference length{where}.",
+    )
+
+
+def retrieval_threshold_option(where: str = "") -> Any:
+    """--retrieval-threshold: the retrieval half of the effective-length rule (report.effective_length)."""
+    return typer.Option(
+        RETRIEVAL_THRESHOLD,
+        "--retrieval-threshold",
+        help="Effective length (comparison.md): the longest length up to which at least this share of keys "
+        f"(0-1] is retrieved, depths and seeds averaged{where}.",
+    )
 
 
 def reflow(text: str) -> str:

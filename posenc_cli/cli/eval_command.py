@@ -8,18 +8,25 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from posenc_cli.cli.app import app, choice, device_option, flag, lengths_option, runs_argument
+from posenc_cli.cli.app import (
+    app,
+    choice,
+    device_option,
+    flag,
+    lengths_option,
+    ppl_tolerance_option,
+    retrieval_threshold_option,
+    rope_factor_option,
+    rope_scaling_option,
+    runs_argument,
+)
 from posenc_cli.core import ui
 from posenc_cli.core.choices import (
     EVAL_MODES,
     HF_DEVICE_MAPS,
     HF_DTYPES,
-    HF_ROPE_SCALING,
     LANGS,
     LEARNED_OVERFLOWS,
-    PPL_TOLERANCE,
-    RETRIEVAL_THRESHOLD,
-    ROPE_SCALING,
 )
 
 
@@ -53,17 +60,9 @@ def eval_command(
     ),
     device: str = device_option(),
     lang: str = choice("en", LANGS, "en, or zh to add the chapters' own words to comparison.md.", "--lang"),
-    rope_scaling: str = choice(
-        "none",
-        ROPE_SCALING + HF_ROPE_SCALING,
-        "Comma list of RoPE context-extension methods: each RoPE-based run is evaluated once per method (labelled rope+yarn etc.), no retraining; llama3 is for hf: models only, which go through transformers' own rope_parameters.",
-        "--rope-scaling",
-        comma_list=True,
-    ),
-    rope_factor: Optional[float] = typer.Option(
-        None,
-        "--rope-factor",
-        help="Scale factor s for --rope-scaling, from 1 to 10,000 (default: eval length / training length; dynamic: 1, it scales with the length itself).",
+    rope_scaling: str = rope_scaling_option("evaluated"),
+    rope_factor: Optional[float] = rope_factor_option(
+        "eval length / training length; dynamic: 1, it scales with the length itself"
     ),
     learned_overflow: str = choice(
         "dash",
@@ -89,15 +88,9 @@ def eval_command(
     add_context: bool = flag(
         "Also evaluate each target at its own training length (context) when it is longer than every --lengths."
     ),
-    ppl_tolerance: float = typer.Option(
-        PPL_TOLERANCE,
-        "--ppl-tolerance",
-        help="Effective length (comparison.md, ppl.csv): the longest length up to which perplexity stays within this fraction of its value at the reference length.",
-    ),
-    retrieval_threshold: float = typer.Option(
-        RETRIEVAL_THRESHOLD,
-        "--retrieval-threshold",
-        help="Effective length, where probe.csv is in --out too: retrieval must also stay at or above this share of keys (0-1].",
+    ppl_tolerance: float = ppl_tolerance_option(),
+    retrieval_threshold: float = retrieval_threshold_option(
+        ", read where probe wrote its probe.csv into --out too"
     ),
 ) -> None:
     """Perplexity at lengths past the training length, and the chapters' comparison table, measured.

@@ -6,17 +6,25 @@ from typing import List, Optional
 
 import typer
 
-from posenc_cli.cli.app import app, choice, device_option, flag, hf_options, lengths_option, runs_argument
+from posenc_cli.cli.app import (
+    app,
+    choice,
+    device_option,
+    flag,
+    hf_options,
+    lengths_option,
+    ppl_tolerance_option,
+    retrieval_threshold_option,
+    rope_factor_option,
+    rope_scaling_option,
+    runs_argument,
+)
 from posenc_cli.core import ui
 from posenc_cli.core.choices import (
     HF_DEVICE_MAPS,
     HF_DTYPES,
-    HF_ROPE_SCALING,
     LANGS,
-    PPL_TOLERANCE,
     PROBE_TASKS,
-    RETRIEVAL_THRESHOLD,
-    ROPE_SCALING,
 )
 
 
@@ -64,28 +72,10 @@ def probe(
         "--distractors",
         help="multikey only: needles beside the asked one, 1 to 16 (default 3, as RULER's multikey).",
     ),
-    rope_scaling: str = choice(
-        "none",
-        ROPE_SCALING + HF_ROPE_SCALING,
-        "Comma list of RoPE context-extension methods, as eval's: each RoPE-based run is probed once per method (rows rope+yarn etc.), no retraining; a run without a rotary scheme is probed once, as trained.",
-        "--rope-scaling",
-        comma_list=True,
-    ),
-    rope_factor: Optional[float] = typer.Option(
-        None,
-        "--rope-factor",
-        help="Scale factor s for --rope-scaling, from 1 to 10,000 (default: trial length / training length), as eval's.",
-    ),
-    retrieval_threshold: float = typer.Option(
-        RETRIEVAL_THRESHOLD,
-        "--retrieval-threshold",
-        help="Effective length (probe.csv, comparison.md): the longest length up to which at least this share of keys (0-1] is retrieved, depths and seeds averaged.",
-    ),
-    ppl_tolerance: float = typer.Option(
-        PPL_TOLERANCE,
-        "--ppl-tolerance",
-        help="Effective length, where eval's ppl.csv is in --out too: perplexity must also stay within this fraction of its value at the reference length.",
-    ),
+    rope_scaling: str = rope_scaling_option("probed"),
+    rope_factor: Optional[float] = rope_factor_option("trial length / training length, as eval's"),
+    retrieval_threshold: float = retrieval_threshold_option(),
+    ppl_tolerance: float = ppl_tolerance_option(", read where eval wrote its ppl.csv into --out too"),
 ) -> None:
     """Needle retrieval: can a model find a 5-digit key (or several) at depth δ in a prompt of L tokens?
 
