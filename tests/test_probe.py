@@ -263,3 +263,11 @@ def test_probe_preset_episodes_fit_its_training_window():
     )
     assert episode + cfg.data.passkey_max_distance <= cfg.train.block_size
     assert cfg.data.passkey_rate > 0 and cfg.model.embed_std > 0.02
+
+
+def test_a_column_that_took_no_asked_scaling_says_so_even_when_no_column_was_scaled():
+    """`posenc probe ALIBI_RUN --rope-scaling yarn`: every row is unscaled, and passkey.md still says why
+    (found by a hostile pass: the note appeared only beside a scaled column)."""
+    alibi = passkey_cells("alibi", {(0, 128, 0.5): 1.0})
+    assert "alibi takes no RoPE scaling" in passkey_by_depth(alibi, scaling_asked=True)
+    assert "takes no RoPE scaling" not in passkey_by_depth(alibi)

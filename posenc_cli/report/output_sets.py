@@ -63,7 +63,9 @@ def write_probe_outputs(
             written += [out / f"probe_{file_safe(scheme)}.png", out / f"probe_{file_safe(scheme)}.svg"]
         plot_probe_summary(passkey, out / "probe_summary.png")
         written += [out / "probe_summary.png", out / "probe_summary.svg"]
-        write_text(out / "passkey.md", passkey_by_depth(passkey) + skipped_text(skipped))
+        asked = str(made[0].options.get("rope_scaling") or "none").split(",") if made else ["none"]
+        depths = passkey_by_depth(passkey, scaling_asked=any(m.strip() != "none" for m in asked))
+        write_text(out / "passkey.md", depths + skipped_text(skipped))
         written.append(out / "passkey.md")
         ppl = result.trusted_input("ppl.csv")
         if ppl is not None:

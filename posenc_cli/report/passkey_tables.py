@@ -32,11 +32,11 @@ def probe_columns(passkey: pd.DataFrame) -> list:
     return sorted(order, key=lambda s: (column_rank[str(s)], appearance[str(s)]))
 
 
-def unscaled_columns(passkey: pd.DataFrame) -> dict[str, str]:
-    """The columns --rope-scaling could not scale (a run probed once, as trained, while others were
-    scaled), with eval's note for each."""
+def unscaled_columns(passkey: pd.DataFrame, *, scaling_asked: bool) -> dict[str, str]:
+    """The columns --rope-scaling (when it asked for a scaling) could not scale: a run probed once, as
+    trained, with eval's note for each."""
     rows = probe_rows(passkey)
-    if (rows["rope_scaling"] == "none").all():
+    if not scaling_asked:
         return {}
     per_run = rows.groupby("run")["scheme"].nunique()
     alone = rows[rows.run.map(per_run).eq(1) & rows.rope_scaling.eq("none")]
@@ -74,9 +74,10 @@ def seed_spread(values: pd.Series) -> str:
     return f"{mean_std(values, digits=0)} [{values.min():.0f}–{values.max():.0f}]"
 
 
-def passkey_by_depth(passkey: pd.DataFrame) -> str:
+def passkey_by_depth(passkey: pd.DataFrame, *, scaling_asked: bool = False) -> str:
     """passkey.md: per task and column, % retrieved at every depth and length with the spread over
-    seeds, and how many seeds retrieve at least half the keys (depths averaged)."""
+    seeds, and how many seeds retrieve at least half the keys (depths averaged); `scaling_asked`: the
+    probe's --rope-scaling asked for a scaling, so a column probed once says why."""
     rows = probe_rows(passkey)
     asked = tasks(rows)
     title = "Passkey retrieval" if asked == ["passkey"] else f"Needle retrieval ({', '.join(asked)})"
@@ -86,7 +87,7 @@ def passkey_by_depth(passkey: pd.DataFrame) -> str:
         "mean ± std [min–max] over seeds. Depth is where the key sits in the filler: 0.1 is far from the "
         "question, 0.9 near it.\n"
     ]
-    notes = unscaled_columns(rows)
+    notes = unscaled_columns(rows, scaling_asked=scaling_asked)
     for task in asked:
         for scheme in probe_columns(rows):
             sub = rows[(rows.scheme == str(scheme)) & (rows.task == task)]
