@@ -49,10 +49,6 @@ def test_a_help_names_an_extra_only_while_it_is_missing(monkeypatch):
     assert needs("hf", "safetensors", "tokenizers") == f"safetensors missing: {install_hint('hf')}"
 
 
-# hints in data/, which this change leaves to its owners: the two lines that still spell the package's
-NOT_YET = ("posenc_cli/data/hf_datasets.py", "posenc_cli/data/tokenizers.py")
-
-
 def hand_spelled_hints(path) -> list[int]:
     """Lines of `path` whose strings (docstrings aside: they describe, users never see them as advice)
     spell an install command by hand."""
@@ -83,7 +79,7 @@ def test_no_install_hint_is_spelled_by_hand_in_the_code():
         for path in sorted((ROOT / "posenc_cli").rglob("*.py"))
         if path.name != "install.py" and (lines := hand_spelled_hints(path))
     }
-    assert sorted(spelled) == sorted(NOT_YET)
+    assert spelled == {}
 
 
 def test_export_help_says_how_its_packages_come(monkeypatch):

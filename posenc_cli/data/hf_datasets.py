@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.install import install_hint
 from posenc_cli.data.stream import TextSource
 
 ROWS_PER_BLOCK = 1000
@@ -32,9 +33,7 @@ def import_datasets():
     try:
         import datasets
     except ImportError:
-        raise UsageError(
-            "data=hf needs the Hugging Face datasets package: pip install 'posenc[data]'"
-        ) from None
+        raise UsageError(f"data=hf needs the Hugging Face datasets package: {install_hint('data')}") from None
     return datasets
 
 

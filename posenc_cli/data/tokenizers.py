@@ -21,6 +21,7 @@ import numpy as np
 
 from posenc_cli.core.choices import TOKENIZERS
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.install import install_hint
 from posenc_cli.data.tokenizer_base import TokenizerBase
 from posenc_cli.data.vocab import UNK, Vocab
 
@@ -76,7 +77,7 @@ def hf_tokenizers():
         import tokenizers
     except ImportError:
         raise UsageError(
-            "data.tokenizer=bpe needs the Hugging Face tokenizers package: pip install 'posenc[data]'"
+            f"data.tokenizer=bpe needs the Hugging Face tokenizers package: {install_hint('data')}"
         ) from None
     return tokenizers
 
