@@ -167,3 +167,25 @@ def test_the_kv_cache_samples_the_same_tokens_as_the_whole_context_for_a_seed(sm
         for c in (True, False)
     )
     assert with_cache == without and len(with_cache) == 60
+
+
+@pytest.mark.slow  # trains a run, exports it and samples both in processes
+def test_an_export_sampled_as_hf_draws_the_runs_own_text_for_a_seed_and_asks_nothing(tmp_path):
+    """`posenc sample hf:EXPORT` (issue #35): transformers' model in its own tokenizer gives, for a seed, the
+    text `posenc sample RUN` gives, greedy and sampled, without transformers asking to trust its code."""
+    pytest.importorskip("transformers")
+    from conftest import train
+
+    run = train(tmp_path, "scheme=rope")
+    assert run_cli("export", str(run), "--out", str(tmp_path / "export"), cwd=tmp_path).returncode == 0
+    for temperature in ("0", "0.8"):
+        drawn = [
+            run_cli(
+                "sample", target, "--tokens", "24", "--seed", "3", "--temperature", temperature, cwd=tmp_path
+            )
+            for target in (str(run), f"hf:{tmp_path / 'export'}")
+        ]
+        assert all(d.returncode == 0 for d in drawn), drawn[1].stderr
+        assert drawn[0].stdout == drawn[1].stdout and "custom code" not in drawn[1].stderr + drawn[1].stdout
+    refused = run_cli("sample", f"hf:{tmp_path / 'export'}", "--window", "8", cwd=tmp_path)
+    assert refused.returncode == 2 and "drop --window" in refused.stderr

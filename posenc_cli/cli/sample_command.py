@@ -10,12 +10,16 @@ import typer
 
 from posenc_cli.cli.app import app, device_option
 from posenc_cli.core import ui
-from posenc_cli.core.errors import UsageError, require_int, require_seed
+from posenc_cli.core.errors import UsageError
 
 SEPARATOR = "\n---------------\n"  # between samples, as nanoGPT's sample.py prints them
 PROMPT_HELP = (
     "Text to continue; every character must be in the run's vocabulary (default: a newline, as nanoGPT "
     "starts, or a space where the vocabulary has no newline)."
+)
+RUN_HELP = (
+    "A trained run directory, or hf:ID_OR_PATH (a Hugging Face model or a posenc export: in its own tokenizer "
+    "and cache, drawn as a run is)."
 )
 NUM_SAMPLES_HELP = (
     "How many samples, the i-th drawn with seed --seed + i, separated by a line of dashes (at most 100)."
@@ -24,7 +28,7 @@ NUM_SAMPLES_HELP = (
 
 @app.command()
 def sample(
-    run: Path = typer.Argument(..., help="A trained run directory."),
+    run: str = typer.Argument(..., help=RUN_HELP),
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help=PROMPT_HELP),
     num_samples: int = typer.Option(1, "--num-samples", help=NUM_SAMPLES_HELP),
     tokens: int = typer.Option(
@@ -68,20 +72,20 @@ def sample(
     from posenc_cli.rundir.loading import load_run
 
     out = checked_out_file(out)
-    sampling = check_sampling(temperature, top_k, seed)
-    (
-        require_int("--num-samples", num_samples, at_least=1, at_most=100),
-        require_seed("--seed", seed + num_samples - 1),
-    )
-    loaded = load_run(run)
+    sampling = check_sampling(temperature, top_k, seed, count=num_samples)
+    drawing = dict(tokens=tokens, sampling=sampling, count=num_samples, window=window)
+    if run.startswith("hf:"):
+        return finish(
+            SEPARATOR.join(hf_samples(run, prompt, **drawing, device=device)), out=out, stopped_early=None
+        )
+    loaded = load_run(Path(run))
     warn_if_training(run, f"sampling its checkpoint of step {loaded.checkpoint.step}")
     prompt = start_text(loaded) if prompt is None else prompt
     prompt_ids = encoded(prompt, loaded)
     steps = plan(loaded, len(prompt_ids), tokens, window=window)
     target = resolve_device(device)
     check_context_memory(loaded, window or len(prompt_ids) + steps.tokens, target)
-    drawing = dict(tokens=steps.tokens, sampling=sampling, count=num_samples, window=window, device=target)
-    texts = samples(loaded, prompt, prompt_ids, **drawing)
+    texts = samples(loaded, prompt, prompt_ids, **{**drawing, "tokens": steps.tokens}, device=target)
     finish(SEPARATOR.join(texts), out=out, stopped_early=steps.stopped_early)
 
 
@@ -98,6 +102,35 @@ def samples(
         draw = replace(sampling, seed=sampling.seed + i)
         ids = generate(loaded.model, prompt_ids, tokens, sampling=draw, window=window, device=device)
         texts.append(stream(loaded, prompt, ids))
+    return texts
+
+
+def hf_samples(
+    name: str, prompt: str | None, *, tokens: int, sampling, count: int, window, device: str
+) -> list[str]:
+    """`posenc sample hf:NAME`: the model in its own tokenizer (a newline to start from, as nanoGPT),
+    sampled as a run is (the same pick, seed + i), through its own KV cache."""
+    # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.core.device import resolve_device
+    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.evaluation.sample import generate_hf
+
+    if window is not None:
+        raise UsageError(
+            f"--window slides a posenc run's context; {name} generates with its own cache: drop --window"
+        )
+    if prompt == "":
+        raise UsageError("--prompt is empty; give at least one character")
+    hf = load_hf_model(name, device=resolve_device(device))
+    starts = ["\n", " "] if prompt is None else [prompt]  # as for a run: a newline, else a space
+    prompt, ids = next(((p, i) for p in starts if (i := hf.tokenizer(p)["input_ids"])), (starts[-1], []))
+    if not ids:
+        raise UsageError(f"--prompt {prompt!r} is no token of {name}'s tokenizer; give text it has")
+    texts = []
+    for i in range(count):
+        ui.out.file.write(SEPARATOR.lstrip("\n") if i else "")
+        drawn = generate_hf(hf, ids, tokens, sampling=replace(sampling, seed=sampling.seed + i))
+        texts.append(stream(hf, prompt, drawn))
     return texts
 
 

@@ -177,7 +177,8 @@ def load_weights(tf, source: str, name: str, *, config, placement: dict):
     """(tokenizer, model), the model loaded with `placement` (dtype, attention, device map); weights that
     are more than plain tensors are refused, never run."""
     try:
-        tokenizer = load_pretrained(tf.AutoTokenizer, source, name)
+        trusted = {k: v for k, v in placement.items() if k == "trust_remote_code"}  # a verified export's
+        tokenizer = load_pretrained(tf.AutoTokenizer, source, name, **trusted)  # config names its code
         model = load_pretrained(tf.AutoModelForCausalLM, source, name, config=config, **placement)
     except UsageError:
         raise

@@ -111,6 +111,24 @@ def generate(
         yield next_id
 
 
+@torch.no_grad()
+def generate_hf(hf, prompt_ids: list[int], tokens: int, *, sampling: Sampling) -> Iterator[int]:
+    """An `hf:` model's token ids one at a time, drawn as generate draws them (pick, one generator per
+    seed), each step running only the new token through the model's own KV cache (transformers' `cache`)."""
+    require_int("--tokens", tokens, at_least=1, at_most=MAX_TOKENS)
+    generator = torch.Generator().manual_seed(sampling.seed)
+    model, cache, context = hf.model.eval(), None, list(prompt_ids)
+    for _ in range(tokens):
+        seen = context[-1:] if cache is not None else context
+        out = model(
+            input_ids=torch.tensor([seen], dtype=torch.long, device=hf.device), cache=cache, use_cache=True
+        )
+        cache = getattr(out, "cache", None)  # None: a model without one (a posenc export's): whole context
+        logits = out.logits[0, -1].float().cpu()
+        context.append(pick(logits, sampling.temperature, sampling.top_k, generator=generator))
+        yield context[-1]
+
+
 def pick(logits: torch.Tensor, temperature: float, top_k: int | None, *, generator: torch.Generator) -> int:
     """Sample from softmax(logits / temperature) restricted to the top_k most likely tokens. The logits
     are shifted to a maximum of 0 first and divided in float64, so a tiny temperature (1e-40) cannot
@@ -124,7 +142,10 @@ def pick(logits: torch.Tensor, temperature: float, top_k: int | None, *, generat
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def check_sampling(temperature: float, top_k: int | None, seed: int) -> Sampling:
+def check_sampling(temperature: float, top_k: int | None, seed: int, *, count: int = 1) -> Sampling:
+    """The sampling options, and --num-samples (`count`): its last seed, seed + count - 1, in range too."""
+    require_int("--num-samples", count, at_least=1, at_most=100)
+    require_seed("--seed", seed + count - 1)
     if not (temperature >= 0 and math.isfinite(temperature)):
         raise UsageError(f"--temperature must be a finite number >= 0 (0 is greedy), got {temperature}")
     if top_k is not None:
