@@ -115,10 +115,19 @@ def plan_run(
     span = scored_span(len(tokens), run_lengths, max_tokens) if span is None else span
     for length in run_lengths:
         plan_windows(span, length, scoring.mode, stride=scoring.stride)  # validates mode and stride
-    variants = run.variants(list(rope_scaling), rope_factor)  # validates the methods for this run
-    run.check_fits([L for L in run_lengths if not past_max_len(run.max_len, L)], scoring.device)
+    variants = fitting_variants(run, run_lengths, scoring, rope_scaling=rope_scaling, rope_factor=rope_factor)
     unigram = unigram_perplexity(token_window(tokens, 0, span + 1))
     return RunPlan(tokens, weights, unigram, run_lengths, span, variants, lengths.reference, text)
+
+
+def fitting_variants(
+    run: EvalTarget, lengths: list[int], scoring: Scoring, *, rope_scaling, rope_factor
+) -> list:
+    """What `run` is evaluated as (its RoPE scalings, validated for it), after checking that the lengths it
+    can read fit in the device's memory: the part a stream's plan and a documents' plan share."""
+    variants = run.variants(list(rope_scaling), rope_factor)
+    run.check_fits([L for L in lengths if not past_max_len(run.max_len, L)], scoring.device)
+    return variants
 
 
 def column_label(run: EvalTarget, variant, overflow: str, *, distinct, rope_factor, mixed: bool) -> Label:
@@ -192,8 +201,7 @@ def plan_documents(
     assert text.documents is not None
     documents = [EncodedDocument(*run.eval_tokens(doc)) for doc in text.documents]
     require_documents(documents, lengths.lengths, where=f"{text.name} in {run.path}'s tokens")
-    scaled = run.variants(list(variants["rope_scaling"]), variants["rope_factor"])
-    run.check_fits([L for L in lengths.lengths if not past_max_len(run.max_len, L)], scoring.device)
+    scaled = fitting_variants(run, lengths.lengths, scoring, **variants)
     every = np.concatenate([np.asarray(d.tokens) for d in documents])
     unigram = unigram_perplexity(every)
     plan = RunPlan(every, None, unigram, lengths.lengths, max_tokens, scaled, lengths.reference, text.name)
