@@ -4,15 +4,26 @@ tokenizers, and `posenc eval` of an export (EXPORT_DIR or hf:EXPORT_DIR) scores 
 
 from __future__ import annotations
 
+import json
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import ALL_SCHEMES, BEYOND_CHAPTERS, assert_refused, evaluate, posenc, train
+from conftest import ALL_SCHEMES, BEYOND_CHAPTERS, assert_refused, evaluate, invoke, posenc, train
 from posenc_cli.data.tokenizers import ByteTokenizer
 from posenc_cli.data.vocab import UNK, Vocab
-from posenc_cli.evaluation.export import export_run, tokenizer_json
+from posenc_cli.evaluation.export import (
+    MODELING,
+    MODELING_SOURCE,
+    TOKENIZER,
+    TOKENIZER_CONFIG,
+    document_end_id,
+    export_run,
+    tokenizer_config,
+    tokenizer_json,
+)
 from posenc_cli.rundir.loading import load_run
 
 transformers = pytest.importorskip("transformers")
@@ -46,6 +57,28 @@ def test_the_exported_tokenizer_gives_posencs_ids_and_decodes_back(tokenizer, te
         assert fast.decode(ids) == text
     else:
         assert ids.count(tokenizer.chars.index(UNK)) == len([c for c in text if c not in "abc "])
+
+
+@pytest.mark.parametrize(
+    "tokenizer, newline",
+    [(Vocab.from_text(TEXT + "Ċ"), TEXT.index("\n")), (ByteTokenizer(), 10), (Vocab.from_text("abc "), None)],
+    ids=["char", "byte", "char-without-a-newline"],
+)
+def test_an_exports_tokenizer_ends_a_document_with_its_newline_and_keeps_posencs_ids(
+    tokenizer, newline, tmp_path
+):
+    """The end of text lm-evaluation-harness starts each rolling window with is the newline posenc ends
+    every document with, set without adding a token: ids, vocabulary size and decoding stay posenc's,
+    including the letter Ċ that stands for the newline in byte-level vocabularies."""
+    (tmp_path / TOKENIZER).write_text(tokenizer_json(tokenizer), encoding="utf-8")
+    (tmp_path / TOKENIZER_CONFIG).write_text(json.dumps(tokenizer_config(tokenizer)), encoding="utf-8")
+    (tmp_path / MODELING).write_text(MODELING_SOURCE, encoding="utf-8")
+    fast = transformers.AutoTokenizer.from_pretrained(str(tmp_path), trust_remote_code=True)
+    newline = None if newline is None else tokenizer.encode("\n").tolist()[0]
+    assert document_end_id(tokenizer) == fast.eos_token_id == newline
+    text = "a cab" if newline is None else TEXT + "Ċ\n"
+    assert fast(text)["input_ids"] == tokenizer.encode(text).tolist()
+    assert len(fast) == len(tokenizer) and fast.decode(tokenizer.encode(text).tolist()) == text
 
 
 def exported_logits_match(run: Path, out: Path) -> None:
@@ -95,6 +128,46 @@ def text_in_vocabulary(run: Path, path: Path, n: int = 3000) -> Path:
     chars = load_run(run).tokenizer.chars
     path.write_text("".join(chars[(i * 7 + i // 5) % len(chars)] for i in range(n)), encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module")
+def lines_run(tmp_path_factory) -> Path:
+    """A tiny run on a text of lines, so that its vocabulary holds the newline that ends a document."""
+    cwd = tmp_path_factory.mktemp("lines")
+    words = "to be or not that is the question whether tis nobler in the mind".split()
+    lines = [" ".join(words[(i * 5) % len(words) :][: 3 + i % 7]) for i in range(400)]
+    (cwd / "lines.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return train(cwd, "data=text", f"data.path={cwd / 'lines.txt'}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_spec("lm_eval") is None, reason="lm-evaluation-harness is not installed")
+def test_lm_evaluation_harness_scores_every_token_of_an_export_once_in_windows_of_its_training_length(
+    lines_run, tmp_path
+):
+    """lm-evaluation-harness's `hf` model on an export: loglikelihood_rolling of a text three windows
+    long is posenc's own log-likelihood of it, each window of the training length read by the model
+    after the token before it (the document end before the first)."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    export = export_run(lines_run, tmp_path / "export")
+    harness = HFLM(pretrained=str(export), trust_remote_code=True, batch_size=2, device="cpu")
+    run = load_run(lines_run)
+    text = text_in_vocabulary(lines_run, tmp_path / "text.txt", n=3 * run.train_len).read_text("utf-8")
+    ids = run.tokenizer.encode(text)
+    inputs = torch.cat([torch.tensor([document_end_id(run.tokenizer)]), ids[:-1]])
+    with torch.no_grad():
+        expected = sum(
+            torch.log_softmax(run.model(inputs[None, start : start + run.train_len]), dim=-1)[0]
+            .gather(1, ids[start : start + run.train_len, None])
+            .sum()
+            .item()
+            for start in range(0, len(ids), run.train_len)
+        )
+    assert harness.max_length == run.train_len
+    rolling = harness.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])
+    assert rolling == pytest.approx([expected], rel=1e-5)
 
 
 @pytest.mark.parametrize("scheme", ["rope", "learned"])
@@ -154,6 +227,28 @@ def test_an_export_with_a_tokenizer_file_missing_or_changed_or_one_transformers_
         edit(edited)
         with pytest.raises(UsageError, match=said):
             verified_config(edited)
+
+
+def test_an_export_of_an_older_version_is_refused_by_its_version_and_one_without_a_newline_says_so(
+    smoke_sweep, tmp_path
+):
+    from posenc_cli.core.atomic import MANIFEST, hashed_entry, read_manifest
+    from posenc_cli.core.errors import UsageError
+    from posenc_cli.evaluation.export import CONFIG, verified_config
+
+    run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+    result = invoke("export", str(run), "--out", str(tmp_path / "export"))
+    assert result.code == 0 and "lm-evaluation-harness needs prefix_token_id" in " ".join(
+        result.stderr.split()
+    )
+    export = tmp_path / "export"
+    config = json.loads((export / CONFIG).read_text(encoding="utf-8")) | {"version": 2}
+    (export / CONFIG).write_text(json.dumps(config), encoding="utf-8")
+    manifest = read_manifest(export)
+    manifest["files"][CONFIG] = hashed_entry(export / CONFIG)  # consistent, as a version-2 export was
+    (export / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(UsageError, match="export version 2, and this posenc reads version 3"):
+        verified_config(export)
 
 
 def test_a_run_holding_its_own_export_is_still_evaluated_as_the_run_and_hf_run_names_the_export(

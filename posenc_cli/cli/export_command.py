@@ -16,8 +16,8 @@ EXPORT_HELP = f"""Write a run's model as model.safetensors + config.json (and ma
 run's id, written last): shareable, and loaded without pickle (posenc_cli.evaluation.export.load_export
 gives the same logits, and refuses an export whose files do not match its manifest). The directory
 also loads in transformers: AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True) with
-posenc installed (modeling_posenc.py), the tokenizer from tokenizer.json; posenc eval hf:DIR (or DIR)
-scores it. A run being trained is refused. Needs safetensors and tokenizers ({escape(needs("hf", "safetensors", "tokenizers"))})."""
+posenc installed (modeling_posenc.py), and AutoTokenizer likewise (its end of text is the newline;
+lm-evaluation-harness's hf model reads it so); posenc eval hf:DIR (or DIR) scores it. A run being trained is refused. Needs safetensors and tokenizers ({escape(needs("hf", "safetensors", "tokenizers"))})."""
 
 
 @app.command("export", help=EXPORT_HELP)
@@ -30,7 +30,12 @@ def export_command(
     """EXPORT_HELP: its install hint is spelled for this install (core.install)."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.atomic import read_manifest
-    from posenc_cli.evaluation.export import export_run
+    from posenc_cli.evaluation.export import export_run, lacks_document_end
 
     written = export_run(run, out)
     ui.err.print(f"wrote {', '.join(read_manifest(written)['files'])}, manifest.json to {written}")
+    if lacks_document_end(written):
+        ui.err.print(
+            "note: its vocabulary has no newline, so its tokenizer has no end of text: "
+            "lm-evaluation-harness needs prefix_token_id=ID in --model_args"
+        )

@@ -6,8 +6,9 @@ for both: an export killed mid-write (B's weights beside A's config) is refused,
 
 The same directory is a transformers model: config.json also carries `model_type` and `auto_map`,
 `modeling_posenc.py` imports evaluation.hf_modeling's classes (which wrap posenc's GPT: posenc must be
-installed where it is loaded), and `tokenizer.json` is the run's tokenizer for PreTrainedTokenizerFast,
-so `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` gives posenc's logits. posenc itself
+installed where it is loaded), and `tokenizer.json` is the run's tokenizer (hf_modeling.PosencTokenizerFast,
+whose end of text is the newline that ends posenc's documents), so `AutoModelForCausalLM` and
+`AutoTokenizer.from_pretrained(DIR, trust_remote_code=True)` give posenc's logits and ids. posenc itself
 loads it so as `hf:DIR` (or DIR named as a target), trusting the code only of a complete export whose
 modeling_posenc.py is the import line posenc writes (`trusted_export`)."""
 
@@ -28,7 +29,7 @@ from posenc_cli.rundir.loading import load_run
 from posenc_cli.rundir.record import read_summary
 
 FORMAT = "posenc-model"
-VERSION = 2  # 2: the run id, and a manifest of hashes
+VERSION = 3  # 2: the run id, and a manifest of hashes; 3: the tokenizer's own class and end of document
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 MODELING = "modeling_posenc.py"
@@ -36,8 +37,9 @@ TOKENIZER = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 MODELING_SOURCE = (  # the module transformers imports with trust_remote_code: posenc's classes, not a copy
     '"""posenc\'s GPT for transformers (pip install posenc): see posenc_cli/evaluation/hf_modeling.py."""\n\n'
-    "from posenc_cli.evaluation.hf_modeling import PosencConfig, PosencForCausalLM  # noqa: F401\n"
+    "from posenc_cli.evaluation.hf_modeling import PosencConfig, PosencForCausalLM, PosencTokenizerFast  # noqa: F401\n"
 )
+DOCUMENT_END = "\n"  # posenc ends every document with it (data.hf_datasets), as GPT-2's <|endoftext|>
 # files transformers reads beside an export's own when it loads the directory: one the manifest does not
 # list would change the tokenizer or the weights loaded, so an export holding one is refused
 TRANSFORMERS_READS = (
@@ -103,9 +105,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         result.written += [out / WEIGHTS, out / MODELING]
         if tokenizer is not None:
             write_text(out / TOKENIZER, tokenizer)
-            write_text(
-                out / TOKENIZER_CONFIG, json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}) + "\n"
-            )
+            write_text(out / TOKENIZER_CONFIG, json.dumps(tokenizer_config(run.tokenizer)) + "\n")
             result.written += [out / TOKENIZER, out / TOKENIZER_CONFIG]
         write_text(out / CONFIG, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         result.written.append(out / CONFIG)
@@ -150,6 +150,31 @@ def tokenizer_json(tokenizer) -> str | None:
         hf.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
         hf.decoder = tk.decoders.ByteLevel()
     return hf.to_str()
+
+
+def document_end_id(tokenizer) -> int | None:
+    """The id of DOCUMENT_END, where the vocabulary gives it one token (a char vocabulary may lack it)."""
+    if tokenizer.missing(DOCUMENT_END):
+        return None
+    ids = tokenizer.encode_array(DOCUMENT_END)
+    return int(ids[0]) if len(ids) == 1 else None
+
+
+def tokenizer_config(tokenizer) -> dict:
+    """tokenizer_config.json: transformers loads the tokenizer as hf_modeling.PosencTokenizerFast, whose
+    end of text is the document end (lm-evaluation-harness starts every rolling window with it)."""
+    return {
+        "tokenizer_class": "PosencTokenizerFast",
+        "auto_map": {"AutoTokenizer": [None, f"{MODELING.removesuffix('.py')}.PosencTokenizerFast"]},
+        "document_end_id": document_end_id(tokenizer),
+    }
+
+
+def lacks_document_end(directory: Path) -> bool:
+    """Whether an export just written has a text tokenizer without DOCUMENT_END, so that
+    lm-evaluation-harness, which starts each rolling window with the end of text, needs prefix_token_id."""
+    path = directory / TOKENIZER_CONFIG
+    return path.is_file() and json.loads(path.read_text(encoding="utf-8")).get("document_end_id") is None
 
 
 def is_export(path: Path, *, in_a_run: bool = False) -> bool:
@@ -210,7 +235,12 @@ def verified_config(directory: Path) -> dict:
         config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"{directory / CONFIG} is not valid JSON ({err})") from None
-    if not isinstance(config, dict) or config.get("format") != FORMAT or config.get("version") != VERSION:
+    if isinstance(config, dict) and config.get("format") == FORMAT and config.get("version") != VERSION:
+        raise not_an_export(
+            directory,
+            f"it is of export version {config.get('version')!r}, and this posenc reads version {VERSION}",
+        )
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise UsageError(
             f"{directory / CONFIG} is not a posenc model config (format {FORMAT!r} version {VERSION})"
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 from transformers.modeling_outputs import CausalLMOutput
 
 from posenc_cli.evaluation.export import MODEL_TYPE
@@ -89,3 +89,21 @@ class PosencForCausalLM(PreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, **_: Any) -> dict[str, Any]:
         return {"input_ids": input_ids}
+
+
+class PosencTokenizerFast(PreTrainedTokenizerFast):
+    """An export's tokenizer: posenc's ids (tokenizer.json), and as its end of text the token that ends
+    every document posenc reads (export.DOCUMENT_END; tokenizer_config.json's document_end_id), which
+    lm-evaluation-harness puts before each rolling window. It is the eos id without being added as a
+    special token: an added token is matched in the text before the byte-level split, so byte and BPE
+    vocabularies' 'Ċ' (their newline) would take the letter Ċ's place. No __init__ of its own, so
+    transformers loads tokenizer.json as it is."""
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.init_kwargs.get("document_end_id")
+
+    @property
+    def eos_token(self) -> str | None:
+        end = self.eos_token_id
+        return None if end is None else self.convert_ids_to_tokens(end)
