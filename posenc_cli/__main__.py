@@ -1,3 +1,3 @@
-from posenc_cli.cli.main import main
+from posenc_cli.cli.main import console_main
 
-main()
+console_main()

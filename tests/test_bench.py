@@ -50,7 +50,18 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     )  # seconds on a quiet machine; the timeout allows for a loaded one
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "bench" / "bench.csv")
-    assert set(df["section"]) == {"gemm", "train", "precision", "peer", "eval", "sample", "startup"}
+    assert set(df["section"]) == {
+        "gemm",
+        "train",
+        "precision",
+        "peer",
+        "eval",
+        "sample",
+        "startup",
+        "main_job",
+    }
+    main_job = df[df["section"] == "main_job"]
+    assert main_job["config"].tolist()[-1] == "total" and (main_job["seconds"] > 0).all()
     precision = df[df["section"] == "precision"]
     assert sorted(precision["config"].unique()) == ["default", "nanogpt-recipe"]
     assert (precision.groupby("config")["asked"].apply(sorted) == [["auto", "bf16", "fp32"]] * 2).all()

@@ -3,12 +3,13 @@ and shell completion for commands, options and train's Hydra overrides."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import BEYOND_CHAPTERS, invoke, run_cli
+from conftest import BEYOND_CHAPTERS, ROOT, invoke, run_cli
 from posenc_cli import __version__
 from posenc_cli.cli.completion import hydra_completions
 
@@ -138,6 +139,34 @@ def test_a_refused_override_is_answered_without_importing_torch(tmp_path):
     )
     assert result.stdout.split() == ["2", "False"], result.stderr
     assert "scheme/roep" in result.stderr and not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow  # starts processes
+def test_a_process_that_loaded_torch_ends_with_its_exit_code_its_output_and_its_atexit_handlers(tmp_path):
+    """console_main skips Python's teardown once torch is loaded, never the exit code, what the command
+    printed (to a pipe too), or an atexit handler (logging's and trackers' run there)."""
+    code = (
+        "import atexit, sys, torch\n"
+        "atexit.register(lambda: open('atexit_ran', 'w').write('yes'))\n"
+        "sys.argv = ['posenc', *sys.argv[1:]]\n"
+        "from posenc_cli.cli.main import console_main\nconsole_main()\n"
+    )
+    for args, status in ((["schemes"], 0), (["eval", "--lengths", "0"], 2)):
+        (tmp_path / "atexit_ran").unlink(missing_ok=True)
+        result = subprocess.run(
+            [sys.executable, "-c", code, *args],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == status, result.stderr
+        assert (tmp_path / "atexit_ran").read_text() == "yes"
+        if status == 0:
+            assert "alibi" in result.stdout and result.stdout.endswith("\n")
+        else:
+            assert result.stderr.startswith("posenc: error: ") and result.stderr.count("\n") == 1
 
 
 def test_train_composes_its_first_point_from_the_directory_cp_names_and_refuses_one_it_cannot_read(tmp_path):

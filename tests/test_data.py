@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from conftest import ROOT, SMOKE, assert_refused, evaluate, invoke, posenc, run_cli, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import check_tokenizer_options, load_corpus, passkey, require_same_corpus, stream
-from posenc_cli.data.synthetic import SyntheticSpec, copy_length_nats, generate, log_uniform_int_nats
+from posenc_cli.data.synthetic import copy_length_nats, generate, log_uniform_int_nats
+from posenc_cli.data.synthetic_spec import SyntheticSpec
 from posenc_cli.data.tokenizers import BpeTokenizer, ByteTokenizer, from_payload, run_tokenizer, text_pieces
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.evaluation.probe import make_trials

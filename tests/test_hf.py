@@ -69,7 +69,8 @@ def tiny(tmp_path_factory, smoke_sweep) -> dict:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from posenc_cli.data import passkey
-    from posenc_cli.data.synthetic import SyntheticSpec, generate
+    from posenc_cli.data.synthetic import generate
+    from posenc_cli.data.synthetic_spec import SyntheticSpec
     from posenc_cli.rundir.loading import load_run
 
     root = tmp_path_factory.mktemp("hf")

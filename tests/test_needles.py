@@ -26,7 +26,8 @@ from posenc_cli.data.needles import (
     needed_chars,
     placeholder,
 )
-from posenc_cli.data.synthetic import SyntheticSpec, generate
+from posenc_cli.data.synthetic import generate
+from posenc_cli.data.synthetic_spec import SyntheticSpec
 from posenc_cli.evaluation.perplexity import LogitsScorer
 from posenc_cli.evaluation.probe import build_trial, filler_length, make_trials, overhead, score
 

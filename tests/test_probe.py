@@ -14,7 +14,8 @@ from conftest import SMOKE, evaluate, invoke, run_cli
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import passkey
 from posenc_cli.data.needles import LOWER, Episode, Needle, NeedleTask
-from posenc_cli.data.synthetic import SyntheticSpec, generate
+from posenc_cli.data.synthetic import generate
+from posenc_cli.data.synthetic_spec import SyntheticSpec
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.evaluation.perplexity import LogitsScorer
 from posenc_cli.evaluation.probe import (

@@ -17,8 +17,8 @@ def bench(
     quick: bool = flag(
         "A smoke version on a tiny model that runs in seconds; its numbers mean nothing.", "--quick"
     ),
-    main_job: bool = flag(
-        "Also time the README's main job (train all five schemes, then eval): minutes.", "--main-job"
+    main_job: bool = typer.Option(
+        True, "--main-job/--no-main-job", help="Time `make demo`'s commands (five trainings, eval): minutes."
     ),
     levers: bool = flag(
         "Also measure settings that are off by default through the same training path: 1 thread, fp32.",
@@ -50,8 +50,8 @@ def bench(
     Training: `posenc train`'s own training function per scheme (median eval interval), MFU against
     the GEMM peak of the precision it computes in; `posenc train` beside nanoGPT's CPU recipe as whole
     processes, alternated; evaluation tokens/s and peak memory at 1x/8x/32x the training length;
-    `posenc sample`'s tokens/s with and without the KV cache; start-up as whole processes; with
-    --main-job the README's main job. Writes bench.csv and bench.md. The numbers are this machine's,
+    `posenc sample`'s tokens/s with and without the KV cache; start-up as whole processes; the
+    README's main job (`make demo`'s commands) as whole processes. Writes bench.csv and bench.md. The numbers are this machine's,
     now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.bench import run_bench, write_outputs

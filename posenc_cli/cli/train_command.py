@@ -129,16 +129,17 @@ def train_with(args: list[str]) -> Path | None:
     )
     from posenc_cli.rundir.claim import resuming
 
+    first = None
     if not resuming(args):  # a resume's arguments are the run's own, rewritten below
-        check_first_point(args)  # before torch is imported: a typo answers in a second
+        first = check_first_point(args)  # before torch is imported: a typo answers in a second
     from posenc_cli.rundir.claim import claim
     from posenc_cli.rundir.resume import resume_args
     from posenc_cli.training import distributed
     from posenc_cli.training.job import run_hydra_train
     from posenc_cli.training.preflight import preflight
 
-    args = resume_args(args)
-    directory = preflight(args)
+    given, args = args, resume_args(args)
+    directory = preflight(args, first=first if args == given else None)  # composed once, not twice
     parsed = parse_hydra_args(args)
     if parsed.multirun and parsed.cfg:  # Hydra refuses -m with --cfg/--info; posenc answers both
         return print_sweep(args)

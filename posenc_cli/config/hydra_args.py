@@ -115,15 +115,18 @@ def first_sweep_point(args: list[str]) -> list[str]:
         return sweep_points(parsed.overrides)[0]
 
 
-def check_first_point(args: list[str]) -> None:
+def check_first_point(args: list[str]) -> DictConfig | None:
     """Compose the first job of `posenc train ARGS` (a sweep's first point): a bad override is refused
-    here, before the command imports torch (3 s of a refused override's 3.3 before). Flags that run
-    nothing are left to the full pre-flight."""
+    here, before the command imports torch (3 s of a refused override's 3.3 before). The composition,
+    Hydra's own config included, is returned for the pre-flight (`preflight(args, first=...)`), which
+    would otherwise compose it again. Flags that run nothing are left to the full pre-flight (None)."""
     parsed = parse_hydra_args(args)
     if parsed.help or parsed.hydra_help or parsed.shell_completion or parsed.info:
-        return
+        return None
     with composing(parsed) as compose_point:
-        compose_point(sweep_points(parsed.overrides)[0] if parsed.multirun else parsed.overrides)
+        return compose_point(
+            sweep_points(parsed.overrides)[0] if parsed.multirun else parsed.overrides, select=""
+        )
 
 
 def parse_hydra_args(args: list[str]):

@@ -29,7 +29,7 @@ from posenc_cli.core.errors import (
     require_seed,
 )
 from posenc_cli.data import check_tokenizer_options, corpus_kind
-from posenc_cli.data.synthetic import SyntheticSpec
+from posenc_cli.data.synthetic_spec import SyntheticSpec
 
 POSITIONS = ("ordinary", "randomized")
 

@@ -18,7 +18,8 @@ from posenc_cli.data.binary import load_bin
 from posenc_cli.data.corpus import Corpus
 from posenc_cli.data.hf_datasets import hf_source
 from posenc_cli.data.kinds import CORPORA, check_tokenizer_options, corpus_kind
-from posenc_cli.data.synthetic import SyntheticSpec, generate
+from posenc_cli.data.synthetic import generate
+from posenc_cli.data.synthetic_spec import SyntheticSpec
 from posenc_cli.data.tasks import TaskCorpus, task_spec
 
 

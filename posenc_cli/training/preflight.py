@@ -90,10 +90,11 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     return typed_cfg
 
 
-def preflight(args: list[str]) -> Path | None:
+def preflight(args: list[str], first: DictConfig | None = None) -> Path | None:
     """Validate every job that `posenc train ARGS` would launch; raise UsageError on the first bad one.
     Returns the directory Hydra will write to (the run's, or the sweep's), read from the first job's
-    composition so that claiming it does not compose the config again; None when nothing will run."""
+    composition so that claiming it does not compose the config again; None when nothing will run.
+    `first`: that composition, Hydra's config included, where check_first_point made it for ARGS."""
     parsed = parse_hydra_args(args)
     if parsed.help or parsed.hydra_help or parsed.shell_completion:
         return None
@@ -105,7 +106,7 @@ def preflight(args: list[str]) -> Path | None:
         directory = None
         for overrides in points:
             if directory is None:  # with Hydra's own config, which names the directory
-                whole = compose_point(overrides, select="")
+                whole = compose_point(overrides, select="") if first is None else first
                 with override_errors():
                     directory = Path(str(OmegaConf.select(whole, output_key(parsed))))
                     if "${" in str(directory):  # an escaped \${...}: Hydra would resolve it again later
