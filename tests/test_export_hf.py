@@ -81,6 +81,37 @@ def test_an_exports_tokenizer_ends_a_document_with_its_newline_and_keeps_posencs
     assert len(fast) == len(tokenizer) and fast.decode(tokenizer.encode(text).tolist()) == text
 
 
+def exported_tokenizer(tokenizer, directory: Path):
+    """The tokenizer of an export holding `tokenizer`, as AutoTokenizer loads it."""
+    (directory / TOKENIZER).write_text(tokenizer_json(tokenizer), encoding="utf-8")
+    (directory / TOKENIZER_CONFIG).write_text(json.dumps(tokenizer_config(tokenizer)), encoding="utf-8")
+    (directory / MODELING).write_text(MODELING_SOURCE, encoding="utf-8")
+    return transformers.AutoTokenizer.from_pretrained(str(directory), trust_remote_code=True)
+
+
+def test_an_exports_char_tokenizer_refuses_characters_its_vocabulary_lacks_instead_of_dropping_them(
+    tmp_path,
+):
+    """tokenizers drops a character a vocabulary without <unk> lacks, so lm-evaluation-harness (or
+    eval hf:DIR) would score a shorter text than it was given; posenc refuses such a text, and so does
+    the export's tokenizer, however it is called. One with <unk> maps them to it; a byte vocabulary has
+    every character."""
+    from posenc_cli.core.errors import UsageError
+
+    plain, with_unk = Vocab.from_text("abc \n"), Vocab.from_text("abc ", with_unk=True)
+    for name in ("plain", "unk", "byte"):
+        (tmp_path / name).mkdir()
+    fast = exported_tokenizer(plain, tmp_path / "plain")
+    assert fast("a cab\n")["input_ids"] == plain.encode("a cab\n").tolist()
+    for call in (fast, fast.encode, fast.tokenize, lambda t: fast(["a", t]), lambda t: fast(["a"], [t])):
+        with pytest.raises(UsageError, match="1 character\\(s\\) outside the export's vocabulary: 'x'"):
+            call("a xab")
+    unk_ids = exported_tokenizer(with_unk, tmp_path / "unk")("a xb")["input_ids"]
+    assert unk_ids == with_unk.encode("a xb", strict=False).tolist()
+    byte_ids = exported_tokenizer(ByteTokenizer(), tmp_path / "byte")(TEXT)["input_ids"]
+    assert byte_ids == ByteTokenizer().encode(TEXT).tolist()
+
+
 def exported_logits_match(run: Path, out: Path) -> None:
     export_run(run, out)
     model = transformers.AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True)

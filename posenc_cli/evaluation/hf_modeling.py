@@ -5,12 +5,14 @@ these classes: posenc must be installed where the export is loaded). Its logits 
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 import torch
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 from transformers.modeling_outputs import CausalLMOutput
 
+from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.export import MODEL_TYPE
 from posenc_cli.model import GPT, ModelConfig, token_nll
 
@@ -98,6 +100,34 @@ class PosencTokenizerFast(PreTrainedTokenizerFast):
     special token: an added token is matched in the text before the byte-level split, so byte and BPE
     vocabularies' 'Ċ' (their newline) would take the letter Ċ's place. No __init__ of its own, so
     transformers loads tokenizer.json as it is."""
+
+    def _encode_plus(self, text: Any, text_pair: Any = None, **kwargs: Any) -> Any:
+        """Text with characters a char vocabulary without <unk> lacks is refused, as posenc refuses it:
+        tokenizers would drop them unsaid, and a text scored shorter than it is reads as a better model."""
+        pieces = [text, text_pair]
+        strings = []
+        while pieces:
+            piece = pieces.pop()
+            if isinstance(piece, str):
+                strings.append(piece)
+            elif isinstance(piece, (list, tuple)):
+                pieces.extend(piece)
+        unknown = (
+            sorted(set().union(*map(set, strings)) - self.known_characters) if self.known_characters else []
+        )
+        if unknown:
+            shown = ", ".join(map(repr, unknown[:10]))
+            raise UsageError(f"text has {len(unknown)} character(s) outside the export's vocabulary: {shown}")
+        return super()._encode_plus(text=text, text_pair=text_pair, **kwargs)
+
+    @cached_property
+    def known_characters(self) -> frozenset[str]:
+        """A char vocabulary's characters (no pre-tokenizer, no <unk>): every other one is lost in
+        encoding. Empty for byte-level vocabularies (byte, bpe), which represent any text."""
+        backend = self.backend_tokenizer
+        if backend.pre_tokenizer is not None or getattr(backend.model, "unk_token", None) is not None:
+            return frozenset()
+        return frozenset(self.get_vocab())
 
     @property
     def eos_token_id(self) -> int | None:
