@@ -260,6 +260,28 @@ def test_an_export_with_a_tokenizer_file_missing_or_changed_or_one_transformers_
             verified_config(edited)
 
 
+def test_a_tokenizer_added_to_an_export_of_token_ids_is_refused(smoke_sweep, tmp_path):
+    """An export of token ids (data=bin) has no tokenizer files; ones put beside it would give
+    transformers another tokenizer's ids (and eval hf:DIR an IndexError past the vocabulary)."""
+    from posenc_cli.core.atomic import MANIFEST, read_manifest
+    from posenc_cli.core.errors import UsageError
+    from posenc_cli.evaluation.export import verified_config
+
+    run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+    export = export_run(run, tmp_path / "export")
+    manifest = read_manifest(export)
+    for name in (TOKENIZER, TOKENIZER_CONFIG):  # the manifest of an export without a tokenizer
+        del manifest["files"][name]
+    (export / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(UsageError, match="it holds tokenizer.json, which transformers would read"):
+        verified_config(export)
+    (export / TOKENIZER).unlink()
+    with pytest.raises(UsageError, match="it holds tokenizer_config.json, which transformers would read"):
+        verified_config(export)
+    (export / TOKENIZER_CONFIG).unlink()
+    verified_config(export)
+
+
 def test_an_export_of_an_older_version_is_refused_by_its_version_and_one_without_a_newline_says_so(
     smoke_sweep, tmp_path
 ):

@@ -43,6 +43,8 @@ DOCUMENT_END = "\n"  # posenc ends every document with it (data.hf_datasets), as
 # files transformers reads beside an export's own when it loads the directory: one the manifest does not
 # list would change the tokenizer or the weights loaded, so an export holding one is refused
 TRANSFORMERS_READS = (
+    TOKENIZER,  # an export of token ids (data=bin) has none of its own
+    TOKENIZER_CONFIG,
     "added_tokens.json",
     "special_tokens_map.json",
     "generation_config.json",
