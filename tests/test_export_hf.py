@@ -282,6 +282,34 @@ def test_a_tokenizer_added_to_an_export_of_token_ids_is_refused(smoke_sweep, tmp
     verified_config(export)
 
 
+def test_an_export_of_token_ids_over_a_text_runs_export_removes_the_tokenizer_it_replaces(
+    smoke_sweep, tmp_path
+):
+    """Exporting a data=bin run into a directory holding a text run's export: that export's tokenizer
+    files go with it, so the new export loads (transformers would read them, and verified_config refuses
+    them); a tokenizer file its manifest did not vouch for is left, and refused."""
+    import numpy as np
+
+    from posenc_cli.evaluation.export import verified_config
+
+    (np.arange(3000) % 40).astype(np.uint16).tofile(tmp_path / "train.bin")
+    (np.arange(1000) % 40).astype(np.uint16).tofile(tmp_path / "val.bin")
+    (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 40}))
+    ids_run = train(tmp_path, "data=bin", "data.train=train.bin", "data.val=val.bin", run="ids")
+    text_run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+    export_run(text_run, tmp_path / "export")
+    export = export_run(ids_run, tmp_path / "export")
+    assert not (export / TOKENIZER).exists() and not (export / TOKENIZER_CONFIG).exists()
+    verified_config(export)
+    export_run(text_run, export)
+    (export / TOKENIZER_CONFIG).write_text("{}", encoding="utf-8")  # edited: no longer posenc's
+    export_run(ids_run, export)
+    assert (export / TOKENIZER_CONFIG).exists() and not (export / TOKENIZER).exists()
+    assert_refused(
+        *posenc("eval", f"hf:{export}", "--data", str(tmp_path / "val.bin")), "it holds tokenizer_config.json"
+    )
+
+
 def test_an_export_of_an_older_version_is_refused_by_its_version_and_one_without_a_newline_says_so(
     smoke_sweep, tmp_path
 ):

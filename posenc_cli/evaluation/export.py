@@ -109,9 +109,22 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
             write_text(out / TOKENIZER, tokenizer)
             write_text(out / TOKENIZER_CONFIG, json.dumps(tokenizer_config(run.tokenizer)) + "\n")
             result.written += [out / TOKENIZER, out / TOKENIZER_CONFIG]
+        else:
+            drop_replaced(result, [TOKENIZER, TOKENIZER_CONFIG])
         write_text(out / CONFIG, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         result.written.append(out / CONFIG)
     return out
+
+
+def drop_replaced(result, names: list[str]) -> None:
+    """Remove the files among `names` that the export this one replaces wrote and listed, unchanged:
+    left there, transformers would load a text tokenizer beside a model of token ids (data=bin), and
+    verified_config refuses the export. A file its manifest did not vouch for is left to that refusal."""
+    listed = result.previous.get("files", {})
+    for name in names:
+        path = result.out / name
+        if name in listed and path.is_file() and hashed_entry(path) == listed[name]:
+            path.unlink()
 
 
 def tokenizers_module():
