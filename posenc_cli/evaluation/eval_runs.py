@@ -134,7 +134,7 @@ def column_label(run: EvalTarget, variant, overflow: str, *, distinct, rope_fact
     """The column a run is scored as: its variant (evaluation time only: the checkpoint is untouched),
     overflow, what sets it apart from the table's other runs, the --rope-factor, its tokenizer."""
     label = run.use_variant(variant)
-    scaled = rope_factor is not None and label.variant.split("+")[-1] in SCALINGS
+    scaled = rope_factor is not None and label.scaling in SCALINGS
     factor = (("s", f"{rope_factor:g}"),) if scaled else ()
     marks = distinct + factor + pretended_context(run)
     return with_tokenizer(replace(label, overflow=overflow, distinct=marks), run.tokenizer_name, mixed)
@@ -292,7 +292,7 @@ def column_note(run: EvalTarget, column: Label, plan: RunPlan, *, methods: list[
     asked = any(method != "none" for method in methods)
     if asked and len(plan.variants) == 1 and column.variant == run.label.variant:
         return unscalable_note(run.label)
-    return merged if column.variant.endswith("ntk") else ""
+    return merged if column.scaling == "ntk" else ""
 
 
 def unscalable_note(label: Label) -> str:

@@ -243,7 +243,9 @@ class HFModel:
         return (
             self.label
             if scaling is None
-            else Label(model=short_name(self.path), scheme="rope", variant=scaling.method)
+            else Label(
+                model=short_name(self.path), scheme="rope", variant=scaling.method, scaling=scaling.method
+            )
         )
 
     def build_rotary(self, seq_len: int) -> None:

@@ -24,6 +24,7 @@ class Label:
 
     scheme: str  # the positional scheme as built: rope, alibi, sinusoidal+learned (a composite)
     variant: str = ""  # an option that changes what it computes: yarn, unscaled, interleaved+ntk
+    scaling: str = ""  # of the variant, the RoPE scaling it is evaluated with (yarn, ntk, ...); "" none
     model: str = ""  # a pretrained model's short name (hf:); "" for posenc's own runs
     overflow: str = ""  # window: a position table scored past its end through windows of its size
     tokenizer: str = ""  # set where a table mixes posenc's tokenizers

@@ -25,7 +25,9 @@ from posenc_cli.rundir.loading import LoadedRun, require_text_run, run_corpus
 def scheme_label(model: GPT) -> Label:
     """A posenc model's label: its scheme's name, and the options its scheme's label adds after it."""
     scheme = model.scheme
-    return Label(scheme=scheme.name, variant=scheme.label[len(scheme.name) + 1 :])
+    return Label(
+        scheme=scheme.name, variant=scheme.label[len(scheme.name) + 1 :], scaling=scheme.scaling_method
+    )
 
 
 @dataclass

@@ -76,6 +76,12 @@ class PositionalScheme(nn.Module):
         return self.name
 
     @property
+    def scaling_method(self) -> str:
+        """The RoPE scaling it computes with (rope_scaling.py's methods), "" for none: what a column's
+        label says of it without reading `label`."""
+        return ""
+
+    @property
     def positional_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

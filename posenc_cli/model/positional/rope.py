@@ -87,7 +87,11 @@ class RoPE(PositionalScheme):
     @property
     def label(self) -> str:
         layout = "" if self.layout == "half" else f"+{self.layout}"
-        return self.name + layout + ("" if self.scaling is None else f"+{self.scaling.method}")
+        return self.name + layout + ("" if self.scaling is None else f"+{self.scaling_method}")
+
+    @property
+    def scaling_method(self) -> str:
+        return "" if self.scaling is None else self.scaling.method
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         """Per-pair inverse frequencies and a factor on cos/sin for a sequence of `seq_len`."""
