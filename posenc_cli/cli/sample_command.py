@@ -122,16 +122,30 @@ def hf_samples(
     if prompt == "":
         raise UsageError("--prompt is empty; give at least one character")
     hf = load_hf_model(name, device=resolve_device(device))
-    starts = ["\n", " "] if prompt is None else [prompt]  # as for a run: a newline, else a space
-    prompt, ids = next(((p, i) for p in starts if (i := hf.tokenizer(p)["input_ids"])), (starts[-1], []))
-    if not ids:
-        raise UsageError(f"--prompt {prompt!r} is no token of {name}'s tokenizer; give text it has")
+    prompt, ids = hf_start(hf, name, prompt)
     texts = []
     for i in range(count):
         ui.out.file.write(SEPARATOR.lstrip("\n") if i else "")
         drawn = generate_hf(hf, ids, tokens, sampling=replace(sampling, seed=sampling.seed + i))
         texts.append(stream(hf, prompt, drawn))
     return texts
+
+
+def hf_start(hf, name: str, prompt: str | None) -> tuple[str, list[int]]:
+    """The prompt and its ids in the model's tokenizer: --prompt, else as for a run a newline, else a
+    space. An export's char tokenizer refuses a character its vocabulary lacks; others give no id."""
+    for text in ["\n", " "] if prompt is None else [prompt]:
+        try:
+            ids = hf.tokenizer(text)["input_ids"]
+        except UsageError as err:
+            if prompt is not None:
+                raise UsageError(f"--prompt: {err}") from None
+            continue
+        if ids:
+            return text, ids
+    if prompt is None:
+        raise UsageError(f"{name}'s tokenizer has neither a newline nor a space to start from; give --prompt")
+    raise UsageError(f"--prompt {prompt!r} is no token of {name}'s tokenizer; give text it has")
 
 
 def start_text(loaded) -> str:
