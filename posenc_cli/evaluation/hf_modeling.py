@@ -13,6 +13,7 @@ from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel, Pre
 from transformers.modeling_outputs import CausalLMOutput
 
 from posenc_cli.core.errors import UsageError
+from posenc_cli.data.vocab import describe_chars
 from posenc_cli.evaluation.export import MODEL_TYPE
 from posenc_cli.model import GPT, ModelConfig, token_nll
 
@@ -112,12 +113,11 @@ class PosencTokenizerFast(PreTrainedTokenizerFast):
                 strings.append(piece)
             elif isinstance(piece, (list, tuple)):
                 pieces.extend(piece)
-        unknown = (
-            sorted(set().union(*map(set, strings)) - self.known_characters) if self.known_characters else []
-        )
+        unknown = set().union(*map(set, strings)) - self.known_characters if self.known_characters else set()
         if unknown:
-            shown = ", ".join(map(repr, unknown[:10]))
-            raise UsageError(f"text has {len(unknown)} character(s) outside the export's vocabulary: {shown}")
+            raise UsageError(
+                f"text has {len(unknown)} character(s) outside the export's vocabulary: {describe_chars(unknown)}"
+            )
         return super()._encode_plus(text=text, text_pair=text_pair, **kwargs)
 
     @cached_property
