@@ -7,10 +7,14 @@ LENGTHS ?= 512,1024,2048
 
 .PHONY: demo test test-fast lint install clean
 
+# the wall time of the trainings and the eval is printed last (the install is not in it)
 demo: $(VENV)/.installed
-	$(BIN)/posenc train -m scheme=$(SCHEMES)
-	$(BIN)/posenc eval --lengths $(LENGTHS)
-	@echo "One seed per scheme. The README's headline (3 seeds, mean ± std): bash scripts/reproduce_table.sh"
+	@start=$$(date +%s); set -e; \
+	echo "$(BIN)/posenc train -m scheme=$(SCHEMES)"; $(BIN)/posenc train -m scheme=$(SCHEMES); \
+	echo "$(BIN)/posenc eval --lengths $(LENGTHS)"; $(BIN)/posenc eval --lengths $(LENGTHS); \
+	took=$$(( $$(date +%s) - start )); \
+	echo "One seed per scheme. The README's headline (3 seeds, mean ± std): bash scripts/reproduce_table.sh"; \
+	echo "make demo: five trainings and the eval in $$((took / 60)) min $$((took % 60)) s"
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest

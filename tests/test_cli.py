@@ -141,6 +141,18 @@ def test_a_refused_override_is_answered_without_importing_torch(tmp_path):
     assert "scheme/roep" in result.stderr and not (tmp_path / "outputs").exists()
 
 
+def test_a_ctrl_c_inside_a_command_says_so_and_exits_130():
+    """Typer turns a KeyboardInterrupt inside a command into exit code 130 and says nothing; a Ctrl-C in a
+    run's first seconds (while torch imports) once ended `posenc train` with no word."""
+    from unittest import mock
+
+    from posenc_cli.cli import schemes_command
+
+    with mock.patch.object(schemes_command, "scheme_rows", side_effect=KeyboardInterrupt):
+        result = invoke("schemes")
+    assert result.code == 130 and result.stderr == "posenc: interrupted\n", result
+
+
 @pytest.mark.slow  # starts processes
 def test_a_process_that_loaded_torch_ends_with_its_exit_code_its_output_and_its_atexit_handlers(tmp_path):
     """console_main skips Python's teardown once torch is loaded, never the exit code, what the command

@@ -175,6 +175,15 @@ def test_values_that_once_failed_mid_run_or_were_ignored_are_refused_in_the_pref
     assert needle in refusal(args)
 
 
+def test_a_directory_named_by_hydra_s_own_interpolations_is_the_one_hydra_writes(tmp_path):
+    """${hydra:...} and ${hydra.job...} in hydra.run.dir or hydra.sweep.dir, Hydra habits, were once refused
+    ("HydraConfig was not set"): the pre-flight resolves them as Hydra's run does."""
+    run = preflight([f"hydra.run.dir={tmp_path}/${{hydra:job.name}}_${{hydra:runtime.choices.scheme}}"])
+    assert run == tmp_path / "train_rope"
+    sweep = preflight(["-m", "scheme=rope,alibi", f"hydra.sweep.dir={tmp_path}/${{hydra.job.name}}"])
+    assert sweep == tmp_path / "train"
+
+
 def test_an_unusable_token_cache_directory_is_refused_before_training(tmp_path):
     text = tmp_path / "corpus.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 50, encoding="utf-8")

@@ -27,6 +27,8 @@ from posenc_cli.core.atomic import release_directories
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.ui import fail
 
+INTERRUPTED = 130  # the exit code of a Ctrl-C (128 + SIGINT), Typer's and the shell's
+
 # how `posenc --help` lists the commands: in the order a user meets them (each module registers its own)
 WORKFLOW_ORDER = ("train", "eval", "probe", "report", "sample", "export", "schemes", "inspect", "bench")
 
@@ -103,6 +105,7 @@ def dispatch() -> None:
     except UsageError as err:
         fail(err)
     except KeyboardInterrupt:
+        code = INTERRUPTED
+    if code == INTERRUPTED:  # Typer returns a Ctrl-C inside a command as this code, silently
         ui.err.print("posenc: interrupted")
-        raise SystemExit(130) from None
     raise SystemExit(code if isinstance(code, int) else 0)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from posenc_cli.config.hydra_args import (
@@ -107,6 +108,7 @@ def preflight(args: list[str], first: DictConfig | None = None) -> Path | None:
         for overrides in points:
             if directory is None:  # with Hydra's own config, which names the directory
                 whole = compose_point(overrides, select="") if first is None else first
+                HydraConfig.instance().set_config(whole)  # ${hydra:...} in the directory: as in Hydra's run
                 with override_errors():
                     directory = Path(str(OmegaConf.select(whole, output_key(parsed))))
                     if "${" in str(directory):  # an escaped \${...}: Hydra would resolve it again later
