@@ -221,6 +221,7 @@ def test_resuming_with_another_model_is_refused(broken_runs, workdir):
 
 
 @pytest.mark.slow  # trains runs or starts processes
+@pytest.mark.tiny_run  # make test keeps it: one of its few tiny CLI runs
 def test_real_subprocess_errors(workdir):
     """The installed entry point: exit code 2, one stderr line, nothing on stdout, no outputs/."""
     for args in (

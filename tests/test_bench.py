@@ -5,6 +5,8 @@ stated formula; the nanoGPT side-by-side says when its peer is absent."""
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
+from unittest import mock
 
 import pandas as pd
 import pytest
@@ -12,6 +14,7 @@ import torch
 
 from conftest import run_cli
 from posenc_cli.bench import peak as peak_module
+from posenc_cli.bench import peer as peer_module
 from posenc_cli.bench.markdown import STARTUP_TARGETS, load_targets, mfu_text, targets
 from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
@@ -39,8 +42,8 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
         "rope",
         "--scheme",
         "alibi",
-        "--nanogpt",
-        str(fake_peer(tmp_path / "shared")),
+        "--nanogpt",  # relative, as the default is: it once failed, run from the side-by-side's own directory
+        str(fake_peer(tmp_path / "shared").relative_to(tmp_path)),
         "--peer-steps",
         "3",
         "--out",
@@ -121,6 +124,27 @@ def test_a_slow_precision_is_timed_on_a_smaller_matmul(monkeypatch, gflops, expe
     monkeypatch.setattr(peak_module, "timed_mm", lambda a, b: 2 * len(a) ** 3 / (gflops * 1e9))
     a, b = sized_operands(torch.bfloat16, size=512, seconds=0.1)
     assert a.shape == b.shape == (expected, expected) and a.dtype == torch.bfloat16
+
+
+def test_a_peer_that_fails_costs_its_own_section_and_keeps_its_whole_pairs(tmp_path):
+    """A nanoGPT run that fails (once: a relative peer path run from another directory, a traceback that
+    lost every section measured before it) ends the side-by-side with a line saying why."""
+    calls = []
+
+    def run(steps, **_):
+        calls.append(steps)
+        if len(calls) == 3:
+            raise RuntimeError("nanoGPT's run.sh failed:\nTraceback ...\nMemoryError")
+        return {"config": "nanogpt" if len(calls) % 2 else "posenc", "seconds": 1.0}
+
+    info = {}
+    with (
+        mock.patch.object(peer_module, "run_nanogpt", run),
+        mock.patch.object(peer_module, "run_posenc", run),
+    ):
+        rows = side_by_side(fake_peer(tmp_path), SimpleNamespace(peer_pairs=3, peer_steps=5), info)
+    assert [row["pair"] for row in rows] == [0, 0] and len(calls) == 3
+    assert info["peer"].startswith("nanoGPT side-by-side stopped in pair 2: MemoryError")
 
 
 def test_side_by_side_says_when_the_peer_is_absent(tmp_path):

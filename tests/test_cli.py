@@ -154,6 +154,7 @@ def test_a_ctrl_c_inside_a_command_says_so_and_exits_130():
 
 
 @pytest.mark.slow  # starts processes
+@pytest.mark.tiny_run  # make test keeps it: one of its few tiny CLI runs
 def test_a_process_that_loaded_torch_ends_with_its_exit_code_its_output_and_its_atexit_handlers(tmp_path):
     """console_main skips Python's teardown once torch is loaded, never the exit code, what the command
     printed (to a pipe too), or an atexit handler (logging's and trackers' run there)."""

@@ -360,6 +360,7 @@ def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
     assert "cannot represent positions ≥ max_len=256" in text and "alibi n=2" in text
 
 
+@pytest.mark.tiny_run  # make test keeps it: one of its few tiny CLI runs
 def test_eval_end_to_end(smoke_sweep, tmp_path, monkeypatch):
     out = tmp_path / "ev"
     df = evaluate(tmp_path, str(smoke_sweep), "--lengths", "128,256", "--max-tokens", "1024", out="ev")

@@ -139,6 +139,7 @@ def test_corpus_episodes_answer_their_own_key_at_distances_in_range():
 
 
 @pytest.mark.slow  # trains runs or starts processes
+@pytest.mark.tiny_run  # make test keeps it: one of its few tiny CLI runs
 def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path, monkeypatch):
     train = run_cli(
         "train",

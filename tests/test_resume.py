@@ -123,6 +123,7 @@ def test_sigkill_at_random_points_then_resume_gives_identical_weights_and_metric
     assert not list(run.glob(".*.tmp"))  # half-written temporaries of killed writes are cleaned up
 
 
+@pytest.mark.tiny_run  # make test keeps it: one of its few tiny CLI runs
 def test_ctrl_c_saves_says_how_to_resume_and_resume_matches(reference, tmp_path):
     run = tmp_path / "run"
     proc = start_cli("train", *FAULT, f"hydra.run.dir={run}", cwd=tmp_path)

@@ -20,6 +20,7 @@ from posenc_cli.rundir.loading import load_run
 pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
 
 
+@pytest.mark.tiny_run  # make test keeps it: one of its few tiny CLI runs
 def test_every_scheme_trains_and_leaves_a_complete_run_directory(smoke_sweep):
     runs = sorted(p for p in smoke_sweep.iterdir() if p.is_dir())
     assert [json.loads((r / "summary.json").read_text())["scheme"] for r in runs] == ALL_SCHEMES
@@ -49,6 +50,7 @@ def test_every_scheme_trains_and_leaves_a_complete_run_directory(smoke_sweep):
         assert config["scheme"]["name"] == summary["scheme"]
 
 
+@pytest.mark.tiny_run  # make test keeps it: one of its few tiny CLI runs
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_training_is_deterministic_for_a_seed(tmp_path, precision):
     for name in ("a", "b"):

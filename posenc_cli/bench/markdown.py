@@ -319,6 +319,8 @@ def peer_section(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
         f"posenc's speed / nanoGPT's: **{speedup(df):.2f}×** (median over pairs of the wall-time ratio).",
         "",
         markdown_table(["pair", "program", "seconds", "tokens/s", "train loss", "val loss", "note"], rows),
+        "",
+        info.get("peer", ""),  # where the peer was, or why its last pair is missing
     ]
 
 

@@ -17,7 +17,6 @@ from posenc_cli.bench.processes import child_env, posenc, timed
 from posenc_cli.core import ui
 from posenc_cli.rundir.layout import SUMMARY
 
-DEFAULT_PEER = Path("../shared/peers/nanogpt")
 # nanoGPT's recipe in posenc's terms: 4 layers, 4 heads, 128 dims (model=small), block 64, batch 12
 RECIPE = ("scheme=learned", "model=small", "train.block_size=64", "train.batch_size=12", "data=text")
 BATCH, BLOCK = 12, 64
@@ -26,6 +25,7 @@ NANOGPT_LOSS = re.compile(r"^iter (\d+): loss ([\d.]+)", re.M)
 
 def peer_files(peer: Path) -> tuple[Path, Path] | None:
     """run.sh and the Tiny Shakespeare text it trains on (../../data/ from the peer), or None."""
+    peer = peer.resolve()  # both run from a directory of their own
     run_sh, text = peer / "run.sh", peer.parent.parent / "data" / "tinyshakespeare.txt"
     return (run_sh, text) if run_sh.is_file() and text.is_file() else None
 
@@ -61,6 +61,11 @@ def side_by_side(peer: Path | None, effort, info: dict) -> list[dict]:
                         **run(effort.peer_steps, run_sh=run_sh, text=text, work=work / f"{pair}"),
                     }
                 )
+    except RuntimeError as err:  # a peer that fails costs its section, not the benchmark's other sections
+        last = str(err).strip().splitlines()[-1]
+        info["peer"] = f"nanoGPT side-by-side stopped in pair {pair + 1}: {last} (whole pairs before it kept)"
+        ui.err.print(info["peer"], markup=False, highlight=False)
+        rows = [row for row in rows if row["pair"] < pair]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows

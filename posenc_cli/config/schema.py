@@ -29,6 +29,7 @@ from posenc_cli.core.errors import (
     require_seed,
 )
 from posenc_cli.data import check_tokenizer_options, corpus_kind
+from posenc_cli.data.kinds import CACHE_DIR, TOKENIZER, VAL_FRACTION, VOCAB_SIZE
 from posenc_cli.data.synthetic_spec import SyntheticSpec
 
 POSITIONS = ("ordinary", "randomized")
@@ -117,7 +118,7 @@ class SyntheticData:
     name: str = "synthetic"  # the generator's own defaults (SyntheticSpec) are the defaults here
     seed: int = SyntheticSpec.seed  # the generator's seed: the same seed, the same corpus
     n_chars: int = SyntheticSpec.n_chars  # characters generated, both splits together
-    val_fraction: float = 0.1  # the last share of the text, held out for validation
+    val_fraction: float = VAL_FRACTION  # the last share of the text, held out for validation
     copy_rate: float = SyntheticSpec.copy_rate  # share of segments that repeat earlier text verbatim
     copy_min_distance: int = SyntheticSpec.copy_min_distance  # how far back a copy reaches (log-uniform)
     copy_max_distance: int = SyntheticSpec.copy_max_distance  # the farthest a copy reaches back
@@ -127,8 +128,8 @@ class SyntheticData:
     passkey_max_distance: int = SyntheticSpec.passkey_max_distance
     # the needle task the episodes teach: passkey | multikey | multivalue | multiquery (`posenc probe --task`)
     probe_task: str = SyntheticSpec.probe_task
-    tokenizer: str = "char"  # char | byte | bpe (see TextData)
-    vocab_size: int = 4096  # bpe only
+    tokenizer: str = TOKENIZER  # char | byte | bpe (see TextData)
+    vocab_size: int = VOCAB_SIZE  # bpe only
 
     def __post_init__(self) -> None:
         require_seed("data.seed", self.seed)
@@ -153,11 +154,11 @@ class TextData:
 
     name: str = "text"  # the corpus kind
     path: Optional[str] = None  # the UTF-8 text file (required)
-    val_fraction: float = 0.1  # the last share of the text, held out for validation
+    val_fraction: float = VAL_FRACTION  # the last share of the text, held out for validation
     # char | byte (UTF-8 bytes, 256 ids) | bpe (byte-level BPE trained on the training split)
-    tokenizer: str = "char"
-    vocab_size: int = 4096  # bpe only
-    cache_dir: str = "outputs/cache"  # token arrays keyed by the text's sha256 and the tokenizer: never stale
+    tokenizer: str = TOKENIZER
+    vocab_size: int = VOCAB_SIZE  # bpe only
+    cache_dir: str = CACHE_DIR  # token arrays keyed by the text's sha256 and the tokenizer: never stale
 
     def __post_init__(self) -> None:
         if not self.path:
@@ -196,10 +197,10 @@ class HfData:
     # null does) the last val_fraction of data.split
     val_split: Optional[str] = "auto"
     text_field: str = "text"  # the column holding the text
-    val_fraction: float = 0.1  # the last share of data.split, held out where no val_split is used
-    tokenizer: str = "char"  # char | byte | bpe (see TextData)
-    vocab_size: int = 4096  # bpe only
-    cache_dir: str = "outputs/cache"  # token arrays keyed by the text's sha256 and the tokenizer
+    val_fraction: float = VAL_FRACTION  # the last share of data.split, held out where no val_split is used
+    tokenizer: str = TOKENIZER  # char | byte | bpe (see TextData)
+    vocab_size: int = VOCAB_SIZE  # bpe only
+    cache_dir: str = CACHE_DIR  # token arrays keyed by the text's sha256 and the tokenizer
 
     def __post_init__(self) -> None:
         if not self.name:

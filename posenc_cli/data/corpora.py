@@ -17,7 +17,7 @@ from posenc_cli.data import stream
 from posenc_cli.data.binary import load_bin
 from posenc_cli.data.corpus import Corpus
 from posenc_cli.data.hf_datasets import hf_source
-from posenc_cli.data.kinds import CORPORA, check_tokenizer_options, corpus_kind
+from posenc_cli.data.kinds import CACHE_DIR, CORPORA, VAL_FRACTION, check_tokenizer_options, corpus_kind
 from posenc_cli.data.synthetic import generate
 from posenc_cli.data.synthetic_spec import SyntheticSpec
 from posenc_cli.data.tasks import TaskCorpus, task_spec
@@ -100,10 +100,8 @@ def read_text_plan(data_cfg: Mapping[str, Any]) -> TextPlan:
     check_tokenizer_options(data_cfg)
     source, stats = text_source(data_cfg)
     sha, n_chars = stream.scan(source)
-    cut = stream.validation_start(source, n_chars, data_cfg.get("val_fraction", 0.1))
-    cache = (
-        None if corpus_kind(data_cfg) == "synthetic" else Path(data_cfg.get("cache_dir") or "outputs/cache")
-    )
+    cut = stream.validation_start(source, n_chars, data_cfg.get("val_fraction", VAL_FRACTION))
+    cache = None if corpus_kind(data_cfg) == "synthetic" else Path(data_cfg.get("cache_dir") or CACHE_DIR)
     return TextPlan(source, stats, sha, n_chars, cut, cache)
 
 

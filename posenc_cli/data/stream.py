@@ -38,6 +38,7 @@ from posenc_cli.core import ui
 from posenc_cli.core.atomic import write_text
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.binary import file_sha256
+from posenc_cli.data.kinds import TOKENIZER, VOCAB_SIZE
 from posenc_cli.data.tokenizers import (
     PIECE_CHARS,
     BpeTokenizer,
@@ -182,7 +183,7 @@ def train_tokenizer(kind: str, vocab_size: int, source: TextSource, *, cut: int,
 def tokenizer_for(data: dict, source: TextSource, sha: str, *, cut: int, n_chars: int, cache: Path | None):
     """The tokenizer `data.tokenizer` asks for, trained on this split once and then read from the cache,
     where it is stored with its fingerprint: a cached tokenizer that is not what was stored is rebuilt."""
-    kind, vocab_size = data.get("tokenizer", "char"), data.get("vocab_size", 4096)
+    kind, vocab_size = data.get("tokenizer", TOKENIZER), data.get("vocab_size", VOCAB_SIZE)
     if cache is None or kind == "byte":
         return train_tokenizer(kind, vocab_size, source, cut=cut, n_chars=n_chars)
     size, sample = (vocab_size, min(cut, BPE_TRAIN_CHARS)) if kind == "bpe" else (0, cut)
