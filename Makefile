@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SCHEMES ?= none,sinusoidal,learned,rope,alibi
 LENGTHS ?= 512,1024,2048
 
-.PHONY: demo test test-all test-fast lint install clean
+.PHONY: demo test test-slow test-fast lint install clean
 
 # the wall time of the trainings and the eval is printed last (the install is not in it)
 demo: $(VENV)/.installed
@@ -14,15 +14,15 @@ demo: $(VENV)/.installed
 	echo "$(BIN)/posenc eval --lengths $(LENGTHS)"; $(BIN)/posenc eval --lengths $(LENGTHS); \
 	took=$$(( $$(date +%s) - start )); \
 	echo "One seed per scheme. The README's headline (3 seeds, mean ± std): bash scripts/reproduce_table.sh"; \
-	echo "make demo: five trainings and the eval in $$((took / 60)) min $$((took % 60)) s"
+	echo "make demo: the trainings (scheme=$(SCHEMES)) and the eval in $$((took / 60)) min $$((took % 60)) s"
 
 # the maths, configs and refusals, and a few tiny CLI runs (tiny_run): a few minutes on 2 cores
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -m "not slow or tiny_run"
 
-# every test: the trainings, subprocesses, kills and launchers of the `slow` marker too
-test-all: $(VENV)/.installed
-	$(BIN)/python -m pytest
+# the rest of the suite: the trainings, subprocesses, kills, launchers and HF models (CI runs it after lint)
+test-slow: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "slow and not tiny_run"
 
 # the edit loop: the maths, configs and refusals, without trainings or subprocesses (under a minute)
 test-fast: $(VENV)/.installed

@@ -144,7 +144,10 @@ def test_a_peer_that_fails_costs_its_own_section_and_keeps_its_whole_pairs(tmp_p
     ):
         rows = side_by_side(fake_peer(tmp_path), SimpleNamespace(peer_pairs=3, peer_steps=5), info)
     assert [row["pair"] for row in rows] == [0, 0] and len(calls) == 3
-    assert info["peer"].startswith("nanoGPT side-by-side stopped in pair 2: MemoryError")
+    assert info["peer_stopped"] == (
+        "The side-by-side stopped in pair 2: nanoGPT's run.sh failed: ... MemoryError "
+        "(1 whole pair before it kept)."
+    )
 
 
 def test_side_by_side_says_when_the_peer_is_absent(tmp_path):

@@ -7,10 +7,12 @@ import dataclasses
 from unittest import mock
 
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from posenc_cli.config.hydra_args import known_keys, sweep_points
+from posenc_cli.config.hydra_args import known_keys, parse_hydra_args, sweep_points
 from posenc_cli.config.schema import DATA, OPTIONS, ModelSize, PosencConfig, TrainConfig
 from posenc_cli.core.errors import UsageError
+from posenc_cli.rundir.claim import claim
 from posenc_cli.training.preflight import preflight, validate
 
 
@@ -175,13 +177,27 @@ def test_values_that_once_failed_mid_run_or_were_ignored_are_refused_in_the_pref
     assert needle in refusal(args)
 
 
-def test_a_directory_named_by_hydra_s_own_interpolations_is_the_one_hydra_writes(tmp_path):
-    """${hydra:...} and ${hydra.job...} in hydra.run.dir or hydra.sweep.dir, Hydra habits, were once refused
-    ("HydraConfig was not set"): the pre-flight resolves them as Hydra's run does."""
+def test_a_run_directory_named_by_hydra_s_own_interpolations_is_the_one_hydra_writes(tmp_path):
+    """${hydra:...} in hydra.run.dir, a Hydra habit, was once refused ("HydraConfig was not set"): the
+    pre-flight resolves it as Hydra's run does, and the directory it claims reads back through Hydra's
+    grammar whatever characters the name holds (an override_dirname's = and ,)."""
     run = preflight([f"hydra.run.dir={tmp_path}/${{hydra:job.name}}_${{hydra:runtime.choices.scheme}}"])
     assert run == tmp_path / "train_rope"
-    sweep = preflight(["-m", "scheme=rope,alibi", f"hydra.sweep.dir={tmp_path}/${{hydra.job.name}}"])
-    assert sweep == tmp_path / "train"
+    named = tmp_path / "scheme=rope,seed=3"
+    args = claim(["-m", "scheme=rope,alibi"], named)
+    assert parse_hydra_args(args).overrides[-1] == f'hydra.sweep.dir="{named}"' and named.is_dir()
+    assert OverridesParser.create().parse_overrides([args[-1]])[0].value() == str(named)
+
+
+def test_a_sweep_directory_named_by_one_job_s_values_is_refused(tmp_path):
+    """A sweep's directory holds every job: the first job's override_dirname or choices would file them
+    all under its name (Hydra refuses ${hydra:...} there too); hydra.sweep.subdir is for per-job names."""
+    for named in ("${hydra:runtime.choices.scheme}", "${hydra.job.override_dirname}", "${hydra.job.num}"):
+        message = refusal(f"-m scheme=rope,alibi hydra.sweep.dir={tmp_path}/{named}")
+        assert "names one job's value" in message and "hydra.sweep.subdir" in message, message
+    assert preflight(["-m", "scheme=rope,alibi", f"hydra.sweep.dir={tmp_path}/${{hydra.job.name}}"]) == (
+        tmp_path / "train"
+    )
 
 
 def test_an_unusable_token_cache_directory_is_refused_before_training(tmp_path):

@@ -296,7 +296,8 @@ def precision_section(df: pd.DataFrame) -> list[str]:
 def peer_section(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
     peer = df[df["section"] == "peer"]
     if not len(peer):
-        return ["## Beside nanoGPT", "", info.get("peer", "Not run (--nanogpt none)."), ""]
+        said = info.get("peer_stopped") or info.get("peer", "Not run (--nanogpt none).")
+        return ["## Beside nanoGPT", "", said, ""]
     steps = int(peer["steps"].iloc[0])
     rows = [
         [
@@ -319,8 +320,8 @@ def peer_section(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
         f"posenc's speed / nanoGPT's: **{speedup(df):.2f}×** (median over pairs of the wall-time ratio).",
         "",
         markdown_table(["pair", "program", "seconds", "tokens/s", "train loss", "val loss", "note"], rows),
+        *(["", info["peer_stopped"]] if "peer_stopped" in info else []),
         "",
-        info.get("peer", ""),  # where the peer was, or why its last pair is missing
     ]
 
 

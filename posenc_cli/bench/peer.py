@@ -61,10 +61,13 @@ def side_by_side(peer: Path | None, effort, info: dict) -> list[dict]:
                         **run(effort.peer_steps, run_sh=run_sh, text=text, work=work / f"{pair}"),
                     }
                 )
-    except RuntimeError as err:  # a peer that fails costs its section, not the benchmark's other sections
-        last = str(err).strip().splitlines()[-1]
-        info["peer"] = f"nanoGPT side-by-side stopped in pair {pair + 1}: {last} (whole pairs before it kept)"
-        ui.err.print(info["peer"], markup=False, highlight=False)
+    # a run that fails (or leaves no summary to read) costs this section, not the benchmark's others
+    except (RuntimeError, OSError, KeyError, ValueError) as err:
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        said = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+        kept = f"{pair} whole pair{'s' * (pair > 1)} before it kept" if pair else "no whole pair"
+        info["peer_stopped"] = f"The side-by-side stopped in pair {pair + 1}: {said} ({kept})."
+        ui.err.print(info["peer_stopped"], markup=False, highlight=False)
         rows = [row for row in rows if row["pair"] < pair]
     finally:
         shutil.rmtree(work, ignore_errors=True)

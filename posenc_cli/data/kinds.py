@@ -9,8 +9,7 @@ from posenc_cli.core.choices import TOKENIZERS
 from posenc_cli.core.errors import UsageError, require_positive_int
 
 CORPORA = ("synthetic", "text", "bin", "hf", "task")
-# The text corpora's defaults (config.schema's data options take theirs from here), also what a recorded
-# config that predates a key is read with.
+# The text corpora's defaults: config.schema's data options take theirs from here.
 TOKENIZER = "char"
 VOCAB_SIZE = 4096  # bpe only
 VAL_FRACTION = 0.1  # the last share of the text, held out for validation

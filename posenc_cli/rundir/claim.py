@@ -132,7 +132,7 @@ def claim(args: list[str], path: Path | None = None) -> list[str]:
                 f"{path} already holds runs of a sweep, which are never started over; give another "
                 "hydra.sweep.dir or resume its runs one by one with train.resume=RUN"
             )
-        return [*args, f"{key}={claim_new(path, given)}"]
+        return [*args, f"{key}={hydra_quoted(str(claim_new(path, given)))}"]
     if resuming(args):
         run = Path(str(resume_value(args)))
         hold_lock(run)
@@ -141,7 +141,7 @@ def claim(args: list[str], path: Path | None = None) -> list[str]:
     hold_lock(run)
     if holds_run(run):  # another process claimed and started it between our check and our lock
         refuse_started_run(run)
-    return [*args, f"{key}={run}"] if not given else args
+    return [*args, f"{key}={hydra_quoted(str(run))}"] if not given else args
 
 
 NOT_RESUMING = ("", "null", "None", "false", "False")  # train.resume values that start a fresh run

@@ -108,7 +108,10 @@ def preflight(args: list[str], first: DictConfig | None = None) -> Path | None:
         for overrides in points:
             if directory is None:  # with Hydra's own config, which names the directory
                 whole = compose_point(overrides, select="") if first is None else first
-                HydraConfig.instance().set_config(whole)  # ${hydra:...} in the directory: as in Hydra's run
+                if parsed.multirun:
+                    refuse_per_job_sweep_dir(whole)
+                else:  # ${hydra:...} in a run's directory resolves as in Hydra's run
+                    HydraConfig.instance().set_config(whole)
                 with override_errors():
                     directory = Path(str(OmegaConf.select(whole, output_key(parsed))))
                     if "${" in str(directory):  # an escaped \${...}: Hydra would resolve it again later
@@ -130,6 +133,24 @@ def preflight(args: list[str], first: DictConfig | None = None) -> Path | None:
                 cfg = resumed_config(cfg, overrides)
             validate(cfg)
         return directory
+
+
+PER_JOB = {
+    "${hydra:": "${hydra:...}",
+    **{f"hydra.job.{k}": f"${{hydra.job.{k}}}" for k in ("override_dirname", "num", "id")},
+}
+
+
+def refuse_per_job_sweep_dir(whole: DictConfig) -> None:
+    """A sweep's directory holds all its jobs, so it cannot be named by one job's values (Hydra refuses
+    ${hydra:...} there; the first job's override_dirname would file every job under its name)."""
+    raw = str(OmegaConf.to_container(whole.hydra.sweep, resolve=False)["dir"])
+    named = next((shown for token, shown in PER_JOB.items() if token in raw), None)
+    if named:
+        raise UsageError(
+            f"hydra.sweep.dir={raw} names one job's value ({named}), but a sweep's directory holds "
+            "all its jobs; put per-job names in hydra.sweep.subdir"
+        )
 
 
 def validate_init_from(cfg: PosencConfig) -> None:
