@@ -13,10 +13,9 @@ import time
 
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from posenc_cli.config.location import config_dir
+from posenc_cli.bench.train_speed import compose
+from posenc_cli.config.schema import check_keys
 from posenc_cli.model import GPT
 from posenc_cli.training.session import make_optimizer, model_config, train_step
 
@@ -35,8 +34,7 @@ def fp32_sdpa(q, k, v, attn_mask=None, **options):
 
 
 def step_ms(scheme: str) -> dict[str, float]:
-    with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-        cfg = OmegaConf.to_object(compose("config", overrides=[f"scheme={scheme}"]))
+    cfg = check_keys(compose([f"scheme={scheme}"]))  # the config `posenc train scheme=S` runs, typed
     model = GPT(model_config(cfg, VOCAB))
     optimizer = make_optimizer(model, cfg.train)
     x = torch.randint(0, VOCAB, (cfg.train.batch_size, cfg.train.block_size + 1))

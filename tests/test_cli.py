@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 
 from conftest import BEYOND_CHAPTERS, ROOT, invoke, run_cli
 from posenc_cli import __version__
+from posenc_cli.cli import schemes_command
 from posenc_cli.cli.completion import hydra_completions
 
 COMMANDS = ("train", "eval", "probe", "sample", "export", "schemes", "inspect", "bench")
@@ -144,10 +146,6 @@ def test_a_refused_override_is_answered_without_importing_torch(tmp_path):
 def test_a_ctrl_c_inside_a_command_says_so_and_exits_130():
     """Typer turns a KeyboardInterrupt inside a command into exit code 130 and says nothing; a Ctrl-C in a
     run's first seconds (while torch imports) once ended `posenc train` with no word."""
-    from unittest import mock
-
-    from posenc_cli.cli import schemes_command
-
     with mock.patch.object(schemes_command, "scheme_rows", side_effect=KeyboardInterrupt):
         result = invoke("schemes")
     assert result.code == 130 and result.stderr == "posenc: interrupted\n", result
