@@ -63,7 +63,8 @@ def test_the_tolerance_is_inclusive_and_lengths_inside_the_reference_are_not_rea
 def test_a_length_a_model_cannot_score_does_not_hold_and_one_bad_seed_is_enough():
     """nan: past a learned table; the mean over seeds is nan when any seed's is."""
     learned = ppl_table({"learned": [12.0, 10.0, math.nan, math.nan]})
-    assert str(effective_lengths(learned, None, RULE)["learned"]) == "256"
+    found = effective_lengths(learned, None, RULE)["learned"]
+    assert (str(found), found.why) == ("256", "at 512: not scored there")  # once "perplexity nan×"
     seeds = ppl_table({"rope": [12.0, 10.0, 10.0, 10.0]}, seeds=2)
     seeds.loc[(seeds.seed == 1) & (seeds.eval_len == 1024), "ppl"] = math.nan
     assert str(effective_lengths(seeds, None, RULE)["rope"]) == "512"

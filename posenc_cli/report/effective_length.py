@@ -68,6 +68,9 @@ class EffectiveLength:
         return f"{self.held}" if self.held is not None else f"< {self.failed}"
 
 
+NOT_SCORED = "not scored there"  # nan: past a learned table, or a seed that could not be scored
+
+
 def failures(
     ppl: pd.DataFrame | None, passkey: pd.DataFrame | None, rule: LengthRule
 ) -> dict[str, dict[int, str | None]]:
@@ -81,15 +84,17 @@ def failures(
             if length >= reference[scheme]:
                 ratio = value / base
                 held = math.isfinite(ratio) and ratio <= 1 + rule.ppl_tolerance
+                said = f"perplexity {ratio:.2f}× its value at {reference[scheme]}"
                 checks.setdefault(str(scheme), {})[int(length)] = (
-                    None if held else f"perplexity {ratio:.2f}× its value at {reference[scheme]}"
+                    None if held else said if math.isfinite(ratio) else NOT_SCORED
                 )
     if passkey is not None:
         retrieved = passkey.groupby(["scheme", "length"])["accuracy"].agg(mean_of_all)
         for (scheme, length), share in retrieved.items():
             at = checks.setdefault(str(scheme), {})
             if not share >= rule.retrieval_threshold:  # nan (past a learned table) does not hold
-                at[int(length)] = at.get(int(length)) or f"{share:.0%} of keys retrieved"
+                said = f"{share:.0%} of keys retrieved" if math.isfinite(share) else NOT_SCORED
+                at[int(length)] = at.get(int(length)) or said
             else:
                 at.setdefault(int(length), None)
     return checks
