@@ -19,6 +19,7 @@ from posenc_cli.bench.markdown import STARTUP_TARGETS, load_targets, mfu_text, t
 from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
 from posenc_cli.bench.startup import startup_cases
+from posenc_cli.core.choices import PRECISIONS
 from posenc_cli.model import GPT, ModelConfig
 
 pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
@@ -67,7 +68,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     assert main_job["config"].tolist()[-1] == "total" and (main_job["seconds"] > 0).all()
     precision = df[df["section"] == "precision"]
     assert sorted(precision["config"].unique()) == ["default", "nanogpt-recipe"]
-    assert (precision.groupby("config")["asked"].apply(sorted) == [["auto", "bf16", "fp32"]] * 2).all()
+    assert (precision.groupby("config")["asked"].apply(sorted) == [sorted(PRECISIONS)] * 2).all()
     auto = precision[precision["asked"] == "auto"]
     assert (
         auto["reason"].str.contains("emulates bf16").all() and (auto["precision"] == "fp32").all()
@@ -95,7 +96,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     assert set(df.loc[df["section"] == "startup", "config"]) == set(STARTUP_TARGETS)
     for heading in (
         "## Training",
-        "## Precision: what auto chose, beside both precisions",
+        "## Precision: what auto chose, beside every pinned precision",
         "## Beside nanoGPT",
         "## Evaluation",
         "## Sampling",

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from posenc_cli.core.device import autocast
 from posenc_cli.core.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model.gpt import CausalSelfAttention
 from posenc_cli.model.positional import SCHEMES
 
 
@@ -120,3 +122,37 @@ def test_a_per_layer_fire_is_the_shared_one_when_its_layers_agree_and_learns_eac
 def test_a_per_layer_part_of_a_composite_scheme_is_refused_in_one_line():
     with pytest.raises(UsageError, match="fire\\+per-layer keeps its own instance per layer"):
         random_model("rope+fire", parts=["rope", {"name": "fire", "per_layer": True}])
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_bf16_autocast_with_fp32_attention_gives_every_schemes_attention_fp32_inputs_outside_autocast(
+    scheme, monkeypatch
+):
+    """train.precision=bf16-fp32-attention: the attention kernel (and a scheme's bias) computes in fp32,
+    the rest under bf16 autocast; plain bf16-autocast leaves the attention to autocast. Gradients
+    reach every parameter either way."""
+    seen = []
+    attend = CausalSelfAttention.attend
+
+    def spy(q, k, v, **options):
+        seen.append((q.dtype, k.dtype, v.dtype, torch.is_autocast_enabled("cpu")))
+        return attend(q, k, v, **options)
+
+    monkeypatch.setattr(CausalSelfAttention, "attend", staticmethod(spy))
+    model = random_model(scheme).train()
+    idx = torch.randint(0, 13, (2, 12), generator=torch.Generator().manual_seed(2))
+    for effective, expected in (
+        ("bf16-autocast-fp32-attention", (torch.float32, torch.float32, torch.float32, False)),
+        ("bf16-autocast", None),
+    ):
+        seen.clear()
+        with autocast(torch.device("cpu"), effective):
+            logits = model(idx)
+        assert logits.dtype == torch.bfloat16 and torch.isfinite(logits.float()).all()
+        logits.float().logsumexp(-1).mean().backward()
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+        model.zero_grad(set_to_none=True)
+        if expected:
+            assert seen == [expected] * 2
+        else:
+            assert all(autocast_on for *_, autocast_on in seen) and len(seen) == 2

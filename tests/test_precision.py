@@ -33,6 +33,7 @@ def test_auto_computes_in_bf16_only_where_the_cpu_has_native_bf16(cpu_bf16):
     assert effective_precision(CPU, "auto") == AUTO_ANSWERS[cpu_bf16]
     assert effective_precision(CPU, "fp32") == "fp32"  # asked for: the same on every machine kind
     assert effective_precision(CPU, "bf16") == "bf16-autocast"
+    assert effective_precision(CPU, "bf16-fp32-attention") == "bf16-autocast-fp32-attention"
     assert effective_precision(torch.device("mps"), "bf16") == "fp32"  # no autocast there
 
 

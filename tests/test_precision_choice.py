@@ -1,5 +1,5 @@
 """train.precision=auto chosen by measurement (training.precision_choice): on a CPU with native bf16 the
-faster precision at the run's shapes, cached per machine and shape; never bf16 where it is emulated."""
+fastest precision at the run's shapes, cached per machine and shape; never bf16 where it is emulated."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from posenc_cli.config.location import config_dir
+from posenc_cli.core.device import EFFECTIVE_PRECISIONS
 from posenc_cli.training import precision_choice
 from posenc_cli.training.precision_choice import cache_path, choose_precision, time_steps
 from posenc_cli.training.preflight import validate
@@ -22,13 +23,14 @@ def config(*overrides: str):
         return validate(compose("config", overrides=["experiment=smoke", *overrides]))
 
 
-def timings(fp32: float, bf16: float):
-    """A stand-in for time_steps that records each call."""
+def timings(fp32: float, bf16: float, fp32_attention: float = 99.0):
+    """A stand-in for time_steps that records each call (bf16 autocast with fp32 attention slowest
+    unless said)."""
     calls = []
 
     def measure(cfg, device, vocab_size):
         calls.append(cfg.train.batch_size)
-        return {"fp32": fp32, "bf16-autocast": bf16}
+        return {"fp32": fp32, "bf16-autocast": bf16, "bf16-autocast-fp32-attention": fp32_attention}
 
     return measure, calls
 
@@ -41,16 +43,23 @@ def quiet_cache(tmp_path, monkeypatch):
     return tmp_path / "precision.json"
 
 
-@pytest.mark.parametrize(("fp32", "bf16", "faster"), [(50.0, 40.0, "bf16-autocast"), (40.0, 50.0, "fp32")])
-def test_auto_on_a_native_bf16_cpu_takes_the_precision_that_measured_faster(
-    quiet_cache, monkeypatch, fp32, bf16, faster
+@pytest.mark.parametrize(
+    ("fp32", "bf16", "fp32_attention", "fastest"),
+    [
+        (50.0, 40.0, 45.0, "bf16-autocast"),
+        (40.0, 50.0, 45.0, "fp32"),
+        (50.0, 40.0, 35.0, "bf16-autocast-fp32-attention"),
+    ],
+)
+def test_auto_on_a_native_bf16_cpu_takes_the_precision_that_measured_fastest(
+    quiet_cache, monkeypatch, fp32, bf16, fp32_attention, fastest
 ):
     monkeypatch.setenv("POSENC_CPU_BF16", "native")
-    measure, calls = timings(fp32, bf16)
+    measure, calls = timings(fp32, bf16, fp32_attention)
     choice = choose_precision(config("train.precision=auto"), CPU, vocab_size=30, measure=measure)
     assert (choice.effective, choice.step_ms, len(calls)) == (
-        faster,
-        {"fp32": fp32, "bf16-autocast": bf16},
+        fastest,
+        {"fp32": fp32, "bf16-autocast": bf16, "bf16-autocast-fp32-attention": fp32_attention},
         1,
     )
     assert (
@@ -61,11 +70,15 @@ def test_auto_on_a_native_bf16_cpu_takes_the_precision_that_measured_faster(
 def test_auto_never_measures_nor_picks_bf16_where_it_is_emulated_nor_when_a_precision_is_asked_for(
     quiet_cache, monkeypatch
 ):
-    measure, calls = timings(50.0, 1.0)  # bf16 "faster": it must not matter
+    measure, calls = timings(50.0, 1.0, 1.0)  # bf16 "faster": it must not matter
     monkeypatch.setenv("POSENC_CPU_BF16", "emulated")
     assert choose_precision(config(), CPU, vocab_size=30, measure=measure).effective == "fp32"
     monkeypatch.setenv("POSENC_CPU_BF16", "native")
-    for asked, effective in (("fp32", "fp32"), ("bf16", "bf16-autocast")):
+    for asked, effective in (
+        ("fp32", "fp32"),
+        ("bf16", "bf16-autocast"),
+        ("bf16-fp32-attention", "bf16-autocast-fp32-attention"),
+    ):
         choice = choose_precision(config(f"train.precision={asked}"), CPU, vocab_size=30, measure=measure)
         assert (choice.effective, choice.reason) == (effective, f"train.precision={asked}")
     several = choose_precision(config(), CPU, vocab_size=30, ranks=2, measure=measure)
@@ -112,7 +125,7 @@ def test_timing_the_steps_leaves_the_runs_random_streams_as_they_were():
         config("model.n_layer=1", "train.batch_size=2", "train.block_size=16"), CPU, vocab_size=30
     )
     assert torch.equal(torch.get_rng_state(), before)
-    assert set(ms) == {"fp32", "bf16-autocast"} and all(v > 0 for v in ms.values())
+    assert set(ms) == set(EFFECTIVE_PRECISIONS) and all(v > 0 for v in ms.values())
 
 
 def test_a_cache_too_deep_too_large_with_bool_timings_or_where_no_file_can_go_never_stops_a_run(
@@ -121,7 +134,7 @@ def test_a_cache_too_deep_too_large_with_bool_timings_or_where_no_file_can_go_ne
     monkeypatch.setenv("POSENC_CPU_BF16", "native")
     measure, calls = timings(50.0, 40.0)
     key = precision_choice.shape_key(config(), 30)
-    bools = {key: {"effective": "fp32", "step_ms": {"fp32": True, "bf16-autocast": True}}}
+    bools = {key: {"effective": "fp32", "step_ms": dict.fromkeys(EFFECTIVE_PRECISIONS, True)}}
     signed = {"format": precision_choice.CACHE_FORMAT, "sha256": precision_choice.entries_sha256(bools)}
     (tmp_path / "target").write_text("kept")
     (tmp_path / "link").symlink_to(tmp_path / "target")
@@ -137,7 +150,48 @@ def test_a_cache_too_deep_too_large_with_bool_timings_or_where_no_file_can_go_ne
             (tmp_path / name).write_text(text)
         monkeypatch.setenv(precision_choice.CACHE_ENV, str(tmp_path / name))
         choice = choose_precision(config(), CPU, vocab_size=30, measure=measure)
-        assert (choice.effective, choice.step_ms) == ("bf16-autocast", {"fp32": 50.0, "bf16-autocast": 40.0})
+        assert (choice.effective, choice.step_ms["bf16-autocast"]) == ("bf16-autocast", 40.0)
     assert (
         len(calls) == 5 and (tmp_path / "link").is_symlink() and (tmp_path / "target").read_text() == "kept"
     )
+
+
+def test_an_earlier_posencs_two_precision_cache_is_measured_again_without_a_warning(
+    quiet_cache, monkeypatch, caplog
+):
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    entries = {"k": {"effective": "fp32", "step_ms": {"fp32": 1.0, "bf16-autocast": 2.0}}}
+    old = {"format": "posenc-precision-choices", "sha256": precision_choice.entries_sha256(entries)}
+    quiet_cache.write_text(json.dumps({**old, "choices": entries}))
+    measure, calls = timings(50.0, 40.0)
+    with caplog.at_level("INFO", logger="posenc.train"):
+        choice = choose_precision(config(), CPU, vocab_size=30, measure=measure)
+    assert choice.effective == "bf16-autocast" and len(calls) == 1
+    assert "earlier posenc" in caplog.text and not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+@pytest.mark.parametrize(
+    ("others", "load", "busy"),
+    [
+        (2, 0.1, "2 threads of other processes runnable on 2 cores"),
+        (1, 9.0, None),  # the load average holds this process's own training a moment ago: not read
+        (None, 2.5, "load average 2.5 on 2 cores"),  # no /proc: the load average
+        (None, 1.5, None),
+    ],
+)
+def test_the_machine_is_busy_when_other_processes_keep_every_core_busy_not_this_ones_own_work(
+    monkeypatch, others, load, busy
+):
+    monkeypatch.setattr(precision_choice, "other_runnable_threads", lambda: others)
+    monkeypatch.setattr(precision_choice.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(precision_choice.os, "getloadavg", lambda: (load, load, load))
+    assert precision_choice.machine_busy() == busy
+
+
+def test_a_thread_whose_name_holds_parentheses_is_read_by_its_state_and_an_ended_one_is_not_running(tmp_path):
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "stat").write_text("1 (a) b) R 0 1\n")
+    (tmp_path / "2").mkdir()
+    (tmp_path / "2" / "stat").write_text("2 (worker) S 0 1\n")
+    running = [precision_choice.thread_running(tmp_path / name) for name in ("1", "2", "gone")]
+    assert running == [True, False, False]

@@ -50,7 +50,9 @@ class TrainConfig:
     eval_batches: int = 8  # validation batches, the same windows for every run
     checkpoint_interval: int = 100  # steps between checkpoints (the last step always saves)
     resume: Optional[str] = None  # a run directory to continue from (true: the newest under outputs/runs)
-    precision: str = "auto"  # auto: bf16 autocast on native-bf16 hardware, else fp32 | fp32 | bf16
+    # auto: on a native-bf16 CPU the fastest of the three, timed at the run's shapes (cached); fp32 where bf16
+    # is emulated; bf16 autocast on a bf16 GPU | fp32 | bf16 | bf16-fp32-attention (bf16 autocast, fp32 SDPA)
+    precision: str = "auto"
     threads: Optional[int] = None  # torch threads per job; null = torch's default
     # a run whose weights start this new run (fine-tuning, e.g. at a longer block_size)
     init_from: Optional[str] = None

@@ -15,7 +15,9 @@ ALIBI_SLOPES = ("paper", "chapter")  # alibi slope rules: alibi.SLOPE_RULES, by 
 # the comparison the chapters' table asks for: their four schemes and the no-position baseline
 CHAPTER_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
 MULTIRUN_FLAGS = ("-m", "--multirun")  # Hydra's flags for a sweep
-PRECISIONS = ("auto", "fp32", "bf16")  # what train.precision asks for (core.device computes them)
+# what train.precision asks for (core.device computes them); bf16-fp32-attention: bf16 autocast with the
+# attention kernel kept in fp32, faster where bf16 SDPA is slower than fp32's (docs/training.md)
+PRECISIONS = ("auto", "fp32", "bf16", "bf16-fp32-attention")
 TOKENIZERS = ("char", "byte", "bpe")  # data.tokenizer's kinds (data.tokenizers implements them)
 # the effective-length rule's defaults (report.effective_length.LengthRule; --ppl-tolerance, --retrieval-threshold)
 PPL_TOLERANCE = 0.10  # perplexity at most 10 % above its value at the reference length

@@ -7,6 +7,7 @@ loss is always computed in fp32. A run records the precision it computed in (its
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import platform
 from pathlib import Path
@@ -16,7 +17,13 @@ import torch
 from posenc_cli.core.choices import DEVICES
 from posenc_cli.core.errors import UsageError
 
-EFFECTIVE_PRECISIONS = ("fp32", "bf16-autocast")  # what a run computes in
+# What a run computes in, by what train.precision asks for. The third keeps attention (SDPA) in fp32
+# inside bf16 autocast: on an AVX-512-BF16 EPYC without AMX the CPU flash kernel is slower in bf16 than
+# in fp32, while the matmuls gain from bf16 (docs/performance.md).
+AUTOCAST_PRECISIONS = {"bf16": "bf16-autocast", "bf16-fp32-attention": "bf16-autocast-fp32-attention"}
+EFFECTIVE_PRECISIONS = ("fp32", *AUTOCAST_PRECISIONS.values())
+# set while a forward pass runs at bf16-autocast-fp32-attention; the model's attention reads it
+ATTENTION_IN_FP32: contextvars.ContextVar[bool] = contextvars.ContextVar("attention_in_fp32", default=False)
 # What a CPU's bf16 detection answers, overriding the hardware: `native` or `emulated`. The test suite
 # sets it so that no test depends on the machine kind; a user can try the other kind's `auto` path.
 CPU_BF16_ENV = "POSENC_CPU_BF16"
@@ -82,10 +89,12 @@ def native_bf16(device: torch.device) -> bool:
 
 
 def effective_precision(device: torch.device, requested: str) -> str:
-    """What training at `requested` computes in on `device`: bf16 autocast when asked for (bf16) or
-    where it pays (auto on native-bf16 hardware), fp32 otherwise; autocast exists on CUDA and CPU only."""
-    bf16 = requested == "bf16" or (requested == "auto" and native_bf16(device))
-    return "bf16-autocast" if bf16 and device.type in ("cuda", "cpu") else "fp32"
+    """What training at `requested` computes in on `device`: bf16 autocast when asked for (bf16,
+    bf16-fp32-attention) or by auto's static rule (native-bf16 hardware), fp32 otherwise; autocast exists
+    on CUDA and CPU only."""
+    if requested == "auto":
+        requested = "bf16" if native_bf16(device) else "fp32"
+    return AUTOCAST_PRECISIONS.get(requested, "fp32") if device.type in ("cuda", "cpu") else "fp32"
 
 
 def precision_record(device: torch.device, requested: str, effective: str) -> dict[str, str]:
@@ -95,11 +104,18 @@ def precision_record(device: torch.device, requested: str, effective: str) -> di
     return {**record, "cpu_bf16": cpu_bf16()} if device.type == "cpu" else record
 
 
+@contextlib.contextmanager
 def autocast(device: torch.device, effective: str):
     """The context a forward pass at an effective precision runs in."""
-    if effective == "bf16-autocast":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    if effective == "fp32":
+        yield
+        return
+    token = ATTENTION_IN_FP32.set(effective == "bf16-autocast-fp32-attention")
+    try:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            yield
+    finally:
+        ATTENTION_IN_FP32.reset(token)
 
 
 def resumed_precision(device: torch.device, requested: str, saved: str, *, run: str) -> str:
@@ -115,9 +131,9 @@ def resumed_precision(device: torch.device, requested: str, saved: str, *, run: 
             f"train.precision={requested}: {run} computes in {saved}, and a resume continues in the run's "
             "own precision (the weights an uninterrupted run would have); drop train.precision"
         )
-    if saved == "bf16-autocast" and device.type not in ("cuda", "cpu"):
+    if saved != "fp32" and device.type not in ("cuda", "cpu"):
         raise UsageError(
-            f"{run} computes in bf16-autocast, which device={device.type} cannot run; resume on cpu or cuda"
+            f"{run} computes in {saved}, which device={device.type} cannot run; resume on cpu or cuda"
         )
     return saved
 

@@ -33,7 +33,9 @@ class EvalTarget(Protocol):
     def seed(self) -> int: ...  # a posenc run's seed; 0 for a pretrained model
 
     @property
-    def training_precision(self) -> str: ...  # fp32, bf16-autocast, unrecorded; "" if posenc did not train it
+    def training_precision(
+        self,
+    ) -> str: ...  # an EFFECTIVE_PRECISIONS name, unrecorded; "" if posenc did not train it
 
     @property
     def tokenizer_name(self) -> str: ...  # posenc's tokenizer kind (char, byte, bpe) or the model's name

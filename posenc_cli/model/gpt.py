@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from posenc_cli.core.device import ATTENTION_IN_FP32
 from posenc_cli.core.errors import UsageError, require_positive_int
 from posenc_cli.model.attention import biased_causal_attention, cached_attention
 from posenc_cli.model.positional import PositionalScheme, build_scheme
@@ -112,13 +113,21 @@ class CausalSelfAttention(nn.Module):
             q, k = scheme.rotate(q, k, positions)
             if cache is not None:
                 k, v = cache.extend(k, v)
-        if k.size(2) > T:  # new queries after cached keys
-            y = cached_attention(q, k, v, scheme=scheme)
-        elif scheme.adds_bias:
-            y = biased_causal_attention(q, k, v, scheme=scheme, positions=given)
+        if ATTENTION_IN_FP32.get():  # bf16 autocast around fp32 attention (core.device.AUTOCAST_PRECISIONS)
+            with torch.autocast(x.device.type, enabled=False):
+                y = self.attend(q.float(), k.float(), v.float(), scheme=scheme, given=given)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = self.attend(q, k, v, scheme=scheme, given=given)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    @staticmethod
+    def attend(q, k, v, *, scheme: PositionalScheme, given: torch.Tensor | None) -> torch.Tensor:
+        """(B, H, T, D) queries against (B, H, L, D) keys and values: causal, with the scheme's bias."""
+        if k.size(2) > q.size(2):  # new queries after cached keys
+            return cached_attention(q, k, v, scheme=scheme)
+        if scheme.adds_bias:
+            return biased_causal_attention(q, k, v, scheme=scheme, positions=given)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class MLP(nn.Module):

@@ -52,7 +52,7 @@ class LoadedRun:
 
     @property
     def training_precision(self) -> str:
-        """What the run computed in while training (fp32, bf16-autocast); `unrecorded` for runs made
+        """What the run computed in while training (core.device.EFFECTIVE_PRECISIONS); `unrecorded` for runs made
         before posenc recorded it, or whose record holds anything else."""
         recorded = self.record.precision
         return recorded if recorded in EFFECTIVE_PRECISIONS else "unrecorded"

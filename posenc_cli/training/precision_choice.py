@@ -1,8 +1,9 @@
 """`train.precision=auto` on a CPU with native bf16, chosen by measurement: which precision is faster
 depends on the run's shapes as much as on the CPU (on a 2-core AMX Xeon, issue #33: bf16 autocast
 trained 77k tokens/s against fp32's 56k at the default config, and took 57.4 s against 45.9 s for
-nanoGPT's CPU recipe). So before a run starts, the same training step it will run (session.train_step) is
-timed in both precisions on a throwaway model of its shapes, alternated, and the faster is used. The
+nanoGPT's CPU recipe; on an AVX-512-BF16 EPYC, bf16 autocast with attention kept in fp32 was faster than
+either). So before a run starts, the same training step it will run (session.train_step) is timed in
+every effective precision on a throwaway model of its shapes, alternated, and the fastest is used. The
 answer is cached per machine and shape class (the file below), so a sweep measures each shape once
 and a machine gives one answer per shape from then on. A machine busy with other work (more runnable
 work than cores) is not measured: such timings say more about the other work than the precisions, so
@@ -36,9 +37,13 @@ from posenc_cli.model import GPT
 from posenc_cli.training.session import make_optimizer, model_config, train_step
 
 CACHE_ENV = "POSENC_PRECISION_CACHE"  # the cache file's path; default under XDG_CACHE_HOME or ~/.cache
-CACHE_FORMAT = "posenc-precision-choices"
-ROUNDS = 3  # timed rounds, each one step in each precision (alternated), after a warm-up step of each
-SLOW_STEP_S = 1.0  # a warm-up step slower than this: one timed round, so calibration stays a few steps
+CACHE_FORMAT = "posenc-precision-choices-3"  # 3: entries time three precisions
+OLDER_CACHE_FORMATS = ("posenc-precision-choices",)  # fp32 and bf16-autocast timed: measured again
+# Timed rounds of STEPS_PER_ROUND steps in each precision, the order reversed every round, after WARM_UP
+# steps of each. Fewer (one warm-up step, single-step rounds) misjudged 3 of 5 demo runs on an EPYC: the
+# first steps of a precision run cold, and one step is within the machine's jitter (docs/training.md).
+WARM_UP, ROUNDS, STEPS_PER_ROUND = 2, 3, 2
+SLOW_STEP_S = 1.0  # a warm-up step slower than this: one timed round of one step, so calibration stays short
 MAX_CACHE_BYTES = 1 << 20  # a cache holds one small entry per shape; a larger file is not posenc's
 log = logging.getLogger("posenc.train")
 
@@ -47,7 +52,7 @@ log = logging.getLogger("posenc.train")
 class PrecisionChoice:
     """What a run computes in and why: the facts its summary records under `precision`."""
 
-    effective: str  # fp32 | bf16-autocast
+    effective: str  # one of core.device.EFFECTIVE_PRECISIONS
     reason: str
     step_ms: dict[str, float] = field(default_factory=dict)  # measured ms a step, per precision
 
@@ -87,6 +92,11 @@ def read_cache(path: Path) -> dict[str, dict]:
         if path.stat().st_size > MAX_CACHE_BYTES:
             raise ValueError("too large")
         stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored.get("format") in OLDER_CACHE_FORMATS:
+            log.info(
+                f"{path} holds an earlier posenc's precision choices (two precisions timed); measuring again"
+            )
+            return {}
         entries = stored["choices"]
         ok = stored.get("format") == CACHE_FORMAT and stored.get("sha256") == entries_sha256(entries)
         ok = ok and all(valid_entry(e) for e in entries.values())
@@ -130,7 +140,7 @@ def write_cache(path: Path, key: str, choice: PrecisionChoice, *, cached: dict[s
 
 
 def time_steps(cfg: PosencConfig, device: torch.device, vocab_size: int) -> dict[str, float]:
-    """Median ms a training step takes in each precision, on a throwaway model of the run's shapes (the
+    """Median ms a training step takes in each effective precision, on a throwaway model of the run's shapes (the
     run's own random streams untouched), one step of each in turn so that load on the machine falls on
     both alike."""
     tc = cfg.train
@@ -145,17 +155,21 @@ def time_steps(cfg: PosencConfig, device: torch.device, vocab_size: int) -> dict
             positions = positions.to(device)
         batch = (x[:, :-1], x[:, 1:], positions)
 
-        def step(precision: str) -> float:
+        def steps(precision: str, count: int) -> float:
+            """Seconds a step, over `count` steps."""
             started = time.perf_counter()
-            train_step(model, optimizer, batch, device=device, precision=precision, grad_clip=tc.grad_clip)
-            return time.perf_counter() - started
+            for _ in range(count):
+                train_step(
+                    model, optimizer, batch, device=device, precision=precision, grad_clip=tc.grad_clip
+                )
+            return (time.perf_counter() - started) / count
 
-        warm = max(step(p) for p in EFFECTIVE_PRECISIONS)
-        rounds = ROUNDS if warm < SLOW_STEP_S else 1
+        warm = max(steps(p, WARM_UP) for p in EFFECTIVE_PRECISIONS)
+        rounds, count = (ROUNDS, STEPS_PER_ROUND) if warm < SLOW_STEP_S else (1, 1)
         times = {p: [] for p in EFFECTIVE_PRECISIONS}
-        for _ in range(rounds):
-            for precision in EFFECTIVE_PRECISIONS:
-                times[precision].append(step(precision))
+        for round_ in range(rounds):
+            for precision in EFFECTIVE_PRECISIONS[:: -1 if round_ % 2 else 1]:
+                times[precision].append(steps(precision, count))
     return {p: round(1000 * statistics.median(t), 3) for p, t in times.items()}
 
 
@@ -190,15 +204,43 @@ def choose_precision(
         )
     step_ms = measure(cfg, device, vocab_size)
     faster = min(EFFECTIVE_PRECISIONS, key=lambda p: step_ms[p])
-    choice = PrecisionChoice(faster, "measured: the faster of the two at this run's shapes", step_ms)
+    choice = PrecisionChoice(faster, "measured: the fastest precision at this run's shapes", step_ms)
     write_cache(path, key, choice, cached=entries)
     return choice
 
 
 def machine_busy() -> str | None:
-    """Why timings taken now would not stand for this machine (more runnable work than cores), or None."""
+    """Why timings taken now would not stand for this machine (other work keeps every core busy), or None.
+    Counted now where Linux says so, not as the 1-minute load average, which holds this process's own
+    training a moment ago: a sweep's later runs read "load 2.1 on 2 cores" of their own making."""
+    cores = os.cpu_count() or 1
+    others = other_runnable_threads()
+    if others is not None:
+        return f"{others} threads of other processes runnable on {cores} cores" if others >= cores else None
     try:
-        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+        load = os.getloadavg()[0]
     except OSError:  # no load average on this platform: measured as if quiet
         return None
     return f"load average {load:.1f} on {cores} cores" if load > cores else None
+
+
+def other_runnable_threads(samples: int = 5) -> int | None:
+    """The fewest threads of other processes ready to run over a few samples 10 ms apart (a busy machine
+    stays busy; a blip does not); None without Linux's /proc."""
+    counts = []
+    for _ in range(samples):
+        try:
+            runnable = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+            tasks = list(Path("/proc/self/task").iterdir())
+        except (OSError, ValueError, IndexError):
+            return None
+        counts.append(runnable - sum(thread_running(task) for task in tasks))
+        time.sleep(0.01)
+    return max(0, min(counts))
+
+
+def thread_running(task: Path) -> bool:
+    try:  # the state follows the name in parentheses, which may itself hold spaces or ")"
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "R"
+    except (OSError, IndexError):  # the thread ended while it was read
+        return False

@@ -137,7 +137,7 @@ class Session:
     data_rng: torch.Generator
     val_batches: list[tuple[torch.Tensor, torch.Tensor]]
     run_id: str  # names the run in its summary and every checkpoint: a foreign checkpoint is refused
-    precision: str  # effective (fp32 | bf16-autocast): resolved once, kept by every resume
+    precision: str  # effective (core.device.EFFECTIVE_PRECISIONS): resolved once, kept by every resume
     precision_facts: dict[str, Any] = field(default_factory=dict)  # why it is that one (precision_choice)
     state: TrainState = field(default_factory=TrainState)
     saved_step: int | None = None  # the step of the newest checkpoint on disk
@@ -219,9 +219,9 @@ def restore(s: Session, path: Path) -> None:
         s.precision = resumed_precision(
             s.device, s.cfg.train.precision, saved.record.precision, run=str(s.run_dir)
         )
-        if s.precision == "bf16-autocast" and not native_bf16(s.device):
+        if s.precision != "fp32" and not native_bf16(s.device):
             log.warning(
-                f"{s.run_dir} computes in bf16-autocast, which {s.device} emulates: this resume is slow"
+                f"{s.run_dir} computes in {s.precision}, which {s.device} emulates: this resume is slow"
             )
     if saved.optimizer is None or saved.data_rng is None or saved.torch_rng is None:
         raise UsageError(
