@@ -5,6 +5,7 @@ stated formula; the nanoGPT side-by-side says when its peer is absent."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
@@ -15,6 +16,7 @@ import torch
 from conftest import run_cli
 from posenc_cli.bench import peak as peak_module
 from posenc_cli.bench import peer as peer_module
+from posenc_cli.bench.main_job import MAIN_JOB
 from posenc_cli.bench.markdown import STARTUP_TARGETS, load_targets, mfu_text, targets
 from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
@@ -199,3 +201,11 @@ def test_every_startup_case_is_checked_against_its_target_and_a_slow_one_is_not_
         )
     )
     assert [met for *_, met in checked] == ["**no**"] * len(STARTUP_TARGETS)
+
+
+def test_the_benchmarks_main_job_is_make_demos_commands():
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
+    values = dict(re.findall(r"^(\w+) \?= (.*)$", makefile, re.M))
+    commands = re.findall(r'echo "\$\(BIN\)/posenc ([^"]+)"', makefile)
+    expanded = [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], c).split() for c in commands]
+    assert expanded == [list(args) for args in MAIN_JOB]
