@@ -1,5 +1,6 @@
-"""posenc bench's precision section alone (docs/performance.md): auto, fp32 and bf16 at the default config and
-at nanoGPT's CPU recipe, through the training path, auto measuring afresh in a new cache file.
+"""posenc bench's precision section alone (docs/performance.md): auto and every pinned train.precision at the
+default config and at nanoGPT's CPU recipe, through the training path, auto measuring afresh in a new cache
+file.
 
     python scripts/bench_precision.py
 """
@@ -19,10 +20,10 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, 1-min load {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as cache:
         rows = bench_precision(FULL, Path(cache) / "precision.json")
-    print("| config | asked | computed in | tokens/s | vs the faster | why |\n|---|---|---|---|---|---|")
+    print("| config | asked | computed in | tokens/s | vs the fastest | why |\n|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['config']} | {r['asked']} | {r['precision']} | {r['tokens_per_s']:,.0f} | {r['vs_best']:.2f} | {r['reason']} |"
+            f"| {r['config']} | {r['asked']} | {r['effective']} | {r['tokens_per_s']:,.0f} | {r['vs_best']:.2f} | {r['reason']} |"
         )
 
 

@@ -5,7 +5,6 @@ stated formula; the nanoGPT side-by-side says when its peer is absent."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
@@ -16,7 +15,6 @@ import torch
 from conftest import run_cli
 from posenc_cli.bench import peak as peak_module
 from posenc_cli.bench import peer as peer_module
-from posenc_cli.bench.main_job import MAIN_JOB
 from posenc_cli.bench.markdown import STARTUP_TARGETS, load_targets, mfu_text, targets
 from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
@@ -70,7 +68,9 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     assert main_job["config"].tolist()[-1] == "total" and (main_job["seconds"] > 0).all()
     precision = df[df["section"] == "precision"]
     assert sorted(precision["config"].unique()) == ["default", "nanogpt-recipe"]
-    assert (precision.groupby("config")["asked"].apply(sorted) == [sorted(PRECISIONS)] * 2).all()
+    # the suite's CPU emulates bf16: one pinned bf16 training shows it, the second is left out
+    emulated = sorted(set(PRECISIONS) - {"bf16-fp32-attention"})
+    assert (precision.groupby("config")["asked"].apply(sorted) == [emulated] * 2).all()
     auto = precision[precision["asked"] == "auto"]
     assert (
         auto["reason"].str.contains("emulates bf16").all() and (auto["precision"] == "fp32").all()
@@ -201,11 +201,3 @@ def test_every_startup_case_is_checked_against_its_target_and_a_slow_one_is_not_
         )
     )
     assert [met for *_, met in checked] == ["**no**"] * len(STARTUP_TARGETS)
-
-
-def test_the_benchmarks_main_job_is_make_demos_commands():
-    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
-    values = dict(re.findall(r"^(\w+) \?= (.*)$", makefile, re.M))
-    commands = re.findall(r'echo "\$\(BIN\)/posenc ([^"]+)"', makefile)
-    expanded = [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], c).split() for c in commands]
-    assert expanded == [list(args) for args in MAIN_JOB]

@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 from conftest import ROOT, invoke, run_cli
+from posenc_cli.bench.main_job import MAIN_JOB
 
 
 def load_docs_check():
@@ -73,3 +74,12 @@ def test_the_docs_checker_reports_a_wrong_test_path_option_and_config_key(tmp_pa
         f"{doc}:7: no config key train.max_stepz",
         f"{doc}:8: no config key scheme.layout",  # checked against the scheme its span names
     ]
+
+
+def test_the_benchmarks_main_job_is_make_demos_commands():
+    """`posenc bench` times the README's main job: the commands `make demo` runs, variables expanded."""
+    makefile = (ROOT / "Makefile").read_text()
+    values = dict(re.findall(r"^(\w+) \?= (.*)$", makefile, re.M))
+    commands = re.findall(r'echo "\$\(BIN\)/posenc ([^"]+)"', makefile)
+    expanded = [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], c).split() for c in commands]
+    assert expanded == [list(args) for args in MAIN_JOB]

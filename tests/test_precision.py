@@ -14,14 +14,15 @@ import pytest
 import torch
 
 from conftest import SMOKE, assert_one_line_error, assert_refused, evaluate, posenc, run_cli, train
-from posenc_cli.core.device import effective_precision, native_bf16
+from posenc_cli.core.device import AUTOCAST_PRECISIONS, effective_precision, native_bf16
 from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.record import load_checkpoint
 
 pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
 
 CPU = torch.device("cpu")
-AUTO_ANSWERS = {"native": "bf16-autocast", "emulated": "fp32"}
+AUTO_ANSWERS = {"native": "bf16-autocast", "emulated": "fp32"}  # the static rule (no measurement)
+ASKED_FOR = {"fp32": "fp32", **{effective: asked for asked, effective in AUTOCAST_PRECISIONS.items()}}
 
 
 def summary(run: Path) -> dict:
@@ -46,11 +47,11 @@ def test_a_run_records_its_precision_and_a_resume_on_the_other_machine_kind_keep
     stopped = train(tmp_path, *steps, "train.precision=auto", "train.max_steps=4", run="stopped")
     recorded = summary(stopped)["precision"]
     assert {k: recorded[k] for k in ("requested", "cpu_bf16")} == {"requested": "auto", "cpu_bf16": cpu_bf16}
-    # native: the precision that measured faster at these shapes (precision_choice); emulated: fp32, unmeasured
-    assert recorded["effective"] in AUTO_ANSWERS.values() and summary(stopped)["device"] == "cpu"
+    # native: the precision that measured fastest at these shapes (precision_choice); emulated: fp32, unmeasured
+    assert recorded["effective"] in ASKED_FOR and summary(stopped)["device"] == "cpu"
     why = {"native": ("measured: ", "busy"), "emulated": ("emulates bf16",)}[cpu_bf16]  # busy: not measured
     assert any(words in recorded["reason"] for words in why), recorded["reason"]
-    asked = {"fp32": "fp32", "bf16-autocast": "bf16"}[recorded["effective"]]  # the same arithmetic, asked for
+    asked = ASKED_FOR[recorded["effective"]]  # the same arithmetic, asked for
     reference = train(tmp_path, *steps, f"train.precision={asked}", "train.max_steps=6", run="reference")
     resumed = run_cli(
         "train", f"train.resume={stopped}", "train.max_steps=6", cwd=tmp_path, env={"POSENC_CPU_BF16": other}
@@ -95,6 +96,7 @@ def test_an_unknown_cpu_bf16_answer_is_one_line(tmp_path):
     [
         ("fp32", "fp32"),
         ("bf16-autocast", "bf16-autocast"),
+        ("bf16-autocast-fp32-attention", "bf16-autocast-fp32-attention"),
         (None, "unrecorded"),
         ("fp16", "unrecorded"),
         (["fp32"], "unrecorded"),

@@ -183,7 +183,7 @@ def test_the_machine_is_busy_when_other_processes_keep_every_core_busy_not_this_
     monkeypatch, others, load, busy
 ):
     monkeypatch.setattr(precision_choice, "other_runnable_threads", lambda: others)
-    monkeypatch.setattr(precision_choice.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(precision_choice, "usable_cores", lambda: 2)
     monkeypatch.setattr(precision_choice.os, "getloadavg", lambda: (load, load, load))
     assert precision_choice.machine_busy() == busy
 
@@ -193,5 +193,7 @@ def test_a_thread_whose_name_holds_parentheses_is_read_by_its_state_and_an_ended
     (tmp_path / "1" / "stat").write_text("1 (a) b) R 0 1\n")
     (tmp_path / "2").mkdir()
     (tmp_path / "2" / "stat").write_text("2 (worker) S 0 1\n")
-    running = [precision_choice.thread_running(tmp_path / name) for name in ("1", "2", "gone")]
-    assert running == [True, False, False]
+    (tmp_path / "3").mkdir()
+    (tmp_path / "3" / "stat").write_bytes(b"3 (\xff\xfe) R 0 1\n")  # a name that is not UTF-8
+    running = [precision_choice.thread_running(tmp_path / name) for name in ("1", "2", "3", "gone")]
+    assert running == [True, False, True, False]

@@ -14,6 +14,7 @@ import yaml
 
 from conftest import ALL_SCHEMES, BEYOND_CHAPTERS, SHARED_DATA, invoke, train
 from posenc_cli.core.choices import CHAPTER_SCHEMES
+from posenc_cli.core.device import effective_precision
 from posenc_cli.model.positional import SCHEMES
 from posenc_cli.rundir.loading import load_run
 
@@ -51,10 +52,12 @@ def test_every_scheme_trains_and_leaves_a_complete_run_directory(smoke_sweep):
 
 
 @pytest.mark.tiny_run  # make test keeps it: one of its few tiny CLI runs
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16-fp32-attention"])
 def test_training_is_deterministic_for_a_seed(tmp_path, precision):
     for name in ("a", "b"):
-        train(tmp_path, "scheme=rope", "seed=3", f"train.precision={precision}", run=f"out/{name}")
+        run = train(tmp_path, "scheme=rope", "seed=3", f"train.precision={precision}", run=f"out/{name}")
+        recorded = json.loads((run / "summary.json").read_text())["precision"]
+        assert recorded["effective"] == effective_precision(torch.device("cpu"), precision)
     a, b = (
         pd.read_csv(tmp_path / "out" / n / "metrics.csv").drop(columns="tokens_per_s") for n in ("a", "b")
     )

@@ -2,7 +2,7 @@
 
 - peak.py: the GEMM peak of each precision (fp32, bf16), the denominator of MFU.
 - training.py: `posenc train`'s own training function, timed per eval interval (median reported).
-- train_speed.py's precision section: what train.precision=auto chose, beside fp32's and bf16's speeds.
+- train_speed.py's precision section: what train.precision=auto chose, beside every pinned precision's speed.
 - peer.py: whole `posenc train` processes side by side with nanoGPT's CPU recipe, alternated.
 - memory.py: evaluation speed and peak memory, each case in a fresh process.
 - sampling.py: `posenc sample`'s tokens/s with and without the KV cache, alternated.

@@ -5,8 +5,8 @@ nanoGPT's CPU recipe; on an AVX-512-BF16 EPYC, bf16 autocast with attention kept
 either). So before a run starts, the same training step it will run (session.train_step) is timed in
 every effective precision on a throwaway model of its shapes, alternated, and the fastest is used. The
 answer is cached per machine and shape class (the file below), so a sweep measures each shape once
-and a machine gives one answer per shape from then on. A machine busy with other work (more runnable
-work than cores) is not measured: such timings say more about the other work than the precisions, so
+and a machine gives one answer per shape from then on. A machine busy with other work (as many threads
+of other processes ready to run as it has cores) is not measured: such timings say more about the other work than the precisions, so
 auto then keeps the static rule (bf16 autocast where native) and caches nothing.
 
 Never bf16 where the CPU emulates it (AVX2: ~100x slower); CUDA keeps the static rule (bf16 where the GPU
@@ -43,7 +43,9 @@ OLDER_CACHE_FORMATS = ("posenc-precision-choices",)  # fp32 and bf16-autocast ti
 # steps of each. Fewer (one warm-up step, single-step rounds) misjudged 3 of 5 demo runs on an EPYC: the
 # first steps of a precision run cold, and one step is within the machine's jitter (docs/training.md).
 WARM_UP, ROUNDS, STEPS_PER_ROUND = 2, 3, 2
-SLOW_STEP_S = 1.0  # a warm-up step slower than this: one timed round of one step, so calibration stays short
+SLOW_STEP_S = (
+    1.0  # a first step slower than this: no more warm-up, one timed step each (calibration stays short)
+)
 MAX_CACHE_BYTES = 1 << 20  # a cache holds one small entry per shape; a larger file is not posenc's
 log = logging.getLogger("posenc.train")
 
@@ -64,7 +66,7 @@ def cache_path() -> Path:
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "posenc" / "precision.json"
+    return root / "posenc" / "precision-choices-3.json"  # CACHE_FORMAT's: an older posenc keeps its own file
 
 
 def shape_key(cfg: PosencConfig, vocab_size: int) -> str:
@@ -72,6 +74,7 @@ def shape_key(cfg: PosencConfig, vocab_size: int) -> str:
     tc, mc = cfg.train, cfg.model
     facts = {
         "cpu": cpu_model(),
+        "cpu_flags": cpu_flags(),  # one model name can cover several kinds ("AMD EPYC": AVX2 only, AVX-512-BF16)
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "model": [mc.n_layer, mc.n_head, mc.n_embd, vocab_size],
@@ -141,8 +144,8 @@ def write_cache(path: Path, key: str, choice: PrecisionChoice, *, cached: dict[s
 
 def time_steps(cfg: PosencConfig, device: torch.device, vocab_size: int) -> dict[str, float]:
     """Median ms a training step takes in each effective precision, on a throwaway model of the run's shapes (the
-    run's own random streams untouched), one step of each in turn so that load on the machine falls on
-    both alike."""
+    run's own random streams untouched), the precisions in turn so that load on the machine falls on
+    all alike."""
     tc = cfg.train
     with torch.random.fork_rng(devices=[]):
         model = GPT(model_config(cfg, vocab_size)).to(device)
@@ -164,8 +167,10 @@ def time_steps(cfg: PosencConfig, device: torch.device, vocab_size: int) -> dict
                 )
             return (time.perf_counter() - started) / count
 
-        warm = max(steps(p, WARM_UP) for p in EFFECTIVE_PRECISIONS)
-        rounds, count = (ROUNDS, STEPS_PER_ROUND) if warm < SLOW_STEP_S else (1, 1)
+        slow = max(steps(p, 1) for p in EFFECTIVE_PRECISIONS) >= SLOW_STEP_S
+        for precision in () if slow else EFFECTIVE_PRECISIONS:
+            steps(precision, WARM_UP - 1)
+        rounds, count = (1, 1) if slow else (ROUNDS, STEPS_PER_ROUND)
         times = {p: [] for p in EFFECTIVE_PRECISIONS}
         for round_ in range(rounds):
             for precision in EFFECTIVE_PRECISIONS[:: -1 if round_ % 2 else 1]:
@@ -213,20 +218,38 @@ def machine_busy() -> str | None:
     """Why timings taken now would not stand for this machine (other work keeps every core busy), or None.
     Counted now where Linux says so, not as the 1-minute load average, which holds this process's own
     training a moment ago: a sweep's later runs read "load 2.1 on 2 cores" of their own making."""
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     others = other_runnable_threads()
     if others is not None:
         return f"{others} threads of other processes runnable on {cores} cores" if others >= cores else None
     try:
         load = os.getloadavg()[0]
-    except OSError:  # no load average on this platform: measured as if quiet
+    except (OSError, AttributeError):  # no load average on this platform (Windows): measured as if quiet
         return None
     return f"load average {load:.1f} on {cores} cores" if load > cores else None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: taskset, a cpuset), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this platform (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def cpu_flags() -> list[str]:
+    """The CPU features that decide its bf16 and its fp32 kernels, from /proc/cpuinfo (empty elsewhere)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = next(line.split(":", 1)[1].split() for line in lines if line.startswith("flags"))
+    except (OSError, StopIteration, IndexError):
+        return []
+    return sorted(set(flags) & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+
+
 def other_runnable_threads(samples: int = 5) -> int | None:
-    """The fewest threads of other processes ready to run over a few samples 10 ms apart (a busy machine
-    stays busy; a blip does not); None without Linux's /proc."""
+    """The threads of other processes ready to run, the median of a few samples 10 ms apart (a blip either
+    way does not decide); None without Linux's /proc. Machine-wide: a container sees its host's."""
     counts = []
     for _ in range(samples):
         try:
@@ -236,11 +259,11 @@ def other_runnable_threads(samples: int = 5) -> int | None:
             return None
         counts.append(runnable - sum(thread_running(task) for task in tasks))
         time.sleep(0.01)
-    return max(0, min(counts))
+    return max(0, round(statistics.median(counts)))
 
 
 def thread_running(task: Path) -> bool:
-    try:  # the state follows the name in parentheses, which may itself hold spaces or ")"
-        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "R"
+    try:  # the state follows the name in parentheses, which may itself hold spaces, ")" or any byte
+        return (task / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"R"
     except (OSError, IndexError):  # the thread ended while it was read
         return False
