@@ -15,6 +15,7 @@ import torch
 from conftest import run_cli
 from posenc_cli.bench import peak as peak_module
 from posenc_cli.bench import peer as peer_module
+from posenc_cli.bench import sampling as sampling_module
 from posenc_cli.bench.markdown import STARTUP_TARGETS, load_targets, mfu_text, targets
 from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
@@ -201,3 +202,14 @@ def test_every_startup_case_is_checked_against_its_target_and_a_slow_one_is_not_
         )
     )
     assert [met for *_, met in checked] == ["**no**"] * len(STARTUP_TARGETS)
+
+
+def test_sampling_reports_the_pair_with_the_median_speed_up(monkeypatch):
+    """Three alternated (cached, uncached) pairs with speed-ups 4×, 12× and 20×: the 12× pair is shown,
+    not the one a busy moment bent either way."""
+    speeds = iter([40.0, 10.0, 240.0, 20.0, 120.0, 6.0] * 2)  # per scheme: cached, uncached, in turn
+    monkeypatch.setattr(sampling_module, "sampling_speed", lambda model, tokens, cached: next(speeds))
+    effort = SimpleNamespace(sample_pairs=3, sample_tokens=5, overrides=("experiment=smoke",))
+    rows = sampling_module.bench_sampling(effort)
+    cached = [r for r in rows if r["config"] == "kv cache"]
+    assert [r["vs_baseline"] for r in cached] == [12.0, 12.0]

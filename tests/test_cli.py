@@ -193,3 +193,18 @@ def test_train_composes_its_first_point_from_the_directory_cp_names_and_refuses_
     for cp, said in ((str(tmp_path / "absent"), "no such config directory"), ("../configs", "absolute")):
         with pytest.raises(UsageError, match=said):
             check_first_point(["-cp", cp, "experiment=smoke"])
+
+
+def test_output_to_a_reader_that_stopped_early_ends_quietly_as_sigpipe_does():
+    """`posenc schemes | head -1`: what is left to print goes nowhere, no traceback, and the exit code
+    is the shell's for SIGPIPE (141), not rich's default 1, which reads as posenc failing."""
+    from posenc_cli.core.ui import BROKEN_PIPE, PipeConsole
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with os.fdopen(write_end, "w") as stream:
+        console = PipeConsole(file=stream)
+        with pytest.raises(SystemExit) as ended:
+            console.print("a table's row\n" * 1000)
+        assert ended.value.code == BROKEN_PIPE == 141 and console.quiet
+        console.print("more")  # quiet from then on: nothing raised

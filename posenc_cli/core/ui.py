@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -15,8 +16,23 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-out = Console()
-err = Console(stderr=True)
+BROKEN_PIPE = 128 + 13  # the shell's code for a process ended by SIGPIPE, as `yes | head -1` leaves it
+
+
+class PipeConsole(Console):
+    """A console whose reader may stop early (`posenc schemes | head -1`): the rest of its output goes
+    to /dev/null, no traceback, and the process ends as a Unix tool ended by SIGPIPE does (141) rather
+    than as rich's default, exit 1, which reads as a failure of posenc's own."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.file.fileno())
+        raise SystemExit(BROKEN_PIPE)
+
+
+out = PipeConsole()
+err = PipeConsole(stderr=True)
 
 
 def progress(disable: bool = False) -> Progress:
