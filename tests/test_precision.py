@@ -57,7 +57,11 @@ def test_a_run_records_its_precision_and_a_resume_on_the_other_machine_kind_keep
         "train", f"train.resume={stopped}", "train.max_steps=6", cwd=tmp_path, env={"POSENC_CPU_BF16": other}
     )
     assert resumed.returncode == 0, resumed.stderr
-    assert summary(stopped)["precision"]["effective"] == recorded["effective"]  # not what `other` says
+    after = summary(stopped)["precision"]
+    assert after["effective"] == recorded["effective"]  # not what `other` says
+    # how the precision was first chosen stays on the record
+    assert after["reason"] == f"a resume keeps its run's precision; first chosen: {recorded['reason']}"
+    assert after.get("step_ms") == recorded.get("step_ms")
     want, got = load_checkpoint(reference / CHECKPOINT), load_checkpoint(stopped / CHECKPOINT)
     assert got.step == 6 and got.record.precision == want.record.precision
     assert all(torch.equal(want.model[k], got.model[k]) for k in want.model)
@@ -85,8 +89,11 @@ def test_eval_footnotes_a_table_whose_runs_computed_in_different_precisions(tmp_
     assert isinstance(pd.read_csv(tmp_path / "eval" / "ppl.csv")["precision"][0], str)
 
 
-def test_an_unknown_cpu_bf16_answer_is_one_line(tmp_path):
-    result = run_cli("train", *SMOKE, "train.precision=auto", cwd=tmp_path, env={"POSENC_CPU_BF16": "maybe"})
+@pytest.mark.parametrize("precision", ["auto", "fp32"])
+def test_an_unknown_cpu_bf16_answer_is_one_line_whatever_precision_is_asked_for(tmp_path, precision):
+    result = run_cli(
+        "train", *SMOKE, f"train.precision={precision}", cwd=tmp_path, env={"POSENC_CPU_BF16": "maybe"}
+    )
     assert_one_line_error(result, "POSENC_CPU_BF16=maybe", "native, emulated")
     assert not (tmp_path / "outputs").exists()
 

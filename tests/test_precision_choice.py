@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from posenc_cli.config.location import config_dir
 from posenc_cli.core.device import EFFECTIVE_PRECISIONS
 from posenc_cli.training import precision_choice
-from posenc_cli.training.precision_choice import cache_path, choose_precision, time_steps
+from posenc_cli.training.precision_choice import PrecisionChoice, cache_path, choose_precision, time_steps
 from posenc_cli.training.preflight import validate
 
 CPU = torch.device("cpu")
@@ -86,9 +86,11 @@ def test_auto_never_measures_nor_picks_bf16_where_it_is_emulated_nor_when_a_prec
     assert calls == [] and not quiet_cache.exists()
 
 
-def test_a_measured_choice_is_cached_per_shape_and_a_changed_or_foreign_cache_is_measured_again(
+def test_a_measured_choice_is_cached_per_shape_and_a_changed_or_foreign_cache_is_measured_again_and_kept(
     quiet_cache, monkeypatch
 ):
+    """A file posenc did not write as it is (hand-edited, another program's) is never trusted nor
+    overwritten: measured again every time, the file byte-identical."""
     monkeypatch.setenv("POSENC_CPU_BF16", "native")
     measure, calls = timings(50.0, 40.0)
     first = choose_precision(config(), CPU, vocab_size=30, measure=measure)
@@ -101,11 +103,12 @@ def test_a_measured_choice_is_cached_per_shape_and_a_changed_or_foreign_cache_is
         entry["effective"] = "fp32"  # edited by hand: its fingerprint no longer matches
     quiet_cache.write_text(json.dumps(stored))
     assert choose_precision(config(), CPU, vocab_size=30, measure=measure).effective == "bf16-autocast"
-    assert calls == [4, 8, 4]
+    assert calls == [4, 8, 4] and json.loads(quiet_cache.read_text()) == json.loads(json.dumps(stored))
     for foreign in ("not json", json.dumps({"format": "other", "choices": {}}), json.dumps([1])):
         quiet_cache.write_text(foreign)
         choose_precision(config(), CPU, vocab_size=30, measure=measure)
-    assert len(calls) == 6 and json.loads(quiet_cache.read_text())["format"] == precision_choice.CACHE_FORMAT
+        assert quiet_cache.read_text() == foreign
+    assert len(calls) == 6
 
 
 def test_a_busy_machine_is_not_measured_and_auto_keeps_the_static_rule_uncached(quiet_cache, monkeypatch):
@@ -168,6 +171,9 @@ def test_an_earlier_posencs_two_precision_cache_is_measured_again_without_a_warn
         choice = choose_precision(config(), CPU, vocab_size=30, measure=measure)
     assert choice.effective == "bf16-autocast" and len(calls) == 1
     assert "earlier posenc" in caplog.text and not [r for r in caplog.records if r.levelname == "WARNING"]
+    assert (
+        json.loads(quiet_cache.read_text())["format"] == "posenc-precision-choices"
+    )  # the older posenc's, kept
 
 
 @pytest.mark.parametrize(
@@ -197,3 +203,39 @@ def test_a_thread_whose_name_holds_parentheses_is_read_by_its_state_and_an_ended
     (tmp_path / "3" / "stat").write_bytes(b"3 (\xff\xfe) R 0 1\n")  # a name that is not UTF-8
     running = [precision_choice.thread_running(tmp_path / name) for name in ("1", "2", "3", "gone")]
     assert running == [True, False, True, False]
+
+
+def test_an_entry_whose_choice_is_not_its_fastest_timing_or_that_has_other_fields_is_not_trusted(
+    quiet_cache, monkeypatch
+):
+    """Its fingerprint recomputed to match (a checksum, not a seal): the summary would otherwise say
+    "measured" beside timings that contradict the choice."""
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    key = precision_choice.shape_key(config(), 30)
+    ms = {"fp32": 1.0, "bf16-autocast": 2.0, "bf16-autocast-fp32-attention": 3.0}
+    for entry in (
+        {"effective": "bf16-autocast", "step_ms": ms},
+        {"effective": "fp32", "step_ms": ms, "by": 1},
+    ):
+        entries = {key: entry}
+        signed = {"format": precision_choice.CACHE_FORMAT, "sha256": precision_choice.entries_sha256(entries)}
+        quiet_cache.write_text(json.dumps({**signed, "choices": entries}))
+        measure, calls = timings(50.0, 40.0)
+        choice = choose_precision(config(), CPU, vocab_size=30, measure=measure)
+        assert (len(calls), choice.effective) == (1, "bf16-autocast") and "measured:" in choice.reason
+
+
+def test_a_choice_another_run_cached_while_this_one_measured_is_kept_beside_this_ones(
+    quiet_cache, monkeypatch
+):
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    fp32_fastest = {"fp32": 1.0, "bf16-autocast": 2.0, "bf16-autocast-fp32-attention": 3.0}
+
+    def measure(cfg, device, vocab_size):  # meanwhile, a run at other shapes caches its choice
+        other = precision_choice.shape_key(config("train.batch_size=8"), 30)
+        precision_choice.write_cache(quiet_cache, other, PrecisionChoice("fp32", "measured", fp32_fastest))
+        return {"fp32": 3.0, "bf16-autocast": 1.0, "bf16-autocast-fp32-attention": 2.0}
+
+    assert choose_precision(config(), CPU, vocab_size=30, measure=measure).effective == "bf16-autocast"
+    stored = json.loads(quiet_cache.read_text())["choices"]
+    assert sorted(e["effective"] for e in stored.values()) == ["bf16-autocast", "fp32"]

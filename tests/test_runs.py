@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -520,3 +521,41 @@ def test_init_from_a_run_whose_summary_was_deleted_is_refused_before_any_directo
     code, stderr = posenc("train", *SMOKE, f"train.init_from={run}", f"hydra.run.dir={tmp_path / 'child'}")
     assert_refused(code, stderr, "has no summary.json")
     assert not (tmp_path / "child").exists()
+
+
+SLOW_START = """
+import sys, time
+from pathlib import Path
+from posenc_cli.training import loop
+def choose_slowly(*args, **options):  # the precision calibration, long enough to be signalled in
+    Path("starting").touch()
+    time.sleep(120)
+loop.choose_precision = choose_slowly
+sys.argv = ["posenc", *sys.argv[1:]]
+from posenc_cli.cli.main import console_main
+console_main()
+"""
+
+
+def test_a_run_terminated_while_it_starts_is_marked_interrupted_and_its_resume_chooses_afresh(tmp_path):
+    """SIGTERM during the start (the precision calibration here) ends the process as Ctrl-C does: exit
+    130, the summary says interrupted (not "running" forever), and the resume, with no checkpoint to
+    keep a precision from, chooses one as a new run does."""
+    args = [*TINY, "hydra.run.dir=r"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "POSENC_CPU_BF16": "emulated"}
+    with subprocess.Popen(
+        [sys.executable, "-c", SLOW_START, "train", *args], cwd=tmp_path, env=env, stderr=subprocess.PIPE
+    ) as process:
+        for _ in range(600):
+            if (tmp_path / "starting").exists() or process.poll() is not None:
+                break
+            time.sleep(0.1)
+        process.terminate()
+        stderr = process.communicate(timeout=60)[1].decode()
+    assert process.returncode == 130 and "posenc: interrupted" in stderr, stderr
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and "posenc train train.resume=" in summary["message"]
+    resumed = run_cli("train", "train.resume=r", cwd=tmp_path)
+    assert resumed.returncode == 0 and "no checkpoint yet" in resumed.stderr, resumed.stderr
+    precision = json.loads((tmp_path / "r" / "summary.json").read_text())["precision"]
+    assert precision["reason"] == "this CPU emulates bf16 (no AVX-512-BF16 or AMX)"

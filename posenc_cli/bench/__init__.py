@@ -20,6 +20,7 @@ import os
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from unittest import mock
 
 import pandas as pd
 
@@ -33,6 +34,7 @@ from posenc_cli.bench.sampling import bench_sampling
 from posenc_cli.bench.startup import bench_startup
 from posenc_cli.bench.train_speed import bench_levers, bench_precision, bench_training
 from posenc_cli.model.positional import SCHEMES
+from posenc_cli.training.precision_choice import CACHE_ENV
 
 __all__ = ["Effort", "FULL", "QUICK", "run_bench", "write_outputs"]
 
@@ -117,7 +119,26 @@ def speed_rows(
     main_job: bool,
     quick: bool,
 ) -> list[dict]:
-    """Training, the side-by-side, evaluation, sampling and (if asked) the README's main job."""
+    """Training, the side-by-side, evaluation, sampling and (if asked) the README's main job, each run
+    with auto's precision choices in a cache of the benchmark's own: the user's is neither read (the
+    timings would depend on what it holds) nor written."""
+    with tempfile.TemporaryDirectory(prefix="posenc-bench-cache-") as cache:
+        with mock.patch.dict(os.environ, {CACHE_ENV: str(Path(cache) / "precision.json")}):
+            return timed_sections(
+                effort, schemes, peer, info=info, levers=levers, main_job=main_job, quick=quick
+            )
+
+
+def timed_sections(
+    effort: Effort,
+    schemes: list[str],
+    peer: Path | None,
+    *,
+    info: dict,
+    levers: bool,
+    main_job: bool,
+    quick: bool,
+) -> list[dict]:
     peak = Peak(effort.gemm_size, effort.gemm_repeats)
     peak.measure()
     rows = bench_training(schemes, effort, peak)

@@ -30,7 +30,7 @@ from posenc_cli.rundir.lineage import lineage
 from posenc_cli.rundir.record import read_summary, write_summary
 from posenc_cli.rundir.resume import stored_record
 from posenc_cli.training import distributed
-from posenc_cli.training.precision_choice import PrecisionChoice, choose_precision
+from posenc_cli.training.precision_choice import PrecisionChoice, choose_precision, valid_timings
 from posenc_cli.training.session import (
     NonFiniteLoss,
     Session,
@@ -47,7 +47,7 @@ from posenc_cli.training.session import (
     scored_mean,
     train_step,
 )
-from posenc_cli.training.stopping import Stopped, StopSignals
+from posenc_cli.training.stopping import Stopped, StopSignals, terminate_as_interrupt
 from posenc_cli.training.tracking import open_loggers
 
 log = logging.getLogger("posenc.train")
@@ -80,8 +80,9 @@ def train(
     """Train one run into `run_dir`; `run_name` names it in trackers (default: the directory's name),
     `hparams` (its overrides) are its TensorBoard HParams."""
     try:
-        s = start_session(cfg, Path(run_dir))
-        summary = announce_run(s, run_name, hparams=hparams)
+        with terminate_as_interrupt():  # the loop's StopSignals take over once it trains
+            s = start_session(cfg, Path(run_dir))
+            summary = announce_run(s, run_name, hparams=hparams)
     except BaseException as err:
         if not cfg.train.resume:  # a resume refused at its start may be another process's run
             mark_failed(Path(run_dir), err, "failed to start")
@@ -128,14 +129,32 @@ def mark_failed(run_dir: Path, err: BaseException, how: str) -> None:
         return
     summary = read_summary(run_dir)
     if summary.get("status") == "running":
-        reason = " ".join(str(err).split()) or type(err).__name__
+        interrupted = isinstance(err, KeyboardInterrupt)  # Ctrl-C, or SIGTERM as the run starts
+        reason = "interrupted" if interrupted else " ".join(str(err).split()) or type(err).__name__
         step = summary.get("checkpoint_step")
         kept = f"its checkpoint of step {step} is kept" if step else "having trained nothing"
         message = (
             f"the run {how} ({reason}), {kept}; delete {run_dir}, or resume it once the cause is gone: "
             f"{resume_command(run_dir)}"
         )
-        write_summary(run_dir, {**summary, "status": "failed", "message": message})
+        status = "interrupted" if interrupted else "failed"
+        write_summary(run_dir, {**summary, "status": status, "message": message})
+
+
+RESUMED = "a resume keeps its run's precision"
+
+
+def resumed_choice(run: Path, effective: str) -> PrecisionChoice:
+    """A resume continues in its run's precision (restore() sets it from the checkpoint); how it was
+    first chosen, measured or asked for, stays on the record from the run's summary."""
+    first = read_summary(run).get("precision")
+    first = first if isinstance(first, dict) else {}
+    reason, step_ms = first.get("reason"), first.get("step_ms")
+    if not isinstance(reason, str) or not reason:
+        reason = RESUMED
+    elif not reason.startswith(RESUMED):  # a resume of a resume keeps the first reason once
+        reason = f"{RESUMED}; first chosen: {reason}"
+    return PrecisionChoice(effective, reason, step_ms if valid_timings(step_ms) else {})
 
 
 def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
@@ -154,11 +173,9 @@ def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
     corpus = load_corpus(dataclasses.asdict(cfg.data))
     check_lengths(corpus, tc.block_size)
 
-    if tc.resume:  # restore() continues in the run's own precision
-        choice = PrecisionChoice(
-            effective_precision(device, tc.precision), "a resume keeps its run's precision"
-        )
-    else:
+    if tc.resume and (Path(tc.resume) / CHECKPOINT).is_file():  # restore() reads the run's own precision
+        choice = resumed_choice(Path(tc.resume), effective_precision(device, tc.precision))
+    else:  # a new run, or one killed before its first checkpoint: it starts at step 0 and chooses afresh
         choice = choose_precision(cfg, device, vocab_size=len(corpus.tokenizer), ranks=ctx.world_size)
     torch.manual_seed(cfg.seed)
     mc = model_config(cfg, len(corpus.tokenizer))

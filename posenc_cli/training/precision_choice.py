@@ -88,18 +88,18 @@ def entries_sha256(entries: dict) -> str:
     return hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
 
 
-def read_cache(path: Path) -> dict[str, dict]:
-    """The cached choices, verified (format, fingerprint, every entry's fields); anything else is ignored,
-    said in one line, and measured again."""
+def read_cache(path: Path) -> dict[str, dict] | None:
+    """The cached choices, verified (format, fingerprint, every entry's fields); {} where there is no
+    file yet. None for a file that is not this posenc's cache (another program's, an older posenc's, one
+    changed since): it is said in one line, measured again, and never overwritten."""
+    keep = f"leaving {path} as it is (delete it to let posenc cache its choices there)"
     try:
         if path.stat().st_size > MAX_CACHE_BYTES:
             raise ValueError("too large")
         stored = json.loads(path.read_text(encoding="utf-8"))
         if stored.get("format") in OLDER_CACHE_FORMATS:
-            log.info(
-                f"{path} holds an earlier posenc's precision choices (two precisions timed); measuring again"
-            )
-            return {}
+            log.info(f"an earlier posenc's precision choices (two precisions timed); measuring again, {keep}")
+            return None
         entries = stored["choices"]
         ok = stored.get("format") == CACHE_FORMAT and stored.get("sha256") == entries_sha256(entries)
         ok = ok and all(valid_entry(e) for e in entries.values())
@@ -109,16 +109,26 @@ def read_cache(path: Path) -> dict[str, dict]:
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         ok, entries = False, {}
     if not ok:
-        log.warning(f"{path} is not a precision cache posenc wrote (or was changed since); measuring again")
-        return {}
+        log.warning(f"not a precision cache posenc wrote (or changed since); measuring again, {keep}")
+        return None
     return entries
 
 
 def valid_entry(entry: Any) -> bool:
-    ms = entry.get("step_ms") if isinstance(entry, dict) else None
+    """An entry as choose_precision writes it: a timing of every precision, and the fastest chosen."""
+    if (
+        not isinstance(entry, dict)
+        or set(entry) != {"effective", "step_ms"}
+        or not valid_timings(entry["step_ms"])
+    ):
+        return False
+    return entry["effective"] == min(EFFECTIVE_PRECISIONS, key=entry["step_ms"].get)
+
+
+def valid_timings(ms: Any) -> bool:
+    """Milliseconds a step of every effective precision, each a positive finite number."""
     return (
         isinstance(ms, dict)
-        and entry.get("effective") in EFFECTIVE_PRECISIONS
         and set(ms) == set(EFFECTIVE_PRECISIONS)
         and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
@@ -127,8 +137,12 @@ def valid_entry(entry: Any) -> bool:
     )
 
 
-def write_cache(path: Path, key: str, choice: PrecisionChoice, *, cached: dict[str, dict]) -> None:
-    """`cached`: the entries read before measuring (read_cache), kept beside the new one."""
+def write_cache(path: Path, key: str, choice: PrecisionChoice) -> None:
+    """The new entry beside those on disk now, read again just before the write: a run measuring at
+    the same time keeps its entry unless the two writes meet within milliseconds."""
+    cached = read_cache(path)
+    if cached is None:
+        return
     entries = {**cached, key: {"effective": choice.effective, "step_ms": choice.step_ms}}
     payload = {"format": CACHE_FORMAT, "sha256": entries_sha256(entries), "choices": entries}
     # a read-only home, or a directory or symbolic link where the file goes: the choice holds for this
@@ -186,6 +200,8 @@ def choose_precision(
     requested = cfg.train.precision
     static = effective_precision(device, requested)
     if requested != "auto":
+        if static != "fp32" and device.type == "cpu" and cpu_bf16() == "emulated":
+            log.warning(f"train.precision={requested}: this CPU emulates bf16 (~100x slower than fp32)")
         return PrecisionChoice(static, f"train.precision={requested}")
     if ranks > 1:
         return PrecisionChoice(static, "several ranks: bf16 autocast where the device computes bf16 natively")
@@ -197,7 +213,7 @@ def choose_precision(
         return PrecisionChoice("fp32", "this CPU emulates bf16 (no AVX-512-BF16 or AMX)")
     path, key = cache_path(), shape_key(cfg, vocab_size)
     entries = read_cache(path)
-    cached = entries.get(key)
+    cached = (entries or {}).get(key)
     if cached is not None:
         return PrecisionChoice(
             cached["effective"], "measured before on this machine at these shapes (cached)", cached["step_ms"]
@@ -210,7 +226,8 @@ def choose_precision(
     step_ms = measure(cfg, device, vocab_size)
     faster = min(EFFECTIVE_PRECISIONS, key=lambda p: step_ms[p])
     choice = PrecisionChoice(faster, "measured: the fastest precision at this run's shapes", step_ms)
-    write_cache(path, key, choice, cached=entries)
+    if entries is not None:
+        write_cache(path, key, choice)
     return choice
 
 

@@ -20,7 +20,7 @@ from posenc_cli.config.hydra_args import (
 )
 from posenc_cli.config.memory_model import check_run_memory, scheme_footprint
 from posenc_cli.config.schema import PosencConfig, SyntheticData, anchored_paths, check_keys
-from posenc_cli.core.device import effective_precision, resolve_device, resumed_precision
+from posenc_cli.core.device import cpu_bf16, resolve_device, resumed_precision
 from posenc_cli.core.errors import (
     UsageError,
 )
@@ -64,7 +64,8 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
             f"{trained_positions - 1} are trained on; use scheme.max_len >= {trained_positions} (or null)"
         )
     device = resolve_device(typed_cfg.device)
-    effective_precision(device, tc.precision)  # a bad POSENC_CPU_BF16 is one line before any directory
+    if device.type == "cpu":  # a bad POSENC_CPU_BF16 is one line before any directory, whatever is asked
+        cpu_bf16()
     check_loggers(typed_cfg.logger)
     n_chars, split_len = corpus_size(typed_cfg.data)
     if split_len is not None and tc.block_size + 1 > split_len:

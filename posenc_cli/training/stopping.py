@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 
 import torch
@@ -11,6 +12,26 @@ from posenc_cli.training import distributed
 
 class Stopped(Exception):
     """The loop saved a checkpoint and stopped because a signal asked it to."""
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt while a run starts (its corpus, the precision calibration), as
+    Ctrl-C does: the run's summary then says interrupted instead of staying "running" under a process
+    the default SIGTERM ended without a word. Outside the main thread the signal is left alone."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class StopSignals:
