@@ -236,12 +236,12 @@ def test_the_benchmark_keeps_autos_choices_in_a_cache_of_its_own_never_the_users
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "users.json"))
     seen = []
 
-    def sections(*args, **options):
+    def startup(repeats):
         seen.append(cache_path())
         cache_path().write_text("{}")  # what a run choosing its precision would write
         return []
 
-    monkeypatch.setattr(bench, "timed_sections", sections)
-    bench.speed_rows(bench.QUICK, ["rope"], None, info={}, levers=False, main_job=False, quick=True)
+    monkeypatch.setattr(bench, "bench_startup", startup)
+    bench.run_bench(quick=True, startup_only=True)
     assert seen and seen[0] != tmp_path / "users.json" and not seen[0].exists()
     assert cache_path() == tmp_path / "users.json" and not cache_path().exists()

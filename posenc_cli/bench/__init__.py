@@ -16,6 +16,7 @@ nanoGPT) stay meaningful on a busy machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, replace
@@ -96,17 +97,27 @@ def run_bench(
         effort = replace(effort, peer_steps=peer_steps)
     schemes = schemes or list(SCHEMES)
     info = machine()
-    startup = bench_startup(effort.startup_repeats)
-    rows = (
-        startup
-        if startup_only
-        else [
-            *speed_rows(effort, schemes, peer, info=info, levers=levers, main_job=main_job, quick=quick),
-            *startup,
-        ]
-    )
+    with own_precision_cache():
+        startup = bench_startup(effort.startup_repeats)
+        rows = (
+            startup
+            if startup_only
+            else [
+                *speed_rows(effort, schemes, peer, info=info, levers=levers, main_job=main_job, quick=quick),
+                *startup,
+            ]
+        )
     info["load_avg_1min_at_end"] = round(os.getloadavg()[0], 2)
     return (pd.DataFrame(rows) if startup_only else add_ratios(pd.DataFrame(rows))), info
+
+
+@contextlib.contextmanager
+def own_precision_cache():
+    """auto's precision choices, for every run the benchmark starts, in a cache of its own: the user's
+    is neither read (the timings would depend on what it holds) nor written."""
+    with tempfile.TemporaryDirectory(prefix="posenc-bench-cache-") as cache:
+        with mock.patch.dict(os.environ, {CACHE_ENV: str(Path(cache) / "precision.json")}):
+            yield
 
 
 def speed_rows(
@@ -119,26 +130,7 @@ def speed_rows(
     main_job: bool,
     quick: bool,
 ) -> list[dict]:
-    """Training, the side-by-side, evaluation, sampling and (if asked) the README's main job, each run
-    with auto's precision choices in a cache of the benchmark's own: the user's is neither read (the
-    timings would depend on what it holds) nor written."""
-    with tempfile.TemporaryDirectory(prefix="posenc-bench-cache-") as cache:
-        with mock.patch.dict(os.environ, {CACHE_ENV: str(Path(cache) / "precision.json")}):
-            return timed_sections(
-                effort, schemes, peer, info=info, levers=levers, main_job=main_job, quick=quick
-            )
-
-
-def timed_sections(
-    effort: Effort,
-    schemes: list[str],
-    peer: Path | None,
-    *,
-    info: dict,
-    levers: bool,
-    main_job: bool,
-    quick: bool,
-) -> list[dict]:
+    """Training, the side-by-side, evaluation, sampling and (if asked) the README's main job."""
     peak = Peak(effort.gemm_size, effort.gemm_repeats)
     peak.measure()
     rows = bench_training(schemes, effort, peak)
