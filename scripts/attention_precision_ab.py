@@ -1,14 +1,14 @@
 """What `train.precision=auto` chooses between, timed for longer than its calibration does: the training
 step (session.train_step) at the default config in every effective precision, fp32, bf16 autocast and
-bf16 autocast with fp32 attention, alternated in one process (6 rounds of 8 steps, the order reversed
-every round, medians). Not a posenc setting: a measurement (docs/performance.md).
+bf16 autocast with fp32 attention, through auto's own timing (precision_choice.time_steps: two warm-up
+steps, then the precisions alternated, the order reversed every round) with 6 rounds of 8 steps instead
+of 3 of 2. Not a posenc setting: a measurement (docs/performance.md).
 
     python scripts/attention_precision_ab.py [SCHEMES] [BATCH]   # e.g. rope,alibi,none 16
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 
@@ -16,34 +16,9 @@ import torch
 
 from posenc_cli.bench.train_speed import compose
 from posenc_cli.config.schema import check_keys
-from posenc_cli.core.device import EFFECTIVE_PRECISIONS
-from posenc_cli.model import GPT
-from posenc_cli.training.session import make_optimizer, model_config, train_step
+from posenc_cli.training.precision_choice import time_steps
 
-ROUNDS, STEPS, WARM_UP, VOCAB = 6, 8, 2, 65
-
-
-def step_ms(scheme: str, batch_size: int) -> dict[str, float]:
-    """Median ms a step per effective precision, for `posenc train scheme=S train.batch_size=B`."""
-    cfg = check_keys(compose([f"scheme={scheme}", f"train.batch_size={batch_size}"]))
-    model = GPT(model_config(cfg, VOCAB))
-    optimizer = make_optimizer(model, cfg.train)
-    x = torch.randint(0, VOCAB, (cfg.train.batch_size, cfg.train.block_size + 1))
-    batch, cpu = (x[:, :-1], x[:, 1:], None), torch.device("cpu")
-
-    def timed(precision: str, steps: int) -> float:
-        start = time.perf_counter()
-        for _ in range(steps):
-            train_step(model, optimizer, batch, device=cpu, precision=precision, grad_clip=1.0)
-        return (time.perf_counter() - start) / steps * 1000
-
-    for precision in EFFECTIVE_PRECISIONS:
-        timed(precision, WARM_UP)
-    times = {precision: [] for precision in EFFECTIVE_PRECISIONS}
-    for round_ in range(ROUNDS):
-        for precision in EFFECTIVE_PRECISIONS[:: -1 if round_ % 2 else 1]:
-            times[precision].append(timed(precision, STEPS))
-    return {precision: statistics.median(t) for precision, t in times.items()}
+ROUNDS, STEPS, VOCAB = 6, 8, 65
 
 
 def main() -> None:
@@ -51,7 +26,8 @@ def main() -> None:
     batch_size = int(sys.argv[2]) if len(sys.argv) > 2 else 16
     print(f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {torch.get_num_threads()} threads")
     for scheme in schemes.split(","):
-        ms = step_ms(scheme, batch_size)
+        cfg = check_keys(compose([f"scheme={scheme}", f"train.batch_size={batch_size}"]))
+        ms = time_steps(cfg, torch.device("cpu"), VOCAB, rounds=ROUNDS, steps_per_round=STEPS)
         print(f"{scheme}, batch {batch_size}: " + ", ".join(f"{p} {v:.1f} ms" for p, v in ms.items()))
 
 

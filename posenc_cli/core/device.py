@@ -72,12 +72,17 @@ def cpu_bf16() -> str:
 
 def cpu_model() -> str:
     """The CPU's model name as /proc/cpuinfo gives it, else what the platform says."""
-    model = platform.processor() or platform.machine()
+    model = cpuinfo_field("model name")
+    return platform.processor() or platform.machine() if model is None else model
+
+
+def cpuinfo_field(name: str) -> str | None:
+    """The value of /proc/cpuinfo's first line starting with `name`; None without one (not Linux)."""
     try:
-        cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
-        return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return model
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(name)), None)
 
 
 def native_bf16(device: torch.device) -> bool:

@@ -33,9 +33,7 @@ class EvalTarget(Protocol):
     def seed(self) -> int: ...  # a posenc run's seed; 0 for a pretrained model
 
     @property
-    def training_precision(
-        self,
-    ) -> str: ...  # an EFFECTIVE_PRECISIONS name, unrecorded; "" if posenc did not train it
+    def training_precision(self) -> str: ...  # EFFECTIVE_PRECISIONS, unrecorded; "" if not posenc's
 
     @property
     def tokenizer_name(self) -> str: ...  # posenc's tokenizer kind (char, byte, bpe) or the model's name

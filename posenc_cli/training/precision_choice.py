@@ -30,7 +30,13 @@ import torch
 
 from posenc_cli.config.schema import PosencConfig
 from posenc_cli.core.atomic import write_text
-from posenc_cli.core.device import EFFECTIVE_PRECISIONS, cpu_bf16, cpu_model, effective_precision
+from posenc_cli.core.device import (
+    EFFECTIVE_PRECISIONS,
+    cpu_bf16,
+    cpu_model,
+    cpuinfo_field,
+    effective_precision,
+)
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import random_positions
 from posenc_cli.model import GPT
@@ -156,10 +162,17 @@ def write_cache(path: Path, key: str, choice: PrecisionChoice) -> None:
         log.warning(f"could not cache the precision choice: {err}")
 
 
-def time_steps(cfg: PosencConfig, device: torch.device, vocab_size: int) -> dict[str, float]:
+def time_steps(
+    cfg: PosencConfig,
+    device: torch.device,
+    vocab_size: int,
+    *,
+    rounds: int = ROUNDS,
+    steps_per_round: int = STEPS_PER_ROUND,
+) -> dict[str, float]:
     """Median ms a training step takes in each effective precision, on a throwaway model of the run's shapes (the
     run's own random streams untouched), the precisions in turn so that load on the machine falls on
-    all alike."""
+    all alike; `rounds` of `steps_per_round` steps each (scripts/attention_precision_ab.py times longer)."""
     tc = cfg.train
     with torch.random.fork_rng(devices=[]):
         model = GPT(model_config(cfg, vocab_size)).to(device)
@@ -184,7 +197,7 @@ def time_steps(cfg: PosencConfig, device: torch.device, vocab_size: int) -> dict
         slow = max(steps(p, 1) for p in EFFECTIVE_PRECISIONS) >= SLOW_STEP_S
         for precision in () if slow else EFFECTIVE_PRECISIONS:
             steps(precision, WARM_UP - 1)
-        rounds, count = (1, 1) if slow else (ROUNDS, STEPS_PER_ROUND)
+        rounds, count = (1, 1) if slow else (rounds, steps_per_round)
         times = {p: [] for p in EFFECTIVE_PRECISIONS}
         for round_ in range(rounds):
             for precision in EFFECTIVE_PRECISIONS[:: -1 if round_ % 2 else 1]:
@@ -256,11 +269,7 @@ def usable_cores() -> int:
 
 def cpu_flags() -> list[str]:
     """The CPU features that decide its bf16 and its fp32 kernels, from /proc/cpuinfo (empty elsewhere)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        flags = next(line.split(":", 1)[1].split() for line in lines if line.startswith("flags"))
-    except (OSError, StopIteration, IndexError):
-        return []
+    flags = (cpuinfo_field("flags") or "").split()
     return sorted(set(flags) & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
 
 
