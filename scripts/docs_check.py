@@ -1,6 +1,7 @@
 """The docs name only what exists: every `tests/F.py::test`, every repo path, every option of a
-`posenc CMD ... --option` in code, every config key written `group.key=`. Run by `make lint`; prints one
-line per name that does not exist (FILE:LINE: what) and exits 1 if there is any.
+`posenc CMD ... --option` in code, every config key written `group.key=`, every `[link](doc.md#heading)`'s
+heading. Run by `make lint`; prints one line per name that does not exist (FILE:LINE: what) and exits 1
+if there is any.
 
     python scripts/docs_check.py [DOC.md ...]   # default: README.md, docs/*.md, data/README.md, benchmarks/README.md
 """
@@ -23,6 +24,8 @@ KEY = re.compile(r"(?<![\w.+~])(train|data|model|scheme)\.(\w+)=")
 SCHEME = re.compile(r"(?<![\w.])scheme=(\w+)(?![\w,+])")  # one scheme named: scheme=rope, not rope,alibi
 SPAN = re.compile(r"`([^`]+)`")
 FENCE = re.compile(r"^\s*```")
+LINK = re.compile(r"\]\(([^)\s#]*)#([^)\s]+)\)")  # [text](doc.md#anchor) or [text](#anchor)
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 # Hydra's own flags, which `posenc train` passes through (its other arguments are overrides)
 HYDRA_FLAGS = {"--cfg", "--info", "--multirun", "--resolve", "--package", "--hydra-help"}
 
@@ -69,6 +72,39 @@ def missing_names(line: str, root: Path) -> list[str]:
         path, after = match[1].rstrip(".,:;"), line[match.end() : match.end() + 1]
         if after not in ("<", "{", "*") and not (root / path).exists():  # a pattern, not a path
             found.append(f"no file {path}")
+    return found
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a Markdown file's headings: the heading's text as rendered (a link's
+    words, no backticks), lower-cased, punctuation dropped (dashes of every kind too, but '-' and '_'),
+    spaces made '-'; a repeated heading gets -1, -2, ..."""
+    anchors: set[str] = set()
+    in_fence = False
+    for line in text.splitlines():
+        in_fence ^= FENCE.match(line) is not None
+        heading = None if in_fence else HEADING.match(line)
+        if heading:
+            words = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading[1])
+            base = re.sub(r"[^\w\- ]", "", words.lower()).replace(" ", "-")
+            anchor, n = base, 0
+            while anchor in anchors:
+                n += 1
+                anchor = f"{base}-{n}"
+            anchors.add(anchor)
+    return anchors
+
+
+def broken_links(line: str, doc: Path) -> list[str]:
+    """The `[text](file.md#anchor)` links of a line (outside `code`) whose file is missing or has no
+    heading with that anchor."""
+    found = []
+    for file, anchor in LINK.findall(SPAN.sub("", line)):
+        target = (doc.parent / file) if file else doc
+        if not target.is_file():
+            found.append(f"no file {file}")
+        elif target.suffix == ".md" and anchor not in heading_anchors(target.read_text()):
+            found.append(f"no heading #{anchor} in {file or doc.name}")
     return found
 
 
@@ -122,7 +158,11 @@ def code_pieces(text: str) -> list[tuple[int, str]]:
 def check(doc: Path, *, root: Path, options: dict[str, set[str]], keys: dict[str, set[str]]) -> list[str]:
     """One "DOC:LINE: what" per name in doc that does not exist."""
     text = doc.read_text()
-    found = [(n, what) for n, line in enumerate(text.splitlines(), 1) for what in missing_names(line, root)]
+    found = [
+        (n, what)
+        for n, line in enumerate(text.splitlines(), 1)
+        for what in missing_names(line, root) + broken_links(line, doc)
+    ]
     found += [
         (n, what)
         for n, code in code_pieces(text)
@@ -141,7 +181,7 @@ def main(argv: list[str]) -> int:
     problems = [p for doc in docs for p in check(doc, root=ROOT, options=options, keys=keys)]
     print(
         "\n".join(problems)
-        or f"docs_check: {len(docs)} docs, every test, path, option and key they name exists"
+        or f"docs_check: {len(docs)} docs, every test, path, option, key and heading link they name exists"
     )
     return 1 if problems else 0
 

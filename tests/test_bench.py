@@ -16,6 +16,7 @@ from conftest import run_cli
 from posenc_cli.bench import peak as peak_module
 from posenc_cli.bench import peer as peer_module
 from posenc_cli.bench import sampling as sampling_module
+from posenc_cli.bench import train_speed as train_speed_module
 from posenc_cli.bench.markdown import STARTUP_TARGETS, load_targets, mfu_text, precision_auto, targets
 from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
@@ -245,3 +246,24 @@ def test_the_benchmark_keeps_autos_choices_in_a_cache_of_its_own_never_the_users
     bench.run_bench(quick=True, startup_only=True)
     assert seen and seen[0] != tmp_path / "users.json" and not seen[0].exists()
     assert cache_path() == tmp_path / "users.json" and not cache_path().exists()
+
+
+@pytest.mark.parametrize("cpu", ["emulated", "native"])
+def test_pinned_bf16_trains_a_few_steps_only_where_bf16_is_emulated(monkeypatch, tmp_path, cpu):
+    """An AVX2 CPU's bf16 is ~100x slower than its fp32: three eval intervals of the default config there
+    would take over an hour, so the bench times a few steps of it; on a native-bf16 CPU every precision,
+    auto included, trains the same steps."""
+    monkeypatch.setattr(train_speed_module, "cpu_bf16", lambda: cpu)
+    asked = []
+
+    def timed(overrides, effort):
+        precision = overrides[-1].removeprefix("train.precision=")
+        asked.append((precision, tuple(o for o in overrides if o in train_speed_module.EMULATED_BF16_RUN)))
+        return {"tokens_per_s": 100.0, "asked": precision}
+
+    monkeypatch.setattr(train_speed_module, "timed_training", timed)
+    rows = train_speed_module.bench_precision(SimpleNamespace(), tmp_path / "cache.json")
+    assert len(rows) == len(asked) == 2 * (len(PRECISIONS) - (cpu == "emulated"))
+    short = {precision for precision, extra in asked if extra == train_speed_module.EMULATED_BF16_RUN}
+    assert short == ({"bf16"} if cpu == "emulated" else set())
+    assert all(extra in ((), train_speed_module.EMULATED_BF16_RUN) for _, extra in asked)

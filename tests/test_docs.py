@@ -57,7 +57,7 @@ def test_every_runnable_command_in_the_docs_exits_as_documented(tmp_path, monkey
         assert code == expected and "Traceback" not in stderr, (doc, args, code, stderr)
 
 
-def test_the_docs_checker_reports_a_wrong_test_path_option_and_config_key(tmp_path, capsys):
+def test_the_docs_checker_reports_a_wrong_test_path_option_config_key_and_link(tmp_path, capsys):
     doc = tmp_path / "wrong.md"
     doc.write_text(
         "Proved by `tests/test_cli.py::test_version` and `tests/test_cli.py::test_no_such_claim[x]`.\n"
@@ -65,6 +65,9 @@ def test_the_docs_checker_reports_a_wrong_test_path_option_and_config_key(tmp_pa
         "```bash\nposenc eval --lengths 512 \\\n    --no-such-option 3\n```\n"
         "`posenc train scheme=rope train.max_stepz=5`\n"
         "`posenc train scheme=rope scheme.layout=half` but `posenc train scheme=alibi scheme.layout=half`\n"
+        "## Measured: `--task` (05:38–06:33 UTC)\n"
+        "[here](#measured---task-05380633-utc), [not here](#measured---task-0538-0633-utc), "
+        "[gone](gone.md#measured)\n"
     )
     assert docs_check.main([str(doc)]) == 1
     assert capsys.readouterr().out.splitlines() == [
@@ -73,6 +76,8 @@ def test_the_docs_checker_reports_a_wrong_test_path_option_and_config_key(tmp_pa
         f"{doc}:5: posenc eval has no option --no-such-option",
         f"{doc}:7: no config key train.max_stepz",
         f"{doc}:8: no config key scheme.layout",  # checked against the scheme its span names
+        f"{doc}:10: no heading #measured---task-0538-0633-utc in wrong.md",  # an en dash is dropped
+        f"{doc}:10: no file gone.md",
     ]
 
 

@@ -285,7 +285,7 @@ def precision_section(df: pd.DataFrame) -> list[str]:
     if not len(found):
         return []
     rows = [
-        [r.config, r.asked, r.effective, f"{r.tokens_per_s:,.0f}", f"{r.vs_best:.2f}", r.reason]
+        [r.config, r.asked, r.effective, int(r.steps), f"{r.tokens_per_s:,.0f}", f"{r.vs_best:.2f}", r.reason]
         for r in found.itertuples()
     ]
     return [
@@ -293,9 +293,9 @@ def precision_section(df: pd.DataFrame) -> list[str]:
         "",
         "Each configuration trained at every train.precision through the training path: auto (which "
         "measures afresh, in a new cache file), then each pinned one; vs best: tokens/s over the fastest "
-        "pinned one.",
+        "pinned one. Where bf16 is emulated, pinned bf16 trains a few steps only (it is ~100x slower).",
         "",
-        markdown_table(["config", "asked", "computed in", "tokens/s", "vs best", "why"], rows),
+        markdown_table(["config", "asked", "computed in", "steps", "tokens/s", "vs best", "why"], rows),
     ]
 
 
