@@ -9,10 +9,12 @@ if there is any.
 from __future__ import annotations
 
 import dataclasses
+import html
 import re
 import shlex
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "docs/*.md", "data/README.md", "benchmarks/README.md")
@@ -24,8 +26,13 @@ KEY = re.compile(r"(?<![\w.+~])(train|data|model|scheme)\.(\w+)=")
 SCHEME = re.compile(r"(?<![\w.])scheme=(\w+)(?![\w,+])")  # one scheme named: scheme=rope, not rope,alibi
 SPAN = re.compile(r"`([^`]+)`")
 FENCE = re.compile(r"^\s*```")
-LINK = re.compile(r"\]\(([^)\s#]*)#([^)\s]+)\)")  # [text](doc.md#anchor) or [text](#anchor)
-HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
+# links to a heading: [text](doc.md#anchor "title"), [text](#anchor), and a reference's [ref]: doc.md#anchor
+LINK = re.compile(r"(?<!\\)\]\(\s*<?([^)\s#>]*)#([^)\s>]+)>?(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")
+REFERENCE = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?([^\s#>]*)#([^\s>]+)", re.M)
+CODE_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+ATX_HEADING = re.compile(r"^ {0,3}#{1,6}(?:\s+(.*?))?\s*(?:\s#+)?\s*$")
+SETEXT_UNDERLINE = re.compile(r"^ {0,3}(=+|-+)\s*$")
+HTML_ID = re.compile(r"<[^>]*\s(?:id|name)=\"([^\"]+)\"")
 # Hydra's own flags, which `posenc train` passes through (its other arguments are overrides)
 HYDRA_FLAGS = {"--cfg", "--info", "--multirun", "--resolve", "--package", "--hydra-help"}
 
@@ -75,36 +82,77 @@ def missing_names(line: str, root: Path) -> list[str]:
     return found
 
 
+def unfenced_lines(text: str) -> list[str]:
+    """The text's lines with those of fenced code blocks (``` or ~~~, fences included) blanked; a fence
+    closes only at a fence of its own character at least as long, as CommonMark reads them."""
+    lines, fence = text.splitlines(), None
+    for i, line in enumerate(lines):
+        opened = CODE_FENCE.match(line)
+        if fence is None and opened:
+            fence = opened[1]
+        elif fence is not None:
+            closing = opened is not None and opened[1][0] == fence[0] and len(opened[1]) >= len(fence)
+            fence = None if closing and not line.strip().strip(fence[0]) else fence
+        else:
+            continue
+        lines[i] = ""
+    return lines
+
+
+def anchor_of(heading: str) -> str:
+    """GitHub's anchor for a heading: its rendered words (a link's or image's text gone to the link's
+    words or nothing, no tags, entities decoded, no emphasis marks or backticks), lower-cased, punctuation
+    dropped (every dash but '-', and '_' kept), spaces made '-'."""
+    words = re.sub(r"!\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])", "", heading)
+    words = re.sub(r"\[([^\]]*)\](?:\([^)]*\)|\[[^\]]*\])", r"\1", words)
+    words = html.unescape(re.sub(r"<[^>]+>", "", words))
+    words = re.sub(r"(?<!\w)(_{1,2})(?=\S)(.+?)(?<=\S)\1(?!\w)", r"\2", words)
+    return re.sub(r"[^\w\- ]", "", words.lower()).replace(" ", "-")
+
+
 def heading_anchors(text: str) -> set[str]:
-    """The anchors GitHub gives a Markdown file's headings: the heading's text as rendered (a link's
-    words, no backticks), lower-cased, punctuation dropped (dashes of every kind too, but '-' and '_'),
-    spaces made '-'; a repeated heading gets -1, -2, ..."""
-    anchors: set[str] = set()
-    in_fence = False
-    for line in text.splitlines():
-        in_fence ^= FENCE.match(line) is not None
-        heading = None if in_fence else HEADING.match(line)
-        if heading:
-            words = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading[1])
-            base = re.sub(r"[^\w\- ]", "", words.lower()).replace(" ", "-")
-            anchor, n = base, 0
-            while anchor in anchors:
-                n += 1
-                anchor = f"{base}-{n}"
-            anchors.add(anchor)
-    return anchors
+    """The anchors of a Markdown file's headings (ATX and setext, outside code; a repeated one gets
+    -1, -2, ...) and of its HTML id= and name= attributes."""
+    anchors: set[str] = set(HTML_ID.findall(text))
+    seen: set[str] = set()
+    lines = unfenced_lines(text)
+    for i, line in enumerate(lines):
+        atx = ATX_HEADING.match(line)
+        above = lines[i - 1] if i else ""
+        setext = (
+            SETEXT_UNDERLINE.match(line)
+            and above.strip()
+            and not re.match(r"^ {0,3}([#|>*+-]|\d+[.)])", above)
+        )
+        if not (atx or setext):
+            continue
+        base = anchor_of((atx[1] or "") if atx else above.strip())
+        anchor, n = base, 0
+        while anchor in seen:
+            n += 1
+            anchor = f"{base}-{n}"
+        seen.add(anchor)
+    return anchors | seen
 
 
-def broken_links(line: str, doc: Path) -> list[str]:
-    """The `[text](file.md#anchor)` links of a line (outside `code`) whose file is missing or has no
-    heading with that anchor."""
+def broken_links(text: str, doc: Path, root: Path) -> list[tuple[int, str]]:
+    """(line, what) for each link to a heading in doc's prose (not in code) whose local file is missing
+    or has no such heading; links to other sites are not followed."""
+    prose = "\n".join(unfenced_lines(text))
+    span = r"(`+)(?!`)(?:(?!\n[ \t]*\n).)*?(?<!`)\1(?!`)"  # a code span, across lines but not paragraphs
+    prose = re.sub(span, lambda m: "\n" * m[0].count("\n"), prose, flags=re.S)
     found = []
-    for file, anchor in LINK.findall(SPAN.sub("", line)):
-        target = (doc.parent / file) if file else doc
+    for match in [*LINK.finditer(prose), *REFERENCE.finditer(prose)]:
+        file, anchor = match[1].split("?")[0], unquote(match[2])
+        if re.match(r"[a-zA-Z][\w+.-]*:", file):
+            continue
+        target = (root / file.lstrip("/")) if file.startswith("/") else (doc.parent / file) if file else doc
+        target = target / "README.md" if target.is_dir() else target
+        line = prose.count("\n", 0, match.start()) + 1
         if not target.is_file():
-            found.append(f"no file {file}")
+            found.append((line, f"no file {file}"))
         elif target.suffix == ".md" and anchor not in heading_anchors(target.read_text()):
-            found.append(f"no heading #{anchor} in {file or doc.name}")
+            found.append((line, f"no heading #{anchor} in {file or doc.name}"))
     return found
 
 
@@ -158,11 +206,8 @@ def code_pieces(text: str) -> list[tuple[int, str]]:
 def check(doc: Path, *, root: Path, options: dict[str, set[str]], keys: dict[str, set[str]]) -> list[str]:
     """One "DOC:LINE: what" per name in doc that does not exist."""
     text = doc.read_text()
-    found = [
-        (n, what)
-        for n, line in enumerate(text.splitlines(), 1)
-        for what in missing_names(line, root) + broken_links(line, doc)
-    ]
+    found = [(n, what) for n, line in enumerate(text.splitlines(), 1) for what in missing_names(line, root)]
+    found += broken_links(text, doc, root)
     found += [
         (n, what)
         for n, code in code_pieces(text)

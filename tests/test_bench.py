@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import assert_refused, posenc, run_cli
 from posenc_cli.bench import peak as peak_module
 from posenc_cli.bench import peer as peer_module
 from posenc_cli.bench import sampling as sampling_module
@@ -267,3 +267,50 @@ def test_pinned_bf16_trains_a_few_steps_only_where_bf16_is_emulated(monkeypatch,
     short = {precision for precision, extra in asked if extra == train_speed_module.EMULATED_BF16_RUN}
     assert short == ({"bf16"} if cpu == "emulated" else set())
     assert all(extra in ((), train_speed_module.EMULATED_BF16_RUN) for _, extra in asked)
+
+
+def test_a_named_peer_without_nanogpt_and_a_bad_cpu_bf16_are_refused_before_any_work(tmp_path, monkeypatch):
+    """The default peer may be absent (users have no ../shared: the report says so); one named on the
+    command line must be there. Neither refusal writes --out."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "peer").mkdir()
+    assert_refused(*posenc("bench", "--quick", "--nanogpt", "peer", "--out", "b"), "--nanogpt peer", "'none'")
+    with mock.patch.dict("os.environ", {"POSENC_CPU_BF16": "sometimes"}):
+        assert_refused(*posenc("bench", "--quick", "--out", "b"), "POSENC_CPU_BF16=sometimes", "emulated")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["peer"]
+
+
+def test_a_benchmark_training_stopped_by_a_signal_ends_the_benchmark_as_ctrl_c(monkeypatch):
+    """train() answers SIGTERM/SIGINT by saving and exiting 130 with a resume hint; inside the benchmark
+    the run is a temporary one, so the benchmark stops as at Ctrl-C instead (posenc: interrupted)."""
+    import posenc_cli.bench.train_speed as speed
+
+    def stopped(cfg, work):
+        raise SystemExit(130)
+
+    monkeypatch.setattr(speed, "train", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        speed.timed_training(
+            ["scheme=rope"], SimpleNamespace(overrides=("experiment=smoke",), train_intervals=1)
+        )
+
+
+@pytest.mark.parametrize(("bf16_steps", "said"), [(6, True), (300, False)])
+def test_the_precision_table_says_bf16_was_shortened_only_when_it_was(bf16_steps, said):
+    from posenc_cli.bench.markdown import precision_section
+
+    rows = [
+        {
+            "asked": asked,
+            "effective": asked,
+            "steps": steps,
+            "tokens_per_s": 1.0,
+            "vs_best": 1.0,
+            "reason": "",
+        }
+        for asked, steps in (("auto", 300), ("fp32", 300), ("bf16", bf16_steps))
+    ]
+    text = "\n".join(
+        precision_section(pd.DataFrame([{**r, "section": "precision", "config": "d"} for r in rows]))
+    )
+    assert ("pinned bf16 trained a few steps only" in text) is said

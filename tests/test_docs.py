@@ -81,6 +81,45 @@ def test_the_docs_checker_reports_a_wrong_test_path_option_config_key_and_link(t
     ]
 
 
+def test_a_heading_link_is_checked_against_the_anchors_github_gives_the_headings(tmp_path):
+    """Anchors as GitHub renders them (words of links, no images, tags, emphasis; setext headings;
+    repeats numbered; HTML ids), links found as GitHub finds them (titles, references, <>, ?query,
+    %-escapes, repo-absolute paths), and none inside code or pointing at another site."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "README.md").write_text("# Folder\n")
+    target = tmp_path / "target.md"
+    target.write_text(
+        "# Intro\n## Intro\n   ## _Emphasis_ and [a link](x.md) ![logo](l.png) <sup>2</sup> &amp; done\n"
+        'Setext Title\n====\n<a name="custom"></a>\n## Café déjà\n'
+        "````\n```\n## Not a heading\n````\n~~~\n## Nor this\n~~~\n## After\n"
+    )
+    good = [
+        "target.md#intro-1",
+        "target.md#emphasis-and-a-link--2--done",
+        "target.md#setext-title",
+        "target.md#custom",
+        "target.md#caf%C3%A9-d%C3%A9j%C3%A0",
+        "/target.md#after",
+        "<target.md#intro>",
+        "target.md?plain=1#intro",
+        "sub/#folder",
+        "https://example.com/x.md#nowhere",
+    ]
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "".join(f"[ok]({link})\n" for link in good)
+        + '[titled](target.md#not-a-heading "t")\n'
+        + "[ref][r] and `[in a span](#nope)`, \\[escaped\\](#nope)\n"
+        + "```markdown\n[in code](#nope)\n```\n"
+        + "[r]: target.md#nor-this\n"
+    )
+    found = docs_check.broken_links(doc.read_text(), doc, tmp_path)
+    assert found == [
+        (11, "no heading #not-a-heading in target.md"),
+        (16, "no heading #nor-this in target.md"),
+    ]
+
+
 def test_the_benchmarks_main_job_is_make_demos_commands():
     """`posenc bench` times the README's main job: the commands `make demo` runs, variables expanded."""
     makefile = (ROOT / "Makefile").read_text()

@@ -40,7 +40,7 @@ def test_a_second_writer_of_an_output_directory_is_refused_before_any_work(tmp_p
     fd = os.open(tmp_path / "busy", os.O_RDONLY)  # what another posenc command's own_directory holds
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     try:
-        for command in (["eval", "r"], ["probe", "r"], ["export", "r"]):
+        for command in (["eval", "r"], ["probe", "r"], ["export", "r"], ["bench", "--quick", "--startup"]):
             assert_refused(*posenc(*command, "--out", "busy"), "busy is being written by another posenc")
     finally:
         os.close(fd)

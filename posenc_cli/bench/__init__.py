@@ -36,6 +36,7 @@ from posenc_cli.bench.startup import bench_startup
 from posenc_cli.bench.train_speed import bench_levers, bench_precision, bench_training
 from posenc_cli.model.positional import SCHEMES
 from posenc_cli.training.precision_choice import CACHE_ENV
+from posenc_cli.training.stopping import terminate_as_interrupt
 
 __all__ = ["Effort", "FULL", "QUICK", "run_bench", "write_outputs"]
 
@@ -97,7 +98,7 @@ def run_bench(
         effort = replace(effort, peer_steps=peer_steps)
     schemes = schemes or list(SCHEMES)
     info = machine()
-    with own_precision_cache():
+    with terminate_as_interrupt(), own_precision_cache():  # SIGTERM as Ctrl-C: temporary files go
         startup = bench_startup(effort.startup_repeats)
         rows = (
             startup

@@ -288,12 +288,18 @@ def precision_section(df: pd.DataFrame) -> list[str]:
         [r.config, r.asked, r.effective, int(r.steps), f"{r.tokens_per_s:,.0f}", f"{r.vs_best:.2f}", r.reason]
         for r in found.itertuples()
     ]
+    shortened = (found["steps"] < found.groupby("config")["steps"].transform("max")).any()
     return [
         "## Precision: what auto chose, beside every pinned precision",
         "",
         "Each configuration trained at every train.precision through the training path: auto (which "
         "measures afresh, in a new cache file), then each pinned one; vs best: tokens/s over the fastest "
-        "pinned one. Where bf16 is emulated, pinned bf16 trains a few steps only (it is ~100x slower).",
+        "pinned one."
+        + (
+            " This CPU emulates bf16 (~100x slower), so pinned bf16 trained a few steps only."
+            if shortened
+            else ""
+        ),
         "",
         markdown_table(["config", "asked", "computed in", "steps", "tokens/s", "vs best", "why"], rows),
     ]

@@ -5,6 +5,7 @@ rate, which leaves out the validation pass it times) and the whole loop's (every
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import statistics
@@ -45,10 +46,19 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
     tc = cfg["train"]
     tc["max_steps"] = tc["eval_interval"] * effort.train_intervals
     threads, work = torch.get_num_threads(), Path(tempfile.mkdtemp(prefix="posenc-bench-"))
+    # the run is the benchmark's own: its warnings (a resume hint naming this temporary directory, the
+    # precision the benchmark asked for) would mislead; a stop by signal ends the benchmark as Ctrl-C
+    train_log, level = logging.getLogger("posenc.train"), logging.getLogger("posenc.train").level
+    train_log.setLevel(logging.ERROR)
     try:
         summary = train(check_keys(cfg), work)
         rates = pd.read_csv(work / "metrics.csv")["tokens_per_s"].tolist()
+    except SystemExit as stopped:
+        if stopped.code == ui.INTERRUPTED:
+            raise KeyboardInterrupt from None
+        raise
     finally:
+        train_log.setLevel(level)
         torch.set_num_threads(threads)
         shutil.rmtree(work, ignore_errors=True)
     if summary["status"] != "finished":

@@ -11,6 +11,8 @@ from posenc_cli.cli.app import app, flag
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError, require_positive_int
 
+DEFAULT_PEER = "../shared/peers/nanogpt"  # beside this repository's checkout; users have none
+
 
 @app.command()
 def bench(
@@ -24,11 +26,11 @@ def bench(
         "Also measure settings that are off by default through the same training path: 1 thread, fp32.",
         "--levers",
     ),
-    nanogpt: str = typer.Option(
-        "../shared/peers/nanogpt",
+    nanogpt: Optional[str] = typer.Option(
+        None,
         "--nanogpt",
-        help="nanoGPT's peer directory (with run.sh) for the side-by-side; 'none' skips it. "
-        "Absent: the report says so.",
+        help=f"nanoGPT's peer directory (with run.sh) for the side-by-side; 'none' skips it. Default: "
+        f"{DEFAULT_PEER}, and where it is absent the report says so.",
     ),
     peer_steps: Optional[int] = typer.Option(
         None,
@@ -55,23 +57,42 @@ def bench(
     now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.bench import run_bench, write_outputs
-    from posenc_cli.rundir.destinations import checked_out, default_out
+    from posenc_cli.core.device import cpu_bf16
+    from posenc_cli.rundir.destinations import default_out, owned_out
 
-    out_dir = checked_out(out)
-    if peer_steps is not None:
-        require_positive_int("--peer-steps", peer_steps)
+    schemes, peer = known_schemes(scheme), peer_directory(nanogpt, peer_steps)
+    cpu_bf16()  # a bad POSENC_CPU_BF16 is refused here, not by the first training minutes in
+    out_dir = owned_out(out)  # a second bench writing the same --out is refused before either works
     df, info = run_bench(
         quick=quick,
         main_job=main_job,
         levers=levers,
-        schemes=known_schemes(scheme),
-        peer=None if nanogpt == "none" else Path(nanogpt),
+        schemes=schemes,
+        peer=peer,
         peer_steps=peer_steps,
         startup_only=startup,
     )
     out = out_dir or default_out("bench")
     ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote bench.csv, bench.md to {out}")
+
+
+def peer_directory(given: str | None, steps: int | None) -> Path | None:
+    """--nanogpt as the side-by-side takes it (--peer-steps checked too): None for 'none'; the default
+    peer even where it is absent (the report says so); a directory named on the command line only if
+    it holds a peer."""
+    from posenc_cli.bench.peer import peer_files
+
+    if steps is not None:
+        require_positive_int("--peer-steps", steps)
+    if given == "none":
+        return None
+    if given is not None and peer_files(Path(given)) is None:
+        raise UsageError(
+            f"--nanogpt {given} holds no nanoGPT peer (run.sh there, ../../data/tinyshakespeare.txt beside "
+            "it); give such a directory, or 'none' to skip the side-by-side"
+        )
+    return Path(given or DEFAULT_PEER)
 
 
 def known_schemes(names: list[str] | None) -> list[str] | None:

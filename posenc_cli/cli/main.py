@@ -25,9 +25,7 @@ from posenc_cli.cli.train_command import TrainCommand
 from posenc_cli.core import ui
 from posenc_cli.core.atomic import release_directories
 from posenc_cli.core.errors import UsageError
-from posenc_cli.core.ui import fail
-
-INTERRUPTED = 130  # the exit code of a Ctrl-C (128 + SIGINT), Typer's and the shell's
+from posenc_cli.core.ui import INTERRUPTED, fail
 
 # how `posenc --help` lists the commands: in the order a user meets them (each module registers its own)
 WORKFLOW_ORDER = ("train", "eval", "probe", "report", "sample", "export", "schemes", "inspect", "bench")

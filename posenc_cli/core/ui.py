@@ -17,6 +17,7 @@ from rich.progress import (
 )
 
 BROKEN_PIPE = 128 + 13  # the shell's code for a process ended by SIGPIPE, as `yes | head -1` leaves it
+INTERRUPTED = 128 + 2  # the exit code of a Ctrl-C (SIGINT), Typer's and the shell's
 
 
 class PipeConsole(Console):

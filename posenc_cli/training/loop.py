@@ -117,7 +117,7 @@ def train(
         else:
             (log.error if status == "failed" else log.warning)(message)
     if status == "interrupted":
-        raise SystemExit(130)
+        raise SystemExit(ui.INTERRUPTED)
     return summary
 
 
