@@ -9,6 +9,7 @@ if there is any.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
 import re
 import shlex
@@ -135,6 +136,12 @@ def heading_anchors(text: str) -> set[str]:
     return anchors | seen
 
 
+@functools.cache
+def anchors_in(path: Path) -> set[str]:
+    """heading_anchors of a file, read and parsed once however many links point into it."""
+    return heading_anchors(path.read_text())
+
+
 def broken_links(text: str, doc: Path, root: Path) -> list[tuple[int, str]]:
     """(line, what) for each link to a heading in doc's prose (not in code) whose local file is missing
     or has no such heading; links to other sites are not followed."""
@@ -151,7 +158,7 @@ def broken_links(text: str, doc: Path, root: Path) -> list[tuple[int, str]]:
         line = prose.count("\n", 0, match.start()) + 1
         if not target.is_file():
             found.append((line, f"no file {file}"))
-        elif target.suffix == ".md" and anchor not in heading_anchors(target.read_text()):
+        elif target.suffix == ".md" and anchor not in anchors_in(target.resolve()):
             found.append((line, f"no heading #{anchor} in {file or doc.name}"))
     return found
 

@@ -283,14 +283,13 @@ def test_a_named_peer_without_nanogpt_and_a_bad_cpu_bf16_are_refused_before_any_
 def test_a_benchmark_training_stopped_by_a_signal_ends_the_benchmark_as_ctrl_c(monkeypatch):
     """train() answers SIGTERM/SIGINT by saving and exiting 130 with a resume hint; inside the benchmark
     the run is a temporary one, so the benchmark stops as at Ctrl-C instead (posenc: interrupted)."""
-    import posenc_cli.bench.train_speed as speed
 
     def stopped(cfg, work):
         raise SystemExit(130)
 
-    monkeypatch.setattr(speed, "train", stopped)
+    monkeypatch.setattr(train_speed_module, "train", stopped)
     with pytest.raises(KeyboardInterrupt):
-        speed.timed_training(
+        train_speed_module.timed_training(
             ["scheme=rope"], SimpleNamespace(overrides=("experiment=smoke",), train_intervals=1)
         )
 

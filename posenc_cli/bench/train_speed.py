@@ -48,7 +48,8 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
     threads, work = torch.get_num_threads(), Path(tempfile.mkdtemp(prefix="posenc-bench-"))
     # the run is the benchmark's own: its warnings (a resume hint naming this temporary directory, the
     # precision the benchmark asked for) would mislead; a stop by signal ends the benchmark as Ctrl-C
-    train_log, level = logging.getLogger("posenc.train"), logging.getLogger("posenc.train").level
+    train_log = logging.getLogger("posenc.train")
+    level = train_log.level
     train_log.setLevel(logging.ERROR)
     try:
         summary = train(check_keys(cfg), work)
