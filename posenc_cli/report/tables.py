@@ -341,14 +341,17 @@ def precision_note(df: pd.DataFrame) -> str | None:
 
 
 def scored_tokens(df: pd.DataFrame, kind: str = "validation tokens") -> str:
-    """How many tokens each length scored, exactly: one number when every run scored the same span."""
-    scored = df[df["tokens"] > 0].groupby("scheme")["tokens"].unique()
-    counts = {s: sorted(int(t) for t in values) for s, values in scored.items()}
-    if len({t for values in counts.values() for t in values}) == 1:
-        return f"{next(iter(counts.values()))[0]:,} {kind}"
-    return f"{kind} per length: " + ", ".join(
-        f"{s} {' / '.join(f'{t:,}' for t in values)}" for s, values in counts.items()
-    )
+    """How many tokens each length scored, read from the table's own rows in its order (columns as the
+    table orders them, lengths ascending): one number when every column scored the same at every length."""
+    scored = df[df["tokens"] > 0]
+    if scored["tokens"].nunique() == 1:
+        return f"{int(scored['tokens'].iloc[0]):,} {kind}"
+    columns = []
+    for scheme in scheme_order(scored["scheme"]):
+        by_length = scored[scored["scheme"] == scheme].groupby("eval_len")["tokens"]
+        counts = [" / ".join(f"{t:,}" for t in sorted(set(map(int, n)))) + f" @ {L}" for L, n in by_length]
+        columns.append(f"{scheme} {', '.join(counts)}")
+    return f"{kind} per length: " + "; ".join(columns)
 
 
 def per_document(df: pd.DataFrame) -> bool:
