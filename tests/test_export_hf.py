@@ -229,6 +229,7 @@ def test_eval_of_an_export_needs_data_refuses_a_scaling_and_runs_no_code_but_pos
     assert_refused(
         *posenc("eval", f"hf:{export}", "--data", data), "modeling_posenc.py is not the one posenc writes"
     )
+    (export / "modeling_posenc.py").write_text(MODELING_SOURCE, encoding="utf-8")
     (export / "model.safetensors").write_bytes(b"not the weights")
     assert_refused(*posenc("eval", f"hf:{export}", "--data", data), "is not a complete posenc export")
 
@@ -348,3 +349,183 @@ def test_a_run_holding_its_own_export_is_still_evaluated_as_the_run_and_hf_run_n
     export_run(run)  # the default: into the run directory
     assert exports_as_hf([str(run)]) == [str(run)]  # posenc eval RUN: the run, scalable, no --data needed
     assert is_export(run, in_a_run=True) and is_export(export_run(run, tmp_path / "elsewhere"))
+
+
+def vouched(export: Path, *names: str) -> None:
+    """The export's manifest rewritten to list `names` as they are now: what anyone can do to it."""
+    from posenc_cli.core.atomic import MANIFEST, hashed_entry, read_manifest
+
+    manifest = read_manifest(export)
+    for name in names:
+        manifest["files"][name] = hashed_entry(export / name)
+    (export / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def planted(export: Path, marker: Path) -> str:
+    """evil.py in the export: importing it writes `marker`, then gives posenc's classes (so that a load
+    it is imported by goes on as if nothing happened). Its source."""
+    source = (
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
+        "from posenc_cli.evaluation.hf_modeling import *  # noqa: F403\n"
+    )
+    (export / "evil.py").write_text(source, encoding="utf-8")
+    return source
+
+
+def edited_json(export: Path, name: str, edit) -> None:
+    value = json.loads((export / name).read_text(encoding="utf-8"))
+    edit(value)
+    (export / name).write_text(json.dumps(value), encoding="utf-8")
+    vouched(export, name)
+
+
+def generate_py(export: Path, source: str) -> None:
+    (export / "custom_generate").mkdir()
+    (export / "custom_generate" / "generate.py").write_text(source + "def generate(model, **_):\n    pass\n")
+
+
+PLANTS = {  # how each variant points transformers at evil.py, and what the refusal names
+    "config.json auto_map": (
+        lambda e, _: edited_json(
+            e, "config.json", lambda c: c["auto_map"].update(AutoConfig="evil.PosencConfig")
+        ),
+        "config.json: its key 'auto_map.AutoConfig' names code posenc did not write",
+    ),
+    "tokenizer_config.json auto_map": (
+        lambda e, _: edited_json(
+            e,
+            TOKENIZER_CONFIG,
+            lambda c: c["auto_map"].update(AutoTokenizer=[None, "evil.PosencTokenizerFast"]),
+        ),
+        "tokenizer_config.json: its key 'auto_map.AutoTokenizer' names code posenc did not write",
+    ),
+    "an AutoProcessor key": (
+        lambda e, _: edited_json(e, "config.json", lambda c: c["auto_map"].update(AutoProcessor="evil.P")),
+        "config.json: its key 'auto_map.AutoProcessor' names code posenc did not write",
+    ),
+    "modeling_posenc.py replaced": (
+        lambda e, source: ((e / MODELING).write_text(source, encoding="utf-8"), vouched(e, MODELING)),
+        "modeling_posenc.py is not the one posenc writes",
+    ),
+    "custom_generate": (generate_py, "custom_generate holds code transformers would run"),
+}
+
+
+@pytest.mark.parametrize("variant", PLANTS)
+def test_code_planted_in_an_export_never_runs_and_every_command_refuses_it_before_transformers_loads(
+    variant, smoke_sweep, tmp_path, monkeypatch
+):
+    """evil.py beside an export, named by its configs (the manifest rewritten to vouch for them), or
+    posenc's own module replaced: eval (EXPORT or hf:EXPORT), sample and probe refuse it in one line
+    naming the file and the key, before transformers reads the directory, and evil.py never runs."""
+    from posenc_cli.evaluation import hf_loading
+
+    def never(*_, **__):
+        raise AssertionError("transformers was asked to load the directory")
+
+    run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
+    export, marker = export_run(run, tmp_path / "export"), tmp_path / "ran"
+    data = str(text_in_vocabulary(run, tmp_path / "text.txt"))
+    plant, said = PLANTS[variant]
+    plant(export, planted(export, marker))
+    monkeypatch.setattr(hf_loading, "load_pretrained", never)
+    for command in (
+        ("eval", f"hf:{export}", "--data", data, "--lengths", "64", "--out", str(tmp_path / "a")),
+        ("eval", str(export), "--data", data, "--lengths", "64", "--out", str(tmp_path / "b")),
+        ("sample", f"hf:{export}", "--tokens", "3"),
+        ("probe", str(export), "--lengths", "64", "--out", str(tmp_path / "c")),
+    ):
+        assert_refused(*posenc(*command), said)
+    assert not marker.exists()
+    assert not any((tmp_path / out).exists() for out in "abc")
+
+
+def test_a_local_hf_directory_that_names_code_is_refused_and_its_code_never_runs(tmp_path, monkeypatch):
+    """A model directory that is not a posenc export never gets trust_remote_code: one whose JSONs name
+    code (posenc's own auto_map copied there too), or a GGUF file beside such a directory's files, is
+    refused in one line before transformers reads it."""
+    from posenc_cli.evaluation import hf_loading
+    from posenc_cli.evaluation.export import HF_FIELDS
+
+    monkeypatch.setattr(hf_loading, "load_pretrained", lambda *_, **__: pytest.fail("transformers loaded it"))
+    model, marker = tmp_path / "model", tmp_path / "ran"
+    model.mkdir()
+    planted(model, marker)
+    (model / "config.json").write_text(
+        json.dumps({"model_type": "llama", "auto_map": {"AutoConfig": "evil.C"}})
+    )
+    (model / "model.gguf").write_bytes(b"GGUF")
+    for name in (f"hf:{model}", f"hf:{model / 'model.gguf'}"):
+        assert_refused(*posenc("sample", name), "config.json: its key 'auto_map' names code for transformers")
+    (model / "config.json").write_text(json.dumps(HF_FIELDS))  # posenc's auto_map, in no export
+    (model / MODELING).write_text(MODELING_SOURCE, encoding="utf-8")
+    assert_refused(
+        *posenc("sample", f"hf:{model}"), "gives trust_remote_code to no directory but a posenc export"
+    )
+    assert not marker.exists()
+
+
+@pytest.fixture(scope="module")
+def two_layer_run(tmp_path_factory) -> Path:
+    """A tiny run of two layers on a text file (data=text): an export of it can be edited to one."""
+    cwd = tmp_path_factory.mktemp("two_layers")
+    words = "to be or not that is the question whether tis nobler in the mind".split()
+    text = " ".join(words[(i * 7) % len(words)] for i in range(6000))
+    (cwd / "corpus.txt").write_text(text, encoding="utf-8")
+    return train(cwd, "data=text", f"data.path={cwd / 'corpus.txt'}", "model.n_layer=2")
+
+
+@pytest.mark.slow
+def test_an_export_edited_to_another_model_than_its_weights_is_refused_however_it_is_named(
+    two_layer_run, tmp_path
+):
+    """One verification for an export named EXPORT or hf:EXPORT (and load_export): config.json edited to
+    1 of its 2 layers, or 3, the manifest rewritten to vouch for it, is refused in one line naming the
+    weights it lacks or has beyond, never scored with a layer dropped or made up."""
+    from posenc_cli.core.errors import UsageError
+    from posenc_cli.evaluation.export import load_export
+
+    data = str(text_in_vocabulary(two_layer_run, tmp_path / "text.txt"))
+    for layers, said in ((1, "unexpected ['blocks.1."), (3, "missing ['blocks.2.")):
+        export = export_run(two_layer_run, tmp_path / f"export{layers}")
+        edited_json(export, "config.json", lambda c: c["model_config"].update(n_layer=layers))
+        for name in (str(export), f"hf:{export}"):
+            refused = posenc("eval", name, "--data", data, "--lengths", "64", "--out", str(tmp_path / "eval"))
+            assert_refused(*refused, "model.safetensors does not match its config.json", said)
+        with pytest.raises(UsageError, match="does not match its config.json"):
+            load_export(export)
+    assert not (tmp_path / "eval").exists()
+
+
+@pytest.mark.slow
+def test_an_exports_configs_must_be_what_posenc_writes_for_its_model_and_tokenizer(two_layer_run, tmp_path):
+    """config.json's transformers fields and tokenizer_config.json change what transformers builds and
+    how it tokenizes, so each is held to what posenc writes for the model and tokenizer config.json
+    states, whatever the manifest says."""
+    import shutil
+
+    from posenc_cli.core.errors import UsageError
+    from posenc_cli.evaluation.export import verified_export
+
+    export = export_run(two_layer_run, tmp_path / "export")
+    verified_export(export)
+    edits = {
+        "tie_word_embeddings false, where posenc writes true": lambda c: c.update(tie_word_embeddings=False),
+        "max_position_embeddings 4096, where posenc writes 64": lambda c: c.update(
+            max_position_embeddings=4096
+        ),
+        "holds 'quantization_config', which posenc does not write": lambda c: c.update(
+            quantization_config={}
+        ),
+    }
+    for said, edit in edits.items():
+        shutil.rmtree(tmp_path / "edited", ignore_errors=True)
+        edited = Path(shutil.copytree(export, tmp_path / "edited"))
+        edited_json(edited, "config.json", edit)
+        with pytest.raises(UsageError, match=said):
+            verified_export(edited)
+    shutil.rmtree(tmp_path / "edited")
+    edited = Path(shutil.copytree(export, tmp_path / "edited"))
+    edited_json(edited, TOKENIZER_CONFIG, lambda c: c.update(tokenizer_class="PreTrainedTokenizerFast"))
+    with pytest.raises(UsageError, match="its tokenizer_config.json is not the one posenc writes"):
+        verified_export(edited)

@@ -273,3 +273,20 @@ def test_a_column_that_took_no_asked_scaling_says_so_even_when_no_column_was_sca
     alibi = passkey_cells("alibi", {(0, 128, 0.5): 1.0})
     assert "alibi takes no RoPE scaling" in passkey_by_depth(alibi, scaling_asked=True)
     assert "takes no RoPE scaling" not in passkey_by_depth(alibi)
+
+
+def test_an_hf_model_probed_only_past_its_learned_table_gets_dashes_not_a_traceback(tmp_path):
+    """`posenc probe hf:GPT2-LIKE` at lengths all past its n_positions raised `max() arg is an empty
+    sequence`; as for a posenc learned run, each cell past the table is "—" (no trials)."""
+    pytest.importorskip("transformers")
+    from test_hf_files import passkey_tokenizer, tiny_model
+
+    from posenc_cli.evaluation.hf_options import hf_options
+    from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
+
+    model = tiny_model(tmp_path / "gpt2", passkey_tokenizer(), kind="gpt2", n_positions=16)
+    cpu = torch.device("cpu")
+    spec = ProbeSpec(NeedleTask(), depths=[0.5], trials=2, seed=0, rope_scaling=["none"], rope_factor=None)
+    probed = run_probe([f"hf:{model}"], spec, lengths=[256], device=cpu, hf=hf_options(None, cpu, "fp32"))
+    assert list(probed.rows.length) == [256] and (probed.rows.trials == 0).all()
+    assert probed.rows.accuracy.isna().all()

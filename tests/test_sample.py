@@ -189,3 +189,26 @@ def test_an_export_sampled_as_hf_draws_the_runs_own_text_for_a_seed_and_asks_not
         assert drawn[0].stdout == drawn[1].stdout and "custom code" not in drawn[1].stderr + drawn[1].stdout
     refused = run_cli("sample", f"hf:{tmp_path / 'export'}", "--window", "8", cwd=tmp_path)
     assert refused.returncode == 2 and "drop --window" in refused.stderr
+
+
+def test_an_hf_model_with_a_learned_table_stops_at_its_end_as_a_run_does(tmp_path):
+    """GPT-2's n_positions is a learned table: `posenc sample hf:` streamed text, then an IndexError past it.
+    It stops where the table does and says so; a prompt already past it is refused before anything is shown."""
+    pytest.importorskip("transformers")
+    from test_hf_files import passkey_tokenizer, tiny_model
+
+    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.evaluation.sample import generate_hf
+
+    model = tiny_model(tmp_path / "gpt2", passkey_tokenizer(), kind="gpt2", n_positions=16)
+    hf = load_hf_model(f"hf:{model}")
+    greedy = Sampling(0.0, None, 0)
+    assert len(list(generate_hf(hf, [1, 2, 3], 100, sampling=greedy))) == 16 + 1 - 3
+    assert len(list(generate_hf(hf, [1, 2, 3], 5, sampling=greedy))) == 5
+    with pytest.raises(
+        UsageError, match=r"--prompt is 17 tokens but hf:.* positions stop at 15; shorten it$"
+    ):
+        generate_hf(hf, [1] * 17, 5, sampling=greedy)
+    stopped = invoke("sample", f"hf:{model}", "--tokens", "100", "--temperature", "0")
+    assert stopped.code == 0, stopped.stderr
+    assert f"hf:{model} stopped after" in stopped.stderr and "its table has 16 positions" in stopped.stderr

@@ -9,18 +9,31 @@ The same directory is a transformers model: config.json also carries `model_type
 installed where it is loaded), and `tokenizer.json` is the run's tokenizer (hf_modeling.PosencTokenizerFast,
 whose end of text is the newline that ends posenc's documents), so `AutoModelForCausalLM` and
 `AutoTokenizer.from_pretrained(DIR, trust_remote_code=True)` give posenc's logits and ids. posenc itself
-loads it so as `hf:DIR` (or DIR named as a target), trusting the code only of a complete export whose
-modeling_posenc.py is the import line posenc writes (`trusted_export`)."""
+loads it so as `hf:DIR` (or DIR named as a target), after the one verification every way of naming an
+export goes through (`verified_export`, load_export's too), giving trust_remote_code only when the one
+code it names is the modeling_posenc.py this posenc writes, byte for byte (evaluation.remote_code)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from posenc_cli.core.atomic import MANIFEST, hashed_entry, output_set, read_manifest, write_text, write_with
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
 from posenc_cli.data.tokenizers import from_payload
+from posenc_cli.evaluation.remote_code import (
+    CONFIG,
+    MODELING,
+    MODELING_SOURCE,
+    OWN_AUTO_MAPS,
+    TOKENIZER_CONFIG,
+    checked_code,
+)
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.claim import is_locked
 from posenc_cli.rundir.destinations import owned_out
@@ -31,14 +44,7 @@ from posenc_cli.rundir.record import read_summary
 FORMAT = "posenc-model"
 VERSION = 3  # 2: the run id, and a manifest of hashes; 3: the tokenizer's own class and end of document
 WEIGHTS = "model.safetensors"
-CONFIG = "config.json"
-MODELING = "modeling_posenc.py"
 TOKENIZER = "tokenizer.json"
-TOKENIZER_CONFIG = "tokenizer_config.json"
-MODELING_SOURCE = (  # the module transformers imports with trust_remote_code: posenc's classes, not a copy
-    '"""posenc\'s GPT for transformers (pip install posenc): see posenc_cli/evaluation/hf_modeling.py."""\n\n'
-    "from posenc_cli.evaluation.hf_modeling import PosencConfig, PosencForCausalLM, PosencTokenizerFast  # noqa: F401\n"
-)
 DOCUMENT_END = "\n"  # posenc ends every document with it (data.hf_datasets), as GPT-2's <|endoftext|>
 # files transformers reads beside an export's own when it loads the directory: one the manifest does not
 # list would change the tokenizer or the weights loaded, so an export holding one is refused
@@ -58,13 +64,23 @@ TRANSFORMERS_READS = (
     "pytorch_model.bin.index.json",
 )
 MODEL_TYPE = "posenc"  # transformers' model_type of an export
+# posenc's own fields of config.json; an export written before corpus_sha256 lacks it (identity unknown)
+POSENC_FIELDS = (
+    "format",
+    "version",
+    "run_id",
+    "model_config",
+    "tokenizer",
+    "train_len",
+    "data",
+    "step",
+    "corpus_sha256",
+)
+TEXT_TOKENIZERS = ("char", "byte", "bpe")  # the tokenizers of text, which an export carries for transformers
 HF_FIELDS = {
     "model_type": MODEL_TYPE,
     "architectures": ["PosencForCausalLM"],
-    "auto_map": {
-        "AutoConfig": "modeling_posenc.PosencConfig",
-        "AutoModelForCausalLM": "modeling_posenc.PosencForCausalLM",
-    },
+    "auto_map": OWN_AUTO_MAPS[CONFIG],
     "tie_word_embeddings": True,
     "torch_dtype": "float32",
 }
@@ -151,10 +167,10 @@ def tokenizer_json(tokenizer) -> str | None:
     """The run's tokenizer as a `tokenizer.json` for PreTrainedTokenizerFast, giving posenc's ids for
     the same text: char, one token per character (its <unk> for unseen ones, where the run has one);
     byte, one per UTF-8 byte; bpe, its own file. None for token ids without a text (data=bin)."""
+    if tokenizer.kind not in TEXT_TOKENIZERS:
+        return None
     if tokenizer.kind == "bpe":
         return tokenizer.to_json()
-    if tokenizer.kind not in ("char", "byte"):
-        return None
     tk = tokenizers_module()
     if tokenizer.kind == "char":
         unk = tokenizer.chars[-1] if tokenizer.has_unk else None
@@ -180,7 +196,7 @@ def tokenizer_config(tokenizer) -> dict:
     end of text is the document end (lm-evaluation-harness starts every rolling window with it)."""
     return {
         "tokenizer_class": "PosencTokenizerFast",
-        "auto_map": {"AutoTokenizer": [None, f"{MODELING.removesuffix('.py')}.PosencTokenizerFast"]},
+        "auto_map": OWN_AUTO_MAPS[TOKENIZER_CONFIG],
         "document_end_id": document_end_id(tokenizer),
     }
 
@@ -193,31 +209,35 @@ def lacks_document_end(directory: Path) -> bool:
 
 
 def is_export(path: Path, *, in_a_run: bool = False) -> bool:
-    """Whether `path` is a directory whose config.json says it is a posenc export (verified_config checks
+    """Whether `path` is a directory whose config.json says it is a posenc export (verified_export checks
     the rest). A run directory holding its own export (export's default) is the run, as RUN names it,
     unless `in_a_run` (hf:RUN names its export)."""
     if not in_a_run and (path / SUMMARY).is_file():
         return False
+    if not (path / CONFIG).is_file():  # a FIFO named config.json is never opened
+        return False
     try:
         config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False
     return isinstance(config, dict) and config.get("format") == FORMAT
 
 
+def refuse_foreign_code(source: str) -> None:
+    """For a local `hf:` source (a directory, or a file such as FILE.gguf, whose directory transformers
+    reads too): any code a JSON there names for transformers, but a posenc export's own, is refused
+    before transformers reads a file (remote_code). A hub id is left to transformers: posenc never gives
+    trust_remote_code for one."""
+    local = Path(source).expanduser()
+    directory = local.parent if local.is_file() else local
+    if directory.is_dir():
+        checked_code(directory, export=is_export(directory, in_a_run=True))
+
+
 def trusted_export(directory: Path) -> dict:
-    """transformers' keywords to load an export as `hf:DIR`: trust_remote_code, given only to a complete
-    export (verified_config) whose modeling_posenc.py is MODELING_SOURCE, the line that imports posenc's
-    own classes; any other code in it is refused, never run."""
-    verified_config(directory)
-    try:
-        source = (directory / MODELING).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        source = None
-    if source != MODELING_SOURCE:
-        raise not_an_export(
-            directory, f"its {MODELING} is not the one posenc writes, and posenc runs no other"
-        )
+    """transformers' keywords to load an export as `hf:DIR`: trust_remote_code, given only to an export
+    verified_export vouches for, whose only code is posenc's own modeling_posenc.py."""
+    verified_export(directory)
     return {"trust_remote_code": True}
 
 
@@ -273,25 +293,125 @@ def verified_config(directory: Path) -> dict:
     return config
 
 
+@dataclass(frozen=True)
+class VerifiedExport:
+    """An export as verified_export found it: what posenc rebuilds its model from."""
+
+    config: dict  # config.json
+    model_config: ModelConfig
+    train_len: int
+    tokenizer: Any  # a data.tokenizers.TokenizerBase
+
+
+def verified_export(directory: Path) -> VerifiedExport:
+    """The one verification of an export, however it is named (`posenc eval EXPORT`, `hf:EXPORT`,
+    load_export): its manifest vouches for its files and run (verified_config), it names no code but
+    posenc's own (remote_code), config.json's transformers fields and tokenizer_config.json are those
+    posenc writes for its model config and tokenizer, and the weights are that model's, name by name and
+    shape by shape: transformers would leave a missing weight random and drop an unexpected one, unsaid."""
+    config = verified_config(directory)
+    checked_code(directory, export=True)
+    export = parsed_export(directory, config)
+    check_transformers_fields(directory, export)
+    check_tokenizer_files(directory, export.tokenizer)
+    check_weights(directory, export.model_config)
+    return export
+
+
+def parsed_export(directory: Path, config: dict) -> VerifiedExport:
+    try:
+        model_config = ModelConfig(**config["model_config"])
+        train_len = int(config["train_len"])
+    except (TypeError, ValueError, KeyError, UsageError) as err:
+        raise UsageError(
+            f"{directory / CONFIG} has a wrong model config ({type(err).__name__}: {err})"
+        ) from None
+    tokenizer = from_payload(config.get("tokenizer"), str(directory / CONFIG))
+    return VerifiedExport(config, model_config, train_len, tokenizer)
+
+
+def check_transformers_fields(directory: Path, export: VerifiedExport) -> None:
+    """config.json holds posenc's fields and the transformers fields posenc writes for its model, with
+    their values, and nothing else: any other key (quantization_config, custom_pipelines, a context)
+    would change what transformers builds."""
+    expected = HF_FIELDS | {
+        "vocab_size": export.model_config.vocab_size,
+        "max_position_embeddings": export.train_len,
+    }
+    for key, value in expected.items():
+        if export.config.get(key) != value:
+            found = json.dumps(export.config.get(key))[:80]
+            raise not_an_export(
+                directory, f"its {CONFIG} has {key} {found}, where posenc writes {json.dumps(value)[:80]}"
+            )
+    extra = sorted(set(export.config) - set(expected) - set(POSENC_FIELDS))
+    if extra:
+        raise not_an_export(directory, f"its {CONFIG} holds {extra[0]!r}, which posenc does not write")
+
+
+def check_tokenizer_files(directory: Path, tokenizer) -> None:
+    """tokenizer.json and tokenizer_config.json are there exactly when the tokenizer is text's, and
+    tokenizer_config.json is the one posenc writes for it: without it transformers would load another
+    tokenizer class, with another end of text, that drops characters a char vocabulary lacks."""
+    text = tokenizer.kind in TEXT_TOKENIZERS
+    for name in (TOKENIZER, TOKENIZER_CONFIG):
+        if (directory / name).is_file() != text:
+            why = f"it has no {name}" if text else f"it holds {name}, and its tokenizer is of token ids"
+            raise not_an_export(directory, why)
+    if text and read_json_file(directory / TOKENIZER_CONFIG) != tokenizer_config(tokenizer):
+        raise not_an_export(
+            directory,
+            f"its {TOKENIZER_CONFIG} is not the one posenc writes for the tokenizer in its {CONFIG}",
+        )
+
+
+def read_json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise UsageError(f"{path} is not valid JSON ({type(err).__name__})") from None
+
+
+def check_weights(directory: Path, model_config: ModelConfig) -> None:
+    """model.safetensors holds each weight of `model_config`'s GPT once (a tied pair once), of its shape,
+    and nothing else; read from the file's header, the model built on the meta device (no memory)."""
+    path = directory / WEIGHTS
+    try:
+        with safetensors_torch().safe_open(str(path), framework="pt") as f:
+            stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except Exception as err:  # safetensors' own error type for a truncated or foreign file
+        raise UsageError(
+            f"{path} cannot be read ({type(err).__name__}): it is truncated or not a safetensors file"
+        ) from None
+    if model_config.n_layer > len(stored):  # every block has weights: bounds the model built below
+        raise UsageError(
+            f"{path} holds {len(stored)} tensors, too few for the {model_config.n_layer} "
+            f"layers its {CONFIG} states"
+        )
+    with torch.device("meta"):
+        expected = GPT(model_config).state_dict(keep_vars=True)
+    tied: dict[int, list[str]] = {}
+    for name, tensor in expected.items():
+        tied.setdefault(id(tensor), []).append(name)
+    missing = [names[0] for names in tied.values() if not any(n in stored for n in names)]
+    twice = [names[-1] for names in tied.values() if sum(n in stored for n in names) > 1]  # a tied pair
+    unexpected = sorted(set(stored) - set(expected)) + twice
+    reshaped = [n for n in stored if n in expected and stored[n] != tuple(expected[n].shape)]
+    if missing or unexpected or reshaped:
+        raise UsageError(
+            f"{path} does not match its {CONFIG} (missing {missing[:3]}, unexpected {unexpected[:3]}, "
+            f"of another shape {reshaped[:3]}); posenc loads a model only with every weight its config states"
+        )
+
+
 def load_export(directory: str | Path) -> tuple[GPT, object, int]:
     """(model, tokenizer, training length) from an export directory."""
     st = safetensors_torch()
     directory = Path(directory)
-    config = verified_config(directory)
+    export = verified_export(directory)
+    model = GPT(export.model_config)
     try:
-        model = GPT(ModelConfig(**config["model_config"]))
-        train_len = int(config["train_len"])
-    except (TypeError, ValueError, KeyError) as err:
-        raise UsageError(
-            f"{directory / CONFIG} has a wrong model config ({type(err).__name__}: {err})"
-        ) from None
-    try:
-        missing, unexpected = st.load_model(model, str(directory / WEIGHTS), strict=False)
+        st.load_model(model, str(directory / WEIGHTS))
     except Exception as err:  # safetensors' own error type for a truncated or foreign file
         raise UsageError(f"{directory / WEIGHTS} cannot be read ({type(err).__name__})") from None
-    if missing or unexpected:
-        raise UsageError(
-            f"{directory / WEIGHTS} does not match its config.json "
-            f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
-        )
-    return model.eval(), from_payload(config["tokenizer"], str(directory / CONFIG)), train_len
+    return model.eval(), export.tokenizer, export.train_len

@@ -5,6 +5,7 @@ spreads it with accelerate; every failure one line."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import socket
 from pathlib import Path
@@ -14,18 +15,26 @@ import torch
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
-from posenc_cli.evaluation.export import is_export, trusted_export
+from posenc_cli.evaluation.export import is_export, refuse_foreign_code, trusted_export
+from posenc_cli.evaluation.hf_checks import (
+    CONTEXT_KEYS,
+    GGUF_SUFFIX,
+    Weights,
+    check_layers,
+    check_loading_info,
+    check_positional_config,
+    first_line,
+    local_weights,
+)
 from posenc_cli.evaluation.hf_models import (
     MODEL_TYPE_SCHEMES,
     PREFIX,
     ExportModel,
     HFModel,
+    check_weights_fit,
     model_scheme,
     transformers_module,
 )
-
-CONTEXT_KEYS = ("n_positions", "max_position_embeddings", "max_seq_len", "seq_length", "n_ctx")
-
 
 # Configs that state no context: BLOOM was trained on 2,048-token sequences (BigScience 2022, §3.3)
 KNOWN_CONTEXT = {"bloom": 2048}
@@ -49,9 +58,6 @@ def hub_reachable() -> bool:
         return True
     except OSError:
         return False
-
-
-GGUF_SUFFIX = ".gguf"
 
 
 def load_pretrained(loader, source: str, name: str, **kwargs):
@@ -118,18 +124,23 @@ def load_hf_model(
         )
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
+    refuse_foreign_code(source)  # before transformers reads a file: no code but a posenc export's own
     export = is_export(Path(source).expanduser(), in_a_run=True)
     trusted = trusted_export(Path(source).expanduser()) if export else {}  # posenc's own code only
+    weights = local_weights(Path(source).expanduser())  # a damaged file is named before transformers reads it
     config = load_config(tf, source, name, **trusted)
+    check_positional_config(config, *written_config(source, name))
     model_class = None if export else causal_lm_class(tf, config, name)
     train_len = checked_context(config, context, name)
+    if not export:  # an export's weights are verified name by name against its config (verified_export)
+        check_weights(tf, config, weights, name=name, dtype=dtype, devices=None if device_map else [device])
     attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
     placement = {"dtype": DTYPES[dtype], "attn_implementation": attention, **trusted}
     if source.endswith(GGUF_SUFFIX):  # dense weights in --dtype, whatever kernels are installed
         placement["quantization_config"] = tf.GgufConfig(dequantize=True)
     if device_map is not None:
         placement["device_map"] = device_map
-    tokenizer, model = load_weights(tf, source, name, config=config, placement=placement)
+    tokenizer, model = load_weights(tf, source, name, config=config, placement=placement, checked=not export)
     check_tokenizer(tokenizer, name)
     return (ExportModel if export else HFModel)(
         name,
@@ -173,13 +184,55 @@ def checked_context(config, context: int | None, name: str) -> int:
     return train_len
 
 
-def load_weights(tf, source: str, name: str, *, config, placement: dict):
+def written_config(source: str, name: str) -> tuple[str, dict]:
+    """(where the config is, as a message names it; its JSON as written, {} where posenc does not read it)."""
+    local = Path(source).expanduser()
+    if local.suffix == GGUF_SUFFIX:
+        return str(local), {}
+    if not local.is_dir():
+        return f"{name}'s config.json", {}
+    written = json.loads((local / "config.json").read_text(encoding="utf-8"))  # transformers read it already
+    return str(local / "config.json"), written if isinstance(written, dict) else {}
+
+
+def check_weights(
+    tf, config, weights: Weights | None, *, name: str, dtype: str, devices: list | None
+) -> None:
+    """Before the model is built: the config's layers are those its weight files hold, and the model it
+    describes (counted on the meta device, where building costs nothing) fits in memory (`devices`: where
+    it is loaded and run; None: accelerate places it). transformers' report names any other mismatch."""
+    if weights is None or not weights.sizes:  # a hub id, pickled weights: transformers' report only
+        return
+    check_layers(config, weights, name)
+    try:
+        with torch.device("meta"):
+            elements = sum(p.numel() for p in tf.AutoModelForCausalLM.from_config(config).parameters())
+    except (ValueError, TypeError, KeyError, AttributeError, RuntimeError) as err:
+        raise UsageError(
+            f"{name}'s config describes no model transformers can build: {first_line(err)}"
+        ) from None
+    cpu = torch.device("cpu")  # transformers loads it there, then it moves to its device
+    places = [] if devices is None else [cpu, *map(torch.device, devices)]
+    try:
+        check_weights_fit(config, elements, element=DTYPES[dtype].itemsize, devices=places, name=name)
+    except UsageError:
+        if elements <= weights.elements:
+            raise
+        raise UsageError(
+            f"{name}'s config describes a model of {elements:,} weights, more than memory holds, but "
+            f"{weights.where} holds {weights.elements:,}: give a config that matches its weights"
+        ) from None
+
+
+def load_weights(tf, source: str, name: str, *, config, placement: dict, checked: bool = True):
     """(tokenizer, model), the model loaded with `placement` (dtype, attention, device map); weights that
-    are more than plain tensors are refused, never run."""
+    are more than plain tensors are refused, never run. `checked`: transformers' report of missing,
+    unexpected and mismatched weights refuses a model with any (an export's are verified beforehand)."""
+    report = {"output_loading_info": True, "ignore_mismatched_sizes": True} if checked else {}
     try:
         trusted = {k: v for k, v in placement.items() if k == "trust_remote_code"}  # a verified export's
         tokenizer = load_pretrained(tf.AutoTokenizer, source, name, **trusted)  # config names its code
-        model = load_pretrained(tf.AutoModelForCausalLM, source, name, config=config, **placement)
+        model = load_pretrained(tf.AutoModelForCausalLM, source, name, config=config, **placement, **report)
     except UsageError:
         raise
     except pickle.UnpicklingError:  # torch's weights-only loader refused it: its code never ran
@@ -190,6 +243,9 @@ def load_weights(tf, source: str, name: str, *, config, placement: dict):
         ) from None
     except (OSError, ValueError, KeyError, RuntimeError, ImportError) as err:  # ImportError: gguf, accelerate
         raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
+    if checked:
+        model, info = model
+        check_loading_info(info, name)
     return tokenizer, model
 
 
@@ -204,10 +260,6 @@ def check_tokenizer(tokenizer, name: str) -> None:
         raise UsageError(
             f"{name} has no fast tokenizer (tokenizer.json), which posenc needs to count bytes per token"
         )
-
-
-def first_line(err: Exception) -> str:
-    return " ".join(str(err).split("\n")[0].split())[:200]
 
 
 def training_length(config) -> int | None:

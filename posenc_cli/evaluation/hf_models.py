@@ -166,24 +166,20 @@ class HFModel:
 
     # -- memory -----------------------------------------------------------------------------------
     def memory_needed(self, length: int) -> int:
-        """Bytes a forward over `length` tokens needs, batch 1, without gradients: the weights, a layer's
-        activations, the chunk of logits, and the T × T scores where attention is eager (ALiBi in BLOOM)."""
-        c = self.config
-        element = next(self.model.parameters()).element_size()
-        hidden = c.hidden_size
-        heads = c.num_attention_heads
-        inner = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * hidden
+        """Bytes a forward over `length` tokens needs, batch 1, without gradients (forward_bytes)."""
         weights = sum(
             p.numel() * p.element_size() for p in self.model.parameters() if p.device == self.device
         )
-        activations = length * (8 * hidden + 2 * inner) * element
-        scores = (
-            3 * heads * length * length * element if self.attention == "eager" else length * length
-        )  # mask
-        logits = 2 * LOGITS_CHUNK * c.vocab_size * 4
-        return weights + activations + scores + logits
+        element = next(self.model.parameters()).element_size()
+        return forward_bytes(
+            self.config, length, weights=weights, element=element, eager=self.attention == "eager"
+        )
 
     def check_fits(self, lengths: list[int], device: torch.device) -> None:
+        """A forward at the longest length must fit what the device has free; no lengths (every one past a
+        learned table) need nothing."""
+        if not lengths:
+            return
         longest = max(lengths)
         need, have = self.memory_needed(longest), free_memory(device)
         if have is not None and need > have:
@@ -367,6 +363,31 @@ class ExportModel(HFModel):
                 "evaluate the run directory it was exported from to scale its RoPE"
             )
         return [None]
+
+
+def forward_bytes(config, length: int, *, weights: int, element: int, eager: bool) -> int:
+    """Bytes a forward over `length` tokens needs, batch 1, without gradients: the weights, a layer's
+    activations, the chunk of logits, and the T x T scores where attention is eager (ALiBi in BLOOM)."""
+    hidden = config.hidden_size
+    inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
+    activations = length * (8 * hidden + 2 * inner) * element
+    scores = 3 * config.num_attention_heads * length * length * element if eager else length * length  # mask
+    logits = 2 * LOGITS_CHUNK * config.vocab_size * 4
+    return weights + activations + scores + logits
+
+
+def check_weights_fit(config, elements: int, *, element: int, devices: list[torch.device], name: str) -> None:
+    """The model's weights, counted on the meta device before it is built, must fit what each device
+    it passes through (the CPU it is loaded on, the one it runs on) has free."""
+    need = forward_bytes(config, 0, weights=elements * element, element=element, eager=False)
+    for device in dict.fromkeys(devices):
+        have = free_memory(device)
+        if have is not None and need > have:
+            raise UsageError(
+                f"{name} has {elements:,} weights, about {need / 2**30:.1f} GiB at {element} bytes each, more "
+                f"than the {have / 2**30:.1f} GiB free on {device}; use --dtype bf16, --device-map auto, or a "
+                "smaller model"
+            )
 
 
 def scaled_config(config, method: str, factor: float, *, train_len: int):

@@ -14,6 +14,7 @@ from typing import Iterator
 
 import torch
 
+from posenc_cli.core import ui
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError, require_int, require_positive_int, require_seed
 from posenc_cli.model import GPT
@@ -42,20 +43,26 @@ def plan(run: LoadedRun, prompt_len: int, tokens: int, *, window: int | None) ->
                 f"use --window <= {limit}"
             )
         return SamplePlan(tokens, None)
+    return within_table(limit, prompt_len, tokens, who=run.scheme, slides=True)
+
+
+def within_table(limit: int | None, prompt_len: int, tokens: int, *, who: str, slides: bool) -> SamplePlan:
+    """The tokens a context growing from the prompt can take before it passes a table of `limit`
+    positions (None: no table); `slides`: whether --window can keep it inside, and so is suggested."""
     if limit is None:
         return SamplePlan(tokens, None)
     if prompt_len > limit:
+        slide = f" or slide the context with --window <= {limit}" if slides else ""
         raise UsageError(
-            f"--prompt is {prompt_len} tokens but {run.scheme} positions stop at {limit - 1}; "
-            f"shorten it or slide the context with --window <= {limit}"
+            f"--prompt is {prompt_len} tokens but {who} positions stop at {limit - 1}; shorten it{slide}"
         )
     room = limit + 1 - prompt_len  # the token after the table's last position is still predicted
     if tokens <= room:
         return SamplePlan(tokens, None)
+    slide = f"; add --window {limit} to slide the context and go on" if slides else ""
     return SamplePlan(
         room,
-        f"{run.scheme} stopped after {room} tokens: its table has {limit} positions and the "
-        f"context reached them all; add --window {limit} to slide the context and go on",
+        f"{who} stopped after {room} tokens: its table has {limit} positions and the context reached them all{slide}",
     )
 
 
@@ -111,14 +118,22 @@ def generate(
         yield next_id
 
 
-@torch.no_grad()
 def generate_hf(hf, prompt_ids: list[int], tokens: int, *, sampling: Sampling) -> Iterator[int]:
-    """An `hf:` model's token ids one at a time, drawn as generate draws them (pick, one generator per
-    seed), each step running only the new token through the model's own KV cache (transformers' `cache`)."""
+    """An `hf:` model's token ids one at a time (drawn_hf). A model with a learned table (GPT-2's
+    n_positions) stops where its table does, as a posenc run does, and says so; a prompt already past
+    it is refused here, before anything is drawn or shown."""
     require_int("--tokens", tokens, at_least=1, at_most=MAX_TOKENS)
+    steps = within_table(hf.max_len, len(prompt_ids), tokens, who=str(hf.path), slides=False)
+    return drawn_hf(hf, prompt_ids, steps, sampling=sampling)
+
+
+@torch.no_grad()
+def drawn_hf(hf, prompt_ids: list[int], steps: SamplePlan, *, sampling: Sampling) -> Iterator[int]:
+    """Drawn as generate draws them (pick, one generator per seed), each step running only the new token
+    through the model's own KV cache (transformers' `cache`); why it stopped early, once it has."""
     generator = torch.Generator().manual_seed(sampling.seed)
     model, cache, context = hf.model.eval(), None, list(prompt_ids)
-    for _ in range(tokens):
+    for _ in range(steps.tokens):
         seen = context[-1:] if cache is not None else context
         out = model(
             input_ids=torch.tensor([seen], dtype=torch.long, device=hf.device), cache=cache, use_cache=True
@@ -127,6 +142,8 @@ def generate_hf(hf, prompt_ids: list[int], tokens: int, *, sampling: Sampling) -
         logits = out.logits[0, -1].float().cpu()
         context.append(pick(logits, sampling.temperature, sampling.top_k, generator=generator))
         yield context[-1]
+    if steps.stopped_early:
+        ui.err.print(f"\n{steps.stopped_early}", highlight=False, soft_wrap=True, markup=False)
 
 
 def pick(logits: torch.Tensor, temperature: float, top_k: int | None, *, generator: torch.Generator) -> int:

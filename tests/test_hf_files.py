@@ -1,0 +1,340 @@
+"""`hf:` directories and GGUF files posenc did not write (issue #47): a model whose weights and config
+disagree is refused, naming the weights, before it is scored or (where its config claims layers its
+files lack) built; a damaged weight file is one line naming it; a config's positional fields are
+checked before any work. Tiny models built here: a 1-layer Llama and GPT-2, and a 1-layer Llama GGUF.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import assert_refused, invoke
+from posenc_cli.core.errors import UsageError
+
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+Q_PROJ = "model.layers.0.self_attn.q_proj.weight"
+HIDDEN, INNER = 16, 32
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return passkey_tokenizer()
+
+
+def passkey_tokenizer():
+    """A byte-level BPE trained on the passkey prompt's English, so a trial takes few tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from posenc_cli.data import passkey
+
+    english = " ".join(
+        [passkey.NATURAL_INTRO, *passkey.NATURAL_FILLER, passkey.NATURAL_KEY, passkey.NATURAL_QUESTION]
+    )
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=["<|endoftext|>"]
+    )
+    bpe.train_from_iterator([english * 3], trainer)
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+
+
+def tiny_model(directory: Path, tokenizer, *, kind: str = "llama", **config) -> Path:
+    """A 1-layer `kind` (llama or gpt2) with `config`'s changes, saved with its tokenizer."""
+    ids = {"bos_token_id": 0, "eos_token_id": 0, "vocab_size": len(tokenizer)}
+    if kind == "gpt2":
+        built = transformers.GPT2Config(n_embd=HIDDEN, n_layer=1, n_head=2, **ids, **config)
+    else:
+        sizes = {"hidden_size": HIDDEN, "intermediate_size": INNER, "num_attention_heads": 2}
+        built = transformers.LlamaConfig(num_hidden_layers=1, num_key_value_heads=2, **sizes, **ids, **config)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(built).save_pretrained(directory, **shard_size(config))
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def shard_size(config: dict) -> dict:
+    return {"max_shard_size": config.pop("max_shard_size")} if "max_shard_size" in config else {}
+
+
+def edit_config(directory: Path, **changes) -> Path:
+    config = json.loads((directory / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def edit_weights(path: Path, edit) -> None:
+    weights = safetensors_torch.load_file(path)
+    edit(weights)
+    safetensors_torch.save_file(weights, path, metadata={"format": "pt"})
+
+
+def load(directory: Path, **options):
+    from posenc_cli.evaluation.hf_loading import load_hf_model
+
+    return load_hf_model(f"hf:{directory}", **options)
+
+
+# -- weights and config disagree ---------------------------------------------------------------------
+
+
+def drop_q_proj(weights: dict) -> None:
+    del weights[Q_PROJ]
+
+
+def add_unused(weights: dict) -> None:
+    weights["model.layers.0.self_attn.extra.weight"] = torch.zeros(3)
+
+
+def reshape_q_proj(weights: dict) -> None:
+    weights[Q_PROJ] = torch.zeros(HIDDEN // 2, HIDDEN)
+
+
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (drop_q_proj, f"missing: {Q_PROJ}"),
+        (add_unused, "unexpected: model.layers.0.self_attn.extra.weight"),
+        (reshape_q_proj, f"of another shape than its config's: {Q_PROJ}"),
+    ],
+)
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_weight_missing_unexpected_or_of_another_shape_is_refused_naming_it(
+    tmp_path, tokenizer, edit, named, sharded
+):
+    """transformers would leave a missing or reshaped weight random and drop an unexpected one, unsaid."""
+    model = tiny_model(tmp_path / "m", tokenizer, **({"max_shard_size": "8KB"} if sharded else {}))
+    index = model / "model.safetensors.index.json"
+    shard = json.loads(index.read_text())["weight_map"][Q_PROJ] if sharded else "model.safetensors"
+    edit_weights(model / shard, edit)
+    with pytest.raises(UsageError, match=f"weights do not match its config \\({named}\\)"):
+        load(model)
+
+
+def test_tied_embeddings_and_buffers_are_not_missing_or_unexpected_weights(tmp_path, tokenizer):
+    """GPT-2's head is its token embedding, a tied Llama's too (neither saved twice); RoPE's inv_freq is
+    computed, never saved; and the causal masks older transformers saved beside GPT-2's weights are unused
+    buffers, not weights: each loads."""
+    for kind, config in (("gpt2", {"n_positions": 64}), ("llama", {"tie_word_embeddings": True})):
+        directory = tiny_model(tmp_path / kind, tokenizer, kind=kind, **config)
+        assert "lm_head.weight" not in safetensors_torch.load_file(directory / "model.safetensors")
+        assert load(directory).model.get_output_embeddings().weight.device.type == "cpu"
+    masks = {
+        "transformer.h.0.attn.bias": torch.ones(1, 1, 64, 64),
+        "transformer.h.0.attn.masked_bias": torch.tensor(-1e4),
+    }
+    edit_weights(tmp_path / "gpt2" / "model.safetensors", lambda weights: weights.update(masks))
+    assert load(tmp_path / "gpt2").model.get_output_embeddings().weight.device.type == "cpu"
+
+
+def test_a_config_claiming_layers_its_weights_lack_is_refused_before_a_model_is_built(
+    tmp_path, tokenizer, monkeypatch
+):
+    """100,000 layers over one layer's weights built for minutes, then scored random layers; a model
+    100,000 wide would not fit in memory: both are refused from the headers, before anything is built."""
+    model = tiny_model(tmp_path / "m", tokenizer)
+    built = []
+    monkeypatch.setattr(transformers.LlamaForCausalLM, "__init__", lambda *a, **k: built.append(a))
+    for layers in (2, 100_000):
+        edit_config(model, num_hidden_layers=layers)
+        with pytest.raises(
+            UsageError, match=f"num_hidden_layers {layers:,} but .*model.safetensors holds weights for 1;"
+        ):
+            load(model)
+    assert not built
+
+
+def test_a_config_wider_than_its_weights_is_refused_before_a_model_is_built(
+    tmp_path, tokenizer, fixed_free_memory
+):
+    model = edit_config(tiny_model(tmp_path / "m", tokenizer), hidden_size=100_000, head_dim=50_000)
+    with pytest.raises(
+        UsageError, match=r"describes a model of [\d,]+ weights, more than memory holds, but .* holds"
+    ):
+        load(model)
+
+
+# -- damaged files ---------------------------------------------------------------------------------
+
+
+def cut(keep):
+    return lambda data: data[:keep] if isinstance(keep, int) else data[: keep(len(data))]
+
+
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (cut(5), "it has 5 bytes"),
+        (cut(500), "its header claims"),
+        (cut(lambda n: n // 2), "its tensors need"),
+        (cut(lambda n: n - 1), "its tensors need"),
+        (lambda data: data + b"\0", "its tensors need"),
+        (lambda data: b"x" * len(data), "its header claims"),
+        (lambda data: data[:8] + b"[" + data[9:], "its header is not JSON"),
+    ],
+)
+def test_a_damaged_safetensors_file_is_one_line_naming_it(tmp_path, tokenizer, damage, why):
+    model = tiny_model(tmp_path / "m", tokenizer)
+    weights = model / "model.safetensors"
+    weights.write_bytes(damage(weights.read_bytes()))
+    with pytest.raises(
+        UsageError, match=f"{re.escape(str(weights))} is not a complete safetensors file: {why}"
+    ):
+        load(model)
+
+
+def test_a_shard_its_index_names_and_that_is_gone_is_one_line(tmp_path, tokenizer):
+    model = tiny_model(tmp_path / "m", tokenizer, max_shard_size="8KB")
+    shard = json.loads((model / "model.safetensors.index.json").read_text())["weight_map"][Q_PROJ]
+    (model / shard).unlink()
+    with pytest.raises(UsageError, match=f"names the shard '{shard}', which is not a file beside it"):
+        load(model)
+
+
+def tiny_gguf(path: Path, tokenizer, *, skip: str = "") -> Path:
+    """A 1-layer Llama in GGUF (float32 tensors, the BPE's vocabulary and merges), without `skip`."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    tokens = [t for t, _ in sorted(model["vocab"].items(), key=lambda item: item[1])]
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_context_length(128)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_feed_forward_length(INNER)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(2)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * len(tokens))
+    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in model["merges"]])
+    writer.add_eos_token_id(0)
+    rng = np.random.default_rng(0)
+    shapes = {"token_embd": (len(tokens), HIDDEN), "output_norm": (HIDDEN,), "output": (len(tokens), HIDDEN)}
+    square = dict.fromkeys(("attn_q", "attn_k", "attn_v", "attn_output"), (HIDDEN, HIDDEN))
+    layer = {**square, "ffn_gate": (INNER, HIDDEN), "ffn_up": (INNER, HIDDEN), "ffn_down": (HIDDEN, INNER)}
+    shapes |= {f"blk.0.{n}": s for n, s in {**layer, "attn_norm": (HIDDEN,), "ffn_norm": (HIDDEN,)}.items()}
+    for name, shape in shapes.items():
+        if name != skip:
+            writer.add_tensor(f"{name}.weight", rng.standard_normal(shape).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_gguf_file_missing_a_tensor_is_refused_naming_it(tmp_path, tokenizer):
+    assert load(tiny_gguf(tmp_path / "whole.gguf", tokenizer)).base_scheme == "rope"  # the file is complete
+    with pytest.raises(UsageError, match=f"weights do not match its config \\(missing: {Q_PROJ}\\)"):
+        load(tiny_gguf(tmp_path / "cut.gguf", tokenizer, skip="blk.0.attn_q"))
+
+
+def with_count(field: int, count: int):
+    """A GGUF header whose tensor (field 0) or key-value (field 1) count is `count`."""
+    return lambda data: data[: 8 + 8 * field] + struct.pack("<Q", count) + data[16 + 8 * field :]
+
+
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (cut(0), "is not a GGUF file"),
+        (cut(24), "is not a complete GGUF file: its header claims"),
+        (cut(1000), "is not a complete GGUF file: it is truncated or damaged"),
+        (cut(lambda n: n // 2), "is not a complete GGUF file: it is truncated or damaged"),
+        (cut(lambda n: n - 5), "is not a complete GGUF file: it is truncated or damaged"),
+        (with_count(0, 2**40), "is not a complete GGUF file: its header claims 1,099,511,627,776 tensors"),
+        (with_count(1, 2**40), "is not a complete GGUF file: its header claims .* 1,099,511,627,776 keys"),
+        (lambda data: b"GGUU" + data[4:], "is not a GGUF file"),
+        (lambda data: data[:4] + struct.pack("<I", 99) + data[8:], "is GGUF version 99; those read: 2, 3"),
+    ],
+)
+def test_a_damaged_gguf_file_is_one_line_naming_it(tmp_path, tokenizer, damage, why):
+    """struct.error, 'cannot reshape array', 'not a valid JSON file' (a tensor count of 2**40) were tracebacks."""
+    path = tiny_gguf(tmp_path / "model.gguf", tokenizer)
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(UsageError, match=f"{re.escape(str(path))} {why}"):
+        load(path)
+
+
+# -- positional fields of a config ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "changes, key, allowed",
+    [
+        (
+            {"rope_parameters": {"rope_type": "linear", "factor": "abc", "rope_theta": 1e4}},
+            "rope_parameters.factor",
+            ">= 1",
+        ),
+        (
+            {"rope_parameters": None, "rope_scaling": {"rope_type": "linear", "factor": "abc"}},
+            "rope_scaling.factor",
+            ">= 1",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "linear", "factor": 0.5, "rope_theta": 1e4}},
+            "rope_parameters.factor",
+            ">= 1",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "default", "rope_theta": -5}},
+            "rope_parameters.rope_theta",
+            "> 0",
+        ),
+        ({"rope_parameters": None, "rope_theta": float("inf")}, "rope_theta", "finite"),
+        (
+            {"rope_parameters": {"rope_type": "yarm", "factor": 2.0, "rope_theta": 1e4}},
+            "rope_parameters.rope_type",
+            "linear",
+        ),
+        ({"max_position_embeddings": -3}, "max_position_embeddings", "positive integer"),
+        ({"partial_rotary_factor": 3}, "partial_rotary_factor", "> 0 and <= 1"),
+        ({"head_dim": 0}, "head_dim", "positive integer"),
+    ],
+)
+def test_a_config_positional_field_out_of_range_is_refused_naming_file_and_key(
+    tmp_path, tokenizer, changes, key, allowed
+):
+    """rope_parameters.factor "abc" was a TypeError; rope_theta -5 ran a whole evaluation to NaN, then failed
+    drawing it on a log axis."""
+    model = edit_config(tiny_model(tmp_path / "m", tokenizer), **changes)
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(model / 'config.json'))}: {key} .*{allowed}"):
+        load(model)
+
+
+def test_a_refused_hf_model_is_one_line_before_any_work_and_writes_nothing(tmp_path, tokenizer):
+    text = tmp_path / "text.txt"
+    text.write_text("the grass is green. " * 100)
+    model = edit_config(
+        tiny_model(tmp_path / "m", tokenizer), rope_parameters={"rope_type": "default", "rope_theta": -5}
+    )
+    refused = invoke(
+        "eval", f"hf:{model}", "--data", str(text), "--lengths", "64", "--out", str(tmp_path / "ev")
+    )
+    assert_refused(
+        refused.code, refused.stderr, "config.json: rope_parameters.rope_theta must be a finite number > 0"
+    )
+    weights = tiny_model(tmp_path / "w", tokenizer) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    refused = invoke("probe", f"hf:{weights.parent}", "--lengths", "64", "--out", str(tmp_path / "pr"))
+    assert_refused(refused.code, refused.stderr, f"{weights} is not a complete safetensors file")
+    assert not (tmp_path / "ev").exists() and not (tmp_path / "pr").exists()
