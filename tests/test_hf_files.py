@@ -338,3 +338,22 @@ def test_a_refused_hf_model_is_one_line_before_any_work_and_writes_nothing(tmp_p
     refused = invoke("probe", f"hf:{weights.parent}", "--lengths", "64", "--out", str(tmp_path / "pr"))
     assert_refused(refused.code, refused.stderr, f"{weights} is not a complete safetensors file")
     assert not (tmp_path / "ev").exists() and not (tmp_path / "pr").exists()
+
+
+def test_a_model_that_is_not_a_posenc_export_is_loaded_with_trust_remote_code_false(
+    tmp_path, tokenizer, monkeypatch
+):
+    """Said, not left out: without an explicit False transformers asks on a terminal whether to run a
+    repository's code (a hub id's); posenc's answer is no for its config, tokenizer and model alike."""
+    from posenc_cli.evaluation import hf_loading
+
+    asked = []
+    real = hf_loading.load_pretrained
+
+    def recording(loader, source, name, **kwargs):
+        asked.append(kwargs.get("trust_remote_code", "unsaid"))
+        return real(loader, source, name, **kwargs)
+
+    monkeypatch.setattr(hf_loading, "load_pretrained", recording)
+    load(tiny_model(tmp_path / "m", tokenizer))
+    assert len(asked) >= 3 and set(asked) == {False}

@@ -126,7 +126,9 @@ def load_hf_model(
         raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
     refuse_foreign_code(source)  # before transformers reads a file: no code but a posenc export's own
     export = is_export(Path(source).expanduser(), in_a_run=True)
-    trusted = trusted_export(Path(source).expanduser()) if export else {}  # posenc's own code only
+    # posenc's own code only; every other model is told never to run code (a hub id's too: without the
+    # explicit False, transformers asks on a terminal whether to run a repository's code)
+    trusted = trusted_export(Path(source).expanduser()) if export else {"trust_remote_code": False}
     weights = local_weights(Path(source).expanduser())  # a damaged file is named before transformers reads it
     config = load_config(tf, source, name, **trusted)
     check_positional_config(config, *written_config(source, name))
@@ -230,7 +232,7 @@ def load_weights(tf, source: str, name: str, *, config, placement: dict, checked
     unexpected and mismatched weights refuses a model with any (an export's are verified beforehand)."""
     report = {"output_loading_info": True, "ignore_mismatched_sizes": True} if checked else {}
     try:
-        trusted = {k: v for k, v in placement.items() if k == "trust_remote_code"}  # a verified export's
+        trusted = {k: v for k, v in placement.items() if k == "trust_remote_code"}  # the tokenizer too
         tokenizer = load_pretrained(tf.AutoTokenizer, source, name, **trusted)  # config names its code
         model = load_pretrained(tf.AutoModelForCausalLM, source, name, config=config, **placement, **report)
     except UsageError:
