@@ -529,3 +529,21 @@ def test_an_exports_configs_must_be_what_posenc_writes_for_its_model_and_tokeniz
     edited_json(edited, TOKENIZER_CONFIG, lambda c: c.update(tokenizer_class="PreTrainedTokenizerFast"))
     with pytest.raises(UsageError, match="its tokenizer_config.json is not the one posenc writes"):
         verified_export(edited)
+
+
+@pytest.mark.slow
+def test_an_export_evaluated_on_its_runs_own_corpus_is_scored_on_its_validation_split_as_the_run_is(
+    two_layer_run, tmp_path
+):
+    """An export carries its run's corpus identity (corpus_sha256, data): `eval hf:EXPORT --data T` on the
+    text the run trained on scores T's validation split, as `eval RUN --data T` does, and says so; it was
+    once scored on T's first bytes, training split included, with no word of it."""
+    export = export_run(two_layer_run, tmp_path / "export")
+    corpus = load_run(two_layer_run).record.data["path"]
+    options = ["--data", corpus, "--lengths", "64", "--max-tokens", "512"]
+    own = evaluate(tmp_path, str(two_layer_run), *options, out="run_eval")
+    exported = evaluate(tmp_path, f"hf:{export}", *options, out="export_eval")
+    assert exported["ppl"].tolist() == pytest.approx(own["ppl"].tolist(), rel=1e-6)
+    assert exported["text"].tolist() == [own["text"].iloc[0].replace(two_layer_run.name, "export")]
+    assert "the validation split of the text export was trained on" in exported["text"].iloc[0]
+    assert "the validation split" in (tmp_path / "export_eval" / "comparison.md").read_text()

@@ -25,7 +25,7 @@ import numpy as np
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.hf_datasets import HfText, hf_rows, parse_hf_text
 from posenc_cli.data.stream import read_text, scan, split_point, string_source
-from posenc_cli.rundir.loading import LoadedRun
+from posenc_cli.evaluation.target import EvalTarget
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class EvalText:
     documents: list[str] | None = None
 
 
-def eval_text(data: str, runs: list, *, text_field: str, documents: bool) -> EvalText:
+def eval_text(data: str, runs: list[EvalTarget], *, text_field: str, documents: bool) -> EvalText:
     """--data as the table scores it: a text file (cut to a run's validation split where it is that run's
     training text), or a dataset's split (`hf:...`, its rows each followed by a newline; with
     --documents, its rows as documents)."""
@@ -59,11 +59,11 @@ def eval_text(data: str, runs: list, *, text_field: str, documents: bool) -> Eva
     return EvalText(text, f"{spec.spec} ({len(rows):,} {unit})", rows if documents else None)
 
 
-def refuse_training_split(spec: HfText, runs: list) -> None:
+def refuse_training_split(spec: HfText, runs: list[EvalTarget]) -> None:
     """A dataset split a posenc run was trained on (or the whole of a dataset without splits it was trained
     on) is never its evaluation text."""
     for run in runs:
-        trained = run.record.data if isinstance(run, LoadedRun) else {}
+        trained = run.trained_text.data if run.trained_text else {}
         if trained.get("kind") != "hf" or not same_dataset(str(trained.get("name")), spec.name):
             continue
         if spec.split is None or spec.split == (trained.get("split") or "train"):
@@ -78,10 +78,10 @@ def same_dataset(a: str, b: str) -> bool:
     return a == b or Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
-def held_out_text(text: str, path: str, runs: list) -> EvalText:
+def held_out_text(text: str, path: str, runs: list[EvalTarget]) -> EvalText:
     """--data's text, cut to the validation split of every posenc run trained on it (the latest cut)."""
     digest = scan(string_source(text, "--data"))[0]
-    trained_on = [run for run in runs if isinstance(run, LoadedRun) and run.record.corpus_sha256 == digest]
+    trained_on = [run for run in runs if run.trained_text and run.trained_text.corpus_sha256 == digest]
     if not trained_on:
         return EvalText(text, Path(path).name)
     cut = max(split_point(len(text), validation_share(run, path)) for run in trained_on)
@@ -93,9 +93,9 @@ def held_out_text(text: str, path: str, runs: list) -> EvalText:
     )
 
 
-def validation_share(run: LoadedRun, path: str) -> float:
+def validation_share(run: EvalTarget, path: str) -> float:
     """The run's recorded data.val_fraction; a record without one cannot say where its validation starts."""
-    share = run.record.data.get("val_fraction")
+    share = run.trained_text.data.get("val_fraction") if run.trained_text else None
     if not isinstance(share, (int, float)):
         raise UsageError(
             f"--data {path} is the text {run.path} was trained on, and its record states no data.val_fraction, "

@@ -39,7 +39,7 @@ from posenc_cli.rundir.claim import is_locked
 from posenc_cli.rundir.destinations import owned_out
 from posenc_cli.rundir.layout import SUMMARY
 from posenc_cli.rundir.loading import load_run
-from posenc_cli.rundir.record import read_summary
+from posenc_cli.rundir.record import TrainedText, read_summary
 
 FORMAT = "posenc-model"
 VERSION = 3  # 2: the run id, and a manifest of hashes; 3: the tokenizer's own class and end of document
@@ -113,6 +113,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         "tokenizer": run.tokenizer.payload(),
         "train_len": run.train_len,
         "data": run.record.data,
+        "corpus_sha256": run.record.corpus_sha256,  # eval on the run's own text scores its validation split
         "step": run.checkpoint.step,  # the run's step: an export left in a run that trains on goes stale
     }
     config |= HF_FIELDS | {"vocab_size": run.model.cfg.vocab_size, "max_position_embeddings": run.train_len}
@@ -234,13 +235,6 @@ def refuse_foreign_code(source: str) -> None:
         checked_code(directory, export=is_export(directory, in_a_run=True))
 
 
-def trusted_export(directory: Path) -> dict:
-    """transformers' keywords to load an export as `hf:DIR`: trust_remote_code, given only to an export
-    verified_export vouches for, whose only code is posenc's own modeling_posenc.py."""
-    verified_export(directory)
-    return {"trust_remote_code": True}
-
-
 def not_an_export(directory: Path, why: str) -> UsageError:
     return UsageError(
         f"{directory} is not a complete posenc export: {why} (write one with posenc export RUN)"
@@ -301,6 +295,12 @@ class VerifiedExport:
     model_config: ModelConfig
     train_len: int
     tokenizer: Any  # a data.tokenizers.TokenizerBase
+
+    @property
+    def trained_text(self) -> TrainedText:
+        """The run's corpus, as the export carries it (an export written before corpus_sha256: unknown)."""
+        data = self.config.get("data")
+        return TrainedText(self.config.get("corpus_sha256"), data if isinstance(data, dict) else {})
 
 
 def verified_export(directory: Path) -> VerifiedExport:

@@ -15,7 +15,7 @@ import torch
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
-from posenc_cli.evaluation.export import is_export, refuse_foreign_code, trusted_export
+from posenc_cli.evaluation.export import is_export, refuse_foreign_code, verified_export
 from posenc_cli.evaluation.hf_checks import (
     CONTEXT_KEYS,
     GGUF_SUFFIX,
@@ -125,10 +125,12 @@ def load_hf_model(
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
     refuse_foreign_code(source)  # before transformers reads a file: no code but a posenc export's own
-    export = is_export(Path(source).expanduser(), in_a_run=True)
-    # posenc's own code only; every other model is told never to run code (a hub id's too: without the
-    # explicit False, transformers asks on a terminal whether to run a repository's code)
-    trusted = trusted_export(Path(source).expanduser()) if export else {"trust_remote_code": False}
+    local = Path(source).expanduser()
+    verified = verified_export(local) if is_export(local, in_a_run=True) else None
+    export = verified is not None
+    # posenc's own code, in an export verified_export vouches for; every other model is told never to run
+    # code (a hub id's too: without the explicit False, transformers asks on a terminal whether to run it)
+    trusted = {"trust_remote_code": export}
     weights = local_weights(Path(source).expanduser())  # a damaged file is named before transformers reads it
     config = load_config(tf, source, name, **trusted)
     check_positional_config(config, *written_config(source, name))
@@ -153,6 +155,7 @@ def load_hf_model(
         attention=attention,
         device=torch.device(device),
         mapped=device_map is not None,
+        trained_text=verified.trained_text if verified else None,
     )
 
 

@@ -36,6 +36,7 @@ from posenc_cli.evaluation.export import MODEL_TYPE
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.model import token_nll
 from posenc_cli.model.positional.rope_scaling import RopeScaling
+from posenc_cli.rundir.record import TrainedText
 
 PREFIX = "hf:"
 # model_type -> the chapters' scheme it uses
@@ -106,10 +107,12 @@ class HFModel:
         attention: str,
         device: torch.device,
         mapped: bool = False,
+        trained_text: TrainedText | None = None,
     ):
         self.path = name  # the `run` column of ppl.csv
         self.model, self.tokenizer, self.train_len, self.attention = model, tokenizer, train_len, attention
         self.real_context = real_context  # its config's context, whatever --hf-context pretends
+        self.trained_text = trained_text  # a posenc export's run's corpus; None for a pretrained model
         if not mapped:  # with --device-map, accelerate placed it already
             model.to(device)
         self.device = model.get_input_embeddings().weight.device  # where its inputs go

@@ -11,6 +11,7 @@ import torch
 
 from posenc_cli.data.needles import NeedleTask
 from posenc_cli.evaluation.labels import Label
+from posenc_cli.rundir.record import TrainedText
 
 
 @runtime_checkable
@@ -34,6 +35,9 @@ class EvalTarget(Protocol):
 
     @property
     def training_precision(self) -> str: ...  # EFFECTIVE_PRECISIONS, unrecorded; "" if not posenc's
+
+    @property
+    def trained_text(self) -> TrainedText | None: ...  # what it was trained on; None: not known to posenc
 
     @property
     def tokenizer_name(self) -> str: ...  # posenc's tokenizer kind (char, byte, bpe) or the model's name

@@ -16,6 +16,7 @@ from posenc_cli.rundir.layout import CHECKPOINT, is_run_dir
 from posenc_cli.rundir.record import (
     Checkpoint,
     RunRecord,
+    TrainedText,
     check_own_checkpoint,
     load_checkpoint,
     read_summary,
@@ -37,6 +38,10 @@ class LoadedRun:
     @property
     def record(self) -> RunRecord:
         return self.checkpoint.record
+
+    @property
+    def trained_text(self) -> TrainedText:
+        return TrainedText(self.record.corpus_sha256, self.record.data)
 
     @property
     def tokenizer_name(self) -> str:

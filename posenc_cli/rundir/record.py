@@ -24,6 +24,15 @@ VERSION = 2  # 2: the record as one typed block; version 1 (flat fields) is migr
 READABLE_VERSIONS = (1, 2)
 
 
+@dataclass(frozen=True)
+class TrainedText:
+    """The corpus a model was trained on, as its run recorded it (a posenc run, or the export of one):
+    eval on that text scores only its validation split, and never a dataset split it trained on."""
+
+    corpus_sha256: str | None  # stream.scan's digest of a text corpus; None: generated, or not recorded
+    data: dict[str, Any]  # the run's data config as recorded (kind, name, split, val_fraction, ...)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunRecord:
     """What a run is: every command that reads a run checks these, and a resume must match them."""
