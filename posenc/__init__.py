@@ -17,28 +17,20 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from posenc_cli import __version__
-from posenc_cli.cli.app import hf_options
 from posenc_cli.cli.inspect_command import check_options
 from posenc_cli.cli.schemes_command import scheme_rows
 from posenc_cli.cli.train_command import train_with
-from posenc_cli.core.choices import PPL_TOLERANCE, RETRIEVAL_THRESHOLD
-from posenc_cli.core.device import resolve_device
 from posenc_cli.core.errors import UsageError
-from posenc_cli.data.needles import needle_task
-from posenc_cli.evaluation.eval_runs import rope_methods
 from posenc_cli.evaluation.hf_loading import load_hf_model
-from posenc_cli.evaluation.perplexity import parse_lengths
-from posenc_cli.evaluation.probe import parse_depths
-from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
 from posenc_cli.inspection.inspect_scheme import inspect_scheme
-from posenc_cli.report.effective_length import LengthRule
-from posenc_cli.report.output_sets import write_probe_result
 from posenc_cli.report.run_eval import EvalOptions, Evaluation, run_eval
-from posenc_cli.rundir.destinations import owned_out
+from posenc_cli.report.run_probe import ProbeOptions, probe_options
 from posenc_cli.rundir.loading import LoadedRun, load_run
 
 __all__ = ["Evaluation", "UsageError", "evaluate", "inspect", "load_hf", "load_run", "probe", "schemes"]
 __all__ += ["train", "__version__"]
+
+EVAL, PROBE = EvalOptions(runs=[]), ProbeOptions(runs=[])  # the commands' defaults: the keywords' too
 
 
 def train(overrides: Sequence[str] = ()) -> Path | None:
@@ -46,14 +38,22 @@ def train(overrides: Sequence[str] = ()) -> Path | None:
     return train_with(list(overrides))
 
 
-def target_names(targets: Iterable[str | Path | LoadedRun]) -> list[str]:
-    """Run directories, `hf:` names or loaded runs, as the command line names them."""
+def target_names(targets: str | Path | LoadedRun | Iterable[str | Path | LoadedRun]) -> list[str]:
+    """Run directories, `hf:` names or loaded runs, as the command line names them; one string or path
+    is one target (never its characters)."""
+    if isinstance(targets, (str, Path, LoadedRun)):
+        targets = [targets]
     return [str(t.path) if isinstance(t, LoadedRun) else str(t) for t in targets]
 
 
 def as_text(values: str | int | float | Iterable) -> str:
     """[512, 1024] or "512,1024" -> "512,1024": the command's spelling, parsed by its own parsers."""
     return values if isinstance(values, str) else ",".join(map(str, values))
+
+
+def optional_text(value: str | Path | None) -> str | None:
+    """A path option as the command line gives it: text, or None when left out."""
+    return None if value is None else str(value)
 
 
 def load_hf(id_or_path: str, **options: Any):
@@ -63,85 +63,105 @@ def load_hf(id_or_path: str, **options: Any):
 
 
 def evaluate(
-    targets: Iterable[str | Path | LoadedRun],
+    targets: str | Path | LoadedRun | Iterable[str | Path | LoadedRun],
     *,
-    lengths: str | Iterable[int] = (512, 1024, 2048),
-    mode: str = "nonoverlap",
-    stride: int | None = None,
-    max_tokens: int = 32768,
-    data: str | Path | None = None,
-    device: str = "auto",
-    rope_scaling: str | Iterable[str] = "none",
-    rope_factor: float | None = None,
-    learned_overflow: str | Iterable[str] = "dash",
-    add_context: bool = False,
-    hf_context: int | None = None,
-    dtype: str = "fp32",
-    text_field: str = "text",
-    documents: bool = False,
-    ppl_tolerance: float = PPL_TOLERANCE,
-    retrieval_threshold: float = RETRIEVAL_THRESHOLD,
-    out: str | Path | None = None,
+    lengths: str | Iterable[int] = EVAL.lengths,
+    mode: str = EVAL.mode,
+    stride: int | None = EVAL.stride,
+    max_tokens: int = EVAL.max_tokens,
+    data: str | Path | None = EVAL.data,
+    device: str = EVAL.device,
+    rope_scaling: str | Iterable[str] = EVAL.rope_scaling,
+    rope_factor: float | None = EVAL.rope_factor,
+    learned_overflow: str | Iterable[str] = EVAL.learned_overflow,
+    add_context: bool = EVAL.add_context,
+    hf_context: int | None = EVAL.hf_context,
+    dtype: str = EVAL.dtype,
+    device_map: str | None = EVAL.device_map,
+    text_field: str = EVAL.text_field,
+    documents: bool = EVAL.documents,
+    lang: str = EVAL.lang,
+    ppl_tolerance: float = EVAL.ppl_tolerance,
+    retrieval_threshold: float = EVAL.retrieval_threshold,
+    out: str | Path | None = EVAL.out,
+    force: bool = EVAL.force,
 ) -> Evaluation:
-    """`posenc eval`, its options as keywords (lists or the command's comma lists): every target at
-    every length (`.tasks` holds task runs' accuracy). With `out`, the output set (tables, figures,
-    results.json) is written there too; without it, nothing is written."""
+    """`posenc eval`, its options as keywords (lists or the command's comma lists), checked by the
+    command's own checks: every target at every length (`.tasks` holds task runs' accuracy). With `out`,
+    the output set (tables, figures, results.json) is written there too; without it, nothing is written."""
     options = EvalOptions(
         runs=target_names(targets),
         lengths=as_text(lengths),
         mode=mode,
         stride=stride,
         max_tokens=max_tokens,
-        out=str(out) if out is not None else None,
-        data=str(data) if data is not None else None,
+        out=optional_text(out),
+        data=optional_text(data),
         text_field=text_field,
         documents=documents,
         device=device,
-        lang="en",
+        lang=lang,
         rope_scaling=as_text(rope_scaling),
         rope_factor=rope_factor,
         learned_overflow=as_text(learned_overflow),
         hf_context=hf_context,
         dtype=dtype,
-        device_map=None,
+        device_map=device_map,
         add_context=add_context,
         ppl_tolerance=ppl_tolerance,
         retrieval_threshold=retrieval_threshold,
+        force=force,
     )
     return run_eval(options, write=out is not None)
 
 
 def probe(
-    targets: Iterable[str | Path | LoadedRun],
+    targets: str | Path | LoadedRun | Iterable[str | Path | LoadedRun],
     *,
-    lengths: str | Iterable[int] = (256, 512, 1024, 2048),
-    depths: str | Iterable[float] = (0.1, 0.5, 0.9),
-    trials: int = 50,
-    seed: int = 0,
-    task: str = "passkey",
-    distractors: int | None = None,
-    rope_scaling: str | Iterable[str] = "none",
-    rope_factor: float | None = None,
-    device: str = "auto",
-    ppl_tolerance: float = PPL_TOLERANCE,
-    retrieval_threshold: float = RETRIEVAL_THRESHOLD,
-    out: str | Path | None = None,
+    lengths: str | Iterable[int] = PROBE.lengths,
+    depths: str | Iterable[float] = PROBE.depths,
+    trials: int = PROBE.trials,
+    seed: int = PROBE.seed,
+    task: str = PROBE.task,
+    distractors: int | None = PROBE.distractors,
+    rope_scaling: str | Iterable[str] = PROBE.rope_scaling,
+    rope_factor: float | None = PROBE.rope_factor,
+    add_context: bool = PROBE.add_context,
+    device: str = PROBE.device,
+    hf_context: int | None = PROBE.hf_context,
+    dtype: str = PROBE.dtype,
+    device_map: str | None = PROBE.device_map,
+    lang: str = PROBE.lang,
+    ppl_tolerance: float = PROBE.ppl_tolerance,
+    retrieval_threshold: float = PROBE.retrieval_threshold,
+    out: str | Path | None = PROBE.out,
+    force: bool = PROBE.force,
 ) -> pd.DataFrame:
-    """`posenc probe`: passkey or needle retrieval by length and depth, once per RoPE scaling method;
-    probe.csv's rows (and its output set with `out`)."""
-    asked = {**locals(), "targets": target_names(targets)}  # as results.json records the command's
-    out_dir = owned_out(str(out)) if out is not None else None
-    wanted, at_depths = parse_lengths(as_text(lengths)), parse_depths(as_text(depths))
-    methods = rope_methods(as_text(rope_scaling), rope_factor)
-    LengthRule(ppl_tolerance, retrieval_threshold)  # checked here, applied by the writers (rule_of)
-    spec = ProbeSpec(needle_task(task, distractors), at_depths, trials, seed, methods, rope_factor)
-    where = resolve_device(device)
-    result = run_probe(
-        asked["targets"], spec, lengths=wanted, device=where, hf=hf_options(None, where, "fp32")
+    """`posenc probe`, its options as keywords, checked by the command's own checks: passkey or needle
+    retrieval by length and depth, once per RoPE scaling method; probe.csv's rows (and its output set
+    with `out`; without it, nothing is written)."""
+    options = ProbeOptions(
+        runs=target_names(targets),
+        lengths=as_text(lengths),
+        depths=as_text(depths),
+        trials=trials,
+        seed=seed,
+        out=optional_text(out),
+        device=device,
+        lang=lang,
+        hf_context=hf_context,
+        dtype=dtype,
+        device_map=device_map,
+        add_context=add_context,
+        task=task,
+        distractors=distractors,
+        rope_scaling=as_text(rope_scaling),
+        rope_factor=rope_factor,
+        retrieval_threshold=retrieval_threshold,
+        ppl_tolerance=ppl_tolerance,
+        force=force,
     )
-    if out_dir is not None:
-        write_probe_result(result, out_dir, options=asked, device=where)
-    return result.rows
+    return probe_options(options, write=out is not None).rows
 
 
 def schemes() -> pd.DataFrame:

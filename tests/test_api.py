@@ -7,9 +7,11 @@ import json
 import os
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
+from test_bad_inputs import EVAL_PROBE_REFUSALS
 
 import posenc
 from conftest import ROOT
@@ -17,6 +19,8 @@ from conftest import posenc as posenc_cli_command
 from posenc_cli.cli.schemes_command import scheme_rows
 from posenc_cli.core.errors import UsageError
 from posenc_cli.model.positional import SCHEMES
+from posenc_cli.report.run_eval import EvalOptions
+from posenc_cli.report.run_probe import ProbeOptions
 
 
 def refusal(*args: str) -> str:
@@ -55,6 +59,46 @@ def test_a_bad_value_raises_the_usage_error_the_command_prints(call, args, tmp_p
         call()
     assert str(raised.value) == refusal(*args)
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def api_call(args: list[str]):
+    """`posenc eval|probe ARGS` as the Python call that means the same: each option as its keyword, its
+    value of the keyword's type (an int for --trials 0, True for a flag), RUNS as the targets."""
+    command, *rest = args
+    options = ProbeOptions if command == "probe" else EvalOptions
+    hints = typing.get_type_hints(options)
+    targets, keywords, words = [], {}, iter(rest)
+    for word in words:
+        if not word.startswith("--"):
+            targets.append(word)
+            continue
+        name = word.removeprefix("--").replace("-", "_")
+        kind = next(t for t in (*typing.get_args(hints[name]), hints[name]) if t is not type(None))
+        keywords[name] = True if kind is bool else kind(next(words)) if kind in (int, float) else next(words)
+    call = posenc.probe if command == "probe" else posenc.evaluate
+    return lambda: call(targets, **keywords)
+
+
+@pytest.mark.parametrize(
+    "args", [args for args, _ in EVAL_PROBE_REFUSALS.values()], ids=EVAL_PROBE_REFUSALS.keys()
+)
+def test_the_commands_refusal_table_raises_the_same_line_through_the_python_api(args, tmp_path, monkeypatch):
+    """Every refusal of eval's and probe's options, through posenc.evaluate and posenc.probe: the same
+    check (report.run_eval, report.run_probe), the same one line, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as raised:
+        api_call(args)()
+    assert str(raised.value) == refusal(*args)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("target", ["no-such-run", Path("no-such-run")])
+def test_one_string_or_path_is_one_target_never_its_characters(target, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for call, command in ((posenc.evaluate, "eval"), (posenc.probe, "probe")):
+        with pytest.raises(UsageError) as raised:
+            call(target)
+        assert str(raised.value) == refusal(command, "no-such-run")
 
 
 def test_schemes_is_the_commands_table_and_inspect_returns_its_checks(tmp_path):

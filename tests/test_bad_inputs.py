@@ -356,3 +356,57 @@ def test_values_that_once_raised_a_traceback_are_one_line_before_any_work(workdi
     for args, needle in cases:
         assert_refused(*posenc(*args), needle)
     assert files_under(workdir) == before
+
+
+LONG_NAME = "n" * 300  # past NAME_MAX (255 bytes on the usual file systems)
+
+# eval's and probe's refusals before any run is read (run `r` does not exist), each also raised by the
+# Python API with the same line (tests/test_api.py runs this table through posenc.evaluate and posenc.probe)
+EVAL_PROBE_REFUSALS = {
+    "a fixed name mistyped": (["eval", "r", "--mode", "slidng"], ["--mode 'slidng' is not one of"]),
+    "a dtype eval does not have": (["eval", "r", "--dtype", "fp16"], ["--dtype 'fp16'", "fp32, bf16"]),
+    "a device": (["probe", "r", "--device", "gpu"], ["--device 'gpu'"]),
+    "a language": (["probe", "r", "--lang", "fr"], ["--lang 'fr'", "en, zh"]),
+    "a needle task": (["probe", "r", "--task", "needle"], ["--task 'needle'"]),
+    "a scaling in a comma list": (["eval", "r", "--rope-scaling", "none,yran"], ["'yran'"]),
+    "an overflow in a comma list": (["eval", "r", "--learned-overflow", "dash,cut"], ["'cut'"]),
+    "hf: options without an hf: model": (
+        ["eval", "r", "--hf-context", "32"],
+        ["--hf-context 32 is not read"],
+    ),
+    "a dtype without an hf: model": (["eval", "r", "--dtype", "bf16"], ["--dtype bf16 is not read"]),
+    "a placement without an hf: model": (["probe", "r", "--device-map", "auto"], ["--device-map auto"]),
+    "a text field without a dataset": (
+        ["eval", "r", "--text-field", "body"],
+        ["--text-field body is not read"],
+    ),
+    "a stride without sliding windows": (["eval", "r", "--stride", "8"], ["--mode sliding"]),
+    "a factor without a scaling": (["eval", "r", "--rope-factor", "2"], ["--rope-scaling"]),
+    "no tokens": (["eval", "r", "--max-tokens", "0"], ["--max-tokens"]),
+    "documents without a dataset": (["eval", "r", "--documents"], ["--documents needs --data"]),
+    "a tolerance below zero": (["eval", "r", "--ppl-tolerance", "-1"], ["--ppl-tolerance"]),
+    "a threshold past one": (["probe", "r", "--retrieval-threshold", "2"], ["--retrieval-threshold"]),
+    "no trials": (["probe", "r", "--trials", "0"], ["--trials"]),
+    "a depth past the end": (["probe", "r", "--depths", "0.5,2"], ["--depths"]),
+    "distractors of another task": (["probe", "r", "--distractors", "2"], ["--task multikey"]),
+    "an hf: model without text": (["eval", "hf:gpt2"], ["needs --data"]),
+    "an empty --out": (["eval", "r", "--out", ""], ["--out is empty"]),
+    "an --out name too long": (["probe", "r", "--out", LONG_NAME], ["is 300 bytes", "at most"]),
+}
+
+
+@pytest.mark.parametrize("args, needles", EVAL_PROBE_REFUSALS.values(), ids=EVAL_PROBE_REFUSALS.keys())
+def test_an_eval_or_probe_option_is_refused_in_one_line_before_any_run_is_read(workdir, args, needles):
+    before = files_under(workdir)
+    assert_refused(*posenc(*args), *needles)
+    assert files_under(workdir) == before
+
+
+def test_an_out_name_or_path_too_long_for_the_file_system_is_one_line_for_every_writer(workdir):
+    """A name past NAME_MAX, or a path past PATH_MAX, was an OSError traceback from the first stat."""
+    deep = "/".join(["d" * 200] * 25)  # 5,000 bytes: past PATH_MAX (4,096)
+    for command in (["eval", "r"], ["probe", "r"], ["export", "r"], ["report", "r"], ["bench", "--quick"]):
+        assert_refused(*posenc(*command, "--out", f"x/{LONG_NAME}"), f"the name {'n' * 24}", "is 300 bytes")
+        assert_refused(*posenc(*command, "--out", deep), "the path is", "bytes long")
+    assert_refused(*posenc("sample", "r", "--prompt", "a", "--out", f"{LONG_NAME}.txt"), "is 304 bytes")
+    assert files_under(workdir) == {workdir / p for p in ("empty.txt", "binary.txt", "latin1.txt", "notarun")}

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from conftest import evaluate, invoke, train
+from conftest import assert_refused, evaluate, invoke, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.vocab import Vocab
 from posenc_cli.evaluation.labels import Label, scheme_order
@@ -824,3 +824,16 @@ def test_multiples_are_of_each_columns_own_context():
         key for key in table_rows(comparison(pd.DataFrame(rows), {})) if key.startswith("ppl @ 16384")
     ]
     assert "64× 256; 2× 8,192" in label
+
+
+@pytest.mark.slow
+def test_learned_overflow_window_without_a_position_table_among_the_targets_is_refused(smoke_sweep, tmp_path):
+    """--learned-overflow window changes nothing for runs without a table (rope): refused by name, not
+    silently ignored; with a learned run among the targets it is read."""
+    rope = str(next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0")))
+    for overflow in ("window", "dash,window"):
+        result = invoke(
+            "eval", rope, "--learned-overflow", overflow, "--lengths", "64", "--out", str(tmp_path / "e")
+        )
+        assert_refused(result.code, result.stderr, "--learned-overflow window", "no target here has one")
+    assert not (tmp_path / "e").exists()

@@ -4,6 +4,7 @@ temporaries only ever cleaned."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -17,8 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, assert_refused, posenc, run_cli
-from posenc_cli.core.atomic import MANIFEST, hashed_entry, output_set, remove_leftovers
+from conftest import ROOT, assert_one_line_error, assert_refused, invoke, posenc, run_cli, train
+from posenc_cli.core.atomic import (
+    MANIFEST,
+    SetKind,
+    hashed_entry,
+    output_set,
+    own_directory,
+    release_directories,
+    remove_leftovers,
+)
 from posenc_cli.core.errors import UsageError
 
 
@@ -249,3 +258,180 @@ def test_an_atomic_write_never_replaces_a_directory_link_or_fifo_standing_where_
     with pytest.raises(UsageError, match="where posenc writes a file"):
         write_text(path, "table")
     assert (tmp_path / "mine.txt").read_text() == "mine" if kind == "symlink" else not path.is_file()
+
+
+def a_set(out: Path, kind, names: tuple[str, ...] = ("a.csv",), **identity) -> None:
+    """A complete output set of `kind` in `out`, listing `names` (written here, no command run)."""
+    with output_set(out, ["run"], kind=kind, **identity) as written:
+        for name in names:
+            (out / name).write_text(name)
+            written.written.append(out / name)
+
+
+WRITERS = {  # every command that writes an output set, and the kind of set it writes
+    "eval": (["eval", "r"], SetKind.EVALUATION),
+    "probe": (["probe", "r"], SetKind.EVALUATION),
+    "report": (["report", "r"], SetKind.EVALUATION),
+    "export": (["export", "r"], SetKind.EXPORT),
+    "bench": (["bench", "--quick", "--startup"], SetKind.BENCH),
+}
+
+
+@pytest.mark.parametrize("held", list(SetKind))
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_directory_holding_another_kind_of_output_set_is_refused_before_any_work(
+    tmp_path, monkeypatch, writer, held
+):
+    """export then eval left the export unloadable, eval then export lost the eval set for report: every
+    writer refuses another kind's set in one line, before any work (run `r` does not exist: not read),
+    and changes nothing; its own kind (eval and probe share one) goes on to the work."""
+    monkeypatch.chdir(tmp_path)
+    a_set(tmp_path / "d", held)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()}
+    args, kind = WRITERS[writer]
+    if kind is held:
+        if writer != "bench":  # bench would run: its own kind is no refusal, the missing run is
+            code, stderr = posenc(*args, "--out", "d")
+            assert code == 2 and "holds" not in stderr
+        return
+    assert_refused(
+        *posenc(*args, "--out", "d"), "--out d holds", "--force", "1 files its manifest.json lists"
+    )
+    assert {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()} == before
+
+
+def test_a_set_written_before_kinds_were_recorded_is_known_by_its_manifest(tmp_path, monkeypatch):
+    """An export of an older posenc (its manifest names a run_id, no kind) is still an export."""
+    monkeypatch.chdir(tmp_path)
+    a_set(tmp_path / "d", SetKind.EXPORT, run_id="r1")
+    manifest = json.loads((tmp_path / "d" / MANIFEST).read_text())
+    del manifest["kind"]
+    (tmp_path / "d" / MANIFEST).write_text(json.dumps(manifest))
+    assert_refused(*posenc("eval", "r", "--out", "d"), "holds a posenc export")
+
+
+def test_force_removes_only_the_files_the_other_sets_manifest_lists_and_only_once_it_writes(tmp_path):
+    """--force: the other set's listed files go when this set is written (a refusal or a failure before
+    then keeps them), never a file it does not list, nor a listed name that reaches out of the directory."""
+    out = tmp_path / "d"
+    out.mkdir()
+    (tmp_path / "outside.txt").write_text("mine")
+    a_set(out, SetKind.EXPORT, ("config.json", "model.safetensors"), run_id="r1")
+    (out / "notes.txt").write_text("mine")
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["files"]["../outside.txt"] = hashed_entry(tmp_path / "outside.txt")  # a forged entry
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    own_directory(out, kind=SetKind.EVALUATION, force=True)
+    try:
+        assert (out / "config.json").is_file()  # nothing removed before the set is written
+        with output_set(out, ["run"]) as result:
+            (out / "ppl.csv").write_text("ppl")
+            result.written.append(out / "ppl.csv")
+    finally:
+        release_directories()
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "notes.txt", "ppl.csv"]
+    assert (tmp_path / "outside.txt").read_text() == "mine"
+    assert json.loads((out / MANIFEST).read_text())["kind"] == "evaluation"
+
+
+def test_sample_refuses_to_write_over_a_file_an_output_set_lists(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    a_set(tmp_path / "d", SetKind.EXPORT, ("config.json",), run_id="r1")
+    for name in ("config.json", MANIFEST):
+        assert_refused(
+            *posenc("sample", "r", "--prompt", "a", "--out", f"d/{name}"), "a file of a posenc export"
+        )
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENAMETOOLONG])
+def test_a_write_the_disk_refuses_is_one_line_and_leaves_no_part_of_the_set(tmp_path, monkeypatch, code):
+    """A full disk, a quota, `ulimit -f`, a name too long, on the second file of a set: one line naming the
+    file and the cause; the first file, the temporaries and the manifest are gone, as is the old set."""
+    from posenc_cli.core import atomic
+
+    out = tmp_path / "d"
+    a_set(out, SetKind.EVALUATION, ("old.csv",))
+    replace = os.replace
+    calls = []
+
+    def refusing(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(code, os.strerror(code))
+        replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", refusing)
+    with pytest.raises(UsageError) as refused:
+        with output_set(out, ["run"]) as result:
+            for name in ("ppl.csv", "ppl.md"):
+                atomic.write_text(out / name, name)
+                result.written.append(out / name)
+    assert str(refused.value).startswith(f"cannot write {out / 'ppl.md'}: {os.strerror(code)}")
+    assert "\n" not in str(refused.value)
+    assert sorted(p.name for p in out.iterdir()) == ["old.csv"]  # unlisted, no manifest: no set
+
+
+def limited_file_size(limit: int):
+    """For a subprocess: files may grow to `limit` bytes (`ulimit -f`), and SIGXFSZ is ignored, so a
+    write past it fails with EFBIG as on a full disk rather than killing the process."""
+
+    def apply() -> None:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["export", "eval", "probe"])
+def test_a_set_past_the_file_size_limit_is_one_line_and_nothing_is_left_as_if_complete(
+    smoke_sweep, tmp_path, command
+):
+    """export onto a full disk or under `ulimit -f`, eval and probe likewise (a partial set, no manifest):
+    the error is the last line, naming the file and the cause, and no file of the set is left."""
+    if command == "probe":  # a run whose vocabulary holds the passkey prompt's words
+        run = str(
+            train(tmp_path, "train.block_size=96", "data.passkey_rate=0.3", "data.passkey_max_distance=20")
+        )
+    else:
+        run = str(a_run(smoke_sweep, "rope"))
+    args = {
+        "export": ["export", run],
+        "eval": ["eval", run, "--lengths", "64", "--max-tokens", "128"],
+        "probe": ["probe", run, "--lengths", "96", "--trials", "2"],
+    }[command]
+    result = subprocess.run(
+        [sys.executable, "-m", "posenc_cli", *args, "--out", "d"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limited_file_size(2000),
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("posenc: error: cannot write d/") and "File too large" in last, result.stderr
+    assert not (tmp_path / "d").exists() or list((tmp_path / "d").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_export_and_eval_into_one_directory_are_refused_and_force_replaces_the_other_set(
+    smoke_sweep, tmp_path
+):
+    from posenc_cli.evaluation.export import export_run, load_export
+
+    a, b = str(a_run(smoke_sweep, "rope")), str(a_run(smoke_sweep, "alibi"))
+    export_run(b, tmp_path / "d")
+    evaluation = ["eval", a, "--lengths", "64", "--max-tokens", "128", "--out", str(tmp_path / "d")]
+    assert_refused(*posenc(*evaluation), "holds a posenc export")
+    load_export(tmp_path / "d")  # untouched: still loads
+    forced = run_cli(*evaluation, "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert "--force: removed a posenc export" in forced.stderr
+    assert not (tmp_path / "d" / "model.safetensors").exists()
+    assert_refused(*posenc("export", b, "--out", str(tmp_path / "d")), "holds an output set of posenc eval")
+    rebuilt = invoke("report", str(tmp_path / "d"), "--out", str(tmp_path / "r"))
+    assert rebuilt.code == 0, rebuilt.stderr  # the eval set is still whole

@@ -254,3 +254,29 @@ def test_a_task_run_is_refused_beside_text_runs_by_perplexity_paths_and_past_mem
     )  # before any instance
     assert_refused(huge.code, huge.stderr, "--lengths 100000000", "an instance of length 100000000 is", "GiB")
     assert not any((cwd / name).exists() for name in ("o", "p", "s", "h"))
+
+
+@pytest.mark.slow
+def test_options_a_task_eval_does_not_read_are_refused_in_one_line_not_recorded(task_runs):
+    """Task runs are scored by exact match at instance lengths: an option only perplexity, retrieval, hf:
+    models or the tables of text read (learned overflow, tokens, the effective-length rule, ...) was
+    accepted and recorded in results.json; now it is refused by name, a learned run's too."""
+    cwd, (first, _), _ = task_runs
+    learned = train(cwd, *TASK_RUN, "scheme=learned", run="learned")
+    cases = [
+        (
+            [str(learned), "--learned-overflow", "window"],
+            "--learned-overflow window is not read for task runs",
+        ),
+        ([str(first), "--learned-overflow", "window"], "--learned-overflow window"),
+        ([str(first), "--max-tokens", "64"], "--max-tokens 64 is not read"),
+        ([str(first), "--ppl-tolerance", "0.5"], "--ppl-tolerance 0.5 is not read"),
+        ([str(first), "--retrieval-threshold", "0.9"], "--retrieval-threshold 0.9"),
+        ([str(first), "--add-context"], "--add-context is not read"),
+        ([str(first), "--lang", "zh"], "--lang zh"),
+        ([str(first), "--data", str(cwd / "none.txt")], "--data"),
+    ]
+    for args, needle in cases:
+        result = invoke("eval", *args, "--lengths", "8", "--out", str(cwd / "unread"))
+        assert_refused(result.code, result.stderr, needle, "drop it")
+    assert not (cwd / "unread").exists()

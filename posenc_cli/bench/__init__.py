@@ -34,11 +34,12 @@ from posenc_cli.bench.processes import TINY_MODEL
 from posenc_cli.bench.sampling import bench_sampling
 from posenc_cli.bench.startup import bench_startup
 from posenc_cli.bench.train_speed import bench_levers, bench_precision, bench_training
+from posenc_cli.core.atomic import SetKind, output_set
 from posenc_cli.model.positional import SCHEMES
 from posenc_cli.training.precision_choice import CACHE_ENV
 from posenc_cli.training.stopping import terminate_as_interrupt
 
-__all__ = ["Effort", "FULL", "QUICK", "run_bench", "write_outputs"]
+__all__ = ["Effort", "FULL", "QUICK", "run_bench", "write_bench"]
 
 
 @dataclass(frozen=True)
@@ -158,3 +159,12 @@ def add_ratios(df: pd.DataFrame) -> pd.DataFrame:
         if len(rope):
             df.loc[group.index, "vs_rope"] = group["tokens_per_s"] / rope.iloc[0]
     return df
+
+
+def write_bench(df: pd.DataFrame, info: dict, out: Path) -> str:
+    """bench.csv and bench.md as one output set of its own kind (a manifest lists them), so that no
+    eval, probe or export writes into it, nor it into theirs: bench.md's text."""
+    with output_set(out, [], kind=SetKind.BENCH) as result:
+        markdown = write_outputs(df, info, out)
+        result.written += [out / "bench.csv", out / "bench.md"]
+    return markdown

@@ -14,11 +14,12 @@ from posenc_cli.core.choices import (
     CHAPTER_SCHEMES,
     DEVICES,
     HF_ROPE_SCALING,
+    INDEXED_DEVICE,
     PPL_TOLERANCE,
     RETRIEVAL_THRESHOLD,
     ROPE_SCALING,
 )
-from posenc_cli.evaluation.hf_options import hf_options as hf_options  # eval's and probe's, one home
+from posenc_cli.core.errors import require_choice
 
 HELP_OPTION_NAMES = ["-h", "--help"]
 app = typer.Typer(
@@ -41,10 +42,9 @@ def choice(
     """An option whose values are fixed names: --help lists them, shells complete them, and a typo is
     refused while parsing. comma_list: a comma list of those names. also: a regex of further values."""
 
-    def check(value: str | None) -> str | None:
-        for part in (value.split(",") if comma_list else [value]) if value is not None else []:
-            if part.strip() not in choices and not (also and re.fullmatch(also, part.strip())):
-                raise typer.BadParameter(f"{part!r} is not one of {', '.join(choices)}")
+    def check(context: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+        if value is not None:  # the check the Python API runs too: one line, the same words
+            require_choice(param.opts[0], value, choices, comma_list=comma_list, also=also)
         return value
 
     def complete(incomplete: str) -> list[str]:
@@ -92,7 +92,7 @@ DEVICE_HELP = "Where the model runs (auto: cuda, then mps, then cpu; cuda:N also
 
 def device_option() -> Any:
     """--device, as every command that runs a model declares it."""
-    return choice("auto", DEVICES, DEVICE_HELP, "--device", also=r"cuda:\d+")
+    return choice("auto", DEVICES, DEVICE_HELP, "--device", also=INDEXED_DEVICE)
 
 
 def runs_argument(hf_note: str = "") -> Any:
@@ -148,6 +148,15 @@ def retrieval_threshold_option(where: str = "") -> Any:
         "--retrieval-threshold",
         help="Effective length (comparison.md): the longest length up to which at least this share of keys "
         f"(0-1] is retrieved, depths and seeds averaged{where}.",
+    )
+
+
+def force_option() -> Any:
+    """--force, as every command that writes an output set declares it."""
+    return flag(
+        "Write into --out even where it holds another kind of output set (an export, eval's tables, bench's): "
+        "the files that set's manifest.json lists are removed first, and no other file.",
+        "--force",
     )
 
 

@@ -7,8 +7,9 @@ from typing import List, Optional
 
 import typer
 
-from posenc_cli.cli.app import app, flag
+from posenc_cli.cli.app import app, flag, force_option
 from posenc_cli.core import ui
+from posenc_cli.core.atomic import SetKind
 from posenc_cli.core.errors import UsageError, require_positive_int
 
 DEFAULT_PEER = "../shared/peers/nanogpt"  # beside this repository's checkout; users have none
@@ -46,6 +47,7 @@ def bench(
     scheme: Optional[List[str]] = typer.Option(
         None, "--scheme", help="Benchmark only this scheme (repeatable; default: all)."
     ),
+    force: bool = force_option(),
 ) -> None:
     """Speed on the paths users run, against this machine's limits: training, nanoGPT side by side, evaluation.
 
@@ -53,16 +55,15 @@ def bench(
     the GEMM peak of the precision it computes in; `posenc train` beside nanoGPT's CPU recipe as whole
     processes, alternated; evaluation tokens/s and peak memory at 1x/8x/32x the training length;
     `posenc sample`'s tokens/s with and without the KV cache; start-up as whole processes; the
-    README's main job (`make demo`'s commands) as whole processes. Writes bench.csv and bench.md. The numbers are this machine's,
-    now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
+    README's main job (`make demo`'s commands) as whole processes. Writes bench.csv and bench.md. The numbers are this machine's, now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.bench import run_bench, write_outputs
+    from posenc_cli.bench import run_bench, write_bench
     from posenc_cli.core.device import cpu_bf16
     from posenc_cli.rundir.destinations import default_out, owned_out
 
     schemes, peer = known_schemes(scheme), peer_directory(nanogpt, peer_steps)
     cpu_bf16()  # a bad POSENC_CPU_BF16 is refused here, not by the first training minutes in
-    out_dir = owned_out(out)  # a second bench writing the same --out is refused before either works
+    out_dir = owned_out(out, SetKind.BENCH, force=force)  # a second writer, or another set, refused now
     df, info = run_bench(
         quick=quick,
         main_job=main_job,
@@ -73,7 +74,7 @@ def bench(
         startup_only=startup,
     )
     out = out_dir or default_out("bench")
-    ui.out.print(write_outputs(df, info, out), markup=False, highlight=False, soft_wrap=True)
+    ui.out.print(write_bench(df, info, out), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote bench.csv, bench.md to {out}")
 
 

@@ -13,6 +13,7 @@ from posenc_cli.cli.app import (
     choice,
     device_option,
     flag,
+    force_option,
     lengths_option,
     ppl_tolerance_option,
     retrieval_threshold_option,
@@ -92,6 +93,7 @@ def eval_command(
     retrieval_threshold: float = retrieval_threshold_option(
         ", read where probe wrote its probe.csv into --out too"
     ),
+    force: bool = force_option(),
 ) -> None:
     """Perplexity at lengths past the training length, and the chapters' comparison table, measured.
 

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from posenc_cli.cli.app import app
+from posenc_cli.cli.app import app, force_option
 from posenc_cli.core import ui
 from posenc_cli.core.install import needs
 
@@ -26,13 +26,14 @@ def export_command(
     out: Optional[str] = typer.Option(
         None, help="Directory for model.safetensors and config.json (default: the run directory)."
     ),
+    force: bool = force_option(),
 ) -> None:
     """EXPORT_HELP: its install hint is spelled for this install (core.install)."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.atomic import read_manifest
     from posenc_cli.evaluation.export import export_run, lacks_document_end
 
-    written = export_run(run, out)
+    written = export_run(run, out, force=force)
     ui.err.print(f"wrote {', '.join(read_manifest(written)['files'])}, manifest.json to {written}")
     if lacks_document_end(written):
         ui.err.print(

@@ -11,7 +11,7 @@ from posenc_cli.cli.app import (
     choice,
     device_option,
     flag,
-    hf_options,
+    force_option,
     lengths_option,
     ppl_tolerance_option,
     retrieval_threshold_option,
@@ -76,6 +76,7 @@ def probe(
     rope_factor: Optional[float] = rope_factor_option("trial length / training length, as eval's"),
     retrieval_threshold: float = retrieval_threshold_option(),
     ppl_tolerance: float = ppl_tolerance_option(", read where eval wrote its ppl.csv into --out too"),
+    force: bool = force_option(),
 ) -> None:
     """Needle retrieval: can a model find a 5-digit key (or several) at depth δ in a prompt of L tokens?
 
@@ -85,31 +86,12 @@ def probe(
     scheme (probe_<scheme>.png), probe_summary.png, and rewrites comparison.md with "passkey @ L" rows (the task's name @ L)
     when the output directory also holds eval's ppl.csv. Runs are chosen as in eval.
     """
-    asked = dict(locals())  # every option as given and defaulted: results.json records them
+    given = dict(locals())  # every option as given and defaulted: results.json records them
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.core.device import resolve_device
-    from posenc_cli.data.needles import needle_task
-    from posenc_cli.evaluation.eval_runs import rope_methods
-    from posenc_cli.evaluation.perplexity import parse_lengths
-    from posenc_cli.evaluation.probe import parse_depths
-    from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
-    from posenc_cli.report.effective_length import LengthRule
-    from posenc_cli.report.output_sets import write_probe_result
-    from posenc_cli.rundir.destinations import default_out, owned_out
+    from posenc_cli.report.run_probe import ProbeOptions, probe_options
 
-    out_dir = owned_out(out)
-    wanted, at_depths = parse_lengths(lengths), parse_depths(depths)
-    methods = rope_methods(rope_scaling, rope_factor)
-    rule = LengthRule(ppl_tolerance, retrieval_threshold)  # checked here, applied by the writers
-    spec = ProbeSpec(needle_task(task, distractors), at_depths, trials, seed, methods, rope_factor)
-    target = resolve_device(device)
-    options = hf_options(hf_context, target, dtype, device_map=device_map)
-    result = run_probe(
-        list(runs or []), spec, lengths=wanted, device=target, hf=options, add_context=add_context
-    )
-    out_dir = out_dir or default_out("probe")
-    written = write_probe_result(result, out_dir, options=asked, device=target, lang=lang)
-    show_probe(result.rows, written, out_dir, rule=rule)
+    probing = probe_options(ProbeOptions(**{**given, "runs": list(runs or [])}))
+    show_probe(probing.rows, probing.written, probing.out, rule=probing.rule)
 
 
 def show_probe(df, written: list, out, *, rule) -> None:

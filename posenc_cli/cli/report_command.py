@@ -7,8 +7,9 @@ from typing import List, Optional
 
 import typer
 
-from posenc_cli.cli.app import app, choice
+from posenc_cli.cli.app import app, choice, force_option
 from posenc_cli.core import ui
+from posenc_cli.core.atomic import SetKind
 from posenc_cli.core.choices import LANGS
 
 
@@ -21,6 +22,7 @@ def report_command(
     ),
     out: Optional[str] = typer.Option(None, help="Output directory (default: outputs/report/<time>)."),
     lang: str = choice("en", LANGS, "en, or zh to add the chapters' own words to comparison.md.", "--lang"),
+    force: bool = force_option(),
 ) -> None:
     """Rebuild tables and figures from the results.json of eval and probe output sets, without scoring
     anything: one set again, or several merged into one (a run counts once).
@@ -33,7 +35,7 @@ def report_command(
     from posenc_cli.report.rebuild import merged_sections, rebuild
     from posenc_cli.rundir.destinations import default_out, owned_out
 
-    out_dir = owned_out(out)
+    out_dir = owned_out(out, SetKind.EVALUATION, force=force)
     merged = merged_sections(list(dirs))  # every file checked before anything is written
     written = rebuild(merged, out_dir or default_out("report"), lang=lang)
     ui.err.print(f"wrote {', '.join(p.name for p in written)} to {written[0].parent}")

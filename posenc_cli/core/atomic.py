@@ -1,10 +1,14 @@
 """Atomic writes: a reader sees the old file or the new one, never half of one. An output set (eval's,
-probe's, an export) is a directory owned by one writer at a time and complete once its manifest, written
-last, lists what that writer wrote (sha256 and size of each file)."""
+probe's, an export, bench's) is a directory owned by one writer at a time and complete once its manifest,
+written last, lists what that writer wrote (sha256 and size of each file) and the kind of set it is: a
+command never writes into another kind's set. A write the disk refuses (full, over a quota or a file-size
+limit, a name too long) is one line naming the file, and leaves no part of a set behind."""
 
 from __future__ import annotations
 
 import contextlib
+import enum
+import errno
 import hashlib
 import json
 import os
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
 
 TMP_PREFIX = ".posenc-tmp-"  # every temporary posenc makes starts so: nobody else's file is ever cleaned
@@ -42,21 +47,40 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             else "not a regular file"
         )
         raise UsageError(f"{path} is {what} where posenc writes a file; move it away and run again")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp)
+    with refused_by_disk(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+    tmp = Path(name)
     umask = os.umask(0)
     os.umask(umask)
     try:
-        yield tmp
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 (and a writer may make its file anew): the usual
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with refused_by_disk(path):
+            yield tmp
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 (and a writer may make its file anew)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
         _fsync_dir(path.parent)
+        _journal.get(path.parent.resolve(), []).append(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no room: the disk, a quota, `ulimit -f`
+
+
+@contextlib.contextmanager
+def refused_by_disk(path: Path) -> Iterator[None]:
+    """An OSError that the disk, not posenc, causes (full, over a quota or `ulimit -f`, a name too long)
+    as one line naming the file and the cause; any other error as it is."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in (*DISK_FULL, errno.ENAMETOOLONG):
+            raise
+        advice = "make room there or give another place" if err.errno in DISK_FULL else "give a shorter path"
+        raise UsageError(f"cannot write {path}: {err.strerror}; {advice}, and run again") from None
 
 
 def remove_leftovers(directory: str | os.PathLike) -> None:
@@ -82,16 +106,58 @@ def write_with(path: str | os.PathLike, writer: Callable[[Path], None]) -> None:
 
 # -- one writer per output directory ---------------------------------------------------------------
 
-_owned: dict[Path, tuple[int, list[Path]]] = {}  # directory -> (locked fd, directories made for it)
+
+class SetKind(enum.Enum):
+    """What an output set is, recorded in its manifest: a directory holds one kind. eval's and probe's
+    tables are one kind, as they share comparison.md and results.json on purpose (report.output_sets)."""
+
+    EVALUATION = "evaluation"  # posenc eval, probe, report: tables, figures, results.json
+    EXPORT = "export"  # posenc export: a model transformers loads
+    BENCH = "bench"  # posenc bench: bench.csv and bench.md
 
 
-def own_directory(path: Path, option: str = "--out") -> None:
+DESCRIBED = {
+    SetKind.EVALUATION: "an output set of posenc eval or probe",
+    SetKind.EXPORT: "a posenc export",
+    SetKind.BENCH: "posenc bench's output",
+}
+
+
+@dataclass
+class Owner:
+    """This process's hold on an output directory: its lock, the directories made for it, and whether
+    its set may replace another kind's (--force)."""
+
+    fd: int
+    made: list[Path]
+    force: bool = False
+
+
+_owned: dict[Path, Owner] = {}  # by resolved directory
+_journal: dict[Path, list[Path]] = {}  # files written so far into a set being written, by its directory
+
+
+def own_directory(path: Path, option: str = "--out", *, kind: SetKind, force: bool = False) -> None:
     """Make `path` (created if missing) this process's until release_directories: an advisory lock on
     the directory itself, so a second posenc writer is refused at once and nothing changes on disk for an
-    existing directory. Idempotent within a process."""
+    existing directory. A directory holding another kind of set is refused too, unless `force` (its files
+    go when this set is written: output_set). Idempotent within a process."""
     key = path.resolve()
-    if key in _owned:
-        return
+    taken = key not in _owned
+    if taken:
+        _owned[key] = locked(path, option)
+    try:
+        refuse_other_set(path, kind, option=option, force=force)
+    except UsageError:
+        if taken:
+            release_directory(path)
+        raise
+    _owned[key].force = force
+
+
+def locked(path: Path, option: str) -> Owner:
+    """`path` made where missing (the directories made for it noted) and locked: a second posenc writer
+    is refused in one line."""
     made = [p for p in (path, *path.parents) if not p.exists() and str(p) != "."]
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -115,19 +181,20 @@ def own_directory(path: Path, option: str = "--out") -> None:
             f"{option} {path} is being written by another posenc command right now; wait for it to finish "
             "or give another directory"
         )
-    _owned[key] = (fd, made)
+    return Owner(fd, made)
 
 
 def release_directory(path: Path) -> None:
     """Give up `path`; the directories made for it go again if nothing was written into them."""
-    fd, made = _owned.pop(path.resolve(), (None, []))
-    for directory in made:  # deepest first
+    owner = _owned.pop(path.resolve(), None)
+    if owner is None:
+        return
+    for directory in owner.made:  # deepest first
         try:
             directory.rmdir()
         except OSError:
             break
-    if fd is not None:
-        os.close(fd)
+    os.close(owner.fd)
 
 
 def release_directories() -> None:
@@ -162,7 +229,57 @@ def read_manifest(out: Path) -> dict:
     ok = isinstance(manifest, dict) and manifest.get("complete") is True
     ok = ok and isinstance(manifest.get("runs"), list)
     ok = ok and all(isinstance(manifest.get(k, {}), dict) for k in ("files", "inputs"))
+    ok = ok and manifest.get("kind", SetKind.EVALUATION.value) in {kind.value for kind in SetKind}
     return manifest if ok else {}
+
+
+def held_kind(manifest: dict) -> SetKind | None:
+    """The kind of set a manifest (read_manifest) describes, None for none; one written before kinds were
+    recorded is an export's when it names a run_id, else eval's or probe's."""
+    if not manifest:
+        return None
+    if "kind" in manifest:
+        return SetKind(manifest["kind"])
+    return SetKind.EXPORT if "run_id" in manifest else SetKind.EVALUATION
+
+
+def listed_names(manifest: dict) -> list[str]:
+    """The files a manifest lists (its own and the inputs it vouched for), plain names only: a name that
+    reaches out of the directory ('../x', 'a/b') is never one posenc wrote."""
+    names = {**manifest.get("inputs", {}), **manifest.get("files", {})}
+    return [name for name in names if name not in ("", "..") and Path(name).name == name]
+
+
+def refuse_other_set(out: Path, kind: SetKind, *, option: str = "--out", force: bool = False) -> None:
+    """Refuse, before any work, a directory that holds another kind of set (which this one would leave
+    unloadable or unlisted), unless `force`."""
+    manifest = read_manifest(out)
+    other = held_kind(manifest)
+    if other is None or other is kind or force:
+        return
+    raise UsageError(
+        f"{option} {out} holds {DESCRIBED[other]}, not {DESCRIBED[kind]}; give a new directory, or add --force "
+        f"to replace it (the {len(listed_names(manifest))} files its {MANIFEST} lists are removed first)"
+    )
+
+
+def replace_other_set(out: Path, kind: SetKind) -> None:
+    """Remove another kind's set from `out` (its manifest first, then each regular file it lists, never a
+    file it does not list), where this process owns `out` with --force; refused otherwise."""
+    manifest = read_manifest(out)
+    other = held_kind(manifest)
+    if other is None or other is kind:
+        return
+    refuse_other_set(out, kind, force=_owned[out.resolve()].force)
+    (out / MANIFEST).unlink(missing_ok=True)
+    removed = [out / n for n in listed_names(manifest) if (out / n).is_file() and not (out / n).is_symlink()]
+    for path in removed:
+        path.unlink()
+    ui.err.print(
+        f"--force: removed {DESCRIBED[other]} from {out} ({len(removed)} files)",
+        markup=False,
+        highlight=False,
+    )
 
 
 @dataclass
@@ -193,27 +310,50 @@ class OutputSet:
 
 
 @contextlib.contextmanager
-def output_set(out: Path, runs: list[str], **identity) -> Iterator[OutputSet]:
-    """Write one output set into `out`, which this process owns meanwhile (own_directory). The old
-    manifest goes first, so a set killed mid-write is clearly incomplete; temporaries a killed write left
-    behind are removed. manifest.json, written last, lists only the files this command recorded in
-    `written` (and the inputs it trusted); files an older set listed are left unlisted. `runs`: what the
-    set is about; `identity`: more fields for the manifest (an export's run_id)."""
+def output_set(
+    out: Path, runs: list[str], *, kind: SetKind = SetKind.EVALUATION, **identity
+) -> Iterator[OutputSet]:
+    """Write one output set of `kind` into `out`, which this process owns meanwhile (own_directory). The
+    old manifest goes first, so a set killed mid-write is clearly incomplete; temporaries a killed write
+    left behind are removed, and so is every file this set wrote when it fails (a full disk). manifest.json,
+    written last, records the kind and lists only the files this command recorded in `written` (and the
+    inputs it trusted); files an older set of this kind listed are left unlisted. `runs`: what the set is
+    about; `identity`: more fields for the manifest (an export's run_id)."""
     held = out.resolve() in _owned
-    own_directory(out)
+    if not held:
+        own_directory(out, kind=kind)
     try:
+        replace_other_set(out, kind)
         result = OutputSet(out, sorted(map(str, runs)), read_manifest(out))
         remove_leftovers(out)
         (out / MANIFEST).unlink(missing_ok=True)
-        yield result
-        manifest = {
-            "complete": True,
-            **identity,
-            "runs": result.runs,
-            "files": {p.name: hashed_entry(p) for p in result.written},
-            "inputs": result.inputs,
-        }
-        write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        with journal(out):
+            yield result
+            manifest = {
+                "complete": True,
+                "kind": kind.value,
+                **identity,
+                "runs": result.runs,
+                "files": {p.name: hashed_entry(p) for p in result.written},
+                "inputs": result.inputs,
+            }
+            write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     finally:
         if not held:
             release_directory(out)
+
+
+@contextlib.contextmanager
+def journal(out: Path) -> Iterator[None]:
+    """Note every file written into `out` meanwhile (atomic_path); if the set fails, remove them: a half
+    set never stands where a complete one stood."""
+    key = out.resolve()
+    _journal[key] = []
+    try:
+        yield
+    except BaseException:
+        for path in _journal[key]:
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        _journal.pop(key, None)

@@ -2,6 +2,7 @@
 command line can declare them as choices (listed in --help, completed, checked while parsing)."""
 
 DEVICES = ("auto", "cpu", "cuda", "mps")  # cuda:N also works
+INDEXED_DEVICE = r"cuda:\d+"  # the further --device values, a regex
 EVAL_MODES = ("nonoverlap", "sliding")
 LANGS = ("en", "zh")
 ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")  # posenc's own, for every rotary run

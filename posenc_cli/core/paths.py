@@ -3,6 +3,7 @@ can be written (tried, not guessed)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from posenc_cli.core.atomic import TMP_PREFIX
@@ -25,6 +26,7 @@ def writable_place(option: str, out: str) -> Path:
     if not out.strip():
         raise UsageError(f"{option} is empty; give a path to write to (or leave {option} out)")
     path = Path(out)
+    require_short_names(option, path)
     for link in (path, *path.parents):
         if link.is_symlink() and not link.exists():  # exists() follows the link: dangling, or a loop
             raise UsageError(
@@ -44,6 +46,32 @@ def writable_place(option: str, out: str) -> Path:
             f"{option} {out}: {where} is not writable ({err.strerror}); give another path"
         ) from None
     return path
+
+
+def require_short_names(option: str, path: Path) -> None:
+    """Every name in `path` within the file system's NAME_MAX, and the whole with room for a file inside
+    within PATH_MAX: refused here, in one line, rather than as an OSError from the first write."""
+    base = next((p for p in path.absolute().parents if os.path.isdir(p)), Path("/"))
+    name_max, path_max = limit(base, "PC_NAME_MAX", 255), limit(base, "PC_PATH_MAX", 4096)
+    for part in path.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise UsageError(
+                f"{option} {path}: the name {part[:24]}… is {len(os.fsencode(part))} bytes, and a name here "
+                f"may have at most {name_max}; give a shorter one"
+            )
+    if len(os.fsencode(path.absolute())) + 1 + name_max > path_max:
+        raise UsageError(
+            f"{option} {path}: the path is {len(os.fsencode(path.absolute()))} bytes long, too long for files "
+            f"inside it (at most {path_max} bytes in all here); give a shorter one"
+        )
+
+
+def limit(directory: Path, name: str, fallback: int) -> int:
+    """os.pathconf's `name` for `directory`, or `fallback` where the system does not say."""
+    try:
+        return os.pathconf(directory, name)
+    except (OSError, ValueError, AttributeError):
+        return fallback
 
 
 def timestamped_dir(kind: str) -> Path:

@@ -22,7 +22,15 @@ from typing import Any
 
 import torch
 
-from posenc_cli.core.atomic import MANIFEST, hashed_entry, output_set, read_manifest, write_text, write_with
+from posenc_cli.core.atomic import (
+    MANIFEST,
+    SetKind,
+    hashed_entry,
+    output_set,
+    read_manifest,
+    write_text,
+    write_with,
+)
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
 from posenc_cli.data.tokenizers import from_payload
@@ -94,11 +102,12 @@ def safetensors_torch():
     return safetensors.torch
 
 
-def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Write RUN's model as model.safetensors + config.json into `out` (default: the run directory)."""
+def export_run(run_dir: str | Path, out: str | Path | None = None, *, force: bool = False) -> Path:
+    """Write RUN's model as model.safetensors + config.json into `out` (default: the run directory), an
+    output set of its own kind: a directory holding another kind of set is refused unless `force`."""
 
     st = safetensors_torch()
-    out = owned_out(None if out is None else str(out)) or Path(run_dir)
+    out = owned_out(None if out is None else str(out), SetKind.EXPORT, force=force) or Path(run_dir)
     if is_locked(Path(run_dir)):
         raise UsageError(
             f"{run_dir} is being trained right now, so its checkpoint moves on; export it once training stops"
@@ -118,8 +127,16 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     }
     config |= HF_FIELDS | {"vocab_size": run.model.cfg.vocab_size, "max_position_embeddings": run.train_len}
     tokenizer = tokenizer_json(run.tokenizer)
-    with output_set(out, [run_id], run_id=run_id) as result:
-        write_with(out / WEIGHTS, lambda p: st.save_model(run.model, str(p)))  # tied head stored once
+    # the weights as safetensors' save_model stores them (a tied pair once, under its last name), made in
+    # memory so that Python writes the file: a full disk is then atomic's one line, not safetensors' error
+    state = run.model.state_dict(keep_vars=True)
+    kept = {id(tensor): name for name, tensor in state.items()}
+    weights = st.save(
+        {name: t.detach().contiguous() for name, t in state.items() if kept[id(t)] == name},
+        metadata={name: kept[id(t)] for name, t in state.items() if kept[id(t)] != name} or None,
+    )
+    with output_set(out, [run_id], kind=SetKind.EXPORT, run_id=run_id) as result:
+        write_with(out / WEIGHTS, lambda p: p.write_bytes(weights))
         write_text(out / MODELING, MODELING_SOURCE)
         result.written += [out / WEIGHTS, out / MODELING]
         if tokenizer is not None:

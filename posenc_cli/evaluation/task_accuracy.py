@@ -44,17 +44,6 @@ def task_targets(targets: list) -> list[RunTarget] | None:
     return runs
 
 
-def refuse_text_options(*, data: object, mode: str, stride: object, rope_scaling: str) -> None:
-    """The options that only perplexity reads, refused for task runs rather than silently ignored."""
-    given = {"--data": data is not None, "--mode": mode != "nonoverlap", "--stride": stride is not None}
-    given["--rope-scaling"] = rope_scaling != "none"
-    for option, set_ in given.items():
-        if set_:
-            raise UsageError(
-                f"{option} applies to perplexity; task runs are scored by exact match, without it"
-            )
-
-
 def column(run: RunTarget) -> Label:
     """The run's scheme as trained, `+randomized` where its positions were (train.positions)."""
     label = run.label

@@ -1,12 +1,20 @@
 """Where a command may write: --out checked before any work (never a run's own directory, nor anything
-inside one), the output directory owned by this command alone while it writes, and the default output
-directory, claimed for this command alone."""
+inside one, nor another kind of output set, nor a file of one), the output directory owned by this
+command alone while it writes, and the default output directory, claimed for this command alone."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from posenc_cli.core.atomic import own_directory
+from posenc_cli.core.atomic import (
+    DESCRIBED,
+    MANIFEST,
+    SetKind,
+    held_kind,
+    listed_names,
+    own_directory,
+    read_manifest,
+)
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import timestamped_dir, writable_place
 from posenc_cli.rundir.claim import claim_new
@@ -39,12 +47,13 @@ def checked_out(out: str | None) -> Path | None:
     return path
 
 
-def owned_out(out: str | None) -> Path | None:
-    """checked_out, then the directory owned by this command until it ends (a second posenc writer of
-    it is refused in one line, before either does any work; see core.atomic.own_directory)."""
+def owned_out(out: str | None, kind: SetKind, *, force: bool = False) -> Path | None:
+    """checked_out, then the directory owned by this command, which writes a set of `kind` there, until
+    it ends: a second posenc writer of it, or a directory holding another kind of set (unless `force`),
+    is refused in one line before any work (core.atomic.own_directory)."""
     path = checked_out(out)
     if path is not None:
-        own_directory(path)
+        own_directory(path, kind=kind, force=force)
     return path
 
 
@@ -65,6 +74,13 @@ def checked_out_file(out: str | Path | None, option: str = "--out") -> Path | No
     if run is not None:
         what = "a file of the run" if path.exists() else "inside the run directory"
         raise UsageError(f"{option} {out} is {what} in {run}, which only training writes; give another path")
+    manifest = read_manifest(path.parent)
+    kind = held_kind(manifest)
+    if kind is not None and path.name in (MANIFEST, *listed_names(manifest)):
+        raise UsageError(
+            f"{option} {out} is a file of {DESCRIBED[kind]} in {path.parent} (its {MANIFEST} lists it); "
+            "give another path"
+        )
     return path
 
 
