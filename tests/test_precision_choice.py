@@ -4,6 +4,10 @@ fastest precision at the run's shapes, cached per machine and shape; never bf16 
 from __future__ import annotations
 
 import json
+import os
+import stat
+import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,16 +27,27 @@ def config(*overrides: str):
         return validate(compose("config", overrides=["experiment=smoke", *overrides]))
 
 
+class Timings(list):
+    """A stand-in for time_steps with fixed ms a step per precision (bf16 autocast with fp32 attention
+    slowest unless said); the list holds the batch size of each full measurement, `retimed` the
+    precision of each re-timing of a cached choice."""
+
+    def __init__(self, fp32: float, bf16: float, fp32_attention: float = 99.0):
+        super().__init__()
+        self.ms = {"fp32": fp32, "bf16-autocast": bf16, "bf16-autocast-fp32-attention": fp32_attention}
+        self.retimed: list[str] = []
+
+    def __call__(self, cfg, device, vocab_size, *, precisions=EFFECTIVE_PRECISIONS, rounds=None):
+        if tuple(precisions) == EFFECTIVE_PRECISIONS:
+            self.append(cfg.train.batch_size)
+        else:
+            self.retimed += precisions
+        return {p: self.ms[p] for p in precisions}
+
+
 def timings(fp32: float, bf16: float, fp32_attention: float = 99.0):
-    """A stand-in for time_steps that records each call (bf16 autocast with fp32 attention slowest
-    unless said)."""
-    calls = []
-
-    def measure(cfg, device, vocab_size):
-        calls.append(cfg.train.batch_size)
-        return {"fp32": fp32, "bf16-autocast": bf16, "bf16-autocast-fp32-attention": fp32_attention}
-
-    return measure, calls
+    measure = Timings(fp32, bf16, fp32_attention)
+    return measure, measure
 
 
 @pytest.fixture
@@ -129,6 +144,8 @@ def test_timing_the_steps_leaves_the_runs_random_streams_as_they_were():
     )
     assert torch.equal(torch.get_rng_state(), before)
     assert set(ms) == set(EFFECTIVE_PRECISIONS) and all(v > 0 for v in ms.values())
+    small = config("model.n_layer=1", "train.batch_size=2", "train.block_size=16")
+    assert set(time_steps(small, CPU, vocab_size=30, precisions=("fp32",), rounds=1)) == {"fp32"}
 
 
 def test_a_cache_too_deep_too_large_with_bool_timings_or_where_no_file_can_go_never_stops_a_run(
@@ -239,3 +256,76 @@ def test_a_choice_another_run_cached_while_this_one_measured_is_kept_beside_this
     assert choose_precision(config(), CPU, vocab_size=30, measure=measure).effective == "bf16-autocast"
     stored = json.loads(quiet_cache.read_text())["choices"]
     assert sorted(e["effective"] for e in stored.values()) == ["bf16-autocast", "fp32"]
+
+
+def write_signed(path, entries: dict) -> None:
+    """A cache file with the right format and fingerprint: anyone can write one."""
+    signed = {"format": precision_choice.CACHE_FORMAT, "sha256": precision_choice.entries_sha256(entries)}
+    path.write_text(json.dumps({**signed, "choices": entries}))
+
+
+@pytest.mark.parametrize(("entry_ms", "holds"), [(1.0, False), (39.0, True), (55.0, True), (100.0, False)])
+def test_a_cached_choice_is_re_timed_and_one_this_machine_does_not_reproduce_is_measured_again_and_said(
+    quiet_cache, monkeypatch, caplog, entry_ms, holds
+):
+    """A forged entry (format and fingerprint right, "bf16 took 1 ms") is a hint: its precision is
+    re-timed at the run's shapes, and an entry more than CACHE_TOLERANCE off this machine's 40 ms is
+    measured again, in a warning naming the file and in the summary's reason, and replaced."""
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    key = precision_choice.shape_key(config(), 30)
+    ms = {"fp32": 2 * entry_ms, "bf16-autocast": entry_ms, "bf16-autocast-fp32-attention": 3 * entry_ms}
+    write_signed(quiet_cache, {key: {"effective": "bf16-autocast", "step_ms": ms}})
+    measure, calls = timings(50.0, 40.0)  # what this machine takes
+    with caplog.at_level("WARNING", logger="posenc.train"):
+        choice = choose_precision(config(), CPU, vocab_size=30, measure=measure)
+    assert measure.retimed == ["bf16-autocast"]
+    if holds:
+        assert (calls, choice.step_ms, caplog.records) == ([], ms, [])
+        assert (
+            f"cached; re-timed: bf16-autocast took 40 ms a step now, {entry_ms:g} ms in the cache"
+            in choice.reason
+        )
+        return
+    assert calls == [4] and choice.step_ms == measure.ms and "measured: " in choice.reason
+    assert "re-measured: the cached choice did not hold" in choice.reason
+    assert str(quiet_cache) in caplog.text and "does not hold" in caplog.text
+    assert json.loads(quiet_cache.read_text())["choices"][key]["step_ms"] == measure.ms
+
+
+def test_a_busy_machine_uses_no_cached_choice_it_cannot_re_time(quiet_cache, monkeypatch):
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    key = precision_choice.shape_key(config(), 30)
+    ms = {"fp32": 1.0, "bf16-autocast": 2.0, "bf16-autocast-fp32-attention": 3.0}
+    write_signed(quiet_cache, {key: {"effective": "fp32", "step_ms": ms}})
+    monkeypatch.setattr(precision_choice, "machine_busy", lambda: "load average 6.1 on 2 cores")
+    measure, calls = timings(1.0, 2.0)
+    choice = choose_precision(config(), CPU, vocab_size=30, measure=measure)
+    assert (choice.effective, choice.step_ms, calls, measure.retimed) == ("bf16-autocast", {}, [], [])
+    assert "busy" in choice.reason and "a cached choice is used only once re-timed" in choice.reason
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not Path("/dev/zero").exists(), reason="POSIX FIFOs")
+def test_a_cache_path_naming_a_fifo_or_a_device_is_never_read_nor_written_and_is_named(
+    quiet_cache, monkeypatch, tmp_path, caplog
+):
+    """A FIFO once blocked training forever (its open waits for a writer), /dev/zero raised MemoryError."""
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        monkeypatch.setenv(precision_choice.CACHE_ENV, str(path))
+        measure, calls = timings(50.0, 40.0)
+        chosen = []
+        worker = threading.Thread(
+            target=lambda: chosen.append(choose_precision(config(), CPU, vocab_size=30, measure=measure)),
+            daemon=True,
+        )
+        with caplog.at_level("WARNING", logger="posenc.train"):
+            worker.start()
+            worker.join(timeout=60)
+            if worker.is_alive():  # blocked in the FIFO's open: a writer's open releases it, then fail
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                worker.join()
+        assert chosen and chosen[0].effective == "bf16-autocast" and calls == [4]
+        assert f"{path} is not a regular file" in caplog.text
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)

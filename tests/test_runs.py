@@ -7,7 +7,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -21,7 +23,7 @@ import yaml
 from conftest import ROOT, SMOKE, assert_one_line_error, assert_refused, invoke, posenc, run_cli
 from posenc_cli.core.atomic import MANIFEST, output_set
 from posenc_cli.rundir.claim import claim_new
-from posenc_cli.rundir.layout import CHECKPOINT, LOCK
+from posenc_cli.rundir.layout import CHECKPOINT, LOCK, SUMMARY
 from posenc_cli.rundir.selection import select_runs
 
 pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
@@ -559,3 +561,57 @@ def test_a_run_terminated_while_it_starts_is_marked_interrupted_and_its_resume_c
     assert resumed.returncode == 0 and "no checkpoint yet" in resumed.stderr, resumed.stderr
     precision = json.loads((tmp_path / "r" / "summary.json").read_text())["precision"]
     assert precision["reason"] == "this CPU emulates bf16 (no AVX-512-BF16 or AMX)"
+
+
+def refusing_writes_past(size: int):
+    """A preexec_fn: `ulimit -f` in bytes, so that a write past `size` fails (EFBIG) as on a full disk."""
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the signal kills the process before the error
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return limit
+
+
+def train_on_a_full_disk(cwd: Path, size: int, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "posenc_cli", "train", *TINY, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        preexec_fn=refusing_writes_past(size),
+    )
+
+
+def test_a_start_the_disk_refuses_is_one_line_is_not_a_run_and_a_new_run_takes_its_place(tmp_path):
+    """hydra.run.dir on a full disk once ended in Hydra's _save_config traceback and left .hydra/ behind,
+    which the next `posenc train` called a run to resume, and that resume failed (no summary.json)."""
+    refused = train_on_a_full_disk(tmp_path, 1024, "hydra.run.dir=r")
+    assert_one_line_error(refused, "cannot write ", "r/.hydra/", "File too large")
+    left = [str(p.relative_to(tmp_path / "r")) for p in (tmp_path / "r").rglob("*")]
+    assert SUMMARY not in left and ".hydra/hydra.yaml" not in left and not any("tmp" in p for p in left)
+    code, stderr = posenc("train", f"train.resume={tmp_path / 'r'}")
+    assert_refused(code, stderr, "is not a run: it holds only the start of one", "hydra.run.dir=")
+    again = run_cli("train", *TINY, "hydra.run.dir=r", cwd=tmp_path)  # the way on that refusal gives
+    assert again.returncode == 0 and "never wrote its summary" in again.stderr, again.stderr
+    assert json.loads((tmp_path / "r" / SUMMARY).read_text())["status"] == "finished"
+
+
+def test_a_checkpoint_the_disk_refuses_is_one_line_naming_it_and_the_run_is_marked_failed_and_resumable(
+    tmp_path,
+):
+    """torch.save onto a full disk raised a RuntimeError traceback ("unexpected pos"), and the failed
+    summary that marking the run then could not write hid even that."""
+    refused = train_on_a_full_disk(tmp_path, 64 * 1024, "hydra.run.dir=r")  # the checkpoint is larger
+    last = refused.stderr.strip().splitlines()[-1]  # after the lines training printed
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert last.startswith("posenc: error: cannot write ") and f"r/{CHECKPOINT}: File too large" in last
+    summary = json.loads((tmp_path / "r" / SUMMARY).read_text())
+    assert summary["status"] == "failed" and CHECKPOINT in summary["message"]
+    assert not (tmp_path / "r" / CHECKPOINT).exists() and not list((tmp_path / "r").glob(".posenc-tmp-*"))
+    resumed = run_cli("train", f"train.resume={tmp_path / 'r'}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((tmp_path / "r" / SUMMARY).read_text())["status"] == "finished"

@@ -9,6 +9,7 @@ written-out softmax formula. (RoPE context extension has its own file, test_rope
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -524,6 +525,36 @@ def test_fire_refuses_bad_options():
     for option in ({"mlp_width": 0}, {"mlp_depth": 0}, {"c": 0}, {"threshold": -1.0}, {"per_layer": "yes"}):
         with pytest.raises(UsageError, match=f"scheme.{next(iter(option))}"):
             fresh("fire", **option)
+
+
+def numeric_options(name: str) -> list[tuple[str, bool]]:
+    """(option, takes an integer) for each option of a scheme that takes a number, from its constructors."""
+    found = {}
+    for klass in SCHEMES[name].__mro__[:-2]:  # the scheme's classes, not nn.Module's nor object's
+        for option, param in inspect.signature(klass.__init__).parameters.items():
+            kind = str(param.annotation)
+            if option in scheme_options(name) and ("int" in kind or "float" in kind):
+                found.setdefault(option, "int" in kind)
+    return sorted(found.items())
+
+
+@pytest.mark.parametrize(
+    ("name", "option", "integer"), [(n, o, i) for n in SCHEMES for o, i in numeric_options(n)]
+)
+def test_every_number_a_scheme_takes_has_finite_bounds_and_a_value_past_them_is_one_line(
+    name, option, integer
+):
+    """scheme=fire scheme.c=1e308 once trained to NaN: every numeric option of every scheme is refused
+    past finite bounds (huge, huge negative, infinite, NaN), in one line naming it and its range."""
+    scaling = (
+        {"scaling": "yarn"} if SCHEMES[name].scalable and option.startswith(("scaling_", "yarn_")) else {}
+    )
+    for value in (10**30, -(10**30)) if integer else (1e308, -1e308, math.inf, math.nan):
+        with pytest.raises(UsageError) as caught:
+            fresh(name, **scaling, **{option: value})
+        message = str(caught.value)
+        assert f"scheme.{option}" in message and "\n" not in message
+        assert "must be" in message or "needs" in message
 
 
 # ---- Composites: scheme=A+B is its parts through the same three hooks, and nothing else -------------

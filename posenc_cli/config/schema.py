@@ -33,6 +33,11 @@ from posenc_cli.data.kinds import CACHE_DIR, TOKENIZER, VAL_FRACTION, VOCAB_SIZE
 from posenc_cli.data.synthetic_spec import SyntheticSpec
 
 POSITIONS = ("ordinary", "randomized")
+MAX_MODEL_SIZE = 2**20  # model.n_layer, n_head, n_embd: past any model a machine holds
+# train.block_size and train.max_position: past any sequence and any memory (a scheme's table is built at
+# them, and past int64 torch's sizes overflowed). model.positional.base.MAX_LENGTH bounds scheme options
+# alike; it is not imported here, as the config is read before torch is (a refusal answers in a second).
+MAX_LENGTH = 10**12
 
 
 @dataclass
@@ -71,6 +76,8 @@ class TrainConfig:
             "checkpoint_interval",
         ):
             require_positive_int(f"train.{key}", getattr(self, key))
+        # a scheme's table or bias is built at these lengths: past MAX_LENGTH torch's sizes overflow
+        require_int("train.block_size", self.block_size, at_least=1, at_most=MAX_LENGTH)
         require_int("train.warmup_steps", self.warmup_steps)
         require_number("train.lr", self.lr, above=0)
         require_number("train.grad_clip", self.grad_clip, above=0)
@@ -97,7 +104,7 @@ class TrainConfig:
                 "add train.positions=randomized or drop train.max_position"
             )
         if self.positions == "randomized":
-            require_int("train.max_position", self.max_position, at_least=self.block_size)
+            require_int("train.max_position", self.max_position, at_least=self.block_size, at_most=MAX_LENGTH)
 
 
 @dataclass
@@ -108,8 +115,10 @@ class ModelSize:
     embed_std: float = 0.02  # init std of the (tied) token embedding; experiment=probe raises it
 
     def __post_init__(self) -> None:
+        # 0 is "not a positive integer"; past MAX_MODEL_SIZE torch's sizes overflowed before the memory check
         for key in ("n_layer", "n_head", "n_embd"):
             require_positive_int(f"model.{key}", getattr(self, key))
+            require_int(f"model.{key}", getattr(self, key), at_least=1, at_most=MAX_MODEL_SIZE)
         require_number("model.embed_std", self.embed_std, above=0)
 
 

@@ -21,7 +21,7 @@ from posenc_cli.config.hydra_args import (
 )
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
-from posenc_cli.rundir.layout import LOCK, holds_run
+from posenc_cli.rundir.layout import HYDRA_RECORD, LOCK, holds_run, never_started
 
 _held: dict[Path, int] = {}  # run directory -> open lock file descriptor, for this process's lifetime
 
@@ -73,11 +73,24 @@ def resume_command(run_dir: Path) -> str:
     return "posenc train " + shlex.quote(f"train.resume={hydra_quoted(str(run_dir))}")
 
 
+def new_run_option(run_dir: Path) -> str:
+    """The override that trains a new run into `run_dir`, quoted for the shell and for Hydra."""
+    return shlex.quote(f"hydra.run.dir={hydra_quoted(str(run_dir))}")
+
+
 def refuse_started_run(run_dir: Path) -> None:
     if holds_run(run_dir):
         raise UsageError(
             f"{run_dir} already holds a run, which is never started over; continue it with: "
             f"{resume_command(run_dir)}  (or choose another hydra.run.dir)"
+        )
+    if never_started(run_dir):  # said, as what it holds is replaced
+        ui.err.print(
+            f"posenc: note: {run_dir} holds the start of a run that never wrote its summary (its "
+            f"{HYDRA_RECORD}/ alone, nothing trained); a new run takes its place",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
 
 

@@ -92,7 +92,20 @@ _STATE_TYPES: dict[str, tuple[type, ...]] = {
 def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> None:
     payload = {"format": FORMAT, "version": VERSION, **asdict_shallow(checkpoint)}
     payload["record"] = asdict(checkpoint.record)
-    write_with(path, lambda tmp: torch.save(payload, tmp))
+
+    def write(tmp: Path) -> None:
+        """torch.save through a file object, whose refused write (a full disk) is an OSError that
+        core.atomic says in one line; torch raises its own RuntimeError ("unexpected pos") while
+        handling it, so the OSError underneath is raised instead (saving to a path hid it entirely)."""
+        with open(tmp, "wb") as file:
+            try:
+                torch.save(payload, file)
+            except RuntimeError as err:
+                if isinstance(err.__context__, OSError):
+                    raise err.__context__ from None
+                raise
+
+    write_with(path, write)
 
 
 def asdict_shallow(obj: Any) -> dict[str, Any]:

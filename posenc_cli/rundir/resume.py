@@ -11,8 +11,8 @@ from posenc_cli.config.hydra_args import hydra_quoted
 from posenc_cli.core.choices import MULTIRUN_FLAGS
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import OUTPUTS
-from posenc_cli.rundir.claim import is_locked, override_key, resume_value, resuming
-from posenc_cli.rundir.layout import CHECKPOINT, RUN_FILES, SUMMARY, holds_run
+from posenc_cli.rundir.claim import is_locked, new_run_option, override_key, resume_value, resuming
+from posenc_cli.rundir.layout import CHECKPOINT, HYDRA_RECORD, RUN_FILES, SUMMARY, holds_run, never_started
 from posenc_cli.rundir.record import check_own_checkpoint, load_checkpoint, read_json
 
 RESUMABLE = (
@@ -45,6 +45,12 @@ def resume_args(args: list[str], outputs: Path = OUTPUTS) -> list[str]:
             )
         value = str(newest[-1])
     run = Path(value)
+    if never_started(run):
+        raise UsageError(
+            f"train.resume={run} is not a run: it holds only the start of one ({HYDRA_RECORD}/, no {SUMMARY} "
+            f"or {CHECKPOINT}), which trained nothing; train a new run there with your overrides and "
+            f"{new_run_option(run)}"
+        )
     if not run.is_dir() or not holds_run(run):
         raise UsageError(f"train.resume={run} is not a run directory (no summary.json or {CHECKPOINT} in it)")
     for arg in args:  # posenc keys may restate the run's values (checked once composed: restated_values)

@@ -21,6 +21,7 @@ from posenc_cli.core.device import (
     precision_record,
     resolve_device,
 )
+from posenc_cli.core.errors import UsageError
 from posenc_cli.data import load_corpus, random_positions
 from posenc_cli.data.tokenizers import TOKENIZER_FILE
 from posenc_cli.model import GPT, token_nll
@@ -132,13 +133,16 @@ def mark_failed(run_dir: Path, err: BaseException, how: str) -> None:
         interrupted = isinstance(err, KeyboardInterrupt)  # Ctrl-C, or SIGTERM as the run starts
         reason = "interrupted" if interrupted else " ".join(str(err).split()) or type(err).__name__
         step = summary.get("checkpoint_step")
-        kept = f"its checkpoint of step {step} is kept" if step else "having trained nothing"
+        kept = f"its checkpoint of step {step} is kept" if step else "with no checkpoint saved"
         message = (
             f"the run {how} ({reason}), {kept}; delete {run_dir}, or resume it once the cause is gone: "
             f"{resume_command(run_dir)}"
         )
         status = "interrupted" if interrupted else "failed"
-        write_summary(run_dir, {**summary, "status": status, "message": message})
+        try:
+            write_summary(run_dir, {**summary, "status": status, "message": message})
+        except UsageError as refused:  # the full disk that stopped the run: its own error is the one said
+            log.warning(f"the run could not be marked {status}: {refused}")
 
 
 RESUMED = "a resume keeps its run's precision"

@@ -4,10 +4,14 @@ trained 77k tokens/s against fp32's 56k at the default config, and took 57.4 s a
 nanoGPT's CPU recipe; on an AVX-512-BF16 EPYC, bf16 autocast with attention kept in fp32 was faster than
 either). So before a run starts, the same training step it will run (session.train_step) is timed in
 every effective precision on a throwaway model of its shapes, alternated, and the fastest is used. The
-answer is cached per machine and shape class (the file below), so a sweep measures each shape once
-and a machine gives one answer per shape from then on. A machine busy with other work (as many threads
-of other processes ready to run as it has cores) is not measured: such timings say more about the other work than the precisions, so
-auto then keeps the static rule (bf16 autocast where native) and caches nothing.
+answer is cached per machine and shape class (the file below), so a sweep measures each shape once.
+A cache is a hint, not a record: any program can write a file of the right format and fingerprint, so
+a cached choice is used only once its precision, re-timed at the run's shapes (a quarter of a full
+measurement), takes within CACHE_TOLERANCE of the time its entry says; otherwise every precision is
+measured again, said in a warning and in the summary's reason. A machine busy with other work (as many
+threads of other processes ready to run as it has cores) is not timed: such timings say more about the
+other work than the precisions, so auto then keeps the static rule (bf16 autocast where native), uses no
+cached choice (it could not be re-timed) and caches nothing.
 
 Never bf16 where the CPU emulates it (AVX2: ~100x slower); CUDA keeps the static rule (bf16 where the GPU
 has it). A resume keeps its run's own precision and measures nothing.
@@ -20,6 +24,7 @@ import json
 import logging
 import math
 import os
+import stat
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -52,7 +57,13 @@ WARM_UP, ROUNDS, STEPS_PER_ROUND = 2, 3, 2
 SLOW_STEP_S = (
     1.0  # a first step slower than this: no more warm-up, one timed step each (calibration stays short)
 )
-MAX_CACHE_BYTES = 1 << 20  # a cache holds one small entry per shape; a larger file is not posenc's
+MAX_CACHE_BYTES = 1 << 20  # 1 MiB: ~2,000 shapes' entries; a larger file is not posenc's, and is not read
+# A cached choice is re-timed in its precision alone: WARM_UP steps, then RETIME_ROUNDS rounds (a quarter of
+# the steps of a full measurement). It stands when the two timings agree within CACHE_TOLERANCE either way:
+# one precision's median step on one machine moves by tens of percent between runs (turbo, caches, light
+# load: 4.2 and 5.1 ms on a shared 2-core box), so 1.5x leaves room for that and still catches an entry
+# that another machine, another load or a hand wrote (a forged "1 ms" is 40x off).
+RETIME_ROUNDS, CACHE_TOLERANCE = 2, 1.5
 log = logging.getLogger("posenc.train")
 
 
@@ -94,15 +105,32 @@ def entries_sha256(entries: dict) -> str:
     return hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
 
 
+class NotACacheFile(ValueError):
+    """The cache's path names something posenc never reads as one (a FIFO, a device, a huge file)."""
+
+
+def cache_text(path: Path) -> str:
+    """The text of the cache file, read only from a regular file of at most MAX_CACHE_BYTES: a FIFO
+    would block the run forever, /dev/zero fill its memory. Opened without waiting (a FIFO's open waits
+    for a writer) and checked on the open file, so what is read is what was checked."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise NotACacheFile(f"{path} is not a regular file (a FIFO, a device or a directory)")
+        data = file.read(MAX_CACHE_BYTES + 1)
+    if len(data) > MAX_CACHE_BYTES:
+        raise NotACacheFile(f"{path} is larger than a precision cache ({MAX_CACHE_BYTES >> 20} MiB)")
+    return data.decode("utf-8")
+
+
 def read_cache(path: Path) -> dict[str, dict] | None:
     """The cached choices, verified (format, fingerprint, every entry's fields); {} where there is no
     file yet. None for a file that is not this posenc's cache (another program's, an older posenc's, one
-    changed since): it is said in one line, measured again, and never overwritten."""
+    changed since, not a regular file): it is said in one line naming it, measured again, and never
+    overwritten."""
     keep = f"leaving {path} as it is (delete it to let posenc cache its choices there)"
     try:
-        if path.stat().st_size > MAX_CACHE_BYTES:
-            raise ValueError("too large")
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        stored = json.loads(cache_text(path))
         if stored.get("format") in OLDER_CACHE_FORMATS:
             log.info(f"an earlier posenc's precision choices (two precisions timed); measuring again, {keep}")
             return None
@@ -111,6 +139,11 @@ def read_cache(path: Path) -> dict[str, dict] | None:
         ok = ok and all(valid_entry(e) for e in entries.values())
     except FileNotFoundError:
         return {}
+    except NotACacheFile as err:  # never written over either
+        log.warning(
+            f"{err}: not read as a precision cache; measuring (give {CACHE_ENV} a file's path to cache)"
+        )
+        return None
     # RecursionError: JSON nested past the parser's depth
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         ok, entries = False, {}
@@ -167,10 +200,11 @@ def time_steps(
     device: torch.device,
     vocab_size: int,
     *,
+    precisions: tuple[str, ...] = EFFECTIVE_PRECISIONS,
     rounds: int = ROUNDS,
     steps_per_round: int = STEPS_PER_ROUND,
 ) -> dict[str, float]:
-    """Median ms a training step takes in each effective precision, on a throwaway model of the run's shapes (the
+    """Median ms a training step takes in each of `precisions`, on a throwaway model of the run's shapes (the
     run's own random streams untouched), the precisions in turn so that load on the machine falls on
     all alike; `rounds` of `steps_per_round` steps each (scripts/attention_precision_ab.py times longer)."""
     tc = cfg.train
@@ -194,15 +228,31 @@ def time_steps(
                 )
             return (time.perf_counter() - started) / count
 
-        slow = max(steps(p, 1) for p in EFFECTIVE_PRECISIONS) >= SLOW_STEP_S
-        for precision in () if slow else EFFECTIVE_PRECISIONS:
+        slow = max(steps(p, 1) for p in precisions) >= SLOW_STEP_S
+        for precision in () if slow else precisions:
             steps(precision, WARM_UP - 1)
         rounds, count = (1, 1) if slow else (rounds, steps_per_round)
-        times = {p: [] for p in EFFECTIVE_PRECISIONS}
+        times: dict[str, list[float]] = {p: [] for p in precisions}
         for round_ in range(rounds):
-            for precision in EFFECTIVE_PRECISIONS[:: -1 if round_ % 2 else 1]:
+            for precision in precisions[:: -1 if round_ % 2 else 1]:
                 times[precision].append(steps(precision, count))
     return {p: round(1000 * statistics.median(t), 3) for p, t in times.items()}
+
+
+@dataclass(frozen=True)
+class Retiming:
+    """A cached choice's precision timed again now at the run's shapes, against its entry's time."""
+
+    precision: str
+    cached_ms: float
+    now_ms: float
+
+    @property
+    def holds(self) -> bool:
+        return 1 / CACHE_TOLERANCE <= self.now_ms / self.cached_ms <= CACHE_TOLERANCE
+
+    def __str__(self) -> str:
+        return f"{self.precision} took {self.now_ms:g} ms a step now, {self.cached_ms:g} ms in the cache"
 
 
 def choose_precision(
@@ -224,21 +274,39 @@ def choose_precision(
         )
     if cpu_bf16() == "emulated":
         return PrecisionChoice("fp32", "this CPU emulates bf16 (no AVX-512-BF16 or AMX)")
+    return measured_choice(cfg, device, vocab_size=vocab_size, measure=measure)
+
+
+def measured_choice(cfg: PosencConfig, device: torch.device, *, vocab_size: int, measure) -> PrecisionChoice:
+    """auto on a native-bf16 CPU: a cached choice that its re-timing confirms, else the fastest measured."""
     path, key = cache_path(), shape_key(cfg, vocab_size)
     entries = read_cache(path)
     cached = (entries or {}).get(key)
-    if cached is not None:
-        return PrecisionChoice(
-            cached["effective"], "measured before on this machine at these shapes (cached)", cached["step_ms"]
-        )
     busy = machine_busy()
     if busy:  # timings now would say as much about the other work as about the precisions
+        unused = "; a cached choice is used only once re-timed" if cached else ""
         return PrecisionChoice(
-            static, f"the machine is busy ({busy}): bf16 autocast, as it is native, unmeasured"
+            effective_precision(device, "auto"),
+            f"the machine is busy ({busy}): bf16 autocast, as it is native, unmeasured{unused}",
         )
+    remeasured = ""
+    if cached is not None:
+        precision = cached["effective"]
+        now = measure(cfg, device, vocab_size, precisions=(precision,), rounds=RETIME_ROUNDS)[precision]
+        check = Retiming(precision, cached["step_ms"][precision], now)
+        if check.holds:
+            reason = f"measured before on this machine at these shapes (cached; re-timed: {check})"
+            return PrecisionChoice(precision, reason, cached["step_ms"])
+        log.warning(
+            f"the precision choice cached in {path} for these shapes does not hold: {check}, more than "
+            f"{CACHE_TOLERANCE:g}x apart; measuring every precision again"
+        )
+        remeasured = f" (re-measured: the cached choice did not hold, {check})"
     step_ms = measure(cfg, device, vocab_size)
     faster = min(EFFECTIVE_PRECISIONS, key=lambda p: step_ms[p])
-    choice = PrecisionChoice(faster, "measured: the fastest precision at this run's shapes", step_ms)
+    choice = PrecisionChoice(
+        faster, f"measured: the fastest precision at this run's shapes{remeasured}", step_ms
+    )
     if entries is not None:
         write_cache(path, key, choice)
     return choice

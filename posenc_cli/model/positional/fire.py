@@ -17,12 +17,16 @@ import torch
 from torch import nn
 
 from posenc_cli.core.errors import require_bool, require_int, require_number
-from posenc_cli.model.positional.base import Claim, PositionalScheme
+from posenc_cli.model.positional.base import MAX_LENGTH, Claim, PositionalScheme
 
 EPS = 1e-6  # keeps the normalizer positive where c·max(i, L) underflows
 # the paper's MLP is 32 wide and 2 deep; past these the layers alone take long to build, before the
 # memory model (bias_activations) can weigh them
 MAX_WIDTH, MAX_DEPTH = 4096, 64
+# c's initial value, four decades either side of the paper's 0.1: below, ψ(x) = log(cx + 1) is cx within
+# float32's resolution (FIRE then interpolates linearly); above, ψ(x) ≈ log c and every distance crowds
+# near 1; 1e308 made c·x infinite and the first step NaN
+C_RANGE = (1e-4, 1e4)
 
 
 class FIRE(PositionalScheme):
@@ -50,9 +54,9 @@ class FIRE(PositionalScheme):
         require_bool("scheme.per_layer", per_layer)
         require_int("scheme.mlp_width", mlp_width, at_least=1, at_most=MAX_WIDTH)
         require_int("scheme.mlp_depth", mlp_depth, at_least=1, at_most=MAX_DEPTH)
-        require_number("scheme.c", c, above=0)
-        if threshold is not None:
-            require_number("scheme.threshold", threshold, above=0)
+        require_number("scheme.c", c, at_least=C_RANGE[0], at_most=C_RANGE[1])
+        if threshold is not None:  # a length in positions (float32 holds it: 1e308 was infinite, NaN at once)
+            require_number("scheme.threshold", threshold, at_least=1, at_most=MAX_LENGTH)
         layers: list[nn.Module] = []
         for depth in range(mlp_depth):
             layers += [nn.Linear(1 if depth == 0 else mlp_width, mlp_width), nn.ReLU()]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from posenc_cli.core.errors import PositionOutOfRange, require_positive_int
-from posenc_cli.model.positional.base import AdditiveScheme, Claim
+from posenc_cli.core.errors import PositionOutOfRange, require_int
+from posenc_cli.model.positional.base import MAX_LENGTH, AdditiveScheme, Claim
 
 
 class Learned(AdditiveScheme):
@@ -31,7 +31,7 @@ class Learned(AdditiveScheme):
     ):
         super().__init__(n_embd, n_head, block_size, scale_embeddings=scale_embeddings)
         if max_len is not None:
-            require_positive_int("scheme.max_len", max_len)
+            require_int("scheme.max_len", max_len, at_least=1, at_most=MAX_LENGTH)
         self.table = nn.Embedding(block_size if max_len is None else max_len, n_embd)
         nn.init.normal_(self.table.weight, std=0.02)
 

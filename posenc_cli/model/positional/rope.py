@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from posenc_cli.core.errors import UsageError, require_number
-from posenc_cli.model.positional.base import Claim, PositionalScheme
+from posenc_cli.model.positional.base import MAX_BASE, Claim, PositionalScheme
 from posenc_cli.model.positional.rope_scaling import rope_inv_freq, rope_scaling
 
 
@@ -71,7 +71,7 @@ class RoPE(PositionalScheme):
                 f"{self.name} needs an even head_dim, got n_embd/n_head = {n_embd}/{n_head} = {self.head_dim}; "
                 "choose model.n_embd and model.n_head so their quotient is even"
             )
-        require_number("scheme.base", base, above=1)
+        require_number("scheme.base", base, above=1, at_most=MAX_BASE)
         self.base = base
         self.register_buffer("inv_freq", rope_inv_freq(self.head_dim, base), persistent=False)
         self.scaling = rope_scaling(

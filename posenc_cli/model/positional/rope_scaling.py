@@ -26,7 +26,8 @@ import torch
 
 from posenc_cli.core.choices import HF_ROPE_SCALING as HF_ONLY
 from posenc_cli.core.choices import ROPE_SCALING as METHODS
-from posenc_cli.core.errors import UsageError
+from posenc_cli.core.errors import UsageError, require_int, require_number
+from posenc_cli.model.positional.base import MAX_LENGTH
 
 
 def rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:
@@ -69,6 +70,9 @@ def yarn_temperature(s: float) -> float:
 
 
 MAX_FACTOR = 1e4  # beyond any published extension (LongRoPE: 512x); larger ones overflow the maths
+# YaRN's alpha and beta count turns over L (the paper's 1 and 32); infinite ones took a log of 0. Past 1e6
+# (L/2π turns need L > 6e6) every pair of any run is on the same side of the ramp.
+MAX_TURNS = 1e6
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,9 @@ class RopeScaling:
                 f"[1, {MAX_FACTOR:g}] (scaling stretches positions; below 1 it would shrink them), "
                 f"got {self.factor!r}"
             )
-        if not 0 < self.alpha < self.beta:
+        require_number("scheme.yarn_alpha", self.alpha, above=0, at_most=MAX_TURNS)
+        require_number("scheme.yarn_beta", self.beta, above=0, at_most=MAX_TURNS)
+        if not self.alpha < self.beta:
             raise UsageError(
                 f"YaRN needs 0 < scheme.yarn_alpha < scheme.yarn_beta, got {self.alpha} and {self.beta}"
             )
@@ -145,7 +151,9 @@ def rope_scaling(
         raise UsageError(
             f"{given} applies only with a RoPE scaling; add scheme.scaling=linear|ntk|dynamic|yarn or drop it"
         )
-    if original_len is None:
+    if original_len is not None:  # 0 once divided by zero in the pre-flight
+        require_int("scheme.scaling_len", original_len, at_least=1, at_most=MAX_LENGTH)
+    else:
         original_len = (
             max(1, round(block_size / factor))
             if isinstance(factor, (int, float)) and factor > 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from posenc_cli.core.errors import require_number
-from posenc_cli.model.positional.base import AdditiveScheme, Claim
+from posenc_cli.model.positional.base import MAX_BASE, AdditiveScheme, Claim
 
 
 def sinusoidal_table(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -40,7 +40,7 @@ class Sinusoidal(AdditiveScheme):
         scale_embeddings: bool | None = None,
     ):
         super().__init__(n_embd, n_head, block_size, scale_embeddings=scale_embeddings)
-        require_number("scheme.base", base, above=1)
+        require_number("scheme.base", base, above=1, at_most=MAX_BASE)
         self.base = base
 
     def encoding(self, positions):

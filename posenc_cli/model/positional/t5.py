@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from posenc_cli.core.errors import require_int
-from posenc_cli.model.positional.base import Claim, PositionalScheme
+from posenc_cli.model.positional.base import MAX_LENGTH, Claim, PositionalScheme
 
 
 def t5_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -38,8 +38,9 @@ class T5Bias(PositionalScheme):
         self, n_embd: int, n_head: int, block_size: int, *, n_buckets: int = 32, max_distance: int = 128
     ):
         super().__init__(n_embd, n_head, block_size)
-        require_int("scheme.n_buckets", n_buckets, at_least=2)  # half exact, half log-spaced
-        require_int("scheme.max_distance", max_distance, at_least=n_buckets // 2 + 1)
+        # half exact, half log-spaced
+        require_int("scheme.n_buckets", n_buckets, at_least=2, at_most=MAX_LENGTH)
+        require_int("scheme.max_distance", max_distance, at_least=n_buckets // 2 + 1, at_most=MAX_LENGTH)
         self.n_buckets, self.max_distance = n_buckets, max_distance
         self.table = nn.Embedding(n_buckets, n_head)
         nn.init.normal_(self.table.weight, std=n_embd**-0.5)  # as HF's T5 initialises its bias table

@@ -10,11 +10,20 @@ Positions are centred on the window before scaling, which leaves every logit unc
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from posenc_cli.core.errors import require_number
-from posenc_cli.model.positional.base import Claim
+from posenc_cli.core.errors import UsageError, require_number
+from posenc_cli.model.positional.base import MAX_LENGTH, Claim
 from posenc_cli.model.positional.rope import RoPE
+
+# γ, three decades either side of the paper's 0.4: below, the fastest pair's ζ ≈ γ leaves nothing of
+# attention a few B away; above, every ζ ≈ 1 and xPos is RoPE
+GAMMA_RANGE = (1e-3, 1e3)
+# The largest scale, e^SPAN, q or k may be multiplied by at the training length: ζ^(±T/2B) past float32's
+# e^88 made the first step NaN (scale_base=0.25 at 64 tokens); e^40 leaves room to evaluate at twice it.
+MAX_SPAN = 40.0
 
 
 class XPos(RoPE):
@@ -35,8 +44,10 @@ class XPos(RoPE):
         **rope_options,
     ):
         super().__init__(n_embd, n_head, block_size, base=base, **rope_options)
-        require_number("scheme.gamma", gamma, above=0)  # every ζ_j in (0, 1]
-        require_number("scheme.scale_base", scale_base, above=0)
+        # every ζ_j in (0, 1]
+        require_number("scheme.gamma", gamma, at_least=GAMMA_RANGE[0], at_most=GAMMA_RANGE[1])
+        require_number("scheme.scale_base", scale_base, at_least=1, at_most=MAX_LENGTH)  # B, in positions
+        check_span(gamma, scale_base, block_size)
         self.scale_base = scale_base
         zeta = (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim + gamma) / (1 + gamma)
         self.register_buffer("zeta", zeta, persistent=False)
@@ -51,3 +62,17 @@ class XPos(RoPE):
         q, k = super().rotate(q, k, positions)
         scale = self.decay(positions).unsqueeze(-3).to(q.dtype)
         return q * scale, k / scale
+
+
+def check_span(gamma: float, scale_base: float, block_size: int) -> None:
+    """The decay of the fastest pair, ζ_0 = γ/(1 + γ), to the power ±(T/2)/B over a centred window of T
+    positions, must stay within e^±MAX_SPAN: a larger B (or γ) where it would not."""
+    per_position = math.log((1 + gamma) / gamma)
+    span = per_position * block_size / (2 * scale_base)
+    if span > MAX_SPAN:
+        least = per_position * block_size / (2 * MAX_SPAN)
+        raise UsageError(
+            f"scheme.scale_base={scale_base:g} is too small for train.block_size={block_size} with "
+            f"scheme.gamma={gamma:g}: xPos would scale q and k by up to e^{span:.0f}, more than e^{MAX_SPAN:g} "
+            f"(float32 ends at e^88); use scheme.scale_base >= {math.ceil(least)}"
+        )
