@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from posenc_cli.core.choices import PRECISIONS, PROBE_TASKS
+from posenc_cli.core.choices import MAX_LENGTH, PRECISIONS, PROBE_TASKS
 from posenc_cli.core.errors import (
     UsageError,
     nearest,
@@ -34,10 +34,6 @@ from posenc_cli.data.synthetic_spec import SyntheticSpec
 
 POSITIONS = ("ordinary", "randomized")
 MAX_MODEL_SIZE = 2**20  # model.n_layer, n_head, n_embd: past any model a machine holds
-# train.block_size and train.max_position: past any sequence and any memory (a scheme's table is built at
-# them, and past int64 torch's sizes overflowed). model.positional.base.MAX_LENGTH bounds scheme options
-# alike; it is not imported here, as the config is read before torch is (a refusal answers in a second).
-MAX_LENGTH = 10**12
 
 
 @dataclass

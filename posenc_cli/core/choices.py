@@ -21,5 +21,8 @@ MULTIRUN_FLAGS = ("-m", "--multirun")  # Hydra's flags for a sweep
 PRECISIONS = ("auto", "fp32", "bf16", "bf16-fp32-attention")
 TOKENIZERS = ("char", "byte", "bpe")  # data.tokenizer's kinds (data.tokenizers implements them)
 # the effective-length rule's defaults (report.effective_length.LengthRule; --ppl-tolerance, --retrieval-threshold)
+# a length, distance or position any option names (train.block_size, scheme options, --hf-context):
+# past any sequence and any memory, and past int64 torch's sizes overflow
+MAX_LENGTH = 10**12
 PPL_TOLERANCE = 0.10  # perplexity at most 10 % above its value at the reference length
 RETRIEVAL_THRESHOLD = 0.50  # at least half the keys retrieved, where probed

@@ -18,7 +18,6 @@ from posenc_cli.core.errors import require_bool
 
 # Bounds of scheme options (each constructor checks its own; the pre-flight builds the scheme): every option
 # is finite and inside a range where the maths holds in float32 and the value still means something.
-MAX_LENGTH = 10**12  # a length, distance or position an option names: past any sequence and any memory
 # a rotary or sinusoidal base: its slowest pair turns once in 2π·base positions, so past 1e12 (beyond
 # MAX_LENGTH) a larger base changes nothing a run can see; published models' bases are far below
 MAX_BASE = 1e12

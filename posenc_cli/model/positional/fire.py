@@ -16,8 +16,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from posenc_cli.core.choices import MAX_LENGTH
 from posenc_cli.core.errors import require_bool, require_int, require_number
-from posenc_cli.model.positional.base import MAX_LENGTH, Claim, PositionalScheme
+from posenc_cli.model.positional.base import Claim, PositionalScheme
 
 EPS = 1e-6  # keeps the normalizer positive where c·max(i, L) underflows
 # the paper's MLP is 32 wide and 2 deep; past these the layers alone take long to build, before the

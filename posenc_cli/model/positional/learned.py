@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from posenc_cli.core.choices import MAX_LENGTH
 from posenc_cli.core.errors import PositionOutOfRange, require_int
-from posenc_cli.model.positional.base import MAX_LENGTH, AdditiveScheme, Claim
+from posenc_cli.model.positional.base import AdditiveScheme, Claim
 
 
 class Learned(AdditiveScheme):

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import torch
 
 from posenc_cli.core.choices import HF_ROPE_SCALING as HF_ONLY
+from posenc_cli.core.choices import MAX_LENGTH
 from posenc_cli.core.choices import ROPE_SCALING as METHODS
 from posenc_cli.core.errors import UsageError, require_int, require_number
-from posenc_cli.model.positional.base import MAX_LENGTH
 
 
 def rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:

@@ -13,8 +13,9 @@ import math
 import torch
 from torch import nn
 
+from posenc_cli.core.choices import MAX_LENGTH
 from posenc_cli.core.errors import require_int
-from posenc_cli.model.positional.base import MAX_LENGTH, Claim, PositionalScheme
+from posenc_cli.model.positional.base import Claim, PositionalScheme
 
 
 def t5_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:

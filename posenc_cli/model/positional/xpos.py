@@ -14,8 +14,9 @@ import math
 
 import torch
 
+from posenc_cli.core.choices import MAX_LENGTH
 from posenc_cli.core.errors import UsageError, require_number
-from posenc_cli.model.positional.base import MAX_LENGTH, Claim
+from posenc_cli.model.positional.base import Claim
 from posenc_cli.model.positional.rope import RoPE
 
 # γ, three decades either side of the paper's 0.4: below, the fastest pair's ζ ≈ γ leaves nothing of
