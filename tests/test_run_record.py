@@ -190,3 +190,22 @@ def test_a_summary_whose_record_fingerprint_was_removed_is_refused_unless_the_ru
         check_own_checkpoint(Path("RUN"), checkpoint(), summary)
     check_own_checkpoint(Path("RUN"), checkpoint(), {**summary, "status": "running"})  # before its next save
     check_own_checkpoint(Path("RUN"), checkpoint(version=1), summary)  # written before fingerprints
+
+
+def test_a_runs_status_is_spelled_only_by_its_enum_in_the_record_module():
+    """summary.json's statuses have one home (rundir.record.RunStatus): a string literal of one anywhere
+    else in the package would be a second spelling that could drift from what the file holds."""
+    import ast
+
+    from posenc_cli.rundir.record import RunStatus
+
+    package = Path(__file__).resolve().parents[1] / "posenc_cli"
+    statuses = {s.value for s in RunStatus}
+    found = []
+    for path in package.rglob("*.py"):
+        if path.name == "record.py" and path.parent.name == "rundir":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in statuses:
+                found.append(f"{path.relative_to(package)}:{node.lineno} {node.value!r}")
+    assert found == []

@@ -4,7 +4,6 @@ hit both. Users without the peer directory get a note saying the side-by-side wa
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from posenc_cli.bench.processes import child_env, posenc, timed
 from posenc_cli.core import ui
-from posenc_cli.rundir.layout import SUMMARY
+from posenc_cli.rundir.record import read_summary
 
 # nanoGPT's recipe in posenc's terms: 4 layers, 4 heads, 128 dims (model=small), block 64, batch 12
 RECIPE = ("scheme=learned", "model=small", "train.block_size=64", "train.batch_size=12", "data=text")
@@ -98,7 +97,7 @@ def run_posenc(steps: int, *, run_sh: Path, text: Path, work: Path) -> dict:
         cwd=work.parent,
         what="posenc train (nanoGPT's recipe)",
     )
-    summary = json.loads((run_dir / SUMMARY).read_text(encoding="utf-8"))
+    summary = read_summary(run_dir)
     return {
         "config": "posenc",
         "seconds": seconds,

@@ -24,6 +24,8 @@ from posenc_cli.config.schema import check_keys
 from posenc_cli.core import ui
 from posenc_cli.core.choices import PRECISIONS
 from posenc_cli.core.device import cpu_bf16
+from posenc_cli.rundir.layout import METRICS
+from posenc_cli.rundir.record import RunStatus, status_of
 from posenc_cli.training.loop import train
 from posenc_cli.training.precision_choice import CACHE_ENV
 
@@ -53,7 +55,7 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
     train_log.setLevel(logging.ERROR)
     try:
         summary = train(check_keys(cfg), work)
-        rates = pd.read_csv(work / "metrics.csv")["tokens_per_s"].tolist()
+        rates = pd.read_csv(work / METRICS)["tokens_per_s"].tolist()
     except SystemExit as stopped:
         if stopped.code == ui.INTERRUPTED:
             raise KeyboardInterrupt from None
@@ -62,7 +64,7 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
         train_log.setLevel(level)
         torch.set_num_threads(threads)
         shutil.rmtree(work, ignore_errors=True)
-    if summary["status"] != "finished":
+    if status_of(summary) is not RunStatus.FINISHED:
         raise RuntimeError(f"posenc train {' '.join(overrides)}: {summary['message']}")
     steady = rates[1:] or rates  # the first interval holds the warm-up
     T, model = tc["block_size"], cfg["model"]

@@ -165,11 +165,11 @@ def announce_sweep(directory: Path) -> None:
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.errors import UsageError
     from posenc_cli.rundir.layout import holds_run
-    from posenc_cli.rundir.record import read_summary
+    from posenc_cli.rundir.record import RunStatus, read_summary, status_of
 
     def finished(run: Path) -> bool:
         try:
-            return read_summary(run).get("status") == "finished"
+            return status_of(read_summary(run)) is RunStatus.FINISHED
         except UsageError:
             return False
 

@@ -10,6 +10,7 @@ import pickle
 import re
 import zipfile
 from dataclasses import asdict, dataclass, fields
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +216,26 @@ def read_json(path: Path) -> dict[str, Any]:
     return value
 
 
+class RunStatus(str, Enum):
+    """A run's status in summary.json: training now, or how it ended (a str, so the file spells it)."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:  # as summary.json spells it, in logs and trackers too
+        return self.value
+
+
+def status_of(summary: dict[str, Any]) -> RunStatus | None:
+    """The status a summary states; None where it states none posenc writes (a damaged summary)."""
+    try:
+        return RunStatus(summary.get("status"))
+    except ValueError:
+        return None
+
+
 def read_summary(run_dir: Path) -> dict[str, Any]:
     """summary.json as a dict; one line naming the file when it is missing, corrupt or not an object."""
     return read_json(run_dir / SUMMARY)
@@ -235,7 +256,7 @@ def check_own_checkpoint(run_dir: Path, checkpoint: Checkpoint, summary: dict[st
             f"{theirs} vs {ours}); a run is read only with its own checkpoint"
         )
     kept = summary.get("record_sha256")
-    if kept is None and checkpoint.version >= 2 and summary.get("status") != "running":
+    if kept is None and checkpoint.version >= 2 and status_of(summary) is not RunStatus.RUNNING:
         raise UsageError(
             f"{run_dir / SUMMARY} keeps no fingerprint of its checkpoint's record (removed by hand?); "
             "the run cannot be verified and is not read"

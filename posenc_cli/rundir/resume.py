@@ -13,7 +13,7 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import OUTPUTS
 from posenc_cli.rundir.claim import is_locked, new_run_option, override_key, resume_value, resuming
 from posenc_cli.rundir.layout import CHECKPOINT, HYDRA_RECORD, RUN_FILES, SUMMARY, holds_run, never_started
-from posenc_cli.rundir.record import check_own_checkpoint, load_checkpoint, read_json
+from posenc_cli.rundir.record import RunStatus, check_own_checkpoint, load_checkpoint, read_summary, status_of
 
 RESUMABLE = (
     "train.max_steps",
@@ -79,7 +79,7 @@ def resume_args(args: list[str], outputs: Path = OUTPUTS) -> list[str]:
 def stored_record(run: Path) -> tuple[dict[str, Any], str]:
     """The config and run id posenc stored in `run`: the checkpoint's once there is one (the reference),
     else summary.json's (a run stopped before its first checkpoint)."""
-    summary = read_json(run / SUMMARY)
+    summary = read_summary(run)
     source, config, run_id = run / SUMMARY, summary.get("config"), summary.get("run_id")
     if not (run / CHECKPOINT).is_file() and saved_a_checkpoint(summary):
         raise UsageError(
@@ -100,7 +100,7 @@ def stored_record(run: Path) -> tuple[dict[str, Any], str]:
 def saved_a_checkpoint(summary: dict[str, Any]) -> bool:
     """Whether the run's summary says it saved a checkpoint (a finished run always has: its last step
     saves); only a run stopped before its first checkpoint may start again from step 0."""
-    return summary.get("checkpoint_step") is not None or summary.get("status") == "finished"
+    return summary.get("checkpoint_step") is not None or status_of(summary) is RunStatus.FINISHED
 
 
 def resumed_config(composed: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import OUTPUTS
 from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY, is_run_dir
-from posenc_cli.rundir.record import read_summary
+from posenc_cli.rundir.record import RunStatus, read_summary, status_of
 
 
 def find_runs(path: Path) -> list[Path]:
@@ -24,7 +24,7 @@ def find_runs(path: Path) -> list[Path]:
 def finished(run: Path) -> bool:
     """Whether the run's summary says it finished (an unreadable one: not)."""
     try:
-        return read_summary(run).get("status") == "finished"
+        return status_of(read_summary(run)) is RunStatus.FINISHED
     except UsageError:
         return False
 
@@ -51,7 +51,7 @@ def latest_runs(outputs: Path) -> tuple[list[Path], str]:
             newest[run.name] = run
             continue
         scheme = summary.get("scheme", run.name)
-        if summary.get("status") == "finished" or scheme not in newest:
+        if status_of(summary) is RunStatus.FINISHED or scheme not in newest:
             newest[scheme] = run
     return sorted(newest.values()), f"the latest finished run of each scheme under {outputs / 'runs'}"
 
@@ -98,7 +98,7 @@ def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str, list[Sk
                 raise
             skipped.append(Skipped(path, str(err)))
             continue
-        if summary.get("status") != "finished":
+        if status_of(summary) is not RunStatus.FINISHED:
             message = f": {summary['message']}" if summary.get("message") else ""
             skipped.append(Skipped(path, f"its status is {summary.get('status')}{message}"))
         else:

@@ -17,6 +17,7 @@ from posenc_cli.config.schema import anchored_paths
 from posenc_cli.core.atomic import write_text
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.ui import fail
+from posenc_cli.rundir.record import RunStatus, status_of
 from posenc_cli.rundir.resume import resumed_config
 from posenc_cli.training.distributed import threads_per_job
 from posenc_cli.training.loop import train as train_run
@@ -42,7 +43,7 @@ def run_hydra_train() -> None:
             )
         except UsageError as err:
             fail(err)
-        if summary["status"] == "failed" and hydra_cfg.mode == RunMode.RUN:
+        if status_of(summary) is RunStatus.FAILED and hydra_cfg.mode == RunMode.RUN:
             raise SystemExit(1)  # in a sweep the other jobs go on; eval skips this one
         return summary["final_val_loss"]
 

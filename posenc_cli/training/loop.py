@@ -28,7 +28,7 @@ from posenc_cli.model import GPT, token_nll
 from posenc_cli.rundir.claim import hold_lock, resume_command
 from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY
 from posenc_cli.rundir.lineage import lineage
-from posenc_cli.rundir.record import read_summary, write_summary
+from posenc_cli.rundir.record import RunStatus, read_summary, status_of, write_summary
 from posenc_cli.rundir.resume import stored_record
 from posenc_cli.training import distributed
 from posenc_cli.training.precision_choice import PrecisionChoice, choose_precision, valid_timings
@@ -110,14 +110,14 @@ def train(
         write_summary(s.run_dir, summary)
         s.logger.log_summary(summary)
         s.logger.close()
-        if status == "finished":
+        if status is RunStatus.FINISHED:
             log.info(
                 f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {s.state.step} steps "
                 f"({summary['wall_time_s']:.0f} s) -> {s.run_dir}"
             )
         else:
-            (log.error if status == "failed" else log.warning)(message)
-    if status == "interrupted":
+            (log.error if status is RunStatus.FAILED else log.warning)(message)
+    if status is RunStatus.INTERRUPTED:
         raise SystemExit(ui.INTERRUPTED)
     return summary
 
@@ -129,16 +129,18 @@ def mark_failed(run_dir: Path, err: BaseException, how: str) -> None:
     if not distributed.current().is_main or not (run_dir / SUMMARY).is_file():
         return
     summary = read_summary(run_dir)
-    if summary.get("status") == "running":
+    if status_of(summary) is RunStatus.RUNNING:
         interrupted = isinstance(err, KeyboardInterrupt)  # Ctrl-C, or SIGTERM as the run starts
-        reason = "interrupted" if interrupted else " ".join(str(err).split()) or type(err).__name__
+        reason = (
+            RunStatus.INTERRUPTED.value if interrupted else " ".join(str(err).split()) or type(err).__name__
+        )
         step = summary.get("checkpoint_step")
         kept = f"its checkpoint of step {step} is kept" if step else "with no checkpoint saved"
         message = (
             f"the run {how} ({reason}), {kept}; delete {run_dir}, or resume it once the cause is gone: "
             f"{resume_command(run_dir)}"
         )
-        status = "interrupted" if interrupted else "failed"
+        status = RunStatus.INTERRUPTED if interrupted else RunStatus.FAILED
         try:
             write_summary(run_dir, {**summary, "status": status, "message": message})
         except UsageError as refused:  # the full disk that stopped the run: its own error is the one said
@@ -173,7 +175,7 @@ def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
     if ctx.is_main:  # the directory is this process's; a fresh one says at once which run it holds
         hold_lock(run_dir)
         if not tc.resume:
-            write_summary(run_dir, {"status": "running", "run_id": run_id, "config": recorded(cfg)})
+            write_summary(run_dir, {"status": RunStatus.RUNNING, "run_id": run_id, "config": recorded(cfg)})
     corpus = load_corpus(dataclasses.asdict(cfg.data))
     check_lengths(corpus, tc.block_size)
 
@@ -242,7 +244,7 @@ def announce_run(s: Session, run_name: str | None, *, hparams: dict | None = Non
         if s.corpus.tokenizer.kind == "bpe":
             write_text(s.run_dir / TOKENIZER_FILE, s.corpus.tokenizer.to_json())
         s.summary = summary
-        write_summary(s.run_dir, {**summary, "status": "running", "checkpoint_step": s.saved_step})
+        write_summary(s.run_dir, {**summary, "status": RunStatus.RUNNING, "checkpoint_step": s.saved_step})
         s.logger = open_loggers(
             cfg.logger,
             s.run_dir,
@@ -256,7 +258,7 @@ def announce_run(s: Session, run_name: str | None, *, hparams: dict | None = Non
     return summary
 
 
-def train_until_stopped(s: Session, elapsed) -> tuple[str, str | None]:
+def train_until_stopped(s: Session, elapsed) -> tuple[RunStatus, str | None]:
     """(status, message): finished; failed at a non-finite loss; interrupted by a signal or Ctrl-C."""
     try:
         with StopSignals() as stop:
@@ -267,17 +269,17 @@ def train_until_stopped(s: Session, elapsed) -> tuple[str, str | None]:
             if s.saved_step
             else "no checkpoint had been saved yet"
         )
-        return "failed", f"training stopped: {err}; {kept} (try a lower train.lr)"
+        return RunStatus.FAILED, f"training stopped: {err}; {kept} (try a lower train.lr)"
     except Stopped as stop:
-        return "interrupted", (
+        return RunStatus.INTERRUPTED, (
             f"{stop} at step {s.state.step}; checkpoint saved. Resume with: {resume_command(s.run_dir)}"
         )
     except KeyboardInterrupt:
-        return "interrupted", (
+        return RunStatus.INTERRUPTED, (
             f"stopped at once at step {s.state.step}; the last checkpoint is kept. "
             f"Resume with: {resume_command(s.run_dir)}"
         )
-    return "finished", None
+    return RunStatus.FINISHED, None
 
 
 def run_loop(s: Session, net: torch.nn.Module, stop: StopSignals, *, elapsed) -> None:

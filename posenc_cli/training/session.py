@@ -29,6 +29,7 @@ from posenc_cli.rundir.lineage import check_same_model, initial_state, source_ch
 from posenc_cli.rundir.record import (
     Checkpoint,
     RunRecord,
+    RunStatus,
     load_checkpoint,
     record_sha256,
     save_checkpoint,
@@ -188,7 +189,7 @@ def save(s: Session, elapsed: float) -> None:
     )
     if s.summary:  # a checkpoint exists (a lost checkpoint.pt is never trained over), with this record
         s.summary.update(checkpoint_step=s.saved_step, record_sha256=record_sha256(record))
-        write_summary(s.run_dir, {**s.summary, "status": "running"})
+        write_summary(s.run_dir, {**s.summary, "status": RunStatus.RUNNING})
 
 
 def run_record(s: Session) -> RunRecord:
