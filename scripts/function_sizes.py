@@ -1,7 +1,8 @@
-"""The size rules of posenc_cli's functions (issue #29): none over 60 lines, and no more than three
-positional parameters (self and cls not counted; the rest keyword-only, after `*`). Prints each function
-that breaks them and is not in EXCEPTIONS (-v: those too) and exits 1, or says there is none.
-`make lint`, and tests/test_layout.py."""
+"""The size rules of posenc_cli: no function over 60 lines, no function with more than three positional
+parameters (self and cls not counted; the rest keyword-only, after `*`), and no module over 350 lines,
+so that a module stays one idea a reader holds at once. Prints each function that breaks them and is not
+in EXCEPTIONS, and each module that does and is not in LONG_MODULES (-v: those too), and exits 1, or
+says there is none. `make lint`, and tests/test_layout.py."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "posenc_cli"
 MAX_LINES = 60
 MAX_POSITIONAL = 3
+MAX_MODULE_LINES = 350
 
 # "path:qualified name" -> why it is kept.
 EXCEPTIONS = {
@@ -30,9 +32,22 @@ EXCEPTIONS = {
     "posenc_cli/model/gpt.py:CausalSelfAttention.forward": "nn.Module.forward: torch's calling convention",
     "posenc_cli/model/gpt.py:Block.forward": "nn.Module.forward: torch's calling convention",
 }
-# Not converted yet: files outside the change that added this check (config/, core/, data/__init__.py,
-# evaluation/{hf_models,perplexity,run_target,target}.py, report/output_sets.py, rundir/, training/).
-# Drop each as its file is done.
+# "path" of a module over MAX_MODULE_LINES -> why it is kept.
+LONG_MODULES = {
+    "posenc_cli/core/atomic.py": (
+        "atomic writes and output sets in one module; the output-set half (manifest, kinds, directory "
+        "ownership) is imported by evaluation/export.py and rundir/destinations.py, which are being "
+        "changed in the same step: it moves to its own module once they land"
+    ),
+    "posenc_cli/evaluation/export.py": "being changed in the security step: split after it lands",
+    "posenc_cli/evaluation/hf_models.py": "being changed in the security step: split after it lands",
+    "posenc_cli/training/loop.py": (
+        "being regrouped into the loop and what it calls (the typed-summary step): split there"
+    ),
+    "posenc_cli/training/precision_choice.py": (
+        "being changed in the typed-summary step (training/): split after it lands"
+    ),
+}
 
 
 def typer_command(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -59,11 +74,15 @@ def functions(tree: ast.AST, prefix: str = ""):
 
 
 def findings() -> dict[str, str]:
-    """ "path:qualified name" -> what breaks the rules, for every function of posenc_cli."""
+    """ "path:qualified name" -> what breaks the rules, for every function of posenc_cli, and "path" ->
+    its length, for every module over MAX_MODULE_LINES."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(ROOT).as_posix()
-        for name, node in functions(ast.parse(path.read_text(encoding="utf-8"))):
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            found[where] = f"module of {len(text.splitlines())} lines, over {MAX_MODULE_LINES}"
+        for name, node in functions(ast.parse(text)):
             problems = []
             lines = node.end_lineno - node.lineno + 1
             if lines > MAX_LINES:
@@ -79,25 +98,31 @@ def findings() -> dict[str, str]:
 
 
 def unexplained(found: dict[str, str]) -> dict[str, str]:
-    return {key: problem for key, problem in found.items() if key not in EXCEPTIONS}
+    return {key: problem for key, problem in found.items() if key not in EXCEPTIONS | LONG_MODULES}
+
+
+def stale(found: dict[str, str]) -> list[str]:
+    """The exceptions that name nothing that breaks a rule (any more)."""
+    return sorted((EXCEPTIONS | LONG_MODULES).keys() - found.keys())
 
 
 def main() -> int:
     found = findings()
     for key, problem in unexplained(found).items():
         print(f"{key}: {problem}")
-    stale = sorted(EXCEPTIONS.keys() - found.keys())
-    for key in stale:
-        print(f"{key}: listed in EXCEPTIONS but breaks no rule; drop it")
+    for key in stale(found):
+        print(f"{key}: listed in EXCEPTIONS or LONG_MODULES but breaks no rule; drop it")
     if "-v" in sys.argv:
-        for key in EXCEPTIONS.keys() & found.keys():
-            print(f"{key}: {found[key]} (kept: {EXCEPTIONS[key]})")
-    if not unexplained(found) and not stale:
-        kept = len(EXCEPTIONS)
+        kept = EXCEPTIONS | LONG_MODULES
+        for key in kept.keys() & found.keys():
+            print(f"{key}: {found[key]} (kept: {kept[key]})")
+    if not unexplained(found) and not stale(found):
         print(
-            f"every function within {MAX_LINES} lines and {MAX_POSITIONAL} positional parameters, but {kept} excepted (-v)"
+            f"every function within {MAX_LINES} lines and {MAX_POSITIONAL} positional parameters, every module "
+            f"within {MAX_MODULE_LINES} lines, but {len(EXCEPTIONS)} functions and {len(LONG_MODULES)} "
+            "modules excepted (-v)"
         )
-    return 1 if unexplained(found) or stale else 0
+    return 1 if unexplained(found) or stale(found) else 0
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from posenc_cli.bench import peak as peak_module
 from posenc_cli.bench import peer as peer_module
 from posenc_cli.bench import sampling as sampling_module
 from posenc_cli.bench import train_speed as train_speed_module
-from posenc_cli.bench.markdown import STARTUP_TARGETS, load_targets, mfu_text, precision_auto, targets
+from posenc_cli.bench.bench_targets import STARTUP_TARGETS, load_targets, mfu_text, precision_auto, targets
 from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
 from posenc_cli.bench.startup import startup_cases

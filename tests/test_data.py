@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, SMOKE, assert_refused, evaluate, invoke, posenc, run_cli, train
 from posenc_cli.core.errors import UsageError
-from posenc_cli.data import check_tokenizer_options, load_corpus, passkey, require_same_corpus, stream
+from posenc_cli.data import (
+    check_tokenizer_options,
+    load_corpus,
+    passkey,
+    require_same_corpus,
+    stream,
+    token_cache,
+)
 from posenc_cli.data.synthetic import copy_length_nats, generate, log_uniform_int_nats
 from posenc_cli.data.synthetic_spec import SyntheticSpec
 from posenc_cli.data.tokenizers import BpeTokenizer, ByteTokenizer, from_payload, run_tokenizer, text_pieces
@@ -410,10 +417,10 @@ def test_stale_cache_builds_are_removed_while_one_a_live_process_holds_stays(tmp
     for leftover in (killed, building, unlocked):
         leftover.mkdir()
         (leftover / "train.bin").write_bytes(b"\0" * 64)
-    (killed / stream.BUILD_LOCK).touch()  # its builder died, and its lock with it
-    (building / stream.BUILD_LOCK).touch()
+    (killed / token_cache.BUILD_LOCK).touch()  # its builder died, and its lock with it
+    (building / token_cache.BUILD_LOCK).touch()
     os.utime(unlocked, (1, 1))  # no lock file, long ago: killed after its last write
-    held = os.open(building / stream.BUILD_LOCK, os.O_RDWR)
+    held = os.open(building / token_cache.BUILD_LOCK, os.O_RDWR)
     try:
         fcntl.flock(held, fcntl.LOCK_EX)  # another open file description: as another process's lock
         load_corpus(data)

@@ -28,8 +28,8 @@ from posenc_cli.evaluation.perplexity import (
     plan_windows,
     scored_span,
 )
-from posenc_cli.report.tables import NO_VERDICT, comparison, ppl_pivot
-from posenc_cli.report.verdict import has_learned, verdict
+from posenc_cli.report.tables import comparison, ppl_pivot
+from posenc_cli.report.verdict import NO_VERDICT, has_learned, verdict
 
 
 def scored_targets(windows, length):

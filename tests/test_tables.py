@@ -1,10 +1,10 @@
-"""report.tables: the notes under a table quote the table's own rows, in the table's order."""
+"""report.comparison_notes: the notes under a table quote the table's own rows, in the table's order."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from posenc_cli.report.tables import scored_tokens
+from posenc_cli.report.comparison_notes import scored_tokens
 
 
 def rows(scheme: str, tokens: dict[int, int]) -> list[dict]:

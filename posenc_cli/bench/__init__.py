@@ -1,14 +1,14 @@
 """`posenc bench`: training and evaluation speed on the paths users run, against this machine's limits.
 
 - peak.py: the GEMM peak of each precision (fp32, bf16), the denominator of MFU.
-- training.py: `posenc train`'s own training function, timed per eval interval (median reported).
-- train_speed.py's precision section: what train.precision=auto chose, beside every pinned precision's speed.
+- train_speed.py: `posenc train`'s own training function, timed per eval interval (median reported);
+  its precision section: what train.precision=auto chose, beside every pinned precision's speed.
 - peer.py: whole `posenc train` processes side by side with nanoGPT's CPU recipe, alternated.
-- memory.py: evaluation speed and peak memory, each case in a fresh process.
+- eval_memory.py: evaluation speed and peak memory, each case in a fresh process.
 - sampling.py: `posenc sample`'s tokens/s with and without the KV cache, alternated.
 - startup.py: whole processes a user waits on (a refused override, --help, a completion, a tiny run).
 - main_job.py: wall time of the README's main job.
-- markdown.py: bench.md, with the targets of configs/bench_targets.yaml.
+- markdown.py: bench.md and bench.csv; bench_targets.py: the targets of configs/bench_targets.yaml.
 
 Everything is measured in one run so the ratios (MFU, each scheme against rope, posenc against
 nanoGPT) stay meaningful on a busy machine.

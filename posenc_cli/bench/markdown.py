@@ -1,4 +1,4 @@
-"""bench.md: the machine, each section's table, and the targets of configs/bench_targets.yaml."""
+"""bench.md and bench.csv: the machine, each section's table, and the targets (bench_targets)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,11 @@ from typing import Any
 import pandas as pd
 import torch
 
-from posenc_cli.bench.eval_memory import EVAL_MULTIPLES
+from posenc_cli.bench.bench_targets import TARGETS_FILE, mfu_text, targets
 from posenc_cli.bench.peer import RECIPE, speedup
-from posenc_cli.config.location import config_dir
 from posenc_cli.core.atomic import write_text, write_with
 from posenc_cli.core.device import cpu_model
-from posenc_cli.model.positional import SCHEMES
-from posenc_cli.report.tables import markdown_table
+from posenc_cli.report.cells import markdown_table
 
 COLUMNS = (
     "note",
@@ -41,7 +39,6 @@ COLUMNS = (
     "reason",
     "vs_best",
 )  # not every section has them
-TARGETS_FILE = "bench_targets.yaml"
 
 
 def machine() -> dict[str, Any]:
@@ -55,133 +52,6 @@ def machine() -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "load_avg_1min_at_start": round(os.getloadavg()[0], 2),
     }
-
-
-def load_targets() -> dict[str, float]:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(OmegaConf.load(config_dir() / TARGETS_FILE))
-
-
-def mfu_text(mfu: float) -> str:
-    """MFU as a percentage; above 100 % the peak was measured at a busier moment than the run, so no
-    percentage is printed."""
-    return f"{mfu:.1%}" if mfu <= 1 else "n/a (above the measured peak: rerun on a quiet machine)"
-
-
-def targets(df: pd.DataFrame) -> list[list[str]]:
-    """This run's numbers against configs/bench_targets.yaml: [target, measured, met], for each target
-    whose section was run."""
-    goal = load_targets()
-    checks = (
-        train_mfu,
-        bias_vs_rope,
-        precision_auto,
-        nanogpt_speedup,
-        eval_rss,
-        eval_slowdown,
-        sample_speedup,
-    )
-    checks += (main_job,)
-    rows = [row for check in checks if (row := check(df, goal)) is not None] + startup_times(df, goal)
-    return [[target, measured, "yes" if met else "**no**"] for target, measured, met in rows]
-
-
-def train_mfu(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
-    train = df[df["section"] == "train"]
-    if not len(train):
-        return None
-    worst = train.loc[train["mfu"].idxmin()]
-    return [
-        f"training MFU ≥ {goal['train_mfu']:.0%} for every scheme (default config, against the "
-        "peak of its precision)",
-        f"lowest {mfu_text(worst['mfu'])} ({worst['scheme']}, {worst['precision']})",
-        worst["mfu"] >= goal["train_mfu"],
-    ]
-
-
-def bias_vs_rope(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
-    train = df[df["section"] == "train"]
-    biased = train[train["scheme"].map(lambda s: SCHEMES[s].adds_bias)]
-    if not (len(biased) and train["vs_rope"].notna().any()):
-        return None
-    worst = biased.loc[biased["vs_rope"].idxmin()]
-    return [
-        f"bias schemes within {1 - goal['bias_vs_rope']:.0%} of rope's training tokens/s",
-        f"lowest {worst['vs_rope']:.2f}× rope ({worst['scheme']})",
-        worst["vs_rope"] >= goal["bias_vs_rope"],
-    ]
-
-
-def precision_auto(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
-    found = df[df["section"] == "precision"]
-    if not len(found):
-        return None
-    auto = found[found["asked"] == "auto"]
-    pinned = found[found["asked"] != "auto"]
-    fastest = pinned.loc[pinned.groupby("config")["tokens_per_s"].idxmax()].set_index("config")["effective"]
-    # auto computing in the fastest pinned run's precision is the right choice, whatever the two runs'
-    # spread (the same arithmetic twice differs by the machine's noise alone)
-    chose_fastest = auto["effective"].to_numpy() == fastest.reindex(auto["config"]).to_numpy()
-    worst = auto.loc[auto["vs_best"].idxmin()]
-    return [
-        f"train.precision=auto within {goal['precision_auto_slack']:.0%} of the fastest pinned precision, "
-        "or computing in it (default config and nanoGPT's recipe)",
-        f"lowest {worst['vs_best']:.2f}× the fastest ({worst['config']}: auto computed in {worst['effective']}, "
-        f"the fastest pinned was {fastest[worst['config']]})",
-        bool(((auto["vs_best"] >= 1 - goal["precision_auto_slack"]).to_numpy() | chose_fastest).all()),
-    ]
-
-
-def nanogpt_speedup(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
-    ratio = speedup(df)
-    if ratio is None:
-        return None
-    return [
-        f"posenc train ≥ {goal['nanogpt_speedup']}× nanoGPT's speed at its CPU recipe (whole process)",
-        f"{ratio:.2f}× (median of pairs)",
-        ratio >= goal["nanogpt_speedup"],
-    ]
-
-
-def eval_rss(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
-    longest = df[
-        (df["section"] == "eval") & (df["multiple"] == max(EVAL_MULTIPLES)) & df["peak_rss_mib"].notna()
-    ]
-    if not len(longest):
-        return None
-    worst = longest.loc[longest["peak_rss_mib"].idxmax()]
-    gib = worst["peak_rss_mib"] / 1024
-    return [
-        f"eval peak RSS at {max(EVAL_MULTIPLES)}× the training length < {goal['eval_rss_gib']} GiB",
-        f"highest {gib:.2f} GiB ({worst['scheme']})",
-        gib < goal["eval_rss_gib"],
-    ]
-
-
-def eval_slowdown(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
-    evals = df[(df["section"] == "eval") & df["vs_rope"].notna()]
-    if not len(evals):
-        return None
-    worst = evals.loc[evals["vs_rope"].idxmin()]
-    slowdown = 1 / worst["vs_rope"]
-    return [
-        f"eval: no scheme > {goal['eval_slowdown']:.0f}× slower per token than rope",
-        f"slowest {slowdown:.2f}× ({worst['scheme']} @ {int(worst['length'])})",
-        slowdown <= goal["eval_slowdown"],
-    ]
-
-
-def main_job(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
-    total = df[(df["section"] == "main_job") & (df["config"] == "total")]
-    if not len(total):
-        return None
-    seconds = total["seconds"].iloc[0]
-    return [
-        f"README main job ≤ {goal['main_job_s'] / 60:g} min",
-        f"{seconds / 60:.1f} min",
-        seconds <= goal["main_job_s"],
-    ]
 
 
 def num(value, fmt: str) -> str:
@@ -254,7 +124,7 @@ def training_section(df: pd.DataFrame) -> list[str]:
         "",
         "`posenc train`'s own training function at the default configuration, with its logging, "
         "validation and checkpoints at the configured intervals. tokens/s: the median eval interval "
-        "after the first (train.py's own rate, validation pass left out); whole loop: steps × batch × T / "
+        "after the first (the training loop's own rate, validation pass left out); whole loop: steps × batch × T / "
         "the loop's wall time, validation, checkpoints and warm-up included. MFU = tokens/s × "
         "(6·N + 12·n_layer·d_model·T) / the GEMM peak of the precision the run computes in; N = "
         "non-positional parameters, tied embedding counted once.",
@@ -392,14 +262,6 @@ def sampling_section(df: pd.DataFrame) -> list[str]:
     ]
 
 
-STARTUP_TARGETS = {  # case -> its key in configs/bench_targets.yaml
-    "refused override (train scheme=roep)": "startup_refused_s",
-    "train --help": "startup_help_s",
-    "completion (train scheme=al<TAB>)": "startup_completion_s",
-    "tiny run of 1 step, whole process": "startup_first_step_s",
-}
-
-
 def startup_section(df: pd.DataFrame) -> list[str]:
     startup = df[df["section"] == "startup"]
     if not len(startup):
@@ -414,30 +276,6 @@ def startup_section(df: pd.DataFrame) -> list[str]:
         "",
         markdown_table(["command", "fastest s", "median s", "rounds"], rows),
         "",
-    ]
-
-
-def startup_times(df: pd.DataFrame, goal: dict[str, float]) -> list[list]:
-    startup = df[df["section"] == "startup"]
-    return [
-        [
-            f"{r.config} ≤ {goal[STARTUP_TARGETS[r.config]]:g} s",
-            f"{r.seconds:.2f} s",
-            r.seconds <= goal[STARTUP_TARGETS[r.config]],
-        ]
-        for r in startup.itertuples()
-    ]
-
-
-def sample_speedup(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
-    cached = df[(df["section"] == "sample") & (df["config"] == "kv cache")]
-    if not len(cached):
-        return None
-    slowest = cached["vs_baseline"].min()
-    return [
-        f"sampling with the KV cache ≥ {goal['sample_speedup']:g}× without",
-        f"{slowest:.1f}×",
-        slowest >= goal["sample_speedup"],
     ]
 
 

@@ -1,6 +1,6 @@
 """Training speed on the path users run: `posenc_cli.training.loop.train`, the function `posenc train` calls,
 whole (data sampling, logging, validation and checkpoints at the configured intervals), sustained
-over several eval intervals. Reported: the median interval's tokens/s (train.py's own per-interval
+over several eval intervals. Reported: the median interval's tokens/s (the training loop's own per-interval
 rate, which leaves out the validation pass it times) and the whole loop's (everything included)."""
 
 from __future__ import annotations

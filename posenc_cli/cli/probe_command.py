@@ -97,9 +97,9 @@ def probe(
 def show_probe(df, written: list, out, *, rule) -> None:
     """The retrieval table, with the effective length by retrieval, on stdout; what was written on stderr."""
     # imported when the command runs, so that --help leaves torch unimported
+    from posenc_cli.report.cells import markdown_table
     from posenc_cli.report.effective_length import effective_length_row
-    from posenc_cli.report.passkey_tables import probe_columns
-    from posenc_cli.report.tables import markdown_table, passkey_rows
+    from posenc_cli.report.passkey_tables import passkey_rows, probe_columns
 
     schemes = probe_columns(df)
     effective, note = effective_length_row(None, df, schemes, rule=rule)

@@ -21,6 +21,7 @@ from posenc_cli.data.kinds import CACHE_DIR, CORPORA, VAL_FRACTION, check_tokeni
 from posenc_cli.data.synthetic import generate
 from posenc_cli.data.synthetic_spec import SyntheticSpec
 from posenc_cli.data.tasks import TaskCorpus, task_spec
+from posenc_cli.data.token_cache import token_arrays
 
 
 def text_source(data_cfg: Mapping[str, Any]) -> tuple[stream.TextSource, dict[str, Any]]:
@@ -116,7 +117,7 @@ def load_corpus(data_cfg: Mapping[str, Any], tokenizer=None) -> Corpus:
     text = read_text_plan(data_cfg)
     where = dict(cut=text.cut, n_chars=text.n_chars, cache=text.cache)
     tokenizer = tokenizer or stream.tokenizer_for(dict(data_cfg), text.source, text.sha, **where)
-    train, val, meta = stream.token_arrays(tokenizer, text.source, text.sha, **where)
+    train, val, meta = token_arrays(tokenizer, text.source, text.sha, **where)
     stats = text.stats
     stats.update(
         sha256=text.sha,

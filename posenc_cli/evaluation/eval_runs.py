@@ -3,21 +3,18 @@ rows and the facts each column's report needs; every input is checked before any
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where it is used: `posenc eval` only
 
-import numpy as np
-
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError, require_number, require_positive_int
 from posenc_cli.core.ui import announce
-from posenc_cli.data import token_window
-from posenc_cli.evaluation.documents import EncodedDocument, evaluate_documents, require_documents
-from posenc_cli.evaluation.eval_text import EvalText, same_bytes_spans
+from posenc_cli.evaluation.eval_plan import RunPlan, Scoring, plan_runs
+from posenc_cli.evaluation.eval_scoring import score_variant
+from posenc_cli.evaluation.eval_text import EvalText
 from posenc_cli.evaluation.labels import (
     Label,
     distinctions,
@@ -25,24 +22,10 @@ from posenc_cli.evaluation.labels import (
     pretended_context,
     with_tokenizer,
 )
-from posenc_cli.evaluation.perplexity import (
-    TargetLengths,
-    evaluate_length,
-    plan_windows,
-    position_buckets,
-    require_text_for,
-    require_tokens_for,
-    scored_span,
-    target_lengths,
-    unigram_perplexity,
-)
 from posenc_cli.evaluation.target import EvalTarget
-from posenc_cli.model.positional import past_max_len
 from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, METHODS, parse_rope_scaling
 
 SCALINGS = tuple(m for m in METHODS if m != "none")  # the methods a --rope-factor applies to
-
-NON_FINITE = "non-finite loss"  # a row's note where the model's loss is nan or inf: its cell says so
 
 
 def rope_methods(rope_scaling: str, rope_factor: float | None) -> list[str]:
@@ -72,64 +55,6 @@ def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]
     return [("window", limit) if choice == "window" else ("", None) for choice in overflows]
 
 
-@dataclass(frozen=True)
-class RunPlan:
-    """What one eval target is scored on, worked out (and every input checked) before any scoring."""
-
-    tokens: Any  # the token ids scored
-    weights: Callable  # weights(start, n): the UTF-8 bytes and characters of tokens start..start+n-1
-    unigram_ppl: float  # the bar a model must clear to get a verdict
-    lengths: list[int]  # the evaluation lengths (target_lengths: its training length where it is added)
-    span: int  # targets scored at every length
-    variants: list  # what it is evaluated as: RoPE scalings, or itself once
-    reference: int  # the length its longer lengths are read against (its training length, or inside it)
-    text: str  # what text it scored, as the table names it
-    documents: list[EncodedDocument] | None = None  # --documents: each scored alone (evaluation.documents)
-
-
-@dataclass(frozen=True)
-class Scoring:
-    """How every window is cut: the same for every target of one `posenc eval`."""
-
-    mode: str
-    stride: int | None
-    device: Any
-
-
-def plan_run(
-    run: EvalTarget,
-    stream: tuple,
-    *,
-    lengths: TargetLengths,
-    span: int | None,
-    max_tokens: int,
-    scoring: Scoring,
-    rope_scaling,
-    rope_factor,
-    text: str,
-) -> RunPlan:
-    """`stream`: its tokens of the text and their weights; `span`: the targets that cover the table's
-    bytes (eval_text), None for a run scored on its own validation split."""
-    tokens, weights = stream
-    run_lengths = lengths.lengths
-    span = scored_span(len(tokens), run_lengths, max_tokens) if span is None else span
-    for length in run_lengths:
-        plan_windows(span, length, scoring.mode, stride=scoring.stride)  # validates mode and stride
-    variants = fitting_variants(run, run_lengths, scoring, rope_scaling=rope_scaling, rope_factor=rope_factor)
-    unigram = unigram_perplexity(token_window(tokens, 0, span + 1))
-    return RunPlan(tokens, weights, unigram, run_lengths, span, variants, lengths.reference, text)
-
-
-def fitting_variants(
-    run: EvalTarget, lengths: list[int], scoring: Scoring, *, rope_scaling, rope_factor
-) -> list:
-    """What `run` is evaluated as (its RoPE scalings, validated for it), after checking that the lengths it
-    can read fit in the device's memory: the part a stream's plan and a documents' plan share."""
-    variants = run.variants(list(rope_scaling), rope_factor)
-    run.check_fits([L for L in lengths if not past_max_len(run.max_len, L)], scoring.device)
-    return variants
-
-
 def column_label(run: EvalTarget, variant, overflow: str, *, distinct, rope_factor, mixed: bool) -> Label:
     """The column a run is scored as: its variant (evaluation time only: the checkpoint is untouched),
     overflow, what sets it apart from the table's other runs, the --rope-factor, its tokenizer."""
@@ -151,76 +76,6 @@ def same_computation(methods, rope_factor) -> tuple[list[str], str]:
         "full window of T tokens, so dynamic is shown once, as ntk (posenc scores whole windows; "
         "in generation dynamic would grow with the position instead)"
     )
-
-
-def plan_runs(
-    runs, text: EvalText | None, *, lengths: list[int], add_context: bool, max_tokens: int, **options
-) -> dict:
-    """Every target's RunPlan (by id), every input checked: its lengths (target_lengths, the added ones
-    said before any work) and, with a text, the spans of the same bytes."""
-    lengths_of = {id(run): target_lengths(run.train_len, lengths, add_context=add_context) for run in runs}
-    if text is not None and text.documents is not None:
-        return {
-            id(run): plan_documents(run, text, lengths=lengths_of[id(run)], max_tokens=max_tokens, **options)
-            for run in runs
-        }
-    streams = {id(run): run.eval_tokens(text.text if text else None) for run in runs}
-    longest = {key: max(ls.lengths) for key, ls in lengths_of.items()}
-    for key in longest:
-        require_text_for(longest[key], len(streams[key][0]))
-        require_tokens_for(longest[key], max_tokens)
-    spans = (
-        same_bytes_spans(
-            streams, longest=longest, max_tokens=max_tokens, names={id(r): str(r.path) for r in runs}
-        )
-        if text
-        else dict.fromkeys(streams)
-    )
-    plans = {
-        id(run): plan_run(
-            run,
-            streams[id(run)],
-            lengths=lengths_of[id(run)],
-            span=spans[id(run)],
-            max_tokens=max_tokens,
-            text=text.name if text else "its validation split",
-            **options,
-        )
-        for run in runs
-    }
-    announce_added(runs, lengths_of)
-    return plans
-
-
-def plan_documents(
-    run: EvalTarget, text: EvalText, *, lengths: TargetLengths, max_tokens: int, scoring: Scoring, **variants
-) -> RunPlan:
-    """A target's plan under --documents: each document in its own tokens, every length checked to have a
-    document that qualifies (evaluation.documents) before any scoring; `span` bounds the targets a
-    document scores in sliding windows (--max-tokens)."""
-    assert text.documents is not None
-    documents = [EncodedDocument(*run.eval_tokens(doc)) for doc in text.documents]
-    require_documents(documents, lengths.lengths, where=f"{text.name} in {run.path}'s tokens")
-    scaled = fitting_variants(run, lengths.lengths, scoring, **variants)
-    every = np.concatenate([np.asarray(d.tokens) for d in documents])
-    unigram = unigram_perplexity(every)
-    plan = RunPlan(every, None, unigram, lengths.lengths, max_tokens, scaled, lengths.reference, text.name)
-    return replace(plan, documents=documents)
-
-
-def announce_added(runs: list[EvalTarget], lengths_of: dict) -> None:
-    """Up front, the lengths nobody asked for: each target's training length where it is added."""
-    added: dict[int, list[str]] = {}
-    for run in runs:
-        if lengths_of[id(run)].added is not None:
-            added.setdefault(lengths_of[id(run)].added, []).append(str(run.path))
-    for length, names in sorted(added.items()):
-        ui.err.print(
-            f"also evaluating at {length} (not in --lengths): the training length of {', '.join(names)}, "
-            "the reference its longer lengths are read against",
-            markup=False,
-            highlight=False,
-        )
 
 
 def evaluate_runs(
@@ -298,108 +153,3 @@ def column_note(run: EvalTarget, column: Label, plan: RunPlan, *, methods: list[
 def unscalable_note(label: Label) -> str:
     """What eval's and probe's tables say of a run --rope-scaling cannot scale."""
     return f"{label} takes no RoPE scaling: scored once, as trained"
-
-
-def score_variant(
-    run, scheme: str, plan: RunPlan, *, context: int | None, scoring: Scoring, bar, task
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """One variant of `run` at each of its lengths: ppl rows and per-position rows, the bar advanced."""
-    scorer = run.scorer(scoring.device)
-    rows, position_rows = [], []
-    for length in plan.lengths:
-        bar.update(task, status=f"{scheme} seed {run.seed} @ {length}")
-        row, positions = score_length(
-            run, scheme, plan, scorer=scorer, length=length, context=context, scoring=scoring
-        )
-        rows.append(row)
-        position_rows += positions
-        bar.advance(task)
-    return rows, position_rows
-
-
-def score_length(
-    run, scheme, plan: RunPlan, *, scorer, length: int, context: int | None, scoring: Scoring
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One ppl.csv row of `run` at `length` (a note where it cannot be scored), and its per-position rows."""
-    row = unscored_row(run, scheme, plan, length=length, mode=scoring.mode)
-    unreadable = past_max_len(run.max_len, length)
-    if unreadable and context is None:
-        row["note"] = f"{scheme} {unreadable}"
-        return row, []
-    if plan.documents is not None:
-        result, row["documents"] = evaluate_documents(
-            scorer,
-            plan.documents,
-            length=length,
-            mode=scoring.mode,
-            stride=scoring.stride,
-            context=context,
-            max_tokens=plan.span,
-        )
-    else:
-        result = evaluate_length(
-            scorer,
-            plan.tokens,
-            span=plan.span,
-            length=length,
-            mode=scoring.mode,
-            stride=scoring.stride,
-            context=context,
-            weights=plan.weights,
-        )
-    if context is not None and length > context:
-        row["note"] = (
-            f"{scheme} past max_len={context}: sliding windows of {context} tokens "
-            f"(stride {context // 2}), so a token sees at most {context} tokens."
-        )
-    if not math.isfinite(result.ppl):
-        row["note"] = NON_FINITE
-    row.update(
-        tokens=result.tokens,
-        nll=result.nll,
-        ppl=result.ppl,
-        bytes=result.bytes,
-        chars=result.chars,
-        bpb=result.bpb,
-    )
-    positions = [
-        {
-            "run": str(run.path),
-            "model_id": run.model_id,
-            "scheme": scheme,
-            "seed": run.seed,
-            "eval_len": length,
-            "position": p,
-            "nll": nll,
-            "tokens": n,
-        }
-        for p, nll, n in position_buckets(result)
-    ]
-    return row, positions
-
-
-def unscored_row(run, scheme, plan: RunPlan, *, length: int, mode: str) -> dict[str, Any]:
-    """A ppl.csv row before scoring: no tokens scored and every measure nan, until there is a number."""
-    return {
-        "run": str(run.path),
-        "model_id": run.model_id,
-        "scheme": scheme,
-        "seed": run.seed,
-        "train_len": run.train_len,
-        "eval_len": length,
-        "mode": mode,
-        "tokens": 0,
-        "nll": math.nan,
-        "ppl": math.nan,
-        "note": "",
-        "tokenizer": run.tokenizer_name,
-        "bytes": math.nan,
-        "chars": math.nan,
-        "bpb": math.nan,
-        "unigram_ppl": plan.unigram_ppl,
-        "precision": run.training_precision,
-        "context": run.real_context,  # the model's own, where --hf-context pretends another train_len
-        "reference_len": plan.reference,
-        "text": plan.text,
-        "documents": math.nan,  # --documents: how many qualified at this length
-    }

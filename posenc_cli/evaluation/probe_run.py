@@ -12,7 +12,8 @@ import torch
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError, require_seed
 from posenc_cli.data.needles import NeedleTask
-from posenc_cli.evaluation.eval_runs import announce_added, column_label
+from posenc_cli.evaluation.eval_plan import announce_added
+from posenc_cli.evaluation.eval_runs import column_label
 from posenc_cli.evaluation.labels import distinctions, mixes_own_tokenizers
 from posenc_cli.evaluation.perplexity import target_lengths
 from posenc_cli.evaluation.probe import COLUMNS, check_trials, score

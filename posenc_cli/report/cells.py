@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from posenc_cli.evaluation.eval_runs import NON_FINITE
+from posenc_cli.evaluation.eval_scoring import NON_FINITE
 
 BEYOND_TABLE = "—"
 

@@ -20,6 +20,7 @@ from posenc_cli.core.atomic import output_set, write_text, write_with
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.probe_run import ProbeResult
 from posenc_cli.report.cells import markdown_table
+from posenc_cli.report.comparison_notes import skipped_text
 from posenc_cli.report.effective_length import effective_lengths, rule_of, with_effective_length
 from posenc_cli.report.passkey_tables import passkey_by_depth, probe_columns
 from posenc_cli.report.plots import (
@@ -29,7 +30,7 @@ from posenc_cli.report.plots import (
     plot_probe_summary,
 )
 from posenc_cli.report.results_file import RESULTS, Provenance, ResultsSection, provenance, write_results_file
-from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot, skipped_text
+from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot
 from posenc_cli.report.tracked import send_to_trackers
 from posenc_cli.rundir.selection import Skipped
 
