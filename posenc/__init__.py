@@ -20,8 +20,10 @@ from posenc_cli import __version__
 from posenc_cli.cli.inspect_command import check_options
 from posenc_cli.cli.schemes_command import scheme_rows
 from posenc_cli.cli.train_command import train_with
+from posenc_cli.core.device import resolve_device
 from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.hf_loading import load_hf_model
+from posenc_cli.evaluation.hf_options import hf_options
 from posenc_cli.inspection.inspect_scheme import inspect_scheme
 from posenc_cli.report.run_eval import EvalOptions, Evaluation, run_eval
 from posenc_cli.report.run_probe import ProbeOptions, probe_options
@@ -56,9 +58,18 @@ def optional_text(value: str | Path | None) -> str | None:
     return None if value is None else str(value)
 
 
-def load_hf(id_or_path: str, **options: Any):
-    """`hf:ID_OR_PATH` (the prefix may be left out) as eval scores it; options: context, device, dtype."""
+def load_hf(
+    id_or_path: str,
+    *,
+    context: int | None = None,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    device_map: str | None = None,
+):
+    """`hf:ID_OR_PATH` (the prefix may be left out) as eval scores it, its options checked as the command
+    line's --hf-context, --device, --dtype and --device-map are."""
     name = id_or_path if id_or_path.startswith("hf:") else f"hf:{id_or_path}"
+    options = hf_options(context, resolve_device(device), dtype, device_map=device_map)
     return load_hf_model(name, **options)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import typing
@@ -126,3 +127,37 @@ def test_the_notebook_example_runs_as_written_in_a_fresh_directory(tmp_path):
     document = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert {"eval", "probe"} <= set(document)  # evaluate and probe wrote one output set
     assert "passkey @ 128" in (tmp_path / "eval" / "comparison.md").read_text()
+
+
+HF_CONTEXT_REFUSED = "--hf-context must be an integer between 1 and 1000000000000, got "
+
+
+@pytest.mark.parametrize("context", [0, -5, 1.5, True, "abc", 10**20])
+def test_an_hf_context_the_command_line_refuses_is_refused_by_load_hf_evaluate_and_probe_alike(
+    context, tmp_path, monkeypatch
+):
+    """One check (evaluation.hf_options) for --hf-context and posenc.load_hf's context: 1.5 and True were
+    taken as 1, -5 became the training length, 0 fell back to the config's, 'abc' was a traceback; the
+    same line before any model is loaded, whichever way it is given."""
+    monkeypatch.chdir(tmp_path)
+    said = f"{HF_CONTEXT_REFUSED}{context!r}"
+    with pytest.raises(UsageError, match=f"^{re.escape(said)}$"):
+        posenc.load_hf(str(tmp_path), context=context)
+    for call in (
+        lambda: posenc.evaluate(f"hf:{tmp_path}", data="text.txt", hf_context=context),
+        lambda: posenc.probe(f"hf:{tmp_path}", hf_context=context),
+    ):
+        with pytest.raises(UsageError, match=f"^{re.escape(said)}$"):
+            call()
+    assert refusal("eval", "hf:m", "--data", "t.txt", "--hf-context", "99999999999999999999") == (
+        f"{HF_CONTEXT_REFUSED}99999999999999999999"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_load_hf_refuses_a_device_or_dtype_the_command_line_refuses_in_its_words(tmp_path):
+    """device='cuda:abc' was a traceback from torch; the command line's own checks, its own lines."""
+    with pytest.raises(UsageError, match="^device=cuda:abc is not known"):
+        posenc.load_hf(str(tmp_path), device="cuda:abc")
+    with pytest.raises(UsageError, match="^--dtype 'fp16' is not one of fp32, bf16$"):
+        posenc.load_hf(str(tmp_path), dtype="fp16")

@@ -547,3 +547,83 @@ def test_an_export_evaluated_on_its_runs_own_corpus_is_scored_on_its_validation_
     assert exported["text"].tolist() == [own["text"].iloc[0].replace(two_layer_run.name, "export")]
     assert "the validation split of the text export was trained on" in exported["text"].iloc[0]
     assert "the validation split" in (tmp_path / "export_eval" / "comparison.md").read_text()
+
+
+def rope_export(smoke_sweep, directory: Path) -> Path:
+    return export_run(next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0")), directory)
+
+
+def test_files_swapped_in_an_export_after_its_check_are_never_loaded(smoke_sweep, tmp_path, monkeypatch):
+    """The bytes checked are the bytes loaded: modeling_posenc.py and config.json replaced (os.replace, as
+    a racing process would) between posenc's check and transformers' load once ran the planted code. The
+    export is loaded from a private copy (mode 0700) of what was checked, gone once loaded."""
+    import os
+    import stat
+
+    from posenc_cli.evaluation import hf_loading
+
+    export, marker = rope_export(smoke_sweep, tmp_path / "export"), tmp_path / "ran"
+    source = planted(export, marker)
+    config = json.loads((export / "config.json").read_text(encoding="utf-8"))
+    config["auto_map"]["AutoConfig"] = "evil.PosencConfig"
+    real, loaded_from = hf_loading.load_config, []
+
+    def swap_then_load(tf, where, name, **kwargs):
+        """After every check, before transformers reads a file: the export's files swapped."""
+        for name_in_export, text in ((MODELING, source), ("config.json", json.dumps(config))):
+            (tmp_path / "swap").write_text(text, encoding="utf-8")
+            os.replace(tmp_path / "swap", export / name_in_export)
+        loaded_from.append((Path(where), stat.S_IMODE(Path(where).parent.stat().st_mode)))
+        return real(tf, where, name, **kwargs)
+
+    monkeypatch.setattr(hf_loading, "load_config", swap_then_load)
+    model = hf_loading.load_hf_model(f"hf:{export}")
+    assert not marker.exists()
+    (where, mode), *_ = loaded_from
+    assert where != export and mode == 0o700 and not where.exists()
+    assert model.tokenizer_name == f"hf:{export}" and model.config._name_or_path == str(export)
+
+
+def test_a_link_or_a_fifo_among_an_exports_files_is_refused_naming_it_however_it_is_named(
+    smoke_sweep, tmp_path
+):
+    """A link to genuine bytes passed the check and could then be pointed elsewhere; a FIFO would block.
+    Every file of an export is read once, never through a link: one line, for hf:EXPORT and load_export."""
+    import os
+    import shutil
+
+    from posenc_cli.core.errors import UsageError
+    from posenc_cli.evaluation.export import load_export
+    from posenc_cli.evaluation.hf_loading import load_hf_model
+
+    export = rope_export(smoke_sweep, tmp_path / "export")
+    for name in (MODELING, "config.json", "model.safetensors", TOKENIZER):
+        edited = Path(shutil.copytree(export, tmp_path / "edited", dirs_exist_ok=True))
+        (tmp_path / "genuine").write_bytes((edited / name).read_bytes())
+        (edited / name).unlink()
+        (edited / name).symlink_to(tmp_path / "genuine")
+        for load in (lambda: load_hf_model(f"hf:{edited}"), lambda: load_export(edited)):
+            with pytest.raises(UsageError, match=f"^{edited / name} is a symbolic link"):
+                load()
+        shutil.rmtree(edited)
+    (export / TOKENIZER).unlink()
+    os.mkfifo(export / TOKENIZER)
+    with pytest.raises(UsageError, match=f"^{export / TOKENIZER} is not a regular file"):
+        load_export(export)
+
+
+def test_an_export_whose_weight_is_stored_as_integers_is_refused_naming_it(smoke_sweep, tmp_path):
+    """Cast to floats and scored, unsaid, even with the manifest rewritten to vouch for it."""
+    from safetensors.torch import load_file, save_file
+
+    from posenc_cli.core.errors import UsageError
+    from posenc_cli.evaluation.export import load_export
+
+    export = rope_export(smoke_sweep, tmp_path / "export")
+    weights = load_file(export / "model.safetensors")
+    name = next(n for n, t in weights.items() if t.dim() == 2)
+    weights[name] = weights[name].to(torch.int64)
+    save_file(weights, export / "model.safetensors")
+    vouched(export, "model.safetensors")
+    with pytest.raises(UsageError, match=f"stores the weight {name} as I64, not floating point"):
+        load_export(export)

@@ -175,6 +175,21 @@ def cut(keep):
     return lambda data: data[:keep] if isinstance(keep, int) else data[: keep(len(data))]
 
 
+def header_edit(edit):
+    """A safetensors file whose JSON header is edited (`edit` changes the dict), its data kept: a dtype
+    or __metadata__ safetensors itself refuses with a SafetensorError traceback."""
+
+    def damage(data: bytes) -> bytes:
+        length = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + length])
+        edit(header)
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        return len(text).to_bytes(8, "little") + text + data[8 + length :]
+
+    return damage
+
+
 @pytest.mark.parametrize(
     "damage, why",
     [
@@ -185,6 +200,22 @@ def cut(keep):
         (lambda data: data + b"\0", "its tensors need"),
         (lambda data: b"x" * len(data), "its header claims"),
         (lambda data: data[:8] + b"[" + data[9:], "its header is not JSON"),
+        (
+            header_edit(lambda h: h["model.norm.weight"].update(dtype="C64")),
+            "model.norm.weight has dtype 'C64'",
+        ),
+        (
+            header_edit(lambda h: h["model.norm.weight"].update(dtype="X9")),
+            "model.norm.weight has dtype 'X9'",
+        ),
+        (
+            header_edit(lambda h: h.update(__metadata__={"x": {"y": 1}})),
+            "its header.s __metadata__ is not a map of text",
+        ),
+        (
+            header_edit(lambda h: h.update(__metadata__="pt")),
+            "its header.s __metadata__ is not a map of text to text",
+        ),
     ],
 )
 def test_a_damaged_safetensors_file_is_one_line_naming_it(tmp_path, tokenizer, damage, why):
@@ -205,10 +236,13 @@ def test_a_shard_its_index_names_and_that_is_gone_is_one_line(tmp_path, tokenize
         load(model)
 
 
-def tiny_gguf(path: Path, tokenizer, *, skip: str = "") -> Path:
+def tiny_gguf(path: Path, tokenizer, *, skip: str = "", mkdir: bool = False) -> Path:
     """A 1-layer Llama in GGUF (float32 tensors, the BPE's vocabulary and merges), without `skip`."""
     gguf = pytest.importorskip("gguf")
     import numpy as np
+
+    if mkdir:
+        path.parent.mkdir(parents=True)
 
     model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
     tokens = [t for t, _ in sorted(model["vocab"].items(), key=lambda item: item[1])]
@@ -247,6 +281,19 @@ def test_a_gguf_file_missing_a_tensor_is_refused_naming_it(tmp_path, tokenizer):
         load(tiny_gguf(tmp_path / "cut.gguf", tokenizer, skip="blk.0.attn_q"))
 
 
+def tensor_offset(name: str, offset: int):
+    """A GGUF file whose tensor `name` says its data starts at `offset` in the data section."""
+
+    def damage(data: bytes) -> bytes:
+        key = struct.pack("<Q", len(name)) + name.encode()
+        at = data.index(key) + len(key)
+        dims = struct.unpack_from("<I", data, at)[0]
+        at += 4 + 8 * dims + 4  # the dims, the type
+        return data[:at] + struct.pack("<Q", offset) + data[at + 8 :]
+
+    return damage
+
+
 def with_count(field: int, count: int):
     """A GGUF header whose tensor (field 0) or key-value (field 1) count is `count`."""
     return lambda data: data[: 8 + 8 * field] + struct.pack("<Q", count) + data[16 + 8 * field :]
@@ -264,6 +311,14 @@ def with_count(field: int, count: int):
         (with_count(1, 2**40), "is not a complete GGUF file: its header claims .* 1,099,511,627,776 keys"),
         (lambda data: b"GGUU" + data[4:], "is not a GGUF file"),
         (lambda data: data[:4] + struct.pack("<I", 99) + data[8:], "is GGUF version 99; those read: 2, 3"),
+        (
+            tensor_offset("output_norm.weight", 0),  # read from token_embd's bytes: it was scored
+            "is not a complete GGUF file: tensor token_embd.weight overlaps the bytes of tensor output_norm",
+        ),
+        (
+            tensor_offset("output_norm.weight", 4),
+            "is not a complete GGUF file: tensor output_norm.weight starts at byte 4, off its 32-byte",
+        ),
     ],
 )
 def test_a_damaged_gguf_file_is_one_line_naming_it(tmp_path, tokenizer, damage, why):
@@ -357,3 +412,62 @@ def test_a_model_that_is_not_a_posenc_export_is_loaded_with_trust_remote_code_fa
     monkeypatch.setattr(hf_loading, "load_pretrained", recording)
     load(tiny_model(tmp_path / "m", tokenizer))
     assert len(asked) >= 3 and set(asked) == {False}
+
+
+def byte_tokenizer():
+    """A tokenizer of single bytes only (no merges): another count of tokens than the GGUF's BPE."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    bpe = Tokenizer(models.BPE({c: i for i, c in enumerate(sorted(alphabet))}, []))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=bpe)
+
+
+def test_a_gguf_file_is_scored_with_its_own_tokenizer_never_one_beside_it(tmp_path, tokenizer):
+    """transformers prefers a tokenizer.json (or tokenizer_config.json, config.json) in a GGUF file's
+    directory to the tokenizer the file carries: scored with a stranger's tokens, unsaid. posenc loads
+    the file alone, from a private directory."""
+    text = " ".join(["the grass is green and the sky is blue"] * 20)
+    alone = load(tiny_gguf(tmp_path / "alone" / "model.gguf", tokenizer, mkdir=True))
+    count = len(alone.eval_tokens(text)[0])
+    beside = tiny_gguf(tmp_path / "beside" / "model.gguf", tokenizer, mkdir=True)
+    byte_tokenizer().save_pretrained(beside.parent)  # tokenizer.json, tokenizer_config.json
+    assert len(byte_tokenizer()(text)["input_ids"]) != count  # the stranger's count differs
+    loaded = load(beside)
+    assert len(loaded.eval_tokens(text)[0]) == count
+    # the table and results.json name the file, not the private directory it was loaded from
+    assert loaded.tokenizer_name == f"hf:{beside}" and loaded.config._name_or_path == str(beside)
+
+
+def test_a_weight_stored_as_integers_is_refused_naming_it_and_an_integer_buffer_is_not(tmp_path, tokenizer):
+    """An int64 q_proj was cast to floats and scored; GPT-2's causal mask is a buffer, not a weight."""
+    model = tiny_model(tmp_path / "m", tokenizer)
+    edit_weights(model / "model.safetensors", lambda w: w.update({Q_PROJ: w[Q_PROJ].to(torch.int64)}))
+    with pytest.raises(UsageError, match=f"stores the weight {Q_PROJ} as I64, not floating point"):
+        load(model)
+    gpt2 = tiny_model(tmp_path / "g", tokenizer, kind="gpt2")
+    mask = torch.ones(1, 1, 128, 128, dtype=torch.uint8)
+    edit_weights(gpt2 / "model.safetensors", lambda w: w.update({"transformer.h.0.attn.bias": mask}))
+    load(gpt2)
+
+
+def test_a_tokenizer_whose_ids_reach_past_the_models_vocabulary_is_refused_before_any_work(
+    tmp_path, tokenizer
+):
+    """An added token past the embedding's rows was an IndexError midway through eval and sample."""
+    model = tiny_model(tmp_path / "m", tokenizer)
+    wider = passkey_tokenizer()
+    wider.add_tokens(["dog", "fox"])
+    wider.save_pretrained(model)
+    with pytest.raises(
+        UsageError, match=f"tokenizer gives ids up to {len(tokenizer) + 1} .*past its model's"
+    ):
+        load(model)
+
+
+def test_a_home_directory_of_no_user_is_one_line(tmp_path):
+    """`hf:~nosuchuser/x`: pathlib's RuntimeError was a traceback."""
+    with pytest.raises(UsageError, match="~no-such-user-of-posenc names no user's home directory"):
+        load("~no-such-user-of-posenc/x")

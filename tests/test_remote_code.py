@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from posenc_cli.core.errors import UsageError
+from posenc_cli.evaluation.model_files import JSON_CAP
 from posenc_cli.evaluation.remote_code import (
     CONFIG,
     MODELING,
@@ -129,3 +130,14 @@ def test_a_json_that_cannot_be_read_is_refused_and_a_fifo_is_never_opened(tmp_pa
     (directory / "broken.json").write_text("[" * 100_000 + "]" * 100_000)  # deeper than Python recurses
     with pytest.raises(UsageError, match="broken.json cannot be read as JSON"):
         checked_code(directory, export=True)
+
+
+def test_a_json_larger_than_posenc_reads_is_one_line_naming_it_never_read_whole(tmp_path):
+    """A 30 GB sparse *.json beside a model was a MemoryError: its size is read first, and past
+    JSON_CAP it is refused in one line naming it (this one is sparse: it takes no disk)."""
+    directory = posencs_code(tmp_path / "model")
+    with open(directory / "huge.json", "wb") as f:
+        f.truncate(JSON_CAP + 1)
+    with pytest.raises(UsageError, match=r"huge.json holds 134,217,729 bytes, more than the 128 MiB") as err:
+        checked_code(directory, export=True)
+    assert "\n" not in str(err.value)

@@ -10,15 +10,18 @@ installed where it is loaded), and `tokenizer.json` is the run's tokenizer (hf_m
 whose end of text is the newline that ends posenc's documents), so `AutoModelForCausalLM` and
 `AutoTokenizer.from_pretrained(DIR, trust_remote_code=True)` give posenc's logits and ids. posenc itself
 loads it so as `hf:DIR` (or DIR named as a target), after the one verification every way of naming an
-export goes through (`verified_export`, load_export's too), giving trust_remote_code only when the one
-code it names is the modeling_posenc.py this posenc writes, byte for byte (evaluation.remote_code)."""
+export goes through (`private_export`, load_export's too), giving trust_remote_code only when the one
+code it names is the modeling_posenc.py this posenc writes, byte for byte (evaluation.remote_code), and
+loading only a private copy of the bytes it checked, beside a modeling_posenc.py it wrote itself."""
 
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -34,6 +37,17 @@ from posenc_cli.core.atomic import (
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
 from posenc_cli.data.tokenizers import from_payload
+from posenc_cli.evaluation.hf_checks import INTEGER_DTYPES
+from posenc_cli.evaluation.model_files import (
+    JSON_CAP,
+    copy_regular,
+    json_bytes,
+    local_path,
+    open_directory,
+    open_regular,
+    private_directory,
+    too_large,
+)
 from posenc_cli.evaluation.remote_code import (
     CONFIG,
     MODELING,
@@ -235,7 +249,7 @@ def is_export(path: Path, *, in_a_run: bool = False) -> bool:
     if not (path / CONFIG).is_file():  # a FIFO named config.json is never opened
         return False
     try:
-        config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+        config = json.loads(json_bytes(path / CONFIG).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False
     return isinstance(config, dict) and config.get("format") == FORMAT
@@ -246,7 +260,7 @@ def refuse_foreign_code(source: str) -> None:
     reads too): any code a JSON there names for transformers, but a posenc export's own, is refused
     before transformers reads a file (remote_code). A hub id is left to transformers: posenc never gives
     trust_remote_code for one."""
-    local = Path(source).expanduser()
+    local = local_path(source)
     directory = local.parent if local.is_file() else local
     if directory.is_dir():
         checked_code(directory, export=is_export(directory, in_a_run=True))
@@ -258,9 +272,11 @@ def not_an_export(directory: Path, why: str) -> UsageError:
     )
 
 
-def verified_config(directory: Path) -> dict:
+def verified_config(directory: Path, *, beside: Path | None = None) -> dict:
     """config.json of an export whose manifest lists both files with their sha256 and size and the same
-    run id as the config: a half-written or mixed export is refused."""
+    run id as the config: a half-written or mixed export is refused. `beside`: where the files beside the
+    export's own and its run's summary are (the export as named, when `directory` is its private copy)."""
+    beside = beside or directory
     for name in (CONFIG, WEIGHTS, MANIFEST):
         if not (directory / name).is_file():
             raise not_an_export(directory, f"it has no {name}")
@@ -272,13 +288,13 @@ def verified_config(directory: Path) -> dict:
             raise not_an_export(directory, f"it has no {name}, which its {MANIFEST} lists")
         if listed.get(name) != hashed_entry(directory / name):
             raise not_an_export(directory, f"its {name} is not the one its {MANIFEST} lists")
-    foreign = [name for name in TRANSFORMERS_READS if name not in listed and (directory / name).exists()]
+    foreign = [name for name in TRANSFORMERS_READS if name not in listed and (beside / name).exists()]
     if foreign:
         raise not_an_export(
-            directory, f"it holds {foreign[0]}, which transformers would read and posenc did not write"
+            beside, f"it holds {foreign[0]}, which transformers would read and posenc did not write"
         )
     try:
-        config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
+        config = json.loads(json_bytes(directory / CONFIG).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"{directory / CONFIG} is not valid JSON ({err})") from None
     if isinstance(config, dict) and config.get("format") == FORMAT and config.get("version") != VERSION:
@@ -294,8 +310,8 @@ def verified_config(directory: Path) -> dict:
         raise not_an_export(
             directory, f"its {CONFIG} is of run {config.get('run_id')!r}, its {MANIFEST} of another"
         )
-    if (directory / SUMMARY).is_file():  # an export into its own run directory (the default)
-        now = read_summary(directory).get("checkpoint_step")
+    if (beside / SUMMARY).is_file():  # an export into its own run directory (the default)
+        now = read_summary(beside).get("checkpoint_step")
         if now is not None and now != config.get("step"):
             raise not_an_export(
                 directory,
@@ -320,13 +336,50 @@ class VerifiedExport:
         return TrainedText(self.config.get("corpus_sha256"), data if isinstance(data, dict) else {})
 
 
-def verified_export(directory: Path) -> VerifiedExport:
-    """The one verification of an export, however it is named (`posenc eval EXPORT`, `hf:EXPORT`,
-    load_export): its manifest vouches for its files and run (verified_config), it names no code but
-    posenc's own (remote_code), config.json's transformers fields and tokenizer_config.json are those
-    posenc writes for its model config and tokenizer, and the weights are that model's, name by name and
-    shape by shape: transformers would leave a missing weight random and drop an unexpected one, unsaid."""
-    config = verified_config(directory)
+@contextmanager
+def private_export(directory: Path) -> Iterator[tuple[Path, VerifiedExport]]:
+    """(a private copy of the export, what verified_export found in it): the one verification of an export
+    however it is named (`posenc eval EXPORT`, `hf:EXPORT`, load_export), made on the bytes that are then
+    loaded. Each file its manifest lists is read once, never through a link, into a private directory
+    beside the modeling_posenc.py posenc writes, and checked there; what loads the export reads only the
+    copy, so a file swapped in the export after the check (a modeling_posenc.py, a config.json, the
+    weights) is never read. Refusals name the export, not its copy, which is removed on leaving."""
+    checked_code(directory, export=True)  # the export as named: code it names beside its own is refused
+    with private_directory() as copy:
+        try:
+            copy_export(directory, copy)
+            yield copy, verified_export(copy, beside=directory)
+        except UsageError as err:
+            raise type(err)(str(err).replace(str(copy), str(directory))) from None
+
+
+def copy_export(directory: Path, copy: Path) -> None:
+    """The export's manifest and each file it lists (config.json and the weights, listed or not), each
+    read once without following a link into `copy`, and posenc's own modeling_posenc.py written there."""
+    with open_directory(directory) as fd:
+        entry = copy_regular(fd, MANIFEST, source=directory, into=copy)
+        if entry is not None and entry["size"] > JSON_CAP:
+            raise too_large(directory / MANIFEST, entry["size"])
+        listed = read_manifest(copy).get("files", {})
+        for name in dict.fromkeys((CONFIG, WEIGHTS, *listed)):
+            if name in ("", ".", "..", MANIFEST) or "/" in name:
+                raise not_an_export(directory, f"its {MANIFEST} lists {name!r}, which is not a file of it")
+            if name != MODELING:  # posenc's own, written below: never read from the export
+                copy_regular(fd, name, source=directory, into=copy)
+        own = open_regular(fd, MODELING, directory / MODELING)  # a link there is refused all the same
+        if own is not None:
+            os.close(own)
+    (copy / MODELING).write_text(MODELING_SOURCE, encoding="utf-8")
+
+
+def verified_export(directory: Path, *, beside: Path | None = None) -> VerifiedExport:
+    """What private_export checks of an export's files in `directory` (`beside`: the export as named,
+    where its copy came from): its manifest vouches for its files and run (verified_config), it names no
+    code but posenc's own (remote_code), config.json's transformers fields and tokenizer_config.json are
+    those posenc writes for its model config and tokenizer, and the weights are that model's, name by name,
+    shape by shape and floating point: transformers would leave a missing weight random, drop an
+    unexpected one and cast an integer one, unsaid."""
+    config = verified_config(directory, beside=beside)
     checked_code(directory, export=True)
     export = parsed_export(directory, config)
     check_transformers_fields(directory, export)
@@ -384,7 +437,7 @@ def check_tokenizer_files(directory: Path, tokenizer) -> None:
 
 def read_json_file(path: Path) -> Any:
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
+        return json.loads(json_bytes(path).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         raise UsageError(f"{path} is not valid JSON ({type(err).__name__})") from None
 
@@ -396,6 +449,7 @@ def check_weights(directory: Path, model_config: ModelConfig) -> None:
     try:
         with safetensors_torch().safe_open(str(path), framework="pt") as f:
             stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+            dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}
     except Exception as err:  # safetensors' own error type for a truncated or foreign file
         raise UsageError(
             f"{path} cannot be read ({type(err).__name__}): it is truncated or not a safetensors file"
@@ -419,16 +473,24 @@ def check_weights(directory: Path, model_config: ModelConfig) -> None:
             f"{path} does not match its {CONFIG} (missing {missing[:3]}, unexpected {unexpected[:3]}, "
             f"of another shape {reshaped[:3]}); posenc loads a model only with every weight its config states"
         )
+    integer = [
+        n for n in stored if isinstance(expected[n], torch.nn.Parameter) and dtypes[n] in INTEGER_DTYPES
+    ]
+    if integer:
+        raise UsageError(
+            f"{path} stores the weight {integer[0]} as {dtypes[integer[0]]}, not floating point: it would be "
+            "cast and scored; posenc loads a model only with floating-point weights"
+        )
 
 
 def load_export(directory: str | Path) -> tuple[GPT, object, int]:
     """(model, tokenizer, training length) from an export directory."""
     st = safetensors_torch()
     directory = Path(directory)
-    export = verified_export(directory)
-    model = GPT(export.model_config)
-    try:
-        st.load_model(model, str(directory / WEIGHTS))
-    except Exception as err:  # safetensors' own error type for a truncated or foreign file
-        raise UsageError(f"{directory / WEIGHTS} cannot be read ({type(err).__name__})") from None
+    with private_export(directory) as (copy, export):  # the weights read are those checked
+        model = GPT(export.model_config)
+        try:
+            st.load_model(model, str(copy / WEIGHTS))
+        except Exception as err:  # safetensors' own error type for a truncated or foreign file
+            raise UsageError(f"{directory / WEIGHTS} cannot be read ({type(err).__name__})") from None
     return model.eval(), export.tokenizer, export.train_len

@@ -1,9 +1,11 @@
 """What posenc checks of an `hf:` model before transformers reads it, and after: files posenc did not
 write are trusted for nothing.
 
-Before: each weight file's header (a safetensors file's length, JSON and data offsets; a GGUF file's
-magic, version, counts and tensor extents) is read and bounded by the file's size, so a damaged file is
-one line naming it rather than a traceback from deep inside a reader; the config's positional fields
+Before: each weight file's header (a safetensors file's length, JSON, dtypes, metadata and data offsets;
+a GGUF file's magic, version, counts and tensor extents, aligned, inside its data and apart) is read and
+bounded by the file's size, so a damaged file is one line naming it rather than a traceback from deep
+inside a reader, or weights read from another tensor's bytes; a weight stored as integers is refused
+(transformers would cast it to floats and score it); the config's positional fields
 are checked (a bad rope_theta would run a whole evaluation to NaN); and the config's layer count is
 checked against the layers the weights hold, so a config claiming 100,000 layers is refused before a
 model of that size is built. After: transformers' own report of missing, unexpected and mismatched
@@ -21,18 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from posenc_cli.core.errors import UsageError, require_number, require_positive_int
+from posenc_cli.evaluation.model_files import json_bytes
 
 CONTEXT_KEYS = ("n_positions", "max_position_embeddings", "max_seq_len", "seq_length", "n_ctx")
 GGUF_SUFFIX = ".gguf"
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS_HEADER_CAP = 100_000_000  # the safetensors library's own limit on a header's bytes
-DTYPE_BYTES = {
-    **dict.fromkeys(("BOOL", "U8", "I8", "F8_E4M3", "F8_E5M2"), 1),
+DTYPE_BYTES = {  # the dtypes a safetensors header may name, each element's bytes
+    **dict.fromkeys(("BOOL", "U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0"), 1),
     **dict.fromkeys(("U16", "I16", "F16", "BF16"), 2),
     **dict.fromkeys(("U32", "I32", "F32"), 4),
     **dict.fromkeys(("U64", "I64", "F64"), 8),
 }
+# stored types that are not floating point (safetensors' names, and GGUF's own I8 to I64)
+INTEGER_DTYPES = ("BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64")
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSIONS = (2, 3)  # those transformers' reader (the gguf package) reads
 GGUF_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, key-value count
@@ -58,6 +63,7 @@ class Weights:
 
     where: str  # the file, or the index naming the shards, as a message names it
     sizes: dict[str, int]
+    dtypes: dict[str, str]  # each tensor's stored type: safetensors' name (F32, I64) or GGUF's (F32, Q4_0)
 
     @property
     def layers(self) -> int:
@@ -73,23 +79,24 @@ def local_weights(source: Path) -> Weights | None:
     """A local GGUF file's or directory's weights, each file's header checked; None where posenc cannot
     read them cheaply (a hub id, pickled weights): transformers' loading report still covers those."""
     if source.suffix == GGUF_SUFFIX and source.is_file():
-        return Weights(str(source), gguf_sizes(source))
+        return Weights(str(source), *gguf_tensors(source))
     if not source.is_dir():
         return None
     if (source / SAFETENSORS_INDEX).is_file():
-        sizes = {}
+        sizes, dtypes = {}, {}
         for shard in index_shards(source / SAFETENSORS_INDEX):
-            sizes |= safetensors_sizes(shard)
-        return Weights(str(source / SAFETENSORS_INDEX), sizes)
+            shard_sizes, shard_dtypes = safetensors_tensors(shard)
+            sizes, dtypes = sizes | shard_sizes, dtypes | shard_dtypes
+        return Weights(str(source / SAFETENSORS_INDEX), sizes, dtypes)
     if (source / SAFETENSORS).is_file():
-        return Weights(str(source / SAFETENSORS), safetensors_sizes(source / SAFETENSORS))
+        return Weights(str(source / SAFETENSORS), *safetensors_tensors(source / SAFETENSORS))
     return None
 
 
 def index_shards(index: Path) -> list[Path]:
     """The shard files a model.safetensors.index.json names, each present beside it."""
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        weight_map = json.loads(json_bytes(index).decode("utf-8"))["weight_map"]
         names = sorted(set(weight_map.values()))
     except (ValueError, KeyError, TypeError, AttributeError):
         raise UsageError(
@@ -106,23 +113,28 @@ def damaged(path: Path, kind: str, why: str) -> UsageError:
     return UsageError(f"{path} is not a complete {kind} file: {why}; replace it with a complete copy")
 
 
-def safetensors_sizes(path: Path) -> dict[str, int]:
-    """Element counts by tensor name from a safetensors header, its length, JSON and offsets checked
-    against the file's size as the safetensors library checks them before it reads."""
+def safetensors_tensors(path: Path) -> tuple[dict[str, int], dict[str, str]]:
+    """(element counts, stored dtypes) by tensor name from a safetensors header, its length, JSON,
+    metadata, dtypes and offsets checked against the file's size as the safetensors library checks them
+    before it reads."""
     header, data = safetensors_header(path)
-    sizes, spans = {}, []
+    sizes, dtypes, spans = {}, {}, []
     for name, entry in header.items():
         if name == "__metadata__":
             continue
         try:
             begin, end = (int(x) for x in entry["data_offsets"])
             sizes[name] = math.prod(int(d) for d in entry["shape"])
-            width = DTYPE_BYTES.get(entry["dtype"])
+            dtypes[name], width = entry["dtype"], DTYPE_BYTES.get(entry["dtype"])
         except (KeyError, TypeError, ValueError):
             raise damaged(path, "safetensors", f"its header's entry {name!r} is not a tensor") from None
-        if width is not None and end - begin != sizes[name] * width:
+        if width is None:
+            known = ", ".join(DTYPE_BYTES)
+            raise damaged(path, "safetensors", f"{name} has dtype {entry['dtype']!r}, not one of {known}")
+        if end - begin != sizes[name] * width:
             raise damaged(path, "safetensors", f"{name} takes {end - begin:,} bytes, not those of its shape")
         spans.append((begin, end))
+    check_metadata(path, header.get("__metadata__", {}))
     covered = 0
     for begin, end in sorted(spans):
         if begin != covered:
@@ -130,7 +142,15 @@ def safetensors_sizes(path: Path) -> dict[str, int]:
         covered = end
     if covered != data:
         raise damaged(path, "safetensors", f"its tensors need {covered:,} bytes of data and it has {data:,}")
-    return sizes
+    return sizes, dtypes
+
+
+def check_metadata(path: Path, metadata: Any) -> None:
+    """A header's __metadata__ is a map of text to text (the safetensors format's rule)."""
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise damaged(path, "safetensors", "its header's __metadata__ is not a map of text to text")
 
 
 def safetensors_header(path: Path) -> tuple[dict, int]:
@@ -151,9 +171,10 @@ def safetensors_header(path: Path) -> tuple[dict, int]:
     return header, size - 8 - length
 
 
-def gguf_sizes(path: Path) -> dict[str, int]:
-    """Element counts by tensor name from a GGUF file: its header bounded by the file's size, then the
-    gguf package's reader (transformers' own), whose failures on a cut file are named here."""
+def gguf_tensors(path: Path) -> tuple[dict[str, int], dict[str, str]]:
+    """(element counts, stored types) by tensor name from a GGUF file: its header bounded by the file's
+    size, then the gguf package's reader (transformers' own), whose failures on a cut file are named
+    here, and each tensor's extent (gguf_extents)."""
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(GGUF_HEADER.size)
@@ -171,12 +192,42 @@ def gguf_sizes(path: Path) -> dict[str, int]:
     try:
         import gguf
     except ImportError:  # transformers cannot read it either, and says how to install it
-        return {}
+        return {}, {}
     try:
         reader = gguf.GGUFReader(path)
     except (ValueError, IndexError, KeyError, OverflowError, struct.error) as err:
         raise damaged(path, "GGUF", f"it is truncated or damaged ({first_line(err)})") from None
-    return {str(t.name): int(t.n_elements) for t in reader.tensors}
+    check_gguf_extents(path, reader, data=size - reader.data_offset)
+    return {str(t.name): int(t.n_elements) for t in reader.tensors}, {
+        str(t.name): t.tensor_type.name for t in reader.tensors
+    }
+
+
+def check_gguf_extents(path: Path, reader, *, data: int) -> None:
+    """Each tensor's bytes (its offset in the data section, and the size its type and dims give) start
+    on the file's alignment, end inside the data section, and overlap no other tensor's: the reader
+    would read a tensor from another's bytes (an offset of 0) and transformers score it."""
+    extents = []
+    for tensor in reader.tensors:
+        begin = int(tensor.data_offset) - int(reader.data_offset)
+        end, name = begin + int(tensor.n_bytes), str(tensor.name)
+        if begin % reader.alignment:
+            raise damaged(
+                path,
+                "GGUF",
+                f"tensor {name} starts at byte {begin:,}, off its {reader.alignment}-byte alignment",
+            )
+        if begin < 0 or end > data:
+            raise damaged(
+                path,
+                "GGUF",
+                f"tensor {name} takes bytes {begin:,} to {end:,} of a {data:,}-byte data section",
+            )
+        extents.append((begin, end, name))
+    extents.sort()
+    for (_, end, before), (begin, _, name) in zip(extents, extents[1:]):
+        if begin < end:
+            raise damaged(path, "GGUF", f"tensor {name} overlaps the bytes of tensor {before}")
 
 
 def check_layers(config, weights: Weights, name: str) -> None:
@@ -190,6 +241,31 @@ def check_layers(config, weights: Weights, name: str) -> None:
         raise UsageError(
             f"{name}'s config has num_hidden_layers {layers:,} but {weights.where} holds weights for "
             f"{weights.layers:,}; a layer without weights would be random: give a config that matches its weights"
+        )
+
+
+def check_floating(weights: Weights, buffers: set[str]) -> None:
+    """Every weight stored as floats: transformers would cast one stored as integers (an int64 q_proj) to
+    floats and score it. A buffer the model keeps (`buffers`, by the model's names, which a checkpoint
+    may prefix or not) or once kept (STALE_BUFFERS: causal masks, position ids) may be integers."""
+    for tensor, dtype in sorted(weights.dtypes.items()):
+        kept = any(b == tensor or b.endswith(f".{tensor}") or tensor.endswith(f".{b}") for b in buffers)
+        if dtype in INTEGER_DTYPES and not kept and not STALE_BUFFERS.search(tensor):
+            raise UsageError(
+                f"{weights.where} stores the weight {tensor} as {dtype}, not floating point: it would be "
+                "cast and scored; posenc loads a model only with floating-point weights"
+            )
+
+
+def check_vocabulary(tokenizer, rows: int, name: str) -> None:
+    """The tokenizer's largest id has a row in the model's input embedding (`rows`): an added token past
+    it would be an IndexError midway through an eval or a sample."""
+    largest = max(tokenizer.get_vocab().values(), default=-1)
+    if largest >= rows:
+        token = next(t for t, i in tokenizer.get_vocab().items() if i == largest)
+        raise UsageError(
+            f"{name}'s tokenizer gives ids up to {largest} ({token!r}), past its model's {rows:,} embedding "
+            "rows: give the tokenizer the model was trained with"
         )
 
 

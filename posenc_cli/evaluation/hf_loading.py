@@ -1,28 +1,35 @@
 """Loading a pretrained causal LM for `hf:ID_OR_PATH`: a local directory, a local GGUF file (`hf:FILE.gguf`,
 through transformers' gguf_file=, with the tokenizer the file carries and its weights dequantized to
 --dtype), or the hub where it is reachable; its training length from its config; `--device-map auto`
-spreads it with accelerate; every failure one line."""
+spreads it with accelerate; every failure one line. A posenc export is loaded from a private copy of
+the bytes posenc verified (export.private_export), and a GGUF file from a private directory holding it
+alone (model_files.gguf_alone): transformers reads nothing posenc did not check, and nothing beside."""
 
 from __future__ import annotations
 
 import json
 import pickle
 import socket
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import urlparse
 
 import torch
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
-from posenc_cli.evaluation.export import is_export, refuse_foreign_code, verified_export
+from posenc_cli.evaluation.export import VerifiedExport, is_export, private_export, refuse_foreign_code
 from posenc_cli.evaluation.hf_checks import (
     CONTEXT_KEYS,
     GGUF_SUFFIX,
     Weights,
+    check_floating,
     check_layers,
     check_loading_info,
     check_positional_config,
+    check_vocabulary,
     first_line,
     local_weights,
 )
@@ -35,12 +42,13 @@ from posenc_cli.evaluation.hf_models import (
     model_scheme,
     transformers_module,
 )
+from posenc_cli.evaluation.hf_options import hf_options
+from posenc_cli.evaluation.model_files import gguf_alone, json_bytes, local_path
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # --dtype's names (core.choices.HF_DTYPES)
 
 # Configs that state no context: BLOOM was trained on 2,048-token sequences (BigScience 2022, §3.3)
 KNOWN_CONTEXT = {"bloom": 2048}
-
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 NETWORK_TIMEOUT_S = 3.0
@@ -107,6 +115,30 @@ def load_config(tf, source: str, name: str, **kwargs):
         raise UsageError(f"{name} cannot be loaded: {first_line(err)}") from None
 
 
+@dataclass(frozen=True)
+class ModelFiles:
+    """Where transformers loads an `hf:` model from, and what posenc verified of it there."""
+
+    source: str  # as transformers takes it: a hub id, a directory, a GGUF file (a private copy or link)
+    shown: str  # where it is as the user named it, for messages
+    export: VerifiedExport | None = None  # a posenc export, verified in the private copy `source` is
+
+
+@contextmanager
+def model_files(source: str) -> Iterator[ModelFiles]:
+    """Where transformers reads `source` from while the model loads: a posenc export's private copy of
+    the bytes posenc verified, a GGUF file alone in a private directory, or the source as given."""
+    local = local_path(source)
+    if is_export(local, in_a_run=True):
+        with private_export(local) as (copy, verified):
+            yield ModelFiles(str(copy), str(local), verified)
+    elif local.suffix == GGUF_SUFFIX and local.is_file():
+        with gguf_alone(local) as alone:
+            yield ModelFiles(str(alone), str(local))
+    else:
+        yield ModelFiles(str(local) if local.is_dir() else source, str(local))
+
+
 def load_hf_model(
     name: str,
     *,
@@ -116,24 +148,30 @@ def load_hf_model(
     device_map: str | None = None,
 ) -> HFModel:
     """`hf:ID_OR_PATH` -> HFModel; every way it can fail is one line."""
+    options = hf_options(context, device, dtype, device_map=device_map)  # the CLI's and the API's one check
     tf = transformers_module()
     source = name[len(PREFIX) :]
     if not source:
         raise UsageError(
             f"{name!r} names no model; give hf:ID (a hub id such as gpt2) or hf:PATH (a local directory)"
         )
-    if dtype not in DTYPES:
-        raise UsageError(f"--dtype {dtype} is not known; choose one of: {', '.join(DTYPES)}")
     refuse_foreign_code(source)  # before transformers reads a file: no code but a posenc export's own
-    local = Path(source).expanduser()
-    verified = verified_export(local) if is_export(local, in_a_run=True) else None
-    export = verified is not None
-    # posenc's own code, in an export verified_export vouches for; every other model is told never to run
+    with model_files(source) as files:
+        return loaded_model(tf, files, name, **options)
+
+
+def loaded_model(
+    tf, files: ModelFiles, name: str, *, context: int | None, device, dtype: str, device_map: str | None
+) -> HFModel:
+    """The model in `files`, checked before transformers builds it and after it loads."""
+    export, source = files.export is not None, files.source
+    # posenc's own code, in an export private_export vouches for; every other model is told never to run
     # code (a hub id's too: without the explicit False, transformers asks on a terminal whether to run it)
     trusted = {"trust_remote_code": export}
-    weights = local_weights(Path(source).expanduser())  # a damaged file is named before transformers reads it
+    # a damaged file is named before transformers reads it (an export's weights: by private_export)
+    weights = None if export else local_weights(local_path(files.shown))
     config = load_config(tf, source, name, **trusted)
-    check_positional_config(config, *written_config(source, name))
+    check_positional_config(config, *written_config(files, name))
     model_class = None if export else causal_lm_class(tf, config, name)
     train_len = checked_context(config, context, name)
     if not export:  # an export's weights are verified name by name against its config (verified_export)
@@ -146,6 +184,9 @@ def load_hf_model(
         placement["device_map"] = device_map
     tokenizer, model = load_weights(tf, source, name, config=config, placement=placement, checked=not export)
     check_tokenizer(tokenizer, name)
+    check_vocabulary(tokenizer, model.get_input_embeddings().weight.shape[0], name)
+    if source != files.shown:  # a private copy or link: results.json names the model where the user did
+        model.config._name_or_path = files.shown
     return (ExportModel if export else HFModel)(
         name,
         model.eval(),
@@ -155,7 +196,7 @@ def load_hf_model(
         attention=attention,
         device=torch.device(device),
         mapped=device_map is not None,
-        trained_text=verified.trained_text if verified else None,
+        trained_text=files.export.trained_text if export else None,
     )
 
 
@@ -189,15 +230,15 @@ def checked_context(config, context: int | None, name: str) -> int:
     return train_len
 
 
-def written_config(source: str, name: str) -> tuple[str, dict]:
+def written_config(files: ModelFiles, name: str) -> tuple[str, dict]:
     """(where the config is, as a message names it; its JSON as written, {} where posenc does not read it)."""
-    local = Path(source).expanduser()
+    local = Path(files.source)
     if local.suffix == GGUF_SUFFIX:
-        return str(local), {}
+        return files.shown, {}
     if not local.is_dir():
         return f"{name}'s config.json", {}
-    written = json.loads((local / "config.json").read_text(encoding="utf-8"))  # transformers read it already
-    return str(local / "config.json"), written if isinstance(written, dict) else {}
+    written = json.loads(json_bytes(local / "config.json"))  # transformers read it already
+    return str(Path(files.shown) / "config.json"), written if isinstance(written, dict) else {}
 
 
 def check_weights(
@@ -205,17 +246,20 @@ def check_weights(
 ) -> None:
     """Before the model is built: the config's layers are those its weight files hold, and the model it
     describes (counted on the meta device, where building costs nothing) fits in memory (`devices`: where
-    it is loaded and run; None: accelerate places it). transformers' report names any other mismatch."""
+    it is loaded and run; None: accelerate places it), and every weight is stored as floats (one stored as
+    integers would be cast and scored). transformers' report names any other mismatch."""
     if weights is None or not weights.sizes:  # a hub id, pickled weights: transformers' report only
         return
     check_layers(config, weights, name)
     try:
         with torch.device("meta"):
-            elements = sum(p.numel() for p in tf.AutoModelForCausalLM.from_config(config).parameters())
+            model = tf.AutoModelForCausalLM.from_config(config)
     except (ValueError, TypeError, KeyError, AttributeError, RuntimeError) as err:
         raise UsageError(
             f"{name}'s config describes no model transformers can build: {first_line(err)}"
         ) from None
+    check_floating(weights, {buffer for buffer, _ in model.named_buffers()})
+    elements = sum(p.numel() for p in model.parameters())
     cpu = torch.device("cpu")  # transformers loads it there, then it moves to its device
     places = [] if devices is None else [cpu, *map(torch.device, devices)]
     try:

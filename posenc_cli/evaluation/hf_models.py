@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import os
-from pathlib import Path
 
 import torch
 
@@ -34,6 +33,7 @@ from posenc_cli.data import needles
 from posenc_cli.data.needles import ENGLISH, Episode, NeedleTask
 from posenc_cli.evaluation.export import MODEL_TYPE
 from posenc_cli.evaluation.labels import Label
+from posenc_cli.evaluation.model_files import local_path
 from posenc_cli.model import token_nll
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 from posenc_cli.rundir.record import TrainedText
@@ -85,7 +85,7 @@ def short_name(name: str) -> str:
     """The label a column shows: a hub id as given, a local directory by its last component, a GGUF file
     by its name without `.gguf`."""
     source = name[len(PREFIX) :].rstrip("/")
-    local = Path(source).expanduser()
+    local = local_path(source)
     return local.name if local.is_dir() else local.stem if local.is_file() else source
 
 

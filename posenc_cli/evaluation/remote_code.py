@@ -3,9 +3,10 @@
 entries posenc writes (OWN_AUTO_MAPS). Given trust_remote_code, transformers imports the module that any
 `auto_map` of a JSON it reads names (config, tokenizer, processor, any key, a list or a `repo--module`
 on the hub), a `custom_pipelines` implementation, or custom_generate/generate.py; so every JSON at the
-top of a local `hf:` directory is read first, and any such entry that is not posenc's own, in a directory
-that is not a posenc export, or beside a modeling_posenc.py of other bytes, is refused in one line naming
-the file and the key, before transformers reads anything there."""
+top of a local `hf:` directory is read first (each up to model_files.JSON_CAP: a larger one is refused),
+and any such entry that is not posenc's own, in a directory that is not a posenc export, or beside a
+modeling_posenc.py of other bytes, is refused in one line naming the file and the key, before
+transformers reads anything there. An export is then loaded from a private copy (export.private_export)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc_cli.core.errors import UsageError
+from posenc_cli.evaluation.model_files import json_bytes
 
 CONFIG = "config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -61,7 +63,7 @@ def code_references(directory: Path) -> list[CodeReference]:
     found = []
     for path in sorted(p for p in directory.glob("*.json") if p.is_file()):  # a FIFO is never opened
         try:
-            value = json.loads(path.read_bytes().decode("utf-8"))
+            value = json.loads(json_bytes(path).decode("utf-8"))  # a 30 GB one: one line
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
             raise UsageError(
                 f"{path} cannot be read as JSON ({type(err).__name__}), so posenc cannot tell which code it "
