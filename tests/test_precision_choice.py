@@ -273,23 +273,49 @@ def test_a_cached_choice_is_re_timed_and_one_this_machine_does_not_reproduce_is_
     measured again, in a warning naming the file and in the summary's reason, and replaced."""
     monkeypatch.setenv("POSENC_CPU_BF16", "native")
     key = precision_choice.shape_key(config(), 30)
-    ms = {"fp32": 2 * entry_ms, "bf16-autocast": entry_ms, "bf16-autocast-fp32-attention": 3 * entry_ms}
+    ms = {"fp32": 1.25 * entry_ms, "bf16-autocast": entry_ms, "bf16-autocast-fp32-attention": 3 * entry_ms}
     write_signed(quiet_cache, {key: {"effective": "bf16-autocast", "step_ms": ms}})
     measure, calls = timings(50.0, 40.0)  # what this machine takes
     with caplog.at_level("WARNING", logger="posenc.train"):
         choice = choose_precision(config(), CPU, vocab_size=30, measure=measure)
-    assert measure.retimed == ["bf16-autocast"]
+    assert measure.retimed == ["bf16-autocast", "fp32"]
     if holds:
         assert (calls, choice.step_ms, caplog.records) == ([], ms, [])
         assert (
             f"cached; re-timed: bf16-autocast took 40 ms a step now, {entry_ms:g} ms in the cache"
             in choice.reason
         )
+        assert choice.reason.endswith(
+            f"fp32 took 50 ms a step now, {1.25 * entry_ms:g} ms in the cache; the other precisions' "
+            "timings are the cache's)"
+        )
         return
     assert calls == [4] and choice.step_ms == measure.ms and "measured: " in choice.reason
     assert "re-measured: the cached choice did not hold" in choice.reason
     assert str(quiet_cache) in caplog.text and "does not hold" in caplog.text
     assert json.loads(quiet_cache.read_text())["choices"][key]["step_ms"] == measure.ms
+
+
+@pytest.mark.parametrize(
+    ("fp32_entry_ms", "fp32_now_ms"),
+    [(1000.0, 50.0), (50.0, 35.0)],
+    ids=["fp32-forged-slow", "fp32-now-faster"],
+)
+def test_a_cached_choice_fp32_beats_now_or_whose_fp32_timing_is_forged_is_measured_again(
+    quiet_cache, monkeypatch, fp32_entry_ms, fp32_now_ms
+):
+    """The choice's own timing may be honest while fp32's is forged ("fp32 took 1000 ms"): fp32, the
+    precision every choice must beat, is re-timed beside it, and an entry whose fp32 is off, or is faster
+    now than the choice, is measured again (a forged entry once steered a run to a 3x slower precision)."""
+    monkeypatch.setenv("POSENC_CPU_BF16", "native")
+    key = precision_choice.shape_key(config(), 30)
+    ms = {"fp32": fp32_entry_ms, "bf16-autocast": 40.0, "bf16-autocast-fp32-attention": 99.0}
+    write_signed(quiet_cache, {key: {"effective": "bf16-autocast", "step_ms": ms}})
+    measure, calls = timings(fp32_now_ms, 40.0)
+    choice = choose_precision(config(), CPU, vocab_size=30, measure=measure)
+    assert measure.retimed == ["bf16-autocast", "fp32"] and calls == [4]
+    assert "re-measured: the cached choice did not hold" in choice.reason
+    assert choice.effective == ("fp32" if fp32_now_ms < 40 else "bf16-autocast")
 
 
 def test_a_busy_machine_uses_no_cached_choice_it_cannot_re_time(quiet_cache, monkeypatch):

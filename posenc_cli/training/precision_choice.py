@@ -255,6 +255,27 @@ class Retiming:
         return f"{self.precision} took {self.now_ms:g} ms a step now, {self.cached_ms:g} ms in the cache"
 
 
+def retimed(cached: dict, measure) -> tuple[list[Retiming], str | None]:
+    """A cached entry's choice and fp32 (the precision every other must beat) timed again now, and why the
+    entry does not hold (None: it does): a timing off its entry by more than CACHE_TOLERANCE, or fp32 now
+    faster than the choice. A forged entry can no longer steer a run by its choice alone nor by fp32's."""
+    precisions = tuple(dict.fromkeys((cached["effective"], "fp32")))
+    now = measure(precisions)
+    checks = [Retiming(p, cached["step_ms"][p], now[p]) for p in precisions]
+    off = [str(check) for check in checks if not check.holds]
+    if off:
+        return checks, f"{'; '.join(off)}, more than {CACHE_TOLERANCE:g}x apart"
+    if now[cached["effective"]] > now["fp32"]:
+        return checks, f"fp32 took {now['fp32']:g} ms a step now, faster than the cached {checks[0]}"
+    return checks, None
+
+
+def cached_reason(cached: dict, checks: list[Retiming]) -> str:
+    """A confirmed cached choice's reason: what was re-timed now, and that the rest is the cache's word."""
+    rest = "; the other precisions' timings are the cache's" if len(cached["step_ms"]) > len(checks) else ""
+    return f"measured before on this machine at these shapes (cached; re-timed: {'; '.join(map(str, checks))}{rest})"
+
+
 def choose_precision(
     cfg: PosencConfig, device: torch.device, *, vocab_size: int, ranks: int = 1, measure=time_steps
 ) -> PrecisionChoice:
@@ -291,17 +312,16 @@ def measured_choice(cfg: PosencConfig, device: torch.device, *, vocab_size: int,
         )
     remeasured = ""
     if cached is not None:
-        precision = cached["effective"]
-        now = measure(cfg, device, vocab_size, precisions=(precision,), rounds=RETIME_ROUNDS)[precision]
-        check = Retiming(precision, cached["step_ms"][precision], now)
-        if check.holds:
-            reason = f"measured before on this machine at these shapes (cached; re-timed: {check})"
-            return PrecisionChoice(precision, reason, cached["step_ms"])
-        log.warning(
-            f"the precision choice cached in {path} for these shapes does not hold: {check}, more than "
-            f"{CACHE_TOLERANCE:g}x apart; measuring every precision again"
+        checks, why = retimed(
+            cached, lambda ps: measure(cfg, device, vocab_size, precisions=ps, rounds=RETIME_ROUNDS)
         )
-        remeasured = f" (re-measured: the cached choice did not hold, {check})"
+        if why is None:
+            return PrecisionChoice(cached["effective"], cached_reason(cached, checks), cached["step_ms"])
+        log.warning(
+            f"the precision choice cached in {path} for these shapes does not hold: {why}; measuring every "
+            "precision again"
+        )
+        remeasured = f" (re-measured: the cached choice did not hold, {why})"
     step_ms = measure(cfg, device, vocab_size)
     faster = min(EFFECTIVE_PRECISIONS, key=lambda p: step_ms[p])
     choice = PrecisionChoice(
