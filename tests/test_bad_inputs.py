@@ -410,3 +410,20 @@ def test_an_out_name_or_path_too_long_for_the_file_system_is_one_line_for_every_
         assert_refused(*posenc(*command, "--out", deep), "the path is", "bytes long")
     assert_refused(*posenc("sample", "r", "--prompt", "a", "--out", f"{LONG_NAME}.txt"), "is 304 bytes")
     assert files_under(workdir) == {workdir / p for p in ("empty.txt", "binary.txt", "latin1.txt", "notarun")}
+
+
+def test_an_output_of_the_longest_legal_name_is_written_and_posencs_temporary_names_are_refused(
+    workdir, tmp_path_factory
+):
+    """A 255-byte name once failed after the work (posenc's temporary beside it added 25 bytes past
+    NAME_MAX); and an output named as posenc's temporaries (.posenc-tmp-*) would be removed, unsaid, by
+    the next command that cleans that directory."""
+    from posenc_cli.core.atomic import TMP_PREFIX, write_text
+
+    longest = tmp_path_factory.mktemp("own") / ("é" * 126 + "abc")  # 255 bytes in UTF-8
+    write_text(longest, "kept\n")
+    assert longest.read_text() == "kept\n" and list(longest.parent.iterdir()) == [longest]
+    for command in (["eval", "r"], ["probe", "r"], ["export", "r"]):
+        assert_refused(*posenc(*command, "--out", f"o/{TMP_PREFIX}x"), "are posenc's temporaries")
+    assert_refused(*posenc("sample", "r", "--prompt", "a", "--out", f"{TMP_PREFIX}x.txt"), "temporaries")
+    assert files_under(workdir) == {workdir / p for p in ("empty.txt", "binary.txt", "latin1.txt", "notarun")}

@@ -334,6 +334,50 @@ def test_force_removes_only_the_files_the_other_sets_manifest_lists_and_only_onc
     assert json.loads((out / MANIFEST).read_text())["kind"] == "evaluation"
 
 
+@pytest.mark.slow
+def test_a_forced_set_whose_write_fails_leaves_the_other_set_as_it_was(smoke_sweep, tmp_path, monkeypatch):
+    """`eval --force` over an export on a full disk removed the export, then failed: both were lost. The
+    other set goes only once every file of the new one is written; a failure before then leaves it
+    byte-identical and loadable, and says nothing of a removal. A write that succeeds replaces it."""
+    from posenc_cli.core import atomic
+    from posenc_cli.evaluation.export import export_run, load_export
+
+    run = str(a_run(smoke_sweep, "rope"))
+    export_run(run, tmp_path / "d")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()}
+    evaluation = [
+        "eval",
+        run,
+        "--lengths",
+        "64",
+        "--max-tokens",
+        "128",
+        "--out",
+        str(tmp_path / "d"),
+        "--force",
+    ]
+    replace, writes = os.replace, []
+
+    def refusing(src, dst):  # the disk fills up on eval's second file
+        writes.extend([dst] if str(src).endswith(".tmp") else [])
+        if len(writes) == 2 and str(src).endswith(".tmp"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", refusing)
+    failed = invoke(*evaluation)
+    monkeypatch.undo()
+    assert failed.code == 2 and "cannot write" in failed.stderr, failed.stderr
+    assert "--force: removed" not in failed.stderr
+    assert {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()} == before
+    load_export(tmp_path / "d")
+    forced = invoke(*evaluation)
+    assert forced.code == 0, forced.stderr
+    assert "--force: removed a posenc export" in forced.stderr
+    assert not (tmp_path / "d" / "model.safetensors").exists()
+    assert assert_manifest_matches_its_files(tmp_path / "d")["kind"] == "evaluation"
+
+
 def test_sample_refuses_to_write_over_a_file_an_output_set_lists(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     a_set(tmp_path / "d", SetKind.EXPORT, ("config.json",), run_id="r1")

@@ -155,7 +155,7 @@ def force_option() -> Any:
     """--force, as every command that writes an output set declares it."""
     return flag(
         "Write into --out even where it holds another kind of output set (an export, eval's tables, bench's): "
-        "the files that set's manifest.json lists are removed first, and no other file.",
+        "the files that set's manifest.json lists are removed once the new set is written, and no other file.",
         "--force",
     )
 

@@ -49,7 +49,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise UsageError(f"{path} is {what} where posenc writes a file; move it away and run again")
     with refused_by_disk(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", suffix=".tmp", dir=path.parent)
+        # the target's name cut to 64 bytes: a temporary of any legal name (255 bytes) still fits NAME_MAX
+        short = os.fsencode(path.name)[:64].decode(errors="ignore")
+        fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{short}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
     tmp = Path(name)
     umask = os.umask(0)
@@ -259,27 +261,52 @@ def refuse_other_set(out: Path, kind: SetKind, *, option: str = "--out", force: 
         return
     raise UsageError(
         f"{option} {out} holds {DESCRIBED[other]}, not {DESCRIBED[kind]}; give a new directory, or add --force "
-        f"to replace it (the {len(listed_names(manifest))} files its {MANIFEST} lists are removed first)"
+        f"to replace it (the {len(listed_names(manifest))} files its {MANIFEST} lists go once the new set is written)"
     )
 
 
-def replace_other_set(out: Path, kind: SetKind) -> None:
-    """Remove another kind's set from `out` (its manifest first, then each regular file it lists, never a
-    file it does not list), where this process owns `out` with --force; refused otherwise."""
+@dataclass
+class OtherSet:
+    """Another kind's set that this one replaces (--force): its manifest, set aside under `aside` while
+    this set is written, so that a failed write puts it back as it was."""
+
+    kind: SetKind
+    manifest: dict
+    aside: Path
+
+
+@contextlib.contextmanager
+def other_set_aside(out: Path, kind: SetKind) -> Iterator[OtherSet | None]:
+    """Move another kind's manifest out of the way (a rename: no room needed) where this process owns
+    `out` with --force, refused otherwise; if the new set fails before remove_other_set, rename it back:
+    the other set stands exactly as it was."""
     manifest = read_manifest(out)
     other = held_kind(manifest)
     if other is None or other is kind:
+        yield None
         return
     refuse_other_set(out, kind, force=_owned[out.resolve()].force)
-    (out / MANIFEST).unlink(missing_ok=True)
-    removed = [out / n for n in listed_names(manifest) if (out / n).is_file() and not (out / n).is_symlink()]
+    aside = out / f"{TMP_PREFIX}{MANIFEST}.other"
+    os.replace(out / MANIFEST, aside)
+    try:
+        yield OtherSet(other, manifest, aside)
+    except BaseException:
+        if aside.exists():
+            os.replace(aside, out / MANIFEST)
+            _fsync_dir(out)
+        raise
+
+
+def remove_other_set(out: Path, other: OtherSet, written: list[Path]) -> int:
+    """Remove each regular file the other set's manifest lists (never a file it does not list, nor one
+    this set just wrote under the same name) and its set-aside manifest; how many files went."""
+    keep = {path.name for path in written}
+    listed = [out / name for name in listed_names(other.manifest) if name not in keep]
+    removed = [path for path in listed if path.is_file() and not path.is_symlink()]
     for path in removed:
         path.unlink()
-    ui.err.print(
-        f"--force: removed {DESCRIBED[other]} from {out} ({len(removed)} files)",
-        markup=False,
-        highlight=False,
-    )
+    other.aside.unlink()
+    return len(removed)
 
 
 @dataclass
@@ -314,7 +341,8 @@ def output_set(
     out: Path, runs: list[str], *, kind: SetKind = SetKind.EVALUATION, **identity
 ) -> Iterator[OutputSet]:
     """Write one output set of `kind` into `out`, which this process owns meanwhile (own_directory). The
-    old manifest goes first, so a set killed mid-write is clearly incomplete; temporaries a killed write
+    old manifest goes first, so a set killed mid-write is clearly incomplete (another kind's, with --force,
+    is set aside and back in place if this set fails: other_set_aside); temporaries a killed write
     left behind are removed, and so is every file this set wrote when it fails (a full disk). manifest.json,
     written last, records the kind and lists only the files this command recorded in `written` (and the
     inputs it trusted); files an older set of this kind listed are left unlisted. `runs`: what the set is
@@ -323,11 +351,10 @@ def output_set(
     if not held:
         own_directory(out, kind=kind)
     try:
-        replace_other_set(out, kind)
-        result = OutputSet(out, sorted(map(str, runs)), read_manifest(out))
         remove_leftovers(out)
-        (out / MANIFEST).unlink(missing_ok=True)
-        with journal(out):
+        with other_set_aside(out, kind) as other, journal(out):
+            result = OutputSet(out, sorted(map(str, runs)), read_manifest(out))
+            (out / MANIFEST).unlink(missing_ok=True)
             yield result
             manifest = {
                 "complete": True,
@@ -337,7 +364,15 @@ def output_set(
                 "files": {p.name: hashed_entry(p) for p in result.written},
                 "inputs": result.inputs,
             }
-            write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+            with atomic_path(out / MANIFEST) as tmp:  # written, then the other set goes, then it is in place
+                tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+                removed = 0 if other is None else remove_other_set(out, other, result.written)
+        if other is not None:
+            ui.err.print(
+                f"--force: removed {DESCRIBED[other.kind]} from {out} ({removed} files)",
+                markup=False,
+                highlight=False,
+            )
     finally:
         if not held:
             release_directory(out)

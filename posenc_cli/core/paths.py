@@ -54,6 +54,11 @@ def require_short_names(option: str, path: Path) -> None:
     base = next((p for p in path.absolute().parents if os.path.isdir(p)), Path("/"))
     name_max, path_max = limit(base, "PC_NAME_MAX", 255), limit(base, "PC_PATH_MAX", 4096)
     for part in path.parts:
+        if part.startswith(TMP_PREFIX):  # posenc's temporaries are removed when found: never a user's output
+            raise UsageError(
+                f"{option} {path}: names starting with {TMP_PREFIX} are posenc's temporaries, removed "
+                "whenever posenc finds them; give another name"
+            )
         if len(os.fsencode(part)) > name_max:
             raise UsageError(
                 f"{option} {path}: the name {part[:24]}… is {len(os.fsencode(part))} bytes, and a name here "
