@@ -10,9 +10,11 @@ naming it) that the command prints.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -27,7 +29,8 @@ from posenc_cli.evaluation.hf_options import hf_options
 from posenc_cli.inspection.inspect_scheme import inspect_scheme
 from posenc_cli.report.run_eval import EvalOptions, Evaluation, run_eval
 from posenc_cli.report.run_probe import ProbeOptions, probe_options
-from posenc_cli.rundir.loading import LoadedRun, load_run
+from posenc_cli.rundir import loading
+from posenc_cli.rundir.loading import LoadedRun
 
 __all__ = ["Evaluation", "UsageError", "evaluate", "inspect", "load_hf", "load_run", "probe", "schemes"]
 __all__ += ["train", "__version__"]
@@ -35,27 +38,58 @@ __all__ += ["train", "__version__"]
 EVAL, PROBE = EvalOptions(runs=[]), ProbeOptions(runs=[])  # the commands' defaults: the keywords' too
 
 
-def train(overrides: Sequence[str] = ()) -> Path | None:
+TARGETS = "a run directory, an hf: name or a loaded run, or a list of them"
+VALUES = 'a value, a comma list ("a,b") or a list of values'
+INSPECT_OPTIONS = ("dim", "heads", "layout", "length", "slopes")  # inspect's keywords besides `out`
+
+
+def items_of(argument: str, values: Any, kinds: tuple[type, ...], *, allowed: str) -> list:
+    """`values` as a list: one value of `kinds` is one item (never its characters); anything else, None,
+    bytes or a list holding some other type, one line naming `argument` and what it takes."""
+    if isinstance(values, kinds):
+        return [values]
+    items = list(values) if isinstance(values, Iterable) and not isinstance(values, (bytes, str)) else None
+    if items is None or not all(isinstance(item, kinds) for item in items):
+        raise UsageError(f"{argument}={values!r} is not {allowed}")
+    return items
+
+
+def train(overrides: str | Sequence[str] = ()) -> Path | None:
     """`posenc train OVERRIDES`: the run (or sweep, with "-m") directory it trained into."""
-    return train_with(list(overrides))
+    return train_with(
+        items_of("overrides", overrides, (str,), allowed='an override ("scheme=rope") or a list')
+    )
 
 
 def target_names(targets: str | Path | LoadedRun | Iterable[str | Path | LoadedRun]) -> list[str]:
     """Run directories, `hf:` names or loaded runs, as the command line names them; one string or path
     is one target (never its characters)."""
-    if isinstance(targets, (str, Path, LoadedRun)):
-        targets = [targets]
-    return [str(t.path) if isinstance(t, LoadedRun) else str(t) for t in targets]
+    names = items_of("targets", targets, (str, os.PathLike, LoadedRun), allowed=TARGETS)
+    if not names:
+        raise UsageError(f"targets=[] names nothing; give {TARGETS}")
+    return [str(t.path) if isinstance(t, LoadedRun) else os.fspath(t) for t in names]
 
 
-def as_text(values: str | int | float | Iterable) -> str:
-    """[512, 1024] or "512,1024" -> "512,1024": the command's spelling, parsed by its own parsers."""
-    return values if isinstance(values, str) else ",".join(map(str, values))
+def as_text(argument: str, values: str | int | float | Iterable) -> str:
+    """[512, 1024], "512,1024" or 512 -> "512,1024": the command's spelling, parsed by its own parsers."""
+    return ",".join(map(str, items_of(argument, values, (str, int, float), allowed=VALUES)))
 
 
-def optional_text(value: str | Path | None) -> str | None:
+def path_text(argument: str, value: str | os.PathLike) -> str:
+    """A path as the command line gives it: text, or one line naming `argument` for anything else."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise UsageError(f"{argument}={value!r} is not a path; give a str or a pathlib.Path")
+    return os.fspath(value)
+
+
+def optional_text(argument: str, value: str | Path | None) -> str | None:
     """A path option as the command line gives it: text, or None when left out."""
-    return None if value is None else str(value)
+    return None if value is None else path_text(argument, value)
+
+
+def load_run(run_dir: str | Path) -> LoadedRun:
+    """A run's model rebuilt from its directory alone, as `posenc export` reads it."""
+    return loading.load_run(path_text("run_dir", run_dir))
 
 
 def load_hf(
@@ -68,7 +102,8 @@ def load_hf(
 ):
     """`hf:ID_OR_PATH` (the prefix may be left out) as eval scores it, its options checked as the command
     line's --hf-context, --device, --dtype and --device-map are."""
-    name = id_or_path if id_or_path.startswith("hf:") else f"hf:{id_or_path}"
+    given = path_text("id_or_path", id_or_path)
+    name = given if given.startswith("hf:") else f"hf:{given}"
     options = hf_options(context, resolve_device(device), dtype, device_map=device_map)
     return load_hf_model(name, **options)
 
@@ -76,7 +111,7 @@ def load_hf(
 def evaluate(
     targets: str | Path | LoadedRun | Iterable[str | Path | LoadedRun],
     *,
-    lengths: str | Iterable[int] = EVAL.lengths,
+    lengths: str | int | Iterable[int] = EVAL.lengths,
     mode: str = EVAL.mode,
     stride: int | None = EVAL.stride,
     max_tokens: int = EVAL.max_tokens,
@@ -102,19 +137,19 @@ def evaluate(
     the output set (tables, figures, results.json) is written there too; without it, nothing is written."""
     options = EvalOptions(
         runs=target_names(targets),
-        lengths=as_text(lengths),
+        lengths=as_text("lengths", lengths),
         mode=mode,
         stride=stride,
         max_tokens=max_tokens,
-        out=optional_text(out),
-        data=optional_text(data),
+        out=optional_text("out", out),
+        data=optional_text("data", data),
         text_field=text_field,
         documents=documents,
         device=device,
         lang=lang,
-        rope_scaling=as_text(rope_scaling),
+        rope_scaling=as_text("rope_scaling", rope_scaling),
         rope_factor=rope_factor,
-        learned_overflow=as_text(learned_overflow),
+        learned_overflow=as_text("learned_overflow", learned_overflow),
         hf_context=hf_context,
         dtype=dtype,
         device_map=device_map,
@@ -129,8 +164,8 @@ def evaluate(
 def probe(
     targets: str | Path | LoadedRun | Iterable[str | Path | LoadedRun],
     *,
-    lengths: str | Iterable[int] = PROBE.lengths,
-    depths: str | Iterable[float] = PROBE.depths,
+    lengths: str | int | Iterable[int] = PROBE.lengths,
+    depths: str | float | Iterable[float] = PROBE.depths,
     trials: int = PROBE.trials,
     seed: int = PROBE.seed,
     task: str = PROBE.task,
@@ -153,11 +188,11 @@ def probe(
     with `out`; without it, nothing is written)."""
     options = ProbeOptions(
         runs=target_names(targets),
-        lengths=as_text(lengths),
-        depths=as_text(depths),
+        lengths=as_text("lengths", lengths),
+        depths=as_text("depths", depths),
         trials=trials,
         seed=seed,
-        out=optional_text(out),
+        out=optional_text("out", out),
         device=device,
         lang=lang,
         hf_context=hf_context,
@@ -166,7 +201,7 @@ def probe(
         add_context=add_context,
         task=task,
         distractors=distractors,
-        rope_scaling=as_text(rope_scaling),
+        rope_scaling=as_text("rope_scaling", rope_scaling),
         rope_factor=rope_factor,
         retrieval_threshold=retrieval_threshold,
         ppl_tolerance=ppl_tolerance,
@@ -182,7 +217,10 @@ def schemes() -> pd.DataFrame:
 
 def inspect(scheme: str, *, out: str | Path | None = None, **options: Any) -> pd.DataFrame:
     """`posenc inspect SCHEME`: its claims checked, one row each (claim, passed, measured, needs, note);
-    the figures drawn are in `.attrs["figures"]`. options: dim, length, heads, layout, slopes."""
+    the figures drawn are in `.attrs["figures"]`. options: INSPECT_OPTIONS (another is refused)."""
+    unknown = next((name for name in options if name not in INSPECT_OPTIONS), None)
+    if unknown is not None:
+        raise UsageError(f"inspect has no option {unknown!r}; known: {', '.join(INSPECT_OPTIONS)}, out")
     scheme_options = {k: options.pop(k) for k in ("layout", "slopes") if options.get(k) is not None}
     check_options(
         options.get("dim"), options.get("heads"), options.get("length"), run=None, layer=None, head=None

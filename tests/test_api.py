@@ -10,6 +10,7 @@ import subprocess
 import sys
 import typing
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_bad_inputs import EVAL_PROBE_REFUSALS
@@ -161,3 +162,77 @@ def test_load_hf_refuses_a_device_or_dtype_the_command_line_refuses_in_its_words
         posenc.load_hf(str(tmp_path), device="cuda:abc")
     with pytest.raises(UsageError, match="^--dtype 'fp16' is not one of fp32, bf16$"):
         posenc.load_hf(str(tmp_path), dtype="fp16")
+
+
+WRONG_TYPES = {  # a call the annotations do not allow: the argument it names (as keyword or option)
+    "force a word": (lambda: posenc.evaluate("runA", lengths=[64], out="E2", force="no"), "--force='no'"),
+    "add_context a word": (lambda: posenc.evaluate("runA", add_context="no"), "--add-context='no'"),
+    "documents a number": (lambda: posenc.evaluate("runA", documents=1), "--documents=1"),
+    "probe's force a word": (lambda: posenc.probe("runP", out="E2", force="yes"), "--force='yes'"),
+    "probe's add_context a number": (lambda: posenc.probe("runP", add_context=0), "--add-context=0"),
+    "targets as bytes": (lambda: posenc.evaluate(b"runA", lengths=[64]), "targets=b'runA'"),
+    "targets None": (lambda: posenc.evaluate(None), "targets=None"),
+    "no targets": (lambda: posenc.probe([]), "targets=[]"),
+    "a target a number": (lambda: posenc.evaluate(["runA", 5]), "targets=['runA', 5]"),
+    "lengths None": (lambda: posenc.evaluate("runA", lengths=None), "lengths=None"),
+    "rope_scaling None": (lambda: posenc.evaluate("runA", rope_scaling=None), "rope_scaling=None"),
+    "depths None": (lambda: posenc.probe("runP", depths=None), "depths=None"),
+    "out a number": (lambda: posenc.evaluate("runA", out=5), "out=5"),
+    "inspect's unknown keyword": (lambda: posenc.inspect("rope", bogus=1), "inspect has no option 'bogus'"),
+    "load_hf a number": (lambda: posenc.load_hf(5), "id_or_path=5"),
+    "load_run a number": (lambda: posenc.load_run(5), "run_dir=5"),
+    "train None": (lambda: posenc.train(None), "overrides=None"),
+    "train bytes": (lambda: posenc.train(b"scheme=rope"), "overrides=b'scheme=rope'"),
+}
+
+
+@pytest.mark.parametrize("call, named", WRONG_TYPES.values(), ids=WRONG_TYPES.keys())
+def test_a_wrong_type_is_refused_in_one_line_naming_the_argument_and_changes_nothing(
+    call, named, tmp_path, monkeypatch
+):
+    """A truthy word for a flag was taken as yes (force='no' replaced another output set), bytes were
+    read byte by byte, None or a number was a traceback: one line naming the argument, before any work."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "E2").mkdir()
+    (tmp_path / "E2" / "notes.txt").write_text("another set")
+    with pytest.raises(UsageError) as raised:
+        call()
+    said = str(raised.value)
+    assert said.startswith(named) and "\n" not in said, said
+    assert [p.name for p in tmp_path.rglob("*")] == ["E2", "notes.txt"]  # nothing written or replaced
+
+
+def test_inspect_names_the_known_options_for_an_unknown_keyword():
+    with pytest.raises(UsageError, match=r"^inspect has no option 'dims'; known: dim, heads, layout"):
+        posenc.inspect("alibi", dims=16)
+
+
+@pytest.mark.parametrize(
+    "call, field, built",
+    [
+        (lambda: posenc.evaluate("runA", lengths=64), "lengths", "64"),
+        (lambda: posenc.evaluate(Path("runA"), lengths=(64, 128)), "runs", ["runA"]),
+        (lambda: posenc.evaluate("runA", rope_scaling=["none", "yarn"]), "rope_scaling", "none,yarn"),
+        (lambda: posenc.probe("runP", depths=0.5), "depths", "0.5"),
+        (lambda: posenc.probe("runP", lengths=256), "lengths", "256"),
+        (lambda: posenc.probe(["runP", "hf:gpt2"], force=True), "runs", ["runP", "hf:gpt2"]),
+    ],
+)
+def test_a_single_length_depth_or_target_is_taken_as_a_list_of_one(call, field, built, monkeypatch):
+    """lengths=64 and depths=0.5 (which the annotations allow) were tracebacks: the command's options
+    they build, as the command line would spell them."""
+    seen = []
+    monkeypatch.setattr(posenc, "run_eval", lambda options, write: seen.append(options))
+    probing = SimpleNamespace(rows=None)
+    monkeypatch.setattr(posenc, "probe_options", lambda options, write: seen.append(options) or probing)
+    call()
+    assert getattr(seen[0], field) == built
+
+
+def test_one_override_string_is_one_override_never_its_characters(monkeypatch):
+    """train("experiment=smoke") was read as the overrides 'e', 'x', ...: one string is one override."""
+    given = []
+    monkeypatch.setattr(posenc, "train_with", lambda args: given.append(args))
+    posenc.train("experiment=smoke")
+    posenc.train(["experiment=smoke", "scheme=rope"])
+    assert given == [["experiment=smoke"], ["experiment=smoke", "scheme=rope"]]

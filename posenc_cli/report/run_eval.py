@@ -28,7 +28,7 @@ from posenc_cli.core.choices import (
     ROPE_SCALING,
 )
 from posenc_cli.core.device import resolve_device
-from posenc_cli.core.errors import UsageError, option_name, refuse_unread, require_choice
+from posenc_cli.core.errors import UsageError, option_name, refuse_unread, require_bool, require_choice
 from posenc_cli.evaluation.eval_runs import check_windows, evaluate_runs, rope_methods
 from posenc_cli.evaluation.eval_text import eval_text
 from posenc_cli.evaluation.hf_models import is_hf
@@ -74,6 +74,14 @@ def check_choices(options: Any) -> None:
             require_choice(
                 option_name(item.name), value, choice.names, comma_list=choice.comma_list, also=choice.also
             )
+
+
+def check_flags(options: Any) -> None:
+    """Each flag of `options` a real bool: the command line can only give one, but from Python a truthy
+    word ("no") would be taken as yes, and --force replaces another output set."""
+    for item in fields(options):
+        if item.type == "bool":
+            require_bool(option_name(item.name), getattr(options, item.name))
 
 
 def refuse_hf_options_without_hf(options: Any, names: list[str]) -> None:
@@ -139,9 +147,10 @@ class CheckedEval:
 
 
 def checked_eval(o: EvalOptions) -> CheckedEval:
-    """Every option of `o` checked, before any model is loaded: the fixed names, the values, the options
+    """Every option of `o` checked, before any model is loaded: the flags, the fixed names, the values, the options
     only another path reads (--documents without --data, --text-field without a dataset, hf: options
     without an hf: model), and --out (not another kind of output set, unless --force)."""
+    check_flags(o)
     check_choices(o)
     out = owned_out(o.out, SetKind.EVALUATION, force=o.force)
     wanted, overflows = parse_lengths(o.lengths), parse_overflow(o.learned_overflow)

@@ -21,7 +21,7 @@ from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
 from posenc_cli.evaluation.targets import exports_as_hf
 from posenc_cli.report.effective_length import LengthRule
 from posenc_cli.report.output_sets import write_probe_result
-from posenc_cli.report.run_eval import check_choices, refuse_hf_options_without_hf
+from posenc_cli.report.run_eval import check_choices, check_flags, refuse_hf_options_without_hf
 from posenc_cli.rundir.destinations import default_out, owned_out
 
 
@@ -66,6 +66,7 @@ def probe_options(options: ProbeOptions, *, write: bool = True) -> Probing:
     """Every target of `options` probed; the output set in --out (outputs/probe/<time> when it is not
     given), or none when `write` is False and no --out is given (posenc.probe without `out`)."""
     o = options
+    check_flags(o)
     check_choices(o)
     out_dir = owned_out(o.out, SetKind.EVALUATION, force=o.force)
     wanted, at_depths = parse_lengths(o.lengths), parse_depths(o.depths)
