@@ -55,8 +55,9 @@ def command_options() -> dict[str, set[str]]:
 def config_keys() -> dict[str, set[str]]:
     """group -> the keys `group.key=` may name, from the schema's dataclasses and the schemes' own
     options; "scheme=NAME" -> the options of that scheme alone."""
-    from posenc_cli.config.schema import DATA, ModelSize, TrainConfig
+    from posenc_cli.config.schema import DATA, TrainConfig
     from posenc_cli.model.positional import SCHEMES, scheme_options
+    from posenc_cli.model.shape import ModelSize
 
     def fields(*classes: type) -> set[str]:
         return {f.name for cls in classes for f in dataclasses.fields(cls)}

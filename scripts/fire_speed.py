@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model import GPT, ModelConfig, ModelSize
 
 SCHEMES = ["rope", "alibi", "t5", "fire"]
 
@@ -30,8 +30,8 @@ def eval_at(length: int):
 
 def main() -> None:
     torch.set_num_threads(1)
-    sizes = dict(vocab_size=64, block_size=256, n_layer=2, n_head=4, n_embd=128)
-    models = {s: GPT(ModelConfig(**sizes, scheme=s)) for s in SCHEMES}
+    size = ModelSize(n_layer=2, n_head=4, n_embd=128)
+    models = {s: GPT(ModelConfig(vocab_size=64, block_size=256, size=size, scheme=s)) for s in SCHEMES}
     cases = {
         "train step, B=16 T=256 (fwd+bwd)": train_step,
         "eval T=2048 (8x)": eval_at(2048),

@@ -25,11 +25,12 @@ EVAL_MULTIPLES = (1, 8, 32)  # evaluation lengths, in multiples of the training 
 
 
 def eval_case(cfg: dict[str, Any], vocab_size: int, length: int, *, n_tokens: int) -> dict[str, float]:
-    """Score `n_tokens` random tokens in windows of `length`; run in a fresh process (see
-    eval_in_subprocess)."""
+    """Score `n_tokens` random tokens in windows of `length` with the model of `cfg` (a composed config,
+    typed here); run in a fresh process (see eval_in_subprocess)."""
 
-    torch.manual_seed(cfg["seed"])
-    model = LogitsScorer(GPT(model_config(check_keys(cfg), vocab_size)).eval())
+    typed = check_keys(cfg)
+    torch.manual_seed(typed.seed)
+    model = LogitsScorer(GPT(model_config(typed, vocab_size)).eval())
     span = max(length, n_tokens // length * length)
     tokens = torch.randint(vocab_size, (span + 1,), generator=torch.Generator().manual_seed(0))
     idle_kib = peak_rss_kib()
@@ -57,7 +58,7 @@ def peak_rss_kib() -> int:
 
 
 def eval_in_subprocess(
-    cfg: dict[str, Any], vocab_size: int, length: int, *, n_tokens: int
+    cfg: dict[str, Any], vocab_size: int, length: int, *, n_tokens: int, scheme: str
 ) -> dict[str, float]:
     """eval_case in a new interpreter, so the peak RSS is this case's and no other's."""
     code = (
@@ -72,7 +73,7 @@ def eval_in_subprocess(
             json.dumps({"cfg": cfg, "vocab_size": vocab_size, "length": length, "n_tokens": n_tokens}),
         ],
         cwd=None,
-        what=f"evaluation case {cfg['scheme']['name']} @ {length}",
+        what=f"evaluation case {scheme} @ {length}",
         env=child_env(),
     )
     return json.loads(stdout.strip().splitlines()[-1])
@@ -82,18 +83,19 @@ def bench_eval(schemes: list[str], effort) -> list[dict]:
     """Evaluation tokens/s and peak RSS per scheme at 1x, 8x, 32x the default training length."""
 
     rows = []
-    cfgs = {s: compose([f"scheme={s}", *effort.overrides]) for s in schemes}
-    vocab_size = len(load_corpus(cfgs[schemes[0]]["data"]).tokenizer)
+    cfgs = {s: compose([f"scheme={s}", *effort.overrides]) for s in schemes}  # for the cases' processes
+    typed = {s: check_keys(cfg) for s, cfg in cfgs.items()}
+    vocab_size = len(load_corpus(typed[schemes[0]].data).tokenizer)
     with ui.progress() as bar:
         task = bar.add_task("eval", total=len(schemes) * len(EVAL_MULTIPLES), status="")
         for multiple in EVAL_MULTIPLES:
             for scheme, cfg in cfgs.items():
-                train_len = cfg["train"]["block_size"]
+                train_len, size = typed[scheme].train.block_size, typed[scheme].model
                 length = multiple * train_len
                 bar.update(task, status=f"{scheme} @ {length}")
-                options = {k: v for k, v in cfg["scheme"].items() if k != "name"}
+                options = typed[scheme].scheme_options
                 limit = build_scheme(
-                    scheme, cfg["model"]["n_embd"], cfg["model"]["n_head"], block_size=train_len, **options
+                    scheme, size.n_embd, size.n_head, block_size=train_len, **options
                 ).max_len
                 row = {
                     "section": "eval",
@@ -105,7 +107,11 @@ def bench_eval(schemes: list[str], effort) -> list[dict]:
                 if unreadable := past_max_len(limit, length):
                     row["note"] = unreadable
                 else:
-                    row.update(eval_in_subprocess(cfg, vocab_size, length, n_tokens=effort.eval_tokens))
+                    row.update(
+                        eval_in_subprocess(
+                            cfg, vocab_size, length, n_tokens=effort.eval_tokens, scheme=scheme
+                        )
+                    )
                 rows.append(row)
                 bar.advance(task)
     return rows

@@ -10,6 +10,7 @@ import os
 import shutil
 import statistics
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -44,9 +45,9 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
     """Run `posenc train OVERRIDES` in-process for effort.train_intervals eval intervals, in a
     temporary run directory; a row of what it measured."""
 
-    cfg = compose([*overrides, *effort.overrides])
-    tc = cfg["train"]
-    tc["max_steps"] = tc["eval_interval"] * effort.train_intervals
+    composed = check_keys(compose([*overrides, *effort.overrides]))
+    tc = replace(composed.train, max_steps=composed.train.eval_interval * effort.train_intervals)
+    cfg = replace(composed, train=tc)
     threads, work = torch.get_num_threads(), Path(tempfile.mkdtemp(prefix="posenc-bench-"))
     # the run is the benchmark's own: its warnings (a resume hint naming this temporary directory, the
     # precision the benchmark asked for) would mislead; a stop by signal ends the benchmark as Ctrl-C
@@ -54,7 +55,7 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
     level = train_log.level
     train_log.setLevel(logging.ERROR)
     try:
-        summary = train(check_keys(cfg), work)
+        summary = train(cfg, work)
         rates = pd.read_csv(work / METRICS)["tokens_per_s"].tolist()
     except SystemExit as stopped:
         if stopped.code == ui.INTERRUPTED:
@@ -67,27 +68,27 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
     if status_of(summary) is not RunStatus.FINISHED:
         raise RuntimeError(f"posenc train {' '.join(overrides)}: {summary['message']}")
     steady = rates[1:] or rates  # the first interval holds the warm-up
-    T, model = tc["block_size"], cfg["model"]
+    T, model = tc.block_size, cfg.model
     effective = summary["precision"]["effective"]
     return {
         "reason": summary["precision"].get("reason", ""),
         "section": "train",
         "config": CONFIG,
-        "scheme": cfg["scheme"]["name"],
+        "scheme": cfg.scheme_name,
         "precision": "fp32" if effective == "fp32" else "bf16",  # the GEMM peak its matmuls run at
         "effective": effective,
-        "asked": tc["precision"],
+        "asked": tc.precision,
         "length": T,
-        "batch": tc["batch_size"],
-        "n_layer": model["n_layer"],
-        "n_embd": model["n_embd"],
+        "batch": tc.batch_size,
+        "n_layer": model.n_layer,
+        "n_embd": model.n_embd,
         "steps": summary["steps"],
         "tokens_per_s": statistics.median(steady),
         "loop_tokens_per_s": summary["tokens_per_s"],
         "flops_per_token": flops_per_token(
             non_positional_params=summary["total_params"] - summary["positional_params"],
-            n_layer=model["n_layer"],
-            n_embd=model["n_embd"],
+            n_layer=model.n_layer,
+            n_embd=model.n_embd,
             seq_len=T,
         ),
     }

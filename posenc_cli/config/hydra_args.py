@@ -22,11 +22,12 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from posenc_cli.config import composite_schemes  # noqa: F401 - registers scheme=A+B with Hydra
 from posenc_cli.config.location import config_dir
-from posenc_cli.config.schema import DATA, ModelSize, PosencConfig, TrainConfig
+from posenc_cli.config.schema import DATA, PosencConfig, TrainConfig
 from posenc_cli.core.errors import (
     UsageError,
     nearest,
 )
+from posenc_cli.model.shape import ModelSize
 
 EXHAUSTIVE_SWEEP_POINTS = 64  # larger sweeps: every value of every key is checked, not every combination
 

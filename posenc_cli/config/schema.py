@@ -1,11 +1,15 @@
-"""The typed config: one dataclass per Hydra group, registered in Hydra's ConfigStore; training.preflight
-checks every job of `posenc train` with them before Hydra starts one.
+"""The typed config: one dataclass per Hydra group, composed here and registered in Hydra's ConfigStore;
+training.preflight checks every job of `posenc train` with them before Hydra starts one. Each group's
+dataclass lives in the layer that uses it: `train` here (TrainConfig), `model` in model/shape.py
+(ModelSize), `data` in data/corpus_config.py (one dataclass per corpus kind).
 
-HOW TO ADD A KEY: add a field (type, default, a comment) to its group's dataclass below, and its range check
-to that dataclass's `__post_init__` with the errors.require_* helpers. Nothing else: Hydra takes the default
-from here, `--cfg job` shows it, a typo is refused naming the nearest key, every job is checked before it runs,
-and docs/reference/config.md lists it (scripts/config_reference.py). A new option of a group (e.g. data=bin): a new dataclass and one line in OPTIONS. Scheme options are the
-keyword arguments of the scheme class's __init__ (configs/scheme/*.yaml pick their defaults), checked there.
+HOW TO ADD A KEY: add a field (type, default, a comment) to its group's dataclass, and its range check to
+that dataclass's `__post_init__` with the errors.require_* helpers. Nothing else: Hydra takes the default
+from there, `--cfg job` shows it, a typo is refused naming the nearest key, every job is checked before it
+runs, and docs/reference/config.md lists it (scripts/config_reference.py). A new option of a group (e.g.
+data=bin): a new dataclass (for a corpus, in data/corpus_config.py with its line in CORPUS_CONFIGS) and one
+line in OPTIONS. Scheme options are the keyword arguments of the scheme class's __init__
+(configs/scheme/*.yaml pick their defaults), checked there.
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from posenc_cli.core.choices import MAX_LENGTH, PRECISIONS, PROBE_TASKS
+from posenc_cli.core.choices import MAX_LENGTH, PRECISIONS
 from posenc_cli.core.errors import (
     UsageError,
     nearest,
@@ -28,12 +32,19 @@ from posenc_cli.core.errors import (
     require_positive_int,
     require_seed,
 )
-from posenc_cli.data import check_tokenizer_options, corpus_kind
-from posenc_cli.data.kinds import CACHE_DIR, TOKENIZER, VAL_FRACTION, VOCAB_SIZE
-from posenc_cli.data.synthetic_spec import SyntheticSpec
+from posenc_cli.data.corpus_config import (
+    CORPUS_CONFIGS,
+    BinData,
+    DataConfig,
+    HfData,
+    SyntheticData,
+    TaskData,
+    TextData,
+    corpus_kind,
+)
+from posenc_cli.model.shape import ModelSize
 
 POSITIONS = ("ordinary", "randomized")
-MAX_MODEL_SIZE = 2**20  # model.n_layer, n_head, n_embd: past any model a machine holds
 
 
 @dataclass
@@ -104,148 +115,40 @@ class TrainConfig:
 
 
 @dataclass
-class ModelSize:
-    n_layer: int = 2  # transformer blocks
-    n_head: int = 4  # attention heads (n_embd must divide by it)
-    n_embd: int = 128  # model width
-    embed_std: float = 0.02  # init std of the (tied) token embedding; experiment=probe raises it
-
-    def __post_init__(self) -> None:
-        # 0 is "not a positive integer"; past MAX_MODEL_SIZE torch's sizes overflowed before the memory check
-        for key in ("n_layer", "n_head", "n_embd"):
-            require_positive_int(f"model.{key}", getattr(self, key))
-            require_int(f"model.{key}", getattr(self, key), at_least=1, at_most=MAX_MODEL_SIZE)
-        require_number("model.embed_std", self.embed_std, above=0)
-
-
-@dataclass
-class SyntheticData:
-    """The embedded default corpus, generated from data.seed (see posenc_cli/data/synthetic.py)."""
-
-    name: str = "synthetic"  # the generator's own defaults (SyntheticSpec) are the defaults here
-    seed: int = SyntheticSpec.seed  # the generator's seed: the same seed, the same corpus
-    n_chars: int = SyntheticSpec.n_chars  # characters generated, both splits together
-    val_fraction: float = VAL_FRACTION  # the last share of the text, held out for validation
-    copy_rate: float = SyntheticSpec.copy_rate  # share of segments that repeat earlier text verbatim
-    copy_min_distance: int = SyntheticSpec.copy_min_distance  # how far back a copy reaches (log-uniform)
-    copy_max_distance: int = SyntheticSpec.copy_max_distance  # the farthest a copy reaches back
-    passkey_rate: float = SyntheticSpec.passkey_rate  # share of segments that are passkey episodes; 0 = none
-    passkey_min_distance: int = SyntheticSpec.passkey_min_distance  # least filler between key and question
-    # most filler between key and question: keep an episode inside train.block_size
-    passkey_max_distance: int = SyntheticSpec.passkey_max_distance
-    # the needle task the episodes teach: passkey | multikey | multivalue | multiquery (`posenc probe --task`)
-    probe_task: str = SyntheticSpec.probe_task
-    tokenizer: str = TOKENIZER  # char | byte | bpe (see TextData)
-    vocab_size: int = VOCAB_SIZE  # bpe only
-
-    def __post_init__(self) -> None:
-        require_seed("data.seed", self.seed)
-        require_positive_int("data.n_chars", self.n_chars)
-        require_number("data.val_fraction", self.val_fraction, above=0, below=1)
-        for key in ("copy_rate", "passkey_rate"):
-            require_number(f"data.{key}", getattr(self, key), at_least=0, at_most=1)
-        for kind in ("copy", "passkey"):
-            low, high = getattr(self, f"{kind}_min_distance"), getattr(self, f"{kind}_max_distance")
-            require_positive_int(f"data.{kind}_min_distance", low)
-            require_int(f"data.{kind}_max_distance", high, at_least=low)
-        if self.probe_task not in PROBE_TASKS:
-            raise UsageError(f"data.probe_task={self.probe_task!r} is not one of {', '.join(PROBE_TASKS)}")
-        check_tokenizer_options(dataclasses.asdict(self))
-
-
-@dataclass
-class TextData:
-    """Any UTF-8 text file: data=text data.path=FILE. Tokenized once into data.cache_dir, then memory-mapped."""
-
-    local_paths: ClassVar[tuple[str, ...]] = ("path",)  # see anchored_paths
-
-    name: str = "text"  # the corpus kind
-    path: Optional[str] = None  # the UTF-8 text file (required)
-    val_fraction: float = VAL_FRACTION  # the last share of the text, held out for validation
-    # char | byte (UTF-8 bytes, 256 ids) | bpe (byte-level BPE trained on the training split)
-    tokenizer: str = TOKENIZER
-    vocab_size: int = VOCAB_SIZE  # bpe only
-    cache_dir: str = CACHE_DIR  # token arrays keyed by the text's sha256 and the tokenizer: never stale
-
-    def __post_init__(self) -> None:
-        if not self.path:
-            raise UsageError("data=text needs data.path=FILE (a UTF-8 text file)")
-        require_number("data.val_fraction", self.val_fraction, above=0, below=1)
-        check_tokenizer_options(dataclasses.asdict(self))
-
-
-@dataclass
-class BinData:
-    """Pre-tokenized ids, nanoGPT-style: data=bin data.train=train.bin data.val=val.bin, with a meta json
-    ({"dtype": "uint16", "vocab_size": N, "tokenizer": "tokenizer.json"}) beside data.train or at data.meta.
-    See posenc_cli/data/binary.py, which checks the files."""
-
-    local_paths: ClassVar[tuple[str, ...]] = ("train", "val", "meta")  # see anchored_paths
-
-    name: str = "bin"  # the corpus kind
-    train: Optional[str] = None  # the training split's ids (required)
-    val: Optional[str] = None  # the validation split's ids (required)
-    meta: Optional[str] = None  # default: meta.json in data.train's folder
-
-
-@dataclass
-class HfData:
-    """A Hugging Face dataset's text column (pip install 'posenc[data]'):
-    data=hf data.name=wikitext data.config=wikitext-103-raw-v1 (a Hub name: needs a network), or
-    data=hf data.name=DIR (a directory from save_to_disk)."""
-
-    local_paths: ClassVar[tuple[str, ...]] = ("name",)  # see anchored_paths: a local directory
-
-    kind: str = "hf"  # the corpus kind (data.name is the dataset's)
-    name: Optional[str] = None  # the dataset: a Hub name or a save_to_disk directory
-    config: Optional[str] = None  # the Hub dataset's configuration, if it has several
-    split: str = "train"  # the split trained on
-    # the split validated on: auto takes the dataset's validation split, else its test split, else (as
-    # null does) the last val_fraction of data.split
-    val_split: Optional[str] = "auto"
-    text_field: str = "text"  # the column holding the text
-    val_fraction: float = VAL_FRACTION  # the last share of data.split, held out where no val_split is used
-    tokenizer: str = TOKENIZER  # char | byte | bpe (see TextData)
-    vocab_size: int = VOCAB_SIZE  # bpe only
-    cache_dir: str = CACHE_DIR  # token arrays keyed by the text's sha256 and the tokenizer
-
-    def __post_init__(self) -> None:
-        if not self.name:
-            raise UsageError("data=hf needs data.name=DATASET (a Hub name or a save_to_disk directory)")
-        require_number("data.val_fraction", self.val_fraction, above=0, below=1)
-        check_tokenizer_options(dataclasses.asdict(self))
-
-
-@dataclass
-class TaskData:
-    """An algorithmic task, its instances made on the fly (posenc_cli/data/tasks.py): data=task
-    data.task=copy. train.block_size must hold the longest training sequence."""
-
-    name: str = "task"  # the corpus kind
-    task: str = "copy"  # copy | reverse | duplicate | parity | sort | addition | modular
-    max_train_len: int = 20  # training instance lengths are drawn from 1..max_train_len
-    reversed_digits: bool = False  # addition only: operands and sum least significant digit first
-
-    def __post_init__(self) -> None:
-        from posenc_cli.data.tasks import check_task_options  # torch: imported once a task is configured
-
-        check_task_options(self.task, self.max_train_len, self.reversed_digits)
-
-
-@dataclass
 class PosencConfig:
-    """The whole config; `scheme` is a plain mapping whose keys the scheme class checks."""
+    """The whole config. `scheme` is a mapping, its `name` and the keyword arguments of that scheme class's
+    __init__ (configs/scheme/*.yaml), which the class checks: a dataclass per scheme would copy each
+    class's signature. `logger` maps each tracker (csv, tensorboard, wandb: configs/logger/*.yaml) to its
+    options, the keyword arguments of training/tracking.py's logger classes, checked by check_loggers
+    there (config/ sits below training/, so it cannot name their types)."""
 
-    scheme: Any = MISSING
+    scheme: dict[str, Any] = MISSING
     model: ModelSize = MISSING
-    data: Any = MISSING
+    data: DataConfig = MISSING
     train: TrainConfig = MISSING
-    logger: Any = None  # configs/logger/*.yaml (csv, tensorboard, wandb), checked by tracking.check_loggers
+    logger: Optional[dict[str, Any]] = None
     seed: int = 0  # model init, batch order and positions; data.seed is the corpus's own
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
 
     def __post_init__(self) -> None:
         require_seed("seed", self.seed)
+
+    @property
+    def scheme_name(self) -> str:
+        return self.scheme["name"]
+
+    @property
+    def scheme_options(self) -> dict[str, Any]:
+        """The scheme's options: its class's keyword arguments."""
+        return {k: v for k, v in self.scheme.items() if k != "name"}
+
+
+@dataclass
+class HydraSchema(PosencConfig):
+    """PosencConfig as Hydra's schema node (posenc_schema): OmegaConf types no union of dataclasses, so
+    `data` is open here; each data option is its own dataclass, and check_keys types the whole."""
+
+    data: Any = MISSING
 
 
 # group -> option -> the dataclass (or preset instance) Hydra composes for it
@@ -265,19 +168,13 @@ OPTIONS: dict[str, dict[str, Any]] = {
         "task": TaskData,
     },
 }
-DATA = {
-    "synthetic": SyntheticData,
-    "text": TextData,
-    "bin": BinData,
-    "hf": HfData,
-    "task": TaskData,
-}  # data.corpus_kind -> its dataclass
+DATA = CORPUS_CONFIGS  # data.corpus_kind -> its dataclass (data/corpus_config.py)
 
 
 def register() -> None:
     """Put the schema and every typed group option in Hydra's ConfigStore (config.yaml names them)."""
     store = ConfigStore.instance()
-    store.store(name="posenc_schema", node=PosencConfig)
+    store.store(name="posenc_schema", node=HydraSchema)
     for group, options in OPTIONS.items():
         for name, node in options.items():
             store.store(group=group, name=name, node=node)

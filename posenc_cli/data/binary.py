@@ -16,12 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.corpus import Corpus
+from posenc_cli.data.corpus_config import BinData
 from posenc_cli.data.tokenizers import BpeTokenizer, IdsOnly, from_payload, read_json_text
 
 DTYPES = ("uint16", "uint32")
@@ -68,10 +69,11 @@ def meta_tokenizer(meta: dict[str, Any], path: Path):
     return tokenizer
 
 
-def ids_file(data_cfg: Mapping[str, Any], split: str, dtype: str, *, vocab_size: int) -> np.ndarray:
-    path = Path(str(data_cfg[split])).expanduser()
+def ids_file(given: str, split: str, dtype: str, *, vocab_size: int) -> np.ndarray:
+    """data.train's or data.val's (`split`) ids, as `given`."""
+    path = Path(given).expanduser()
     if not path.is_file():
-        raise UsageError(f"data.{split}={data_cfg[split]} does not exist; give a file of {dtype} token ids")
+        raise UsageError(f"data.{split}={given} does not exist; give a file of {dtype} token ids")
     itemsize = np.dtype(dtype).itemsize
     if path.stat().st_size == 0 or path.stat().st_size % itemsize:
         raise UsageError(
@@ -106,24 +108,23 @@ def bin_sha256(meta: dict[str, Any], meta_path: Path, *, train: Path, val: Path)
     return digest.hexdigest()
 
 
-def load_bin(data_cfg: Mapping[str, Any], tokenizer=None):
+def load_bin(data: BinData, tokenizer=None):
 
-    if not data_cfg.get("train") or not data_cfg.get("val"):
+    if not data.train or not data.val:
         raise UsageError(
             "data=bin needs data.train=FILE and data.val=FILE (arrays of token ids) and a meta json "
             "beside data.train (meta.json) or data.meta=FILE"
         )
-    meta_path = Path(
-        str(data_cfg.get("meta") or Path(str(data_cfg["train"])).expanduser().parent / "meta.json")
-    )
+    meta_path = Path(str(data.meta or Path(str(data.train)).expanduser().parent / "meta.json"))
     meta = read_meta(meta_path)
     tokenizer = tokenizer or meta_tokenizer(meta, meta_path)
     train, val = (
-        ids_file(data_cfg, split, meta["dtype"], vocab_size=meta["vocab_size"]) for split in ("train", "val")
+        ids_file(str(given), split, meta["dtype"], vocab_size=meta["vocab_size"])
+        for given, split in ((data.train, "train"), (data.val, "val"))
     )
     stats = {
-        "train": str(data_cfg["train"]),
-        "val": str(data_cfg["val"]),
+        "train": str(data.train),
+        "val": str(data.val),
         "train_tokens": len(train),
         "val_tokens": len(val),
         "sha256": bin_sha256(meta, meta_path, train=Path(train.filename), val=Path(val.filename)),

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
+from posenc_cli.data.corpus_config import HfData
 from posenc_cli.data.stream import TextSource
 
 ROWS_PER_BLOCK = 1000
@@ -71,17 +72,16 @@ def open_dataset(name: str, config: str | None, *, what: str):
         ) from None
 
 
-def load_splits(data_cfg: Mapping[str, Any]) -> Splits:
+def load_splits(data: HfData) -> Splits:
     """The splits as `datasets.Dataset`s (memory-mapped Arrow), or one clear line saying why not."""
     datasets = import_datasets()
-    name, split = data_cfg.get("name"), data_cfg.get("split") or "train"
-    val_split = data_cfg.get("val_split")  # absent in records from before data.val_split: the tail
+    name, split, val_split = data.name, data.split or "train", data.val_split
     if not name or name == "hf":
         raise UsageError(
             "data=hf needs data.name=DATASET: a Hub name (e.g. wikitext with "
             "data.config=wikitext-103-raw-v1) or a directory saved with save_to_disk"
         )
-    found = open_dataset(str(name), data_cfg.get("config"), what=f"data.name={name}")
+    found = open_dataset(str(name), data.config, what=f"data.name={name}")
     if not isinstance(found, datasets.DatasetDict):  # one Dataset, saved without splits
         if val_split not in ("auto", None):
             raise UsageError(f"data.val_split={val_split}: {name} is one dataset without splits; drop it")
@@ -113,12 +113,12 @@ def rows_text(dataset, field: str) -> Iterator[str]:
         yield "".join(f"{row}\n" for row in batch[field] if row is not None)
 
 
-def hf_source(data_cfg: Mapping[str, Any]) -> tuple[TextSource, dict[str, Any]]:
+def hf_source(data: HfData) -> tuple[TextSource, dict[str, Any]]:
     """The training split's rows, then the validation split's where the dataset has one (the source's
     validation_start is where they begin)."""
-    splits = load_splits(data_cfg)
-    train_split, field = data_cfg.get("split") or "train", data_cfg.get("text_field") or "text"
-    named = f"data.name={data_cfg['name']}"
+    splits = load_splits(data)
+    train_split, field = data.split or "train", data.text_field or "text"
+    named = f"data.name={data.name}"
     parts = [(splits.train, text_column(splits.train, field, where=f"{named} (split {train_split})"))]
     if splits.validation is not None:
         where = f"{named} (split {splits.validation_name})"
@@ -132,14 +132,14 @@ def hf_source(data_cfg: Mapping[str, Any]) -> tuple[TextSource, dict[str, Any]]:
     if splits.validation is not None:
         start = sum(len(block) for block in rows_text(*parts[0]))
     facts = {
-        "dataset": str(data_cfg["name"]),
-        "config": data_cfg.get("config"),
+        "dataset": str(data.name),
+        "config": data.config,
         "split": train_split,
         "rows": len(splits.train),
         "val_split": splits.validation_name,
         "val_rows": None if splits.validation is None else len(splits.validation),
     }
-    return TextSource(f"data.name={data_cfg['name']}", blocks, validation_start=start), facts
+    return TextSource(named, blocks, validation_start=start), facts
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import numpy as np
 from posenc_cli.core import ui
 from posenc_cli.core.atomic import write_text
 from posenc_cli.core.errors import UsageError
-from posenc_cli.data.kinds import TOKENIZER, VOCAB_SIZE
+from posenc_cli.data.corpus_config import TextCorpus
 from posenc_cli.data.tokenizers import (
     PIECE_CHARS,
     BpeTokenizer,
@@ -163,10 +163,12 @@ def train_tokenizer(kind: str, vocab_size: int, source: TextSource, *, cut: int,
     return Vocab(tuple(chars) + ((UNK,) if unseen.any() else ()))
 
 
-def tokenizer_for(data: dict, source: TextSource, sha: str, *, cut: int, n_chars: int, cache: Path | None):
+def tokenizer_for(
+    data: TextCorpus, source: TextSource, sha: str, *, cut: int, n_chars: int, cache: Path | None
+):
     """The tokenizer `data.tokenizer` asks for, trained on this split once and then read from the cache,
     where it is stored with its fingerprint: a cached tokenizer that is not what was stored is rebuilt."""
-    kind, vocab_size = data.get("tokenizer", TOKENIZER), data.get("vocab_size", VOCAB_SIZE)
+    kind, vocab_size = data.tokenizer, data.vocab_size
     if cache is None or kind == "byte":
         return train_tokenizer(kind, vocab_size, source, cut=cut, n_chars=n_chars)
     size, sample = (vocab_size, min(cut, BPE_TRAIN_CHARS)) if kind == "bpe" else (0, cut)

@@ -143,13 +143,6 @@ class TaskSpec:
             )
 
 
-def task_spec(data_cfg) -> TaskSpec | None:
-    """The task a run's data config names, or None for a text corpus."""
-    if data_cfg.get("name") != "task":
-        return None
-    return TaskSpec(data_cfg.get("task"), data_cfg.get("max_train_len"), data_cfg.get("reversed_digits"))
-
-
 def encode(spec: TaskSpec, instances: list[Instance], width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Instances -> (inputs, targets), each (B, width): the sequences padded to width + 1 tokens, the
     targets IGNORE but where the next token is part of the answer or its end mark."""

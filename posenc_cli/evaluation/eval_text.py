@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from posenc_cli.core.errors import UsageError
+from posenc_cli.data.corpus_config import HfData, TextCorpus
 from posenc_cli.data.hf_datasets import HfText, hf_rows, parse_hf_text
 from posenc_cli.data.stream import read_text, scan, split_point, string_source
 from posenc_cli.evaluation.target import EvalTarget
@@ -63,10 +64,10 @@ def refuse_training_split(spec: HfText, runs: list[EvalTarget]) -> None:
     """A dataset split a posenc run was trained on (or the whole of a dataset without splits it was trained
     on) is never its evaluation text."""
     for run in runs:
-        trained = run.trained_text.data if run.trained_text else {}
-        if trained.get("kind") != "hf" or not same_dataset(str(trained.get("name")), spec.name):
+        trained = run.trained_text.data if run.trained_text else None
+        if not isinstance(trained, HfData) or not same_dataset(str(trained.name), spec.name):
             continue
-        if spec.split is None or spec.split == (trained.get("split") or "train"):
+        if spec.split is None or spec.split == (trained.split or "train"):
             raise UsageError(
                 f"--data {spec.spec} holds the text {run.path} was trained on; evaluate it on its validation "
                 "split (no --data) or on another split"
@@ -95,7 +96,8 @@ def held_out_text(text: str, path: str, runs: list[EvalTarget]) -> EvalText:
 
 def validation_share(run: EvalTarget, path: str) -> float:
     """The run's recorded data.val_fraction; a record without one cannot say where its validation starts."""
-    share = run.trained_text.data.get("val_fraction") if run.trained_text else None
+    data = run.trained_text.data if run.trained_text else None
+    share = data.val_fraction if isinstance(data, TextCorpus) else None
     if not isinstance(share, (int, float)):
         raise UsageError(
             f"--data {path} is the text {run.path} was trained on, and its record states no data.val_fraction, "

@@ -36,6 +36,7 @@ from posenc_cli.core.atomic import (
 )
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
+from posenc_cli.data import data_config
 from posenc_cli.data.tokenizers import from_payload
 from posenc_cli.evaluation.hf_checks import INTEGER_DTYPES
 from posenc_cli.evaluation.model_files import (
@@ -333,7 +334,9 @@ class VerifiedExport:
     def trained_text(self) -> TrainedText:
         """The run's corpus, as the export carries it (an export written before corpus_sha256: unknown)."""
         data = self.config.get("data")
-        return TrainedText(self.config.get("corpus_sha256"), data if isinstance(data, dict) else {})
+        return TrainedText(
+            self.config.get("corpus_sha256"), data_config(data) if isinstance(data, dict) and data else None
+        )
 
 
 @contextmanager
@@ -390,7 +393,7 @@ def verified_export(directory: Path, *, beside: Path | None = None) -> VerifiedE
 
 def parsed_export(directory: Path, config: dict) -> VerifiedExport:
     try:
-        model_config = ModelConfig(**config["model_config"])
+        model_config = ModelConfig.from_dict(config["model_config"])
         train_len = int(config["train_len"])
     except (TypeError, ValueError, KeyError, UsageError) as err:
         raise UsageError(
@@ -454,9 +457,9 @@ def check_weights(directory: Path, model_config: ModelConfig) -> None:
         raise UsageError(
             f"{path} cannot be read ({type(err).__name__}): it is truncated or not a safetensors file"
         ) from None
-    if model_config.n_layer > len(stored):  # every block has weights: bounds the model built below
+    if model_config.size.n_layer > len(stored):  # every block has weights: bounds the model built below
         raise UsageError(
-            f"{path} holds {len(stored)} tensors, too few for the {model_config.n_layer} "
+            f"{path} holds {len(stored)} tensors, too few for the {model_config.size.n_layer} "
             f"layers its {CONFIG} states"
         )
     with torch.device("meta"):

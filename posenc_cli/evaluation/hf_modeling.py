@@ -51,7 +51,7 @@ class PosencForCausalLM(PreTrainedModel, GenerationMixin):
 
     def __init__(self, config: PosencConfig):
         super().__init__(config)
-        self.gpt = GPT(ModelConfig(**config.model_config))
+        self.gpt = GPT(ModelConfig.from_dict(config.model_config))
         self.post_init()
 
     def _init_weights(self, module: torch.nn.Module) -> None:

@@ -3,7 +3,7 @@ the `hf:` models of evaluation.hf_models."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from posenc_cli.data.needles import NeedleTask
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.perplexity import TOKENS_PER_FORWARD, LogitsScorer
 from posenc_cli.evaluation.probe import check_vocab, make_trials, overhead, without_episodes
-from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model import GPT
 from posenc_cli.model.positional.rope_scaling import METHODS
 from posenc_cli.rundir.loading import LoadedRun, require_text_run, run_corpus
 
@@ -61,8 +61,8 @@ class RunTarget(LoadedRun):
         """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none."""
         if not scheme_options:
             return self.model
-        cfg = self.model.cfg.to_dict()
-        model = GPT(ModelConfig(**{**cfg, "scheme_options": {**cfg["scheme_options"], **scheme_options}}))
+        cfg = self.model.cfg
+        model = GPT(replace(cfg, scheme_options={**cfg.scheme_options, **scheme_options}))
         model.load_state_dict(self.model.state_dict())
         return model.eval()
 
@@ -149,7 +149,7 @@ def memory_short(run: RunTarget, tokens: int, device: torch.device) -> str | Non
     """Why one forward of `tokens` tokens (windows batched up to TOKENS_PER_FORWARD tokens) does not
     fit: its fp32 activations, logits and attention scores against what the device has free; None if
     it fits."""
-    cfg = run.model.cfg
+    cfg = run.model.cfg.size
     batched = max(tokens, TOKENS_PER_FORWARD)
     need = 4 * batched * (len(run.tokenizer) + 16 * cfg.n_embd * cfg.n_layer + cfg.n_head * tokens)
     free = free_memory(device)

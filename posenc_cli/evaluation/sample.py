@@ -69,7 +69,7 @@ def within_table(limit: int | None, prompt_len: int, tokens: int, *, who: str, s
 def check_context_memory(run: LoadedRun, context: int, device: torch.device) -> None:
     """The last step reads `context` tokens at once (the window, or the prompt and every token): its
     logits and activations must fit, or the run is refused before it starts rather than killed later."""
-    cfg = run.model.cfg
+    cfg = run.model.cfg.size
     need = 4 * context * (len(run.tokenizer) + 16 * cfg.n_embd * cfg.n_layer)  # fp32 bytes of one forward
     free = free_memory(device)
     if free is not None and need > free:

@@ -16,7 +16,8 @@ import pandas as pd
 import torch
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.data.tasks import IGNORE, TaskSpec, encode, task_spec
+from posenc_cli.data.corpora import task_spec
+from posenc_cli.data.tasks import IGNORE, TaskSpec, encode
 from posenc_cli.evaluation.labels import Label, refuse_repeats, run_setting
 from posenc_cli.evaluation.perplexity import TOKENS_PER_FORWARD
 from posenc_cli.evaluation.run_target import RunTarget, memory_short
@@ -29,7 +30,7 @@ EVAL_SEED = 4418  # the instances' generator is seeded with EVAL_SEED + length
 def task_targets(targets: list) -> list[RunTarget] | None:
     """The task runs among eval's targets (each run's record names its data), or None when there are
     none; a call that mixes task runs with text runs or hf: models is refused."""
-    is_task = [isinstance(t, RunTarget) and task_spec(t.record.data) is not None for t in targets]
+    is_task = [isinstance(t, RunTarget) and task_spec(t.data) is not None for t in targets]
     if not any(is_task):
         return None
     if not all(is_task):
@@ -79,7 +80,7 @@ def check_task_lengths(runs: list[RunTarget], lengths: list[int], *, device: tor
     """Refuse, before any instance is made, lengths whose sequences would not fit in the device's
     free memory (one line, from the run's own memory check: the same bound perplexity keeps)."""
     for run in runs:
-        spec = task_spec(run.record.data)
+        spec = task_spec(run.data)
         for length in sorted({*lengths, spec.max_train_len}):
             width = spec.input_len(length)
             short = None if past_max_len(run.max_len, width) else memory_short(run, width, device)
@@ -96,7 +97,7 @@ def task_accuracy(runs: list[RunTarget], lengths: list[int], *, device: torch.de
     check_task_lengths(runs, lengths, device=device)
     rows: list[dict[str, Any]] = []
     for run in runs:
-        spec = task_spec(run.record.data)
+        spec = task_spec(run.data)
         for length in sorted({*lengths, spec.max_train_len}):
             skipped = past_max_len(run.max_len, spec.input_len(length))
             rows.append(

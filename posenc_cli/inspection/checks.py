@@ -74,7 +74,8 @@ def layer_attention(model, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor,
         x = block(x, positions, scheme)
     block = model.blocks[layer]
     q, k, v = (
-        split_heads(t, model.cfg.n_head) for t in block.attn.qkv(block.ln_1(x)).split(model.cfg.n_embd, dim=2)
+        split_heads(t, model.cfg.size.n_head)
+        for t in block.attn.qkv(block.ln_1(x)).split(model.cfg.size.n_embd, dim=2)
     )
     return attention_probs(q, k, positions, scheme=model.layer_schemes[layer]), v
 

@@ -84,7 +84,7 @@ def inspect_scheme(
             raise UsageError(
                 f"--run {run_dir} was trained with scheme {run.scheme}, not {name}; drop SCHEME or match it"
             )
-        cfg = run.model.cfg
+        cfg = run.model.cfg.size
         for option, given, actual in (("--dim", dim, cfg.n_embd), ("--heads", heads, cfg.n_head)):
             if given is not None and given != actual:
                 raise UsageError(

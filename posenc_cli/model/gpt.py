@@ -1,46 +1,20 @@
 """A small decoder-only GPT. It knows positional schemes only through their three hooks.
 
-Read top to bottom: config, attention, MLP, block, GPT.
+Read top to bottom: attention, MLP, block, GPT (its config: model/shape.py).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from posenc_cli.core.device import ATTENTION_IN_FP32
-from posenc_cli.core.errors import UsageError, require_positive_int
 from posenc_cli.model.attention import biased_causal_attention, cached_attention
 from posenc_cli.model.positional import PositionalScheme, build_scheme
-
-
-@dataclass
-class ModelConfig:
-    vocab_size: int
-    block_size: int
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 128
-    embed_std: float = 0.02  # init std of the token embedding (tied with the output head); GPT-2's 0.02
-    scheme: str = "none"
-    scheme_options: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for key in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            require_positive_int(key, getattr(self, key))
-        if self.n_embd % self.n_head:
-            raise UsageError(
-                f"model.n_embd={self.n_embd} is not divisible by model.n_head={self.n_head}; "
-                "choose n_embd as a multiple of n_head"
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from posenc_cli.model.shape import ModelConfig
 
 
 class LayerCache:
@@ -88,9 +62,9 @@ def rotate_with_context(
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.n_head = cfg.n_head
-        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
-        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        self.n_head = cfg.size.n_head
+        self.qkv = nn.Linear(cfg.size.n_embd, 3 * cfg.size.n_embd, bias=False)
+        self.proj = nn.Linear(cfg.size.n_embd, cfg.size.n_embd, bias=False)
 
     def forward(
         self,
@@ -133,8 +107,8 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False)
-        self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
+        self.fc = nn.Linear(cfg.size.n_embd, 4 * cfg.size.n_embd, bias=False)
+        self.proj = nn.Linear(4 * cfg.size.n_embd, cfg.size.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(F.gelu(self.fc(x)))
@@ -143,9 +117,9 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd)
+        self.ln_1 = nn.LayerNorm(cfg.size.n_embd)
         self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd)
+        self.ln_2 = nn.LayerNorm(cfg.size.n_embd)
         self.mlp = MLP(cfg)
 
     def forward(self, x, positions, scheme, given=None, cache=None):
@@ -158,15 +132,15 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.scheme = build_scheme(
-            cfg.scheme, cfg.n_embd, cfg.n_head, block_size=cfg.block_size, **cfg.scheme_options
+            cfg.scheme, cfg.size.n_embd, cfg.size.n_head, block_size=cfg.block_size, **cfg.scheme_options
         )
         # the scheme each block calls: one shared instance, or the scheme's own per layer (FIRE per_layer);
         # a plain list, since the scheme already holds (and registers) every instance
-        self.layer_schemes = self.scheme.for_layers(cfg.n_layer)
-        self.tok = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd)
-        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.layer_schemes = self.scheme.for_layers(cfg.size.n_layer)
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.size.n_embd)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.size.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.size.n_embd)
+        self.head = nn.Linear(cfg.size.n_embd, cfg.vocab_size, bias=False)
         self.head.weight = self.tok.weight  # tied input and output embeddings
         self._init_weights()
         self.register_load_state_dict_pre_hook(rename_legacy_scheme_keys)
@@ -176,9 +150,9 @@ class GPT(nn.Module):
             if name.startswith("scheme."):
                 continue  # schemes initialise their own parameters
             if name == "tok.weight":
-                nn.init.normal_(p, std=self.cfg.embed_std)
+                nn.init.normal_(p, std=self.cfg.size.embed_std)
             elif p.dim() >= 2:
-                std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith("proj.weight") else 0.02
+                std = 0.02 / math.sqrt(2 * self.cfg.size.n_layer) if name.endswith("proj.weight") else 0.02
                 nn.init.normal_(p, std=std)
 
     def forward(

@@ -4,12 +4,14 @@ it was trained on (checked unchanged). Every command that reads a run loads it h
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from posenc_cli.core.device import EFFECTIVE_PRECISIONS
 from posenc_cli.core.errors import UsageError
-from posenc_cli.data import Corpus, corpus_kind, load_corpus, require_same_corpus
+from posenc_cli.data import Corpus, DataConfig, data_config, load_corpus, require_same_corpus
+from posenc_cli.data.corpus_config import SyntheticData, TaskData
 from posenc_cli.data.tokenizers import run_tokenizer
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.rundir.layout import CHECKPOINT, is_run_dir
@@ -39,9 +41,14 @@ class LoadedRun:
     def record(self) -> RunRecord:
         return self.checkpoint.record
 
+    @cached_property
+    def data(self) -> DataConfig:
+        """The data config the run was trained on, typed from its record."""
+        return data_config(self.record.data)
+
     @property
     def trained_text(self) -> TrainedText:
-        return TrainedText(self.record.corpus_sha256, self.record.data)
+        return TrainedText(self.record.corpus_sha256, self.data)
 
     @property
     def tokenizer_name(self) -> str:
@@ -84,7 +91,7 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     summary = read_summary(path)
     check_own_checkpoint(path, checkpoint, summary)
     try:
-        model = GPT(ModelConfig(**checkpoint.record.model_config))
+        model = GPT(ModelConfig.from_dict(checkpoint.record.model_config))
         model.load_state_dict(checkpoint.model)
     except (TypeError, KeyError, RuntimeError, ValueError) as err:
         reason = " ".join(str(err).split())[:160]
@@ -99,9 +106,9 @@ def load_run(run_dir: str | Path) -> LoadedRun:
 def require_text_run(run: LoadedRun) -> None:
     """A task run (data=task) has no text for perplexity, a probe or a sample to read: refused, naming
     what scores it."""
-    if corpus_kind(run.record.data) == "task":
+    if isinstance(run.data, TaskData):
         raise UsageError(
-            f"{run.path} is a task run (data.task={run.record.data.get('task')}), which has no text to "
+            f"{run.path} is a task run (data.task={run.data.task}), which has no text to "
             "score; evaluate it with posenc eval TASK_RUN... --lengths N,..."
         )
 
@@ -114,9 +121,9 @@ def run_corpus(run: LoadedRun) -> Corpus:
     runs on the same data and tokenizer) and checked against the sha256 the run recorded (stream.scan's,
     the token cache's key): a corpus changed since training is refused, never scored."""
     require_text_run(run)
-    data, stored = run.record.data, run.record.corpus_sha256
+    data, stored = run.data, run.record.corpus_sha256
     if run.data_key() not in _corpora:
-        if corpus_kind(data) != "synthetic":  # a changed file is refused before it is tokenized
+        if not isinstance(data, SyntheticData):  # a changed file is refused before it is tokenized
             require_same_corpus(data, stored, str(run.path))
         _corpora[run.data_key()] = load_corpus(data, run.tokenizer)
     corpus = _corpora[run.data_key()]

@@ -18,6 +18,7 @@ import torch
 
 from posenc_cli.core.atomic import write_text, write_with
 from posenc_cli.core.errors import UsageError
+from posenc_cli.data.corpus_config import DataConfig
 from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY
 
 FORMAT = "posenc-checkpoint"
@@ -31,7 +32,7 @@ class TrainedText:
     eval on that text scores only its validation split, and never a dataset split it trained on."""
 
     corpus_sha256: str | None  # stream.scan's digest of a text corpus; None: generated, or not recorded
-    data: dict[str, Any]  # the run's data config as recorded (kind, name, split, val_fraction, ...)
+    data: DataConfig | None  # the run's data config; None: an export that does not say
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
@@ -176,7 +175,7 @@ def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
         hold_lock(run_dir)
         if not tc.resume:
             write_summary(run_dir, {"status": RunStatus.RUNNING, "run_id": run_id, "config": recorded(cfg)})
-    corpus = load_corpus(dataclasses.asdict(cfg.data))
+    corpus = load_corpus(cfg.data)
     check_lengths(corpus, tc.block_size)
 
     if tc.resume and (Path(tc.resume) / CHECKPOINT).is_file():  # restore() reads the run's own precision

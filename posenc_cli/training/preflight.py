@@ -3,7 +3,6 @@ options, corpus, lengths, memory, init_from and resume), so a bad override is on
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +18,17 @@ from posenc_cli.config.hydra_args import (
     sweep_points,
 )
 from posenc_cli.config.memory_model import check_run_memory, scheme_footprint
-from posenc_cli.config.schema import PosencConfig, SyntheticData, anchored_paths, check_keys
+from posenc_cli.config.schema import PosencConfig, anchored_paths, check_keys
 from posenc_cli.core.device import cpu_bf16, resolve_device, resumed_precision
 from posenc_cli.core.errors import (
     UsageError,
 )
 from posenc_cli.core.paths import writable_place
-from posenc_cli.data import corpus_kind, corpus_tokenizer, require_same_corpus, stream
+from posenc_cli.data import DataConfig, corpus_tokenizer, data_record, require_same_corpus, stream
 from posenc_cli.data.binary import load_bin
+from posenc_cli.data.corpus_config import BinData, SyntheticData, TaskData, TextData
 from posenc_cli.data.hf_datasets import hf_source
-from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model import GPT
 from posenc_cli.rundir.layout import SUMMARY
 from posenc_cli.rundir.lineage import (
     check_same_shape,
@@ -50,9 +50,6 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     cfg = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
     typed_cfg = check_keys(cfg)
     tc, mc = typed_cfg.train, typed_cfg.model
-    ModelConfig(
-        vocab_size=1, block_size=tc.block_size, n_layer=mc.n_layer, n_head=mc.n_head, n_embd=mc.n_embd
-    )
     max_len, positional, bias = scheme_footprint(
         typed_cfg.scheme, mc.n_embd, mc.n_head, block_size=tc.block_size, n_layer=mc.n_layer
     )
@@ -85,7 +82,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
         validate_init_from(typed_cfg)
     if tc.resume and (Path(tc.resume) / SUMMARY).is_file():  # a changed corpus: before tokenizing
         stored = read_summary(Path(tc.resume))
-        require_same_corpus(dataclasses.asdict(typed_cfg.data), stored.get("corpus_sha256"), tc.resume)
+        require_same_corpus(typed_cfg.data, stored.get("corpus_sha256"), tc.resume)
         record = stored.get("precision")
         if isinstance(record, dict) and record.get("effective") is not None:  # the checkpoint's own
             resumed_precision(device, tc.precision, record["effective"], run=tc.resume)  # is checked on load
@@ -164,30 +161,27 @@ def validate_init_from(cfg: PosencConfig) -> None:
         model = GPT(model_config(cfg, len(theirs)))
     check_same_shape(source, saved, model.cfg.to_dict())  # before any corpus is read or tokenized
     initial_state(source, saved, model)
-    data = dataclasses.asdict(cfg.data)
-    if saved.record.data != data:  # another corpus: its vocabulary must be RUN's
-        check_same_vocabulary(source, saved, corpus_tokenizer(data))
+    if saved.record.data != data_record(cfg.data):  # another corpus: its vocabulary must be RUN's
+        check_same_vocabulary(source, saved, corpus_tokenizer(cfg.data))
 
 
-def corpus_size(data: Any) -> tuple[int | None, int | None]:
+def corpus_size(data: DataConfig) -> tuple[int | None, int | None]:
     """(characters in the corpus, characters in its smaller split, training or validation), read in a streaming pass
     without tokenizing: the split bounds its tokens for char and bpe (a BPE token covers at least one
     character). None where there is nothing to bound (byte tokens; pre-tokenized arrays, checked here by
     loading their headers and checked again once loaded)."""
-    values = dataclasses.asdict(data)
-    kind = corpus_kind(values)
-    if kind == "bin":
-        load_bin(values)
+    if isinstance(data, BinData):
+        load_bin(data)
         return None, None
-    if kind == "task":  # instances are made per batch: no text to bound the window
+    if isinstance(data, TaskData):  # instances are made per batch: no text to bound the window
         return None, None
-    if kind == "synthetic":
+    if isinstance(data, SyntheticData):
         source, n = None, data.n_chars
-    elif kind == "text":
+    elif isinstance(data, TextData):
         source = stream.file_source(data.path)
         n = stream.scan(source)[1]
     else:
-        source = hf_source(values)[0]
+        source = hf_source(data)[0]
         n = stream.scan(source)[1]
     first_val = (
         stream.split_point(n, data.val_fraction)

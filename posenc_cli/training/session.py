@@ -20,7 +20,7 @@ from posenc_cli.core.device import (
 )
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.version import code_version
-from posenc_cli.data import Corpus
+from posenc_cli.data import Corpus, data_record
 from posenc_cli.data.tasks import IGNORE
 from posenc_cli.data.tokenizers import run_payload
 from posenc_cli.model import GPT, ModelConfig, token_nll
@@ -57,16 +57,12 @@ class NonFiniteLoss(RuntimeError):
 
 
 def model_config(cfg: PosencConfig, vocab_size: int) -> ModelConfig:
-    scheme = dict(cfg.scheme)
     return ModelConfig(
         vocab_size=vocab_size,
         block_size=cfg.train.block_size,
-        n_layer=cfg.model.n_layer,
-        n_head=cfg.model.n_head,
-        n_embd=cfg.model.n_embd,
-        embed_std=cfg.model.embed_std,
-        scheme=scheme.pop("name"),
-        scheme_options=scheme,
+        size=cfg.model,
+        scheme=cfg.scheme_name,
+        scheme_options=cfg.scheme_options,
     )
 
 
@@ -199,7 +195,7 @@ def run_record(s: Session) -> RunRecord:
         model_config=s.mc.to_dict(),
         tokenizer=run_payload(s.corpus.tokenizer),
         train_len=s.cfg.train.block_size,
-        data=dataclasses.asdict(s.cfg.data),
+        data=data_record(s.cfg.data),
         seed=s.cfg.seed,
         corpus_sha256=s.corpus.sha256,
         precision=s.precision,
@@ -265,7 +261,7 @@ def check_resumable(saved: RunRecord, now: RunRecord, path: Path) -> None:
             "a cached tokenizer was changed); a run resumes only with its own tokenizer"
         )
     try:
-        same_model = ModelConfig(**saved.model_config).to_dict() == now.model_config
+        same_model = ModelConfig.from_dict(saved.model_config).to_dict() == now.model_config
     except TypeError:  # a field this version's model does not know
         same_model = False
     if not same_model:
