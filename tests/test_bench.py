@@ -22,7 +22,7 @@ from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
 from posenc_cli.bench.peer import side_by_side, speedup
 from posenc_cli.bench.startup import startup_cases
 from posenc_cli.core.choices import PRECISIONS
-from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model import GPT, ModelConfig, ModelSize
 
 pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
 
@@ -172,7 +172,9 @@ def test_side_by_side_says_when_the_peer_is_absent(tmp_path):
 @pytest.mark.parametrize("scheme", ["learned", "rope"])
 def test_flops_per_token_counts_non_positional_parameters_once(scheme):
     V, L, d, T = 11, 3, 16, 24
-    model = GPT(ModelConfig(vocab_size=V, block_size=T, n_layer=L, n_head=2, n_embd=d, scheme=scheme))
+    model = GPT(
+        ModelConfig(vocab_size=V, block_size=T, size=ModelSize(n_layer=L, n_head=2, n_embd=d), scheme=scheme)
+    )
     # tied embedding once; per block qkv 3d², proj d², MLP 8d², two LayerNorms 4d; final LayerNorm 2d
     n = V * d + L * (12 * d * d + 4 * d) + 2 * d
     assert model.n_params - model.n_positional_params == n

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from conftest import ROOT, SMOKE, assert_refused, evaluate, invoke, posenc, run_cli, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import (
-    check_tokenizer_options,
+    check_tokenizer,
+    data_config,
     load_corpus,
     passkey,
     require_same_corpus,
@@ -85,7 +86,7 @@ def write_corpus(tmp_path, text: str):
 @pytest.mark.parametrize("kind", ["char", "byte", "bpe"])
 def test_cached_tokens_are_memory_mapped_and_decode_to_the_split_text(tmp_path, kind):
     data = {**write_corpus(tmp_path, TEXT), "tokenizer": kind}
-    corpus = load_corpus(data)
+    corpus = load_corpus(data_config(data))
     cut = int(len(TEXT) * 0.9)
     assert isinstance(corpus.train, np.memmap) and corpus.train.dtype == np.uint16
     assert corpus.tokenizer.decode(corpus.train) == TEXT[:cut]
@@ -95,20 +96,20 @@ def test_cached_tokens_are_memory_mapped_and_decode_to_the_split_text(tmp_path, 
 
 def test_the_cache_is_reused_for_the_same_text_and_never_stale_when_it_changes(tmp_path, monkeypatch):
     data = write_corpus(tmp_path, TEXT)
-    first = load_corpus(data)
+    first = load_corpus(data_config(data))
     built = []
     encode = stream.encode_splits
     monkeypatch.setattr(stream, "encode_splits", lambda *a, **k: built.append(1) or encode(*a, **k))
-    again = load_corpus(data)
+    again = load_corpus(data_config(data))
     assert built == [] and again.train.filename == first.train.filename  # read back, not rebuilt
     changed = TEXT.replace("lazy dog", "lazy cat")  # same length, other content
     (tmp_path / "corpus.txt").write_text(changed, encoding="utf-8")
-    edited = load_corpus(data)
+    edited = load_corpus(data_config(data))
     assert built == [1] and edited.train.filename != first.train.filename
     assert edited.stats["sha256"] != first.stats["sha256"]
     assert edited.tokenizer.decode(np.concatenate([edited.train, edited.val])) == changed
     # the run's own tokenizer on the edited text: tokens of the new text, not the cached old ones
-    old_tokenizer = load_corpus(data, first.tokenizer)
+    old_tokenizer = load_corpus(data_config(data), first.tokenizer)
     assert old_tokenizer.tokenizer.decode(np.concatenate([old_tokenizer.train, old_tokenizer.val])) == changed
 
 
@@ -120,12 +121,16 @@ def test_pre_tokenized_arrays_with_a_meta_json(tmp_path):
         json.dumps({"dtype": "uint16", "vocab_size": 256, "tokenizer": {"kind": "byte"}})
     )
     corpus = load_corpus(
-        {"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")}
+        data_config({"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")})
     )
     assert np.array_equal(corpus.val, ids[-100:]) and corpus.tokenizer.kind == "byte"
     (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 200}))
     with pytest.raises(UsageError, match="holds id .* outside vocab_size 200"):
-        load_corpus({"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")})
+        load_corpus(
+            data_config(
+                {"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")}
+            )
+        )
 
 
 @pytest.mark.parametrize("kind", ["byte", "bpe"])
@@ -152,18 +157,20 @@ def saved_dataset(tmp_path):
 def test_a_saved_hugging_face_dataset_is_its_text_column(tmp_path):
     directory, text = saved_dataset(tmp_path)
     corpus = load_corpus(
-        {
-            "kind": "hf",
-            "name": str(directory),
-            "split": "train",
-            "text_field": "text",
-            "tokenizer": "byte",
-            "cache_dir": str(tmp_path / "cache"),
-        }
+        data_config(
+            {
+                "kind": "hf",
+                "name": str(directory),
+                "split": "train",
+                "text_field": "text",
+                "tokenizer": "byte",
+                "cache_dir": str(tmp_path / "cache"),
+            }
+        )
     )
     assert corpus.tokenizer.decode(np.concatenate([corpus.train, corpus.val])) == text
     with pytest.raises(UsageError, match="data.text_field=body is not a column.*text, id"):
-        load_corpus({"kind": "hf", "name": str(directory), "text_field": "body"})
+        load_corpus(data_config({"kind": "hf", "name": str(directory), "text_field": "body"}))
 
 
 def saved_splits(tmp_path, names=("train", "validation", "test")):
@@ -186,8 +193,16 @@ def test_a_dataset_with_its_own_splits_trains_on_train_and_validates_on_its_vali
     """auto: the dataset's validation split (else test); null: the last val_fraction of the training split."""
     directory, texts = saved_splits(tmp_path)
     corpus = load_corpus(
-        {"kind": "hf", "name": str(directory), "split": "train", "val_split": val_split, "tokenizer": "byte"}
-        | {"val_fraction": 0.25, "cache_dir": str(tmp_path / "cache")}
+        data_config(
+            {
+                "kind": "hf",
+                "name": str(directory),
+                "split": "train",
+                "val_split": val_split,
+                "tokenizer": "byte",
+            }
+            | {"val_fraction": 0.25, "cache_dir": str(tmp_path / "cache")}
+        )
     )
     train, val = corpus.tokenizer.decode(corpus.train), corpus.tokenizer.decode(corpus.val)
     if validated_on is None:
@@ -206,16 +221,16 @@ def test_auto_validates_on_the_test_split_when_there_is_no_validation_split_and_
     cfg = {"kind": "hf", "name": str(directory), "val_split": "auto", "tokenizer": "byte"} | {
         "cache_dir": str(tmp_path / "cache")
     }
-    assert load_corpus(cfg).tokenizer.decode(load_corpus(cfg).val) == texts["test"]
+    assert load_corpus(data_config(cfg)).tokenizer.decode(load_corpus(data_config(cfg)).val) == texts["test"]
     with pytest.raises(
         UsageError, match="data.val_split=validation is not a split .* its other splits are: test"
     ):
-        load_corpus(cfg | {"val_split": "validation"})
+        load_corpus(data_config(cfg | {"val_split": "validation"}))
     with pytest.raises(UsageError, match="data.val_split=train is not a split"):
-        load_corpus(cfg | {"val_split": "train"})
+        load_corpus(data_config(cfg | {"val_split": "train"}))
     single, _ = saved_dataset(tmp_path)
     with pytest.raises(UsageError, match="one dataset without splits"):
-        load_corpus({"kind": "hf", "name": str(single), "val_split": "test"})
+        load_corpus(data_config({"kind": "hf", "name": str(single), "val_split": "test"}))
 
 
 @pytest.mark.slow  # trains runs or starts processes
@@ -268,9 +283,9 @@ def test_every_tokenizer_and_the_new_corpora_train_evaluate_and_probe_through_th
 def test_bad_tokenizer_options_are_refused():
     """The command line's refusal of data.tokenizer=word is in test_bad_inputs.py."""
     with pytest.raises(UsageError, match="data.vocab_size must be at least 257"):
-        check_tokenizer_options({"tokenizer": "bpe", "vocab_size": 100})
+        check_tokenizer("bpe", 100)
     with pytest.raises(UsageError, match="data=bin needs data.train=FILE"):
-        load_corpus({"name": "bin", "train": None, "val": None})
+        load_corpus(data_config({"name": "bin", "train": None, "val": None}))
 
 
 # ---- The synthetic corpus: the event probabilities its entropy floor counts ----
@@ -307,50 +322,50 @@ def cache_entry(corpus) -> Path:
 
 def test_a_truncated_cached_val_bin_is_rebuilt_and_said_so_and_gives_the_clean_tokens(tmp_path, caplog):
     data = {**write_corpus(tmp_path, TEXT), "tokenizer": "char"}
-    clean = np.array(load_corpus(data).val)
-    val = cache_entry(load_corpus(data)) / "val.bin"
+    clean = np.array(load_corpus(data_config(data)).val)
+    val = cache_entry(load_corpus(data_config(data))) / "val.bin"
     val.write_bytes(val.read_bytes()[:-10])
-    again = load_corpus(data)
+    again = load_corpus(data_config(data))
     assert np.array_equal(again.val, clean)  # so its perplexity is the clean one's
     assert f"{val} is not what was written" in caplog.text and "rebuilding" in caplog.text
     meta = val.parent / "meta.json"
     meta.write_text(meta.read_text().replace('"uint16"', '"uint32"'))  # the same bytes read as other ids
-    assert np.array_equal(load_corpus(data).val, clean) and "dtype 'uint32'" in caplog.text
+    assert np.array_equal(load_corpus(data_config(data)).val, clean) and "dtype 'uint32'" in caplog.text
 
 
 def test_a_same_size_overwrite_of_a_cached_array_is_found_by_its_hash_once_its_mtime_changes(
     tmp_path, caplog, monkeypatch
 ):
     data = {**write_corpus(tmp_path, TEXT), "tokenizer": "char"}
-    first = load_corpus(data)
+    first = load_corpus(data_config(data))
     clean, val = np.array(first.val), cache_entry(first) / "val.bin"
     stat = val.stat()
     os.utime(val, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched, content the same
     built = []
     encode = stream.encode_splits
     monkeypatch.setattr(stream, "encode_splits", lambda *a, **k: built.append(1) or encode(*a, **k))
-    load_corpus(data)
+    load_corpus(data_config(data))
     assert built == [] and "not what was written" not in caplog.text  # re-hashed, equal: kept
     recorded = json.loads((val.parent / "meta.json").read_text())["files"]["val"]["mtime_ns"]
     assert recorded == val.stat().st_mtime_ns  # and its new mtime recorded: not hashed again next time
     val.write_bytes(bytes(reversed(val.read_bytes())))  # same size, other ids
-    again = load_corpus(data)
+    again = load_corpus(data_config(data))
     assert built == [1] and np.array_equal(again.val, clean) and "sha256 differs" in caplog.text
 
 
 def test_an_edited_cached_tokenizer_is_not_used_but_trained_again_and_said_so(tmp_path, caplog):
     data = {**write_corpus(tmp_path, TEXT), "tokenizer": "char"}
-    first = load_corpus(data)
+    first = load_corpus(data_config(data))
     (cached,) = (tmp_path / "cache").glob("*/tokenizer-char-*.json")
     stored = json.loads(cached.read_text())
     stored["tokenizer"]["chars"] = list(reversed(stored["tokenizer"]["chars"]))  # ids mean other characters
     cached.write_text(json.dumps(stored))
-    again = load_corpus(data)
+    again = load_corpus(data_config(data))
     assert again.tokenizer.fingerprint == first.tokenizer.fingerprint
     assert again.tokenizer.decode(again.val) == first.tokenizer.decode(first.val)
     assert f"cached tokenizer {cached} is not what was written" in caplog.text
     cached.write_bytes(b"\xff\xfe not json")  # unreadable: trained again too, never a traceback
-    assert load_corpus(data).tokenizer.fingerprint == first.tokenizer.fingerprint
+    assert load_corpus(data_config(data)).tokenizer.fingerprint == first.tokenizer.fingerprint
 
 
 def test_a_bin_meta_whose_dtype_or_vocabulary_changed_is_another_corpus_for_a_run_trained_on_it(tmp_path):
@@ -362,11 +377,11 @@ def test_a_bin_meta_whose_dtype_or_vocabulary_changed_is_another_corpus_for_a_ru
     ids.tofile(tmp_path / "val.bin")
     data = {"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")}
     (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 256}))
-    trained_on = load_corpus(data).sha256
+    trained_on = load_corpus(data_config(data)).sha256
     for meta in ({"dtype": "uint32", "vocab_size": 256}, {"dtype": "uint16", "vocab_size": 300}):
         (tmp_path / "meta.json").write_text(json.dumps(meta))
         with pytest.raises(UsageError, match="run was trained on another text than data=bin"):
-            require_same_corpus(data, trained_on, "run")
+            require_same_corpus(data_config(data), trained_on, "run")
 
 
 @pytest.mark.parametrize(
@@ -407,12 +422,16 @@ def test_a_hugging_face_column_that_is_not_text_is_refused_naming_it_and_its_typ
 
     Dataset.from_dict({"text": values}).save_to_disk(str(tmp_path / "dataset"))
     with pytest.raises(UsageError, match=f"data.text_field=text of data.name=.* holds {found}, not strings"):
-        load_corpus({"kind": "hf", "name": str(tmp_path / "dataset"), "cache_dir": str(tmp_path / "cache")})
+        load_corpus(
+            data_config(
+                {"kind": "hf", "name": str(tmp_path / "dataset"), "cache_dir": str(tmp_path / "cache")}
+            )
+        )
 
 
 def test_stale_cache_builds_are_removed_while_one_a_live_process_holds_stays(tmp_path):
     data = {**write_corpus(tmp_path, TEXT), "tokenizer": "char"}
-    entry_dir = cache_entry(load_corpus(data)).parent
+    entry_dir = cache_entry(load_corpus(data_config(data))).parent
     killed, building, unlocked = (entry_dir / f".tokens-abc.{n}" for n in ("killed", "live", "old"))
     for leftover in (killed, building, unlocked):
         leftover.mkdir()
@@ -423,11 +442,11 @@ def test_stale_cache_builds_are_removed_while_one_a_live_process_holds_stays(tmp
     held = os.open(building / token_cache.BUILD_LOCK, os.O_RDWR)
     try:
         fcntl.flock(held, fcntl.LOCK_EX)  # another open file description: as another process's lock
-        load_corpus(data)
+        load_corpus(data_config(data))
         assert not killed.exists() and not unlocked.exists() and building.is_dir()
     finally:
         os.close(held)
-    load_corpus(data)
+    load_corpus(data_config(data))
     assert not building.exists()
 
 
@@ -441,7 +460,7 @@ def test_a_cache_build_killed_with_sigkill_leaves_nothing_the_next_load_keeps(tm
     import time
 
     data = {**write_corpus(tmp_path, TEXT * 20000), "tokenizer": "char", "cache_dir": str(tmp_path / "c")}
-    script = f"from posenc_cli.data import load_corpus; load_corpus({data!r})"
+    script = f"from posenc_cli.data import data_config, load_corpus; load_corpus(data_config({data!r}))"
     proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 120
     while not list((tmp_path / "c").rglob(".tokens-*/train.bin")):
@@ -451,7 +470,7 @@ def test_a_cache_build_killed_with_sigkill_leaves_nothing_the_next_load_keeps(tm
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert list((tmp_path / "c").rglob(".tokens-*")), "nothing was left to clean"
-    corpus = load_corpus(data)
+    corpus = load_corpus(data_config(data))
     assert not list((tmp_path / "c").rglob(".tokens-*"))
     assert len(corpus.train) + len(corpus.val) == len(TEXT) * 20000
 
@@ -465,10 +484,10 @@ def test_moving_a_bin_corpuss_split_boundary_makes_it_another_corpus(tmp_path):
     data = {"name": "bin", "train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin")}
     ids[:3600].tofile(tmp_path / "train.bin")
     ids[3600:].tofile(tmp_path / "val.bin")
-    before = load_bin(data).sha256
+    before = load_bin(data_config(data)).sha256
     ids[:2000].tofile(tmp_path / "train.bin")
     ids[2000:].tofile(tmp_path / "val.bin")
-    assert load_bin(data).sha256 != before
+    assert load_bin(data_config(data)).sha256 != before
 
 
 def test_eval_data_names_a_local_dataset_and_split_or_a_hub_one_and_reads_its_rows(tmp_path):

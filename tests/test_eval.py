@@ -759,18 +759,21 @@ def test_a_runs_own_training_text_is_scored_on_its_validation_split_for_every_co
     from posenc_cli.rundir.loading import LoadedRun
 
     text = "".join(chr(97 + i % 26) for i in range(1000))
-    run = object.__new__(LoadedRun)
-    run.path = "runs/rope"
-    record = SimpleNamespace(
-        corpus_sha256=hashlib.sha256(text.encode()).hexdigest(), data={"val_fraction": 0.1}
-    )
-    run.checkpoint = SimpleNamespace(record=record)
+
+    def run_on(data: dict) -> LoadedRun:
+        run = object.__new__(LoadedRun)
+        run.path = "runs/rope"
+        record = SimpleNamespace(corpus_sha256=hashlib.sha256(text.encode()).hexdigest(), data=data)
+        run.checkpoint = SimpleNamespace(record=record)
+        return run
+
+    run = run_on({"name": "text", "path": "corpus.txt", "val_fraction": 0.1})
     held = held_out_text(text, "corpus.txt", [run])
     assert held.text == text[900:] and "characters 900–1,000 (the validation split" in held.name
     assert held_out_text(text + "x", "other.txt", [run]).text == text + "x"  # another text: whole
-    record.data = {}
+    ids = run_on({"name": "bin", "train": "train.bin", "val": "val.bin"})  # a record without a val_fraction
     with pytest.raises(UsageError, match="states no data.val_fraction"):
-        held_out_text(text, "corpus.txt", [run])
+        held_out_text(text, "corpus.txt", [ids])
 
 
 def test_ntk_and_dynamic_without_a_factor_are_one_computation_shown_once():

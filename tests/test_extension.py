@@ -12,9 +12,9 @@ import torch
 
 from conftest import SMOKE, assert_refused, evaluate, posenc, train
 from posenc_cli.core.errors import UsageError
-from posenc_cli.data import load_corpus, random_positions
+from posenc_cli.data import data_config, load_corpus, random_positions
 from posenc_cli.evaluation.run_target import RunTarget
-from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model import GPT, ModelConfig, ModelSize
 from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 from posenc_cli.rundir.layout import CHECKPOINT
@@ -29,14 +29,12 @@ def saved_run(tmp_path: Path, scheme: str, block_size: int = 32, **options) -> t
     """A run directory holding only what init_from reads: a checkpoint of a random tiny model."""
     torch.manual_seed(0)
     corpus_cfg = dict(load_corpus_cfg())
-    vocab = load_corpus(corpus_cfg).tokenizer.chars
+    vocab = load_corpus(data_config(corpus_cfg)).tokenizer.chars
     model = GPT(
         ModelConfig(
             vocab_size=len(vocab),
             block_size=block_size,
-            n_layer=1,
-            n_head=2,
-            n_embd=32,
+            size=ModelSize(n_layer=1, n_head=2, n_embd=32),
             scheme=scheme,
             scheme_options=options,
         )
@@ -81,7 +79,7 @@ def load_corpus_cfg() -> dict:
 
 def initialised(run: Path, like: GPT, **changes) -> GPT:
     cfg = {**like.cfg.to_dict(), **changes}
-    model = GPT(ModelConfig(**cfg)).eval()
+    model = GPT(ModelConfig.from_dict(cfg)).eval()
     source, saved = source_checkpoint(run)
     model.load_state_dict(initial_state(source, saved, model))
     return model

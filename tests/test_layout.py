@@ -27,7 +27,7 @@ def modules() -> list[Path]:
 # override check are imported and run before torch is, so a refused override answers in about a second.
 DEFERRED_IMPORTS = {
     ("posenc_cli/config/hydra_args.py", "known_keys"): "scheme options: only once a key is misspelt",
-    ("posenc_cli/config/schema.py", "__post_init__"): "the task generators: only once data=task is set",
+    ("posenc_cli/data/corpus_config.py", "__post_init__"): "the task generators: only once data=task is set",
     ("posenc_cli/config/schema.py", "check_keys"): "the task generators: only once data=task is set",
 }
 
@@ -47,6 +47,102 @@ def test_no_internal_import_sits_inside_a_function_outside_the_command_line_but_
                     if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("posenc_cli")
                 }
     assert hidden == set(DEFERRED_IMPORTS), hidden ^ set(DEFERRED_IMPORTS)
+
+
+# A config outside config/ is its typed dataclass, read by attribute: config/ composes and checks the plain
+# mappings Hydra gives, and a record boundary (a run's recorded data config typed again) reads one once.
+CONFIG_NAMES = {
+    "cfg",
+    "cfgs",
+    "config",
+    "data_cfg",
+    "data",
+    "tc",
+    "mc",
+    "model",
+    "scheme",
+    "typed",
+    "values",
+    "record",
+}
+TYPED_CONFIG_SCOPE = ("data", "model", "bench", "evaluation/eval_text.py")  # to widen as layers are typed
+RECORD_BOUNDARIES = {
+    ("posenc_cli/data/corpus_config.py", "corpus_kind"): "the kind of a composed or recorded data mapping",
+    ("posenc_cli/data/corpus_config.py", "data_config"): "a run's recorded data config, typed again",
+}
+
+
+def string_key_reads(source: str) -> list[tuple[str, str]]:
+    """(function, code) of each `NAME["key"]` or `NAME.get/pop/setdefault("key")` whose receiver (a name,
+    an attribute, or a subscript of one: cfg["model"]["n_embd"], run.trained_text.data.get(...)) is
+    named like a config."""
+
+    def receiver(node: ast.expr) -> str | None:
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        return (
+            node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        )
+
+    def string(node: ast.expr) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Subscript) and string(node.slice):
+                owner = node.value
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "pop", "setdefault")
+                and node.args
+                and string(node.args[0])
+            ):
+                owner = node.func.value
+            else:
+                continue
+            if receiver(owner) in CONFIG_NAMES:
+                found.append((function.name, ast.unparse(node)))
+    return found
+
+
+def test_no_module_of_the_typed_layers_reads_a_config_by_string_key():
+    """data/, model/, bench/ and eval_text take the typed config (the dataclasses of data/corpus_config.py,
+    model/shape.py and config/schema.py), never a dict's keys; only the named record boundaries read one."""
+    reads = []
+    for scope in TYPED_CONFIG_SCOPE:
+        for path in [PACKAGE / scope] if scope.endswith(".py") else sorted((PACKAGE / scope).rglob("*.py")):
+            where = str(path.relative_to(ROOT))
+            reads += [
+                f"{where}:{function}: {code}"
+                for function, code in string_key_reads(path.read_text(encoding="utf-8"))
+                if (where, function) not in RECORD_BOUNDARIES
+            ]
+    assert reads == []
+    for where, function in RECORD_BOUNDARIES:  # every boundary named still reads a mapping
+        assert function in {f for f, _ in string_key_reads((ROOT / where).read_text(encoding="utf-8"))}
+
+
+def test_the_string_key_scan_finds_the_forms_configs_were_read_in_before_they_were_typed():
+    old = """
+def f(data_cfg, cfg, run, tc):
+    data_cfg.get("path"); data_cfg["name"]; tc["max_steps"] = 1; cfg["model"]["n_embd"]
+    run.trained_text.data.get("val_fraction"); cfg["scheme"].pop("name")
+    summary["status"]; meta.get("dtype"); cfg.get(key)
+"""
+    assert {code for _, code in string_key_reads(old)} == {
+        "data_cfg.get('path')",
+        "data_cfg['name']",
+        "tc['max_steps']",
+        "cfg['model']['n_embd']",
+        "cfg['model']",
+        "run.trained_text.data.get('val_fraction')",
+        "cfg['scheme'].pop('name')",
+        "cfg['scheme']",
+    }
 
 
 def test_no_import_cycle_remains_counting_imports_inside_functions():

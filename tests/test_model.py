@@ -7,14 +7,14 @@ import torch
 
 from posenc_cli.core.device import autocast
 from posenc_cli.core.errors import UsageError
-from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model import GPT, ModelConfig, ModelSize
 from posenc_cli.model.gpt import CausalSelfAttention
 from posenc_cli.model.positional import SCHEMES
 
 
 def test_model_config_rejects_bad_sizes():
     with pytest.raises(UsageError, match="not divisible"):
-        ModelConfig(vocab_size=5, block_size=8, n_head=3, n_embd=8)
+        ModelConfig(vocab_size=5, block_size=8, size=ModelSize(n_head=3, n_embd=8))
     with pytest.raises(UsageError, match="positive integer"):
         ModelConfig(vocab_size=5, block_size=0)
 
@@ -23,7 +23,8 @@ def test_embed_std_sets_the_tied_embedding_init_only():
     """model.embed_std scales the token embedding (shared with the output head) and nothing else."""
     torch.manual_seed(0)
     small, large = (
-        GPT(ModelConfig(vocab_size=500, block_size=8, n_embd=64, embed_std=s)) for s in (0.02, 0.1)
+        GPT(ModelConfig(vocab_size=500, block_size=8, size=ModelSize(n_embd=64, embed_std=s)))
+        for s in (0.02, 0.1)
     )
     assert small.tok.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert large.tok.weight.std().item() == pytest.approx(0.1, rel=0.05)
@@ -33,7 +34,9 @@ def test_embed_std_sets_the_tied_embedding_init_only():
 
 def test_a_checkpoint_from_before_the_rename_loads_its_scheme_weights():
     """Runs saved when the scheme attribute was called `pos` evaluate with the same weights."""
-    config = ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8, scheme="kerple")
+    config = ModelConfig(
+        vocab_size=11, block_size=16, size=ModelSize(n_layer=1, n_head=2, n_embd=8), scheme="kerple"
+    )
     saved = GPT(config).state_dict()
     legacy = {key.replace("scheme.", "pos.", 1): value for key, value in saved.items()}
     assert any(key.startswith("pos.") for key in legacy)
@@ -53,9 +56,7 @@ def random_model(scheme: str, **options) -> GPT:
         ModelConfig(
             vocab_size=13,
             block_size=16,
-            n_layer=2,
-            n_head=2,
-            n_embd=16,
+            size=ModelSize(n_layer=2, n_head=2, n_embd=16),
             scheme=scheme,
             scheme_options=options,
         )

@@ -199,11 +199,16 @@ def test_passkey_trials_prompts_and_corpus_are_as_before_the_needle_tasks():
 def test_reading_the_whole_trial_scores_as_reading_it_without_its_last_token(scheme):
     """The probe now reads all L tokens of a trial (so a scaled rotation is eval's at L); a causal model's
     predictions of the answer are those it made from the prompt and the answer's earlier tokens alone."""
-    from posenc_cli.model import GPT, ModelConfig, token_nll
+    from posenc_cli.model import GPT, ModelConfig, ModelSize, token_nll
 
     torch.manual_seed(0)
     model = GPT(
-        ModelConfig(vocab_size=len(VOCAB), block_size=160, n_layer=2, n_head=2, n_embd=32, scheme=scheme)
+        ModelConfig(
+            vocab_size=len(VOCAB),
+            block_size=160,
+            size=ModelSize(n_layer=2, n_head=2, n_embd=32),
+            scheme=scheme,
+        )
     )
     trials, n_key, _ = make_trials(FILLER, VOCAB, 160, depth=0.5, trials=3, seed=0)
     hits, nll = score(LogitsScorer(model.eval()), trials, n_key)
@@ -267,14 +272,16 @@ def test_a_length_too_short_for_the_task_is_left_out_and_said_or_refused_when_al
 
 def test_data_probe_task_reaches_the_corpus_through_the_typed_config():
     from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
 
     from posenc_cli.config.location import config_dir
+    from posenc_cli.config.schema import check_keys
     from posenc_cli.data import text_source
 
     overrides = ["experiment=probe", "data.probe_task=multiquery", "data.n_chars=20000"]
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
-    source, _ = text_source(cfg.data)
+    source, _ = text_source(check_keys(OmegaConf.to_container(cfg, resolve=True)).data)
     text = "".join(source.blocks())
     assert "what are the pass keys of " in text and "what is the pass key?" not in text
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc_cli.core.errors import PositionOutOfRange, UsageError
-from posenc_cli.model import GPT, ModelConfig
+from posenc_cli.model import GPT, ModelConfig, ModelSize
 from posenc_cli.model import attention as attention_module
 from posenc_cli.model.attention import biased_causal_attention
 from posenc_cli.model.positional import SCHEMES, build_scheme, scheme_options
@@ -62,7 +62,7 @@ def tiny_model(name: str, block_size: int = 16, reach: int | None = None, **size
     torch.manual_seed(1)
     options = reaching(name, reach) if reach else {}
     config = dict(vocab_size=11, block_size=block_size, n_layer=2, n_head=2, n_embd=16, **sizes)
-    return GPT(ModelConfig(**config, scheme=name, scheme_options=options)).eval()
+    return GPT(ModelConfig.from_dict({**config, "scheme": name, "scheme_options": options})).eval()
 
 
 def scores(scheme, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -266,8 +266,8 @@ def test_interleaved_layout_is_half_layout_with_q_k_rows_permuted(name):
     interleaved model gives the half model's logits exactly (attention logits included)."""
     torch.manual_seed(0)
     cfg = dict(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, scheme=name)
-    half = GPT(ModelConfig(**cfg)).eval()
-    interleaved = GPT(ModelConfig(**cfg, scheme_options={"layout": "interleaved"})).eval()
+    half = GPT(ModelConfig.from_dict(cfg)).eval()
+    interleaved = GPT(ModelConfig.from_dict({**cfg, "scheme_options": {"layout": "interleaved"}})).eval()
     head_dim, C = 8, 16
     per_head = interleaved_order(head_dim)
     rows = torch.cat([h * head_dim + per_head for h in range(2)])
@@ -428,7 +428,9 @@ def test_t5_bias_is_its_table_read_at_each_distance_bucket():
 
 
 def test_t5_has_one_table_shared_by_every_layer():
-    model = GPT(ModelConfig(vocab_size=10, block_size=16, n_layer=3, n_head=4, n_embd=32, scheme="t5"))
+    model = GPT(
+        ModelConfig(vocab_size=10, block_size=16, size=ModelSize(n_layer=3, n_head=4, n_embd=32), scheme="t5")
+    )
     assert model.n_positional_params == 32 * 4
     assert [name for name, _ in model.named_parameters() if "table" in name] == ["scheme.table.weight"]
 
