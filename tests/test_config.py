@@ -11,8 +11,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from posenc_cli.config.hydra_args import known_keys, parse_hydra_args, sweep_points
 from posenc_cli.config.schema import DATA, OPTIONS, PosencConfig, TrainConfig
-from posenc_cli.model.shape import ModelSize
 from posenc_cli.core.errors import UsageError
+from posenc_cli.model.shape import ModelSize
 from posenc_cli.rundir.claim import claim
 from posenc_cli.training.preflight import preflight, validate
 
