@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,10 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
+import posenc_cli
 from conftest import assert_refused, column, evaluate, invoke, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.vocab import Vocab
-from posenc_cli.evaluation.labels import scheme_order
+from posenc_cli.evaluation.labels import Label, Variant, scheme_order
 from posenc_cli.evaluation.perplexity import (
     LogitsScorer,
     bits_per_byte,
@@ -611,6 +614,56 @@ def test_a_schemes_variants_come_in_the_order_asked_never_alphabetical():
     assert scheme_order([yarn, alibi, rope, linear, yarn]) == [yarn, rope, linear, alibi]
     hf = [column("rope", v, model="smollm2") for v in ("ntk", "")]
     assert scheme_order([*hf, ntk, rope]) == [ntk, rope, *hf]  # posenc's runs first, then by model
+
+
+# Methods of str that read a text's parts, and the one reader allowed to use them on a label's text: a
+# results.json from before Variant keeps nothing else to read a column's parts from.
+TEXT_READERS = {"split", "rsplit", "partition", "rpartition", "startswith", "endswith", "removeprefix"}
+LABEL_WORDS = ("label", "variant", "scheme", "positional", "family", "column")
+SLICED_WORDS = ("label", "positional")  # a Label's scheme is a tuple of names, which may be sliced
+LEGACY_READER = ("report/results_file.py", "legacy_label")
+
+
+def label_text_reads(path: Path) -> list[str]:
+    """Where `path` splits or tests what names a column (a text method called on an expression that
+    mentions a label word), or slices a label's text; the legacy reader aside."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    legacy = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        and node.name == LEGACY_READER[1]
+        and path.as_posix().endswith(LEGACY_READER[0])
+    ]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            read, words = node.func.value, LABEL_WORDS if node.func.attr in TEXT_READERS else ()
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+            read, words = node.value, SLICED_WORDS
+        else:
+            continue
+        if any(word in ast.unparse(read).lower() for word in words) and not any(
+            f.lineno <= node.lineno <= (f.end_lineno or f.lineno) for f in legacy
+        ):
+            found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_label_text_is_parsed_anywhere_in_posenc_cli():
+    """A column's parts travel as a Label's fields: nothing in the package cuts them back out of a label's,
+    a variant's or a scheme label's text (the legacy results.json reader aside)."""
+    package = Path(posenc_cli.__file__).parent
+    assert [hit for path in sorted(package.rglob("*.py")) for hit in label_text_reads(path)] == []
+
+
+def test_a_label_is_built_of_fields_never_of_text_and_equal_only_field_for_field():
+    """Two columns that would show the same text are still two columns; a text is no Label."""
+    scaled, option = column("rope", "yarn"), Label(("rope",), Variant(options=("yarn",)))
+    assert str(scaled) == str(option) == "rope+yarn" and scaled != option and len({scaled, option}) == 2
+    assert scaled != "rope+yarn" and scaled == column("rope", "yarn")
+    with pytest.raises(TypeError):
+        Label("rope+yarn")
 
 
 @pytest.mark.slow

@@ -18,9 +18,9 @@ import torch
 
 from conftest import assert_refused, column, posenc, run_cli
 from posenc_cli.core.atomic import MANIFEST
-from posenc_cli.evaluation.labels import Label
+from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.report.output_sets import write_eval_outputs, write_probe_outputs
-from posenc_cli.report.results_file import FORMAT_VERSION, RESULTS, provenance
+from posenc_cli.report.results_file import FORMAT_VERSION, RESULTS, provenance, read_label
 
 TABLES = ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv", "probe.csv", "passkey.md")
 FIGURES = ("ppl_vs_length.svg", "loss_by_position.svg", "probe_summary.svg", "probe_rope.svg")
@@ -155,6 +155,39 @@ def test_results_json_is_strict_json_with_every_row_exactly_and_labels_as_fields
     assert made["versions"]["torch"] == torch.__version__ and made["machine"]["device"] == "cpu"
     assert made["options"] == {"lengths": "64,128,256"} and made["date"].endswith("+00:00")
     assert set(document) == {"format", "format_version", "eval", "probe"}  # probe carried eval's section
+
+
+def test_a_results_json_label_from_before_variant_reads_back_as_the_column_it_showed():
+    """An older posenc wrote a label's scheme and variant as text, the factor and a pretended context among
+    its distinctions: read back, it is the Label this posenc builds for that column, and shows the same text."""
+    legacy = {
+        "scheme": "rope",
+        "variant": "interleaved+yarn",
+        "scaling": "yarn",
+        "model": "m",
+        "overflow": "",
+        "tokenizer": "bpe",
+        "distinct": [["train.block_size", "64"], ["s", "4"], ["hf-context", "256"]],
+    }
+    variant = Variant(("interleaved",), "yarn", factor=4.0)
+    label = Label(
+        ("rope",), variant, model="m", tokenizer="bpe", distinct=(("train.block_size", "64"),), context=256
+    )
+    assert (
+        read_label(legacy) == label
+        and str(label) == "m (rope+interleaved+yarn) (train.block_size=64, s=4, hf-context=256) [bpe]"
+    )
+    composite = {
+        **legacy,
+        "scheme": "sinusoidal+learned",
+        "variant": "randomized",
+        "scaling": "",
+        "distinct": [],
+    }
+    assert read_label(composite) == Label(
+        ("sinusoidal", "learned"), Variant(randomized=True), model="m", tokenizer="bpe"
+    )
+    assert read_label(json.loads(json.dumps(asdict(label)))) == label  # as this posenc writes it
 
 
 def test_report_merges_sets_of_different_runs_and_keeps_each_provenance(tmp_path):
