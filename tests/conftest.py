@@ -25,6 +25,7 @@ from filelock import FileLock
 
 from posenc_cli.core.choices import CHAPTER_SCHEMES
 from posenc_cli.core.device import CPU_BF16, CPU_BF16_ENV
+from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.training.precision_choice import CACHE_ENV
 
 # What `train.precision=auto` resolves to must not depend on the machine the suite runs on (AVX2: fp32;
@@ -194,3 +195,8 @@ def smoke_sweep(tmp_path_factory) -> Path:
 def beyond_chapters_sweep(tmp_path_factory) -> Path:
     """One tiny run of each scheme beyond the chapters (t5, xpos, kerple), trained once per session."""
     return built_once(tmp_path_factory, "beyond", lambda cwd: train_sweep(cwd, BEYOND_CHAPTERS))
+
+
+def column(scheme: str, scaling: str = "", **fields) -> Label:
+    """A result column of one scheme, scaled by `scaling` (eval's --rope-scaling), as eval builds it."""
+    return Label((scheme,), Variant(scaling=scaling), **fields)

@@ -8,6 +8,7 @@ import math
 import pandas as pd
 import pytest
 
+from conftest import column
 from posenc_cli.core.errors import UsageError
 from posenc_cli.report.effective_length import EffectiveLength, LengthRule, effective_lengths
 
@@ -18,7 +19,7 @@ def ppl_table(per_scheme: dict[str, list[float]], lengths=(128, 256, 512, 1024),
     """ppl.csv's columns that the rule reads: one row per scheme, seed and length."""
     rows = [
         {
-            "scheme": s,
+            "scheme": column(s),
             "seed": seed,
             "eval_len": L,
             "ppl": p,
@@ -34,7 +35,7 @@ def ppl_table(per_scheme: dict[str, list[float]], lengths=(128, 256, 512, 1024),
 
 def probe_table(per_scheme: dict[str, list[float]], lengths=(256, 512, 1024), depths=(0.1, 0.9)):
     rows = [
-        {"scheme": s, "seed": 0, "length": L, "depth": d, "accuracy": a, "train_len": 256}
+        {"scheme": column(s), "seed": 0, "length": L, "depth": d, "accuracy": a, "train_len": 256}
         for s, values in per_scheme.items()
         for L, a in zip(lengths, values)
         for d in depths
@@ -43,12 +44,12 @@ def probe_table(per_scheme: dict[str, list[float]], lengths=(256, 512, 1024), de
 
 
 def test_a_column_that_holds_at_every_length_tried_is_at_least_the_longest():
-    found = effective_lengths(ppl_table({"alibi": [12.0, 10.0, 10.5, 11.0]}), None, RULE)["alibi"]
+    found = effective_lengths(ppl_table({"alibi": [12.0, 10.0, 10.5, 11.0]}), None, RULE)[column("alibi")]
     assert found == EffectiveLength(held=1024, tried=1024) and str(found) == "≥ 1024"
 
 
 def test_the_effective_length_stops_before_the_first_length_that_does_not_hold_even_if_a_later_one_does():
-    found = effective_lengths(ppl_table({"rope": [12.0, 10.0, 11.5, 10.2]}), None, RULE)["rope"]
+    found = effective_lengths(ppl_table({"rope": [12.0, 10.0, 11.5, 10.2]}), None, RULE)[column("rope")]
     assert (found.held, found.failed, str(found)) == (256, 512, "256")
     assert found.why == "at 512: perplexity 1.15× its value at 256"
 
@@ -56,33 +57,37 @@ def test_the_effective_length_stops_before_the_first_length_that_does_not_hold_e
 def test_the_tolerance_is_inclusive_and_lengths_inside_the_reference_are_not_read():
     """128 (inside the context, 3x the reference's ppl) is not read; 1.10x at 10 % holds."""
     table = ppl_table({"sinusoidal": [30.0, 10.0, 11.0, 11.0 + 1e-9]})
-    assert str(effective_lengths(table, None, RULE)["sinusoidal"]) == "512"
-    assert str(effective_lengths(table, None, LengthRule(ppl_tolerance=0.2))["sinusoidal"]) == "≥ 1024"
+    assert str(effective_lengths(table, None, RULE)[column("sinusoidal")]) == "512"
+    assert (
+        str(effective_lengths(table, None, LengthRule(ppl_tolerance=0.2))[column("sinusoidal")]) == "≥ 1024"
+    )
 
 
 def test_a_length_a_model_cannot_score_does_not_hold_and_one_bad_seed_is_enough():
     """nan: past a learned table; the mean over seeds is nan when any seed's is."""
     learned = ppl_table({"learned": [12.0, 10.0, math.nan, math.nan]})
-    found = effective_lengths(learned, None, RULE)["learned"]
+    found = effective_lengths(learned, None, RULE)[column("learned")]
     assert (str(found), found.why) == ("256", "at 512: not scored there")  # once "perplexity nan×"
     seeds = ppl_table({"rope": [12.0, 10.0, 10.0, 10.0]}, seeds=2)
     seeds.loc[(seeds.seed == 1) & (seeds.eval_len == 1024), "ppl"] = math.nan
-    assert str(effective_lengths(seeds, None, RULE)["rope"]) == "512"
+    assert str(effective_lengths(seeds, None, RULE)[column("rope")]) == "512"
 
 
 def test_retrieval_below_the_threshold_ends_the_length_where_perplexity_still_holds():
     ppl = ppl_table({"alibi": [12.0, 10.0, 10.0, 10.0]})
     probe = probe_table({"alibi": [1.0, 0.5, 0.2]})
-    found = effective_lengths(ppl, probe, RULE)["alibi"]
+    found = effective_lengths(ppl, probe, RULE)[column("alibi")]
     assert (str(found), found.why) == ("512", "at 1024: 20% of keys retrieved")
-    assert str(effective_lengths(ppl, probe, LengthRule(retrieval_threshold=0.2))["alibi"]) == "≥ 1024"
+    assert (
+        str(effective_lengths(ppl, probe, LengthRule(retrieval_threshold=0.2))[column("alibi")]) == "≥ 1024"
+    )
 
 
 def test_a_column_that_never_retrieves_has_no_effective_length_and_a_probe_alone_gives_one():
-    never = effective_lengths(None, probe_table({"none": [0.0, 0.0, 0.0]}), RULE)["none"]
+    never = effective_lengths(None, probe_table({"none": [0.0, 0.0, 0.0]}), RULE)[column("none")]
     assert (never.held, str(never)) == (None, "< 256")
     depths = probe_table({"rope": [0.75, 0.4, 0.0]}, depths=(0.1,))  # the mean over depths and seeds
-    assert str(effective_lengths(None, depths, RULE)["rope"]) == "256"
+    assert str(effective_lengths(None, depths, RULE)[column("rope")]) == "256"
 
 
 @pytest.mark.parametrize(

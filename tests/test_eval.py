@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,10 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from conftest import assert_refused, evaluate, invoke, train
+import posenc_cli
+from conftest import assert_refused, column, evaluate, invoke, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.vocab import Vocab
-from posenc_cli.evaluation.labels import Label, scheme_order
+from posenc_cli.evaluation.labels import Label, Variant, scheme_order
 from posenc_cli.evaluation.perplexity import (
     LogitsScorer,
     bits_per_byte,
@@ -224,7 +227,7 @@ def ppl_rows(scheme, ppls, seed=0, unigram_ppl=16.0, train_len=256):
     return [
         dict(
             run=f"{scheme}{seed}",
-            scheme=scheme,
+            scheme=column(scheme) if isinstance(scheme, str) else scheme,
             seed=seed,
             train_len=train_len,
             eval_len=L,
@@ -269,9 +272,9 @@ def test_across_tokenizers_quality_compares_perplexity_per_byte_not_per_token():
     with the same bits per byte are equally good, whatever their token perplexities."""
     rows = []
     for scheme, tokenizer, ppls, bpb in (
-        (Label("alibi", tokenizer="char"), "char", {128: 8.1, 1024: 8.0}, 3.0),
-        (Label("alibi", tokenizer="bpe"), "bpe", {128: 56.0, 1024: 55.0}, 3.0),
-        (Label("rope", tokenizer="bpe"), "bpe", {128: 54.0, 1024: 70.0}, 3.3),
+        (column("alibi", tokenizer="char"), "char", {128: 8.1, 1024: 8.0}, 3.0),
+        (column("alibi", tokenizer="bpe"), "bpe", {128: 56.0, 1024: 55.0}, 3.0),
+        (column("rope", tokenizer="bpe"), "bpe", {128: 54.0, 1024: 70.0}, 3.3),
     ):
         for row in ppl_rows(scheme, ppls, train_len=128, unigram_ppl=500.0):
             rows.append(row | dict(tokenizer=tokenizer, bpb=bpb, bytes=4096.0, chars=4096.0))
@@ -287,7 +290,7 @@ def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
         rows += [
             dict(
                 run=f"r{seed}",
-                scheme="alibi",
+                scheme=column("alibi"),
                 seed=seed,
                 train_len=256,
                 eval_len=256,
@@ -299,7 +302,7 @@ def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
             ),
             dict(
                 run=f"r{seed}",
-                scheme="alibi",
+                scheme=column("alibi"),
                 seed=seed,
                 train_len=256,
                 eval_len=1024,
@@ -313,7 +316,7 @@ def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
     rows += [
         dict(
             run="l",
-            scheme="learned",
+            scheme=column("learned"),
             seed=0,
             train_len=256,
             eval_len=256,
@@ -325,7 +328,7 @@ def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
         ),
         dict(
             run="l",
-            scheme="learned",
+            scheme=column("learned"),
             seed=0,
             train_len=256,
             eval_len=1024,
@@ -339,8 +342,8 @@ def test_comparison_table_aggregates_seeds_and_echoes_the_claims():
     text = comparison(
         pd.DataFrame(rows),
         {
-            "alibi": {"positional_params": 0, "relative": "explicit"},
-            "learned": {"positional_params": 32768, "relative": "none"},
+            column("alibi"): {"positional_params": 0, "relative": "explicit"},
+            column("learned"): {"positional_params": 32768, "relative": "none"},
         },
         lang="zh",
     )
@@ -500,22 +503,25 @@ def test_each_scheme_keeps_one_colour_blind_safe_colour_in_every_figure(monkeypa
 
     assert len({colour for colour, _ in SCHEME_STYLES.values()}) == len(SCHEME_STYLES)  # distinct per scheme
     everything = pd.DataFrame(sum((ppl_rows(s, {256: 3.0, 1024: 4.0}) for s in SCHEME_STYLES), []))
-    some = everything[everything.scheme.isin(["none", "rope", "alibi"])]  # learned etc. dropped out
+    some = everything[
+        everything.scheme.isin([column(s) for s in ("none", "rope", "alibi")])
+    ]  # learned etc. out
     assert drawn_colours(some, monkeypatch) == {
         s: c for s, c in drawn_colours(everything, monkeypatch).items() if s in ("none", "rope", "alibi")
     }
     assert (
-        scheme_style("rope+yarn")["color"] == scheme_style("rope")["color"]
+        scheme_style(column("rope", "yarn"))["color"] == scheme_style(column("rope"))["color"]
     )  # a variant: its base's colour,
-    assert scheme_style("rope+yarn")["linestyle"] != scheme_style("rope")["linestyle"]  # another line style
+    yarn, rope = scheme_style(column("rope", "yarn")), scheme_style(column("rope"))
+    assert yarn["linestyle"] != rope["linestyle"]  # another line style
 
 
 MIXED_COLUMNS = [
-    (Label("rope"), "char", 256),
-    (Label("rope", variant="yarn"), "char", 256),
-    (Label("alibi"), "bpe", 256),
-    *((Label("rope", variant=v, model="smollm2"), "hf:smollm2", 8192) for v in ("", "linear", "ntk", "yarn")),
-    *((Label("rope", variant=v, model="qwen"), "hf:qwen", 4096) for v in ("", "yarn")),
+    (column("rope"), "char", 256),
+    (column("rope", "yarn"), "char", 256),
+    (column("alibi"), "bpe", 256),
+    *((column("rope", v, model="smollm2"), "hf:smollm2", 8192) for v in ("", "linear", "ntk", "yarn")),
+    *((column("rope", v, model="qwen"), "hf:qwen", 4096) for v in ("", "yarn")),
 ]
 
 
@@ -545,12 +551,12 @@ def test_every_line_of_a_mixed_figure_is_told_apart_by_colour_line_style_or_mark
     looks = [(st["color"], str(st["linestyle"]), st["marker"]) for st in styles.values()]
     assert len(set(looks)) == len(columns) and UNKNOWN_STYLE[0] not in {c for c, _, _ in looks}
     smollm2, yarn, qwen = (
-        styles[str(Label("rope", variant=v, model=m))]
-        for v, m in (("", "smollm2"), ("yarn", "smollm2"), ("", "qwen"))
+        styles[column("rope", v, model=m)] for v, m in (("", "smollm2"), ("yarn", "smollm2"), ("", "qwen"))
     )
-    assert smollm2["color"] == yarn["color"] != qwen["color"] != styles["rope"]["color"] != smollm2["color"]
-    assert yarn["linestyle"] == styles["rope+yarn"]["linestyle"] != smollm2["linestyle"]
-    assert styles["rope"]["marker"] != styles["alibi"]["marker"]  # char against bpe
+    rope = styles[column("rope")]
+    assert smollm2["color"] == yarn["color"] != qwen["color"] != rope["color"] != smollm2["color"]
+    assert yarn["linestyle"] == styles[column("rope", "yarn")]["linestyle"] != smollm2["linestyle"]
+    assert rope["marker"] != styles[column("alibi")]["marker"]  # char against bpe
     assert smollm2["marker"] == yarn["marker"] != qwen["marker"]  # each model's own tokenizer
 
 
@@ -596,18 +602,68 @@ def test_a_run_whose_loss_is_not_finite_is_a_cell_saying_so_and_never_leaves_the
 
 
 def test_a_label_shows_what_sets_its_runs_apart_and_sorts_lengths_by_size():
-    short, long = (Label("rope", distinct=(("train.block_size", v),)) for v in ("64", "128"))
-    assert str(long) == "rope (train.block_size=128)" and long != Label("rope")
-    assert scheme_order([long, short, Label("alibi")]) == [short, long, Label("alibi")]
+    short, long = (column("rope", distinct=(("train.block_size", v),)) for v in ("64", "128"))
+    assert str(long) == "rope (train.block_size=128)" and long != column("rope")
+    assert scheme_order([long, short, column("alibi")]) == [short, long, column("alibi")]
 
 
 def test_a_schemes_variants_come_in_the_order_asked_never_alphabetical():
-    rope, linear, ntk, yarn = (Label("rope", variant=v) for v in ("", "linear", "ntk", "yarn"))
-    alibi = Label("alibi")
+    rope, linear, ntk, yarn = (column("rope", v) for v in ("", "linear", "ntk", "yarn"))
+    alibi = column("alibi")
     assert scheme_order([alibi, rope, ntk, linear]) == [rope, ntk, linear, alibi]
     assert scheme_order([yarn, alibi, rope, linear, yarn]) == [yarn, rope, linear, alibi]
-    hf = [Label("rope", variant=v, model="smollm2") for v in ("ntk", "")]
+    hf = [column("rope", v, model="smollm2") for v in ("ntk", "")]
     assert scheme_order([*hf, ntk, rope]) == [ntk, rope, *hf]  # posenc's runs first, then by model
+
+
+# Methods of str that read a text's parts, and the one reader allowed to use them on a label's text: a
+# results.json from before Variant keeps nothing else to read a column's parts from.
+TEXT_READERS = {"split", "rsplit", "partition", "rpartition", "startswith", "endswith", "removeprefix"}
+LABEL_WORDS = ("label", "variant", "scheme", "positional", "family", "column")
+SLICED_WORDS = ("label", "positional")  # a Label's scheme is a tuple of names, which may be sliced
+LEGACY_READER = ("report/results_file.py", "legacy_label")
+
+
+def label_text_reads(path: Path) -> list[str]:
+    """Where `path` splits or tests what names a column (a text method called on an expression that
+    mentions a label word), or slices a label's text; the legacy reader aside."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    legacy = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        and node.name == LEGACY_READER[1]
+        and path.as_posix().endswith(LEGACY_READER[0])
+    ]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            read, words = node.func.value, LABEL_WORDS if node.func.attr in TEXT_READERS else ()
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+            read, words = node.value, SLICED_WORDS
+        else:
+            continue
+        if any(word in ast.unparse(read).lower() for word in words) and not any(
+            f.lineno <= node.lineno <= (f.end_lineno or f.lineno) for f in legacy
+        ):
+            found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_label_text_is_parsed_anywhere_in_posenc_cli():
+    """A column's parts travel as a Label's fields: nothing in the package cuts them back out of a label's,
+    a variant's or a scheme label's text (the legacy results.json reader aside)."""
+    package = Path(posenc_cli.__file__).parent
+    assert [hit for path in sorted(package.rglob("*.py")) for hit in label_text_reads(path)] == []
+
+
+def test_a_label_is_built_of_fields_never_of_text_and_equal_only_field_for_field():
+    """Two columns that would show the same text are still two columns; a text is no Label."""
+    scaled, option = column("rope", "yarn"), Label(("rope",), Variant(options=("yarn",)))
+    assert str(scaled) == str(option) == "rope+yarn" and scaled != option and len({scaled, option}) == 2
+    assert scaled != "rope+yarn" and scaled == column("rope", "yarn")
+    with pytest.raises(TypeError):
+        Label("rope+yarn")
 
 
 @pytest.mark.slow
@@ -798,10 +854,10 @@ def context_rows_of(scheme, ppls, *, train_len, context, reference):
 
 def test_no_extrapolation_verdict_without_a_length_past_the_models_real_context():
     inside = context_rows_of(
-        Label("rope", model="m"), {512: 20.0, 1024: 19.0}, train_len=8192, context=8192, reference=1024
+        column("rope", model="m"), {512: 20.0, 1024: 19.0}, train_len=8192, context=8192, reference=1024
     )
     pretended = context_rows_of(
-        Label("rope", model="p", distinct=(("hf-context", "256"),)),
+        column("rope", model="p", distinct=(("hf-context", "256"),)),
         {256: 20.0, 1024: 20.5},
         train_len=256,
         context=8192,
@@ -815,14 +871,14 @@ def test_no_extrapolation_verdict_without_a_length_past_the_models_real_context(
     assert "no length past its own context (8,192) was evaluated" in text
     assert "--hf-context 256 pretends a shorter one" in text
     past = context_rows_of(
-        Label("rope", model="m"), {8192: 20.0, 16384: 21.0}, train_len=8192, context=8192, reference=8192
+        column("rope", model="m"), {8192: 20.0, 16384: 21.0}, train_len=8192, context=8192, reference=8192
     )
     assert table_rows(comparison(pd.DataFrame(past), {}))["extrapolation, measured"] == ["very strong"]
 
 
 def test_multiples_are_of_each_columns_own_context():
     rows = ppl_rows("rope", {256: 5.0, 16384: 9.0}, train_len=256)
-    rows += ppl_rows(Label("rope", model="m"), {8192: 20.0, 16384: 21.0}, train_len=8192)
+    rows += ppl_rows(column("rope", model="m"), {8192: 20.0, 16384: 21.0}, train_len=8192)
     (label,) = [
         key for key in table_rows(comparison(pd.DataFrame(rows), {})) if key.startswith("ppl @ 16384")
     ]

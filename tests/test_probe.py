@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import SMOKE, evaluate, invoke, run_cli
+from conftest import SMOKE, column, evaluate, invoke, run_cli
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import passkey
 from posenc_cli.data.needles import LOWER, Episode, Needle, NeedleTask
@@ -193,7 +193,7 @@ def passkey_cells(scheme: str, accuracy: dict[tuple[int, int, float], float]) ->
     """probe.csv rows for one scheme trained at 128: {(seed, length, depth): accuracy}."""
     return pd.DataFrame(
         [
-            {"run": f"{scheme}-{seed}", "scheme": scheme, "seed": seed, "train_len": 128}
+            {"run": f"{scheme}-{seed}", "scheme": column(scheme), "seed": seed, "train_len": 128}
             | {"length": length, "depth": depth}
             | {"trials": 0 if math.isnan(acc) else 50, "accuracy": acc, "key_nll": 1.0}
             for (seed, length, depth), acc in accuracy.items()

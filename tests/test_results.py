@@ -16,25 +16,25 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import assert_refused, posenc, run_cli
+from conftest import assert_refused, column, posenc, run_cli
 from posenc_cli.core.atomic import MANIFEST
-from posenc_cli.evaluation.labels import Label
+from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.report.output_sets import write_eval_outputs, write_probe_outputs
-from posenc_cli.report.results_file import FORMAT_VERSION, RESULTS, provenance
+from posenc_cli.report.results_file import FORMAT_VERSION, RESULTS, provenance, read_label
 
 TABLES = ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv", "probe.csv", "passkey.md")
 FIGURES = ("ppl_vs_length.svg", "loss_by_position.svg", "probe_summary.svg", "probe_rope.svg")
 COLUMNS = {  # a scheme's column -> (its label, its run, its facts)
-    "rope": (Label("rope"), "runs/rope", {"positional_params": 0, "relative": "explicit"}),
+    "rope": (column("rope"), "runs/rope", {"positional_params": 0, "relative": "explicit"}),
     "rope+yarn": (
-        Label("rope", variant="yarn"),
+        column("rope", "yarn"),
         "runs/rope",
         {"positional_params": 0, "relative": "explicit"},
     ),
-    "learned": (Label("learned"), "runs/learned", {"positional_params": 8192, "relative": "none"}),
-    "alibi": (Label("alibi"), "runs/alibi", {"positional_params": 0, "relative": "explicit"}),
+    "learned": (column("learned"), "runs/learned", {"positional_params": 8192, "relative": "none"}),
+    "alibi": (column("alibi"), "runs/alibi", {"positional_params": 0, "relative": "explicit"}),
     "smollm2 (rope)": (
-        Label("rope", model="smollm2"),
+        column("rope", model="smollm2"),
         "hf:smollm2",
         {"positional_params": 0, "relative": "explicit", "used_by": "smollm2"},
     ),
@@ -82,7 +82,7 @@ def tables(columns: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
             | {"position": p, "nll": 1.0 + k / 3 + p / 100, "tokens": 8}
             for p in (1, 2, 4, 8, 16, 32, 64)
         ]
-        if not label.variant:
+        if not label.variant.scaling:
             probe += [
                 {**{c: row[c] for c in ("run", "model_id", "scheme", "seed", "train_len")}}
                 | {
@@ -95,7 +95,7 @@ def tables(columns: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
                 for length in (64, 128)
                 for depth in (0.1, 0.9)
             ]
-    info = {str(COLUMNS[n][0]): COLUMNS[n][2] for n in columns}
+    info = {COLUMNS[n][0]: COLUMNS[n][2] for n in columns}
     return pd.DataFrame(ppl), pd.DataFrame(positions), pd.DataFrame(probe), info
 
 
@@ -105,7 +105,7 @@ def written_set(out: Path, columns: list[str], *, probe: bool = True) -> None:
     made = provenance([], options={"lengths": "64,128,256"}, data_path=None, device=torch.device("cpu"))
     write_eval_outputs(ppl, positions, info, out=out, made=[made])
     if probe:
-        probe_info = {k: v for k, v in info.items() if "+" not in k}
+        probe_info = {k: v for k, v in info.items() if not k.variant.scaling}
         write_probe_outputs(passkey, probe_info, out, made=[made])
 
 
@@ -150,11 +150,44 @@ def test_results_json_is_strict_json_with_every_row_exactly_and_labels_as_fields
     section = document["eval"]
     rows = section["results"]["ppl"]["rows"]
     assert [r["ppl"] for r in rows] == [None if math.isnan(v) else v for v in ppl["ppl"]]  # not rounded
-    assert section["labels"]["rope+yarn"] == json.loads(json.dumps(asdict(Label("rope", variant="yarn"))))
+    assert section["labels"]["rope+yarn"] == json.loads(json.dumps(asdict(column("rope", "yarn"))))
     made = section["provenance"][0]
     assert made["versions"]["torch"] == torch.__version__ and made["machine"]["device"] == "cpu"
     assert made["options"] == {"lengths": "64,128,256"} and made["date"].endswith("+00:00")
     assert set(document) == {"format", "format_version", "eval", "probe"}  # probe carried eval's section
+
+
+def test_a_results_json_label_from_before_variant_reads_back_as_the_column_it_showed():
+    """An older posenc wrote a label's scheme and variant as text, the factor and a pretended context among
+    its distinctions: read back, it is the Label this posenc builds for that column, and shows the same text."""
+    legacy = {
+        "scheme": "rope",
+        "variant": "interleaved+yarn",
+        "scaling": "yarn",
+        "model": "m",
+        "overflow": "",
+        "tokenizer": "bpe",
+        "distinct": [["train.block_size", "64"], ["s", "4"], ["hf-context", "256"]],
+    }
+    variant = Variant(("interleaved",), "yarn", factor=4.0)
+    label = Label(
+        ("rope",), variant, model="m", tokenizer="bpe", distinct=(("train.block_size", "64"),), context=256
+    )
+    assert (
+        read_label(legacy) == label
+        and str(label) == "m (rope+interleaved+yarn) (train.block_size=64, s=4, hf-context=256) [bpe]"
+    )
+    composite = {
+        **legacy,
+        "scheme": "sinusoidal+learned",
+        "variant": "randomized",
+        "scaling": "",
+        "distinct": [],
+    }
+    assert read_label(composite) == Label(
+        ("sinusoidal", "learned"), Variant(randomized=True), model="m", tokenizer="bpe"
+    )
+    assert read_label(json.loads(json.dumps(asdict(label)))) == label  # as this posenc writes it
 
 
 def test_report_merges_sets_of_different_runs_and_keeps_each_provenance(tmp_path):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from conftest import column
 from posenc_cli.report.comparison_notes import scored_tokens
 
 
 def rows(scheme: str, tokens: dict[int, int]) -> list[dict]:
-    return [{"scheme": scheme, "eval_len": L, "tokens": n} for L, n in tokens.items()]
+    return [{"scheme": column(scheme), "eval_len": L, "tokens": n} for L, n in tokens.items()]
 
 
 def test_the_scored_token_note_gives_each_length_its_own_count_in_the_tables_order():

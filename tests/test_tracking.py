@@ -204,10 +204,12 @@ def test_eval_logs_each_length_into_the_runs_own_tensorboard_at_its_checkpoint_s
 def test_results_of_models_without_a_tracker_go_nowhere(tmp_path):
     from types import SimpleNamespace
 
+    from posenc_cli.evaluation.labels import Label
     from posenc_cli.report.results_file import ResultsSection
     from posenc_cli.report.tracked import send_to_trackers
 
-    ppl = pd.DataFrame({"run": [str(tmp_path), "hf:gpt2"], "scheme": ["rope", "gpt2 (learned)"]})
+    schemes = [Label(("rope",)), Label(("learned",), model="gpt2")]
+    ppl = pd.DataFrame({"run": [str(tmp_path), "hf:gpt2"], "scheme": schemes})
     ppl = ppl.assign(eval_len=64, ppl=2.0)
     targets = [
         {"kind": "run", "path": str(tmp_path), "step": 20, "run_id": "x", "config": {"logger": {"csv": {}}}},

@@ -59,10 +59,10 @@ def column_label(run: EvalTarget, variant, overflow: str, *, distinct, rope_fact
     """The column a run is scored as: its variant (evaluation time only: the checkpoint is untouched),
     overflow, what sets it apart from the table's other runs, the --rope-factor, its tokenizer."""
     label = run.use_variant(variant)
-    scaled = rope_factor is not None and label.scaling in SCALINGS
-    factor = (("s", f"{rope_factor:g}"),) if scaled else ()
-    marks = distinct + factor + pretended_context(run)
-    return with_tokenizer(replace(label, overflow=overflow, distinct=marks), run.tokenizer_name, mixed)
+    factor = rope_factor if label.variant.scaling in SCALINGS else None
+    computed = replace(label.variant, factor=factor, overflow=overflow)
+    label = replace(label, variant=computed, distinct=distinct, context=pretended_context(run))
+    return with_tokenizer(label, run.tokenizer_name, mixed)
 
 
 def same_computation(methods, rope_factor) -> tuple[list[str], str]:
@@ -92,7 +92,7 @@ def evaluate_runs(
     why: str = "",
     learned_overflow: tuple[str, ...] | list[str] = ("dash",),
     add_context: bool = False,
-) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[Label, dict]]:
     """Every run at each of its lengths (perplexity.target_lengths), rotary runs once per RoPE scaling
     method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
     and per-scheme facts (positional parameters, relative-position kind, used by) for the report. Each
@@ -145,9 +145,9 @@ def column_note(run: EvalTarget, column: Label, plan: RunPlan, *, methods: list[
     --rope-scaling asked for a scaling the run cannot take (no rotary scheme: its one column's variant
     is the trained one), so it was scored once, as trained."""
     asked = any(method != "none" for method in methods)
-    if asked and len(plan.variants) == 1 and column.variant == run.label.variant:
+    if asked and len(plan.variants) == 1 and column.variant.scaling == run.label.variant.scaling:
         return unscalable_note(run.label)
-    return merged if column.scaling == "ntk" else ""
+    return merged if column.variant.scaling == "ntk" else ""
 
 
 def unscalable_note(label: Label) -> str:

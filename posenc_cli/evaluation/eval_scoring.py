@@ -8,6 +8,7 @@ from typing import Any
 
 from posenc_cli.evaluation.documents import evaluate_documents
 from posenc_cli.evaluation.eval_plan import RunPlan, Scoring
+from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.perplexity import evaluate_length, position_buckets
 from posenc_cli.model.positional import past_max_len
 
@@ -15,7 +16,7 @@ NON_FINITE = "non-finite loss"  # a row's note where the model's loss is nan or 
 
 
 def score_variant(
-    run, scheme: str, plan: RunPlan, *, context: int | None, scoring: Scoring, bar, task
+    run, scheme: Label, plan: RunPlan, *, context: int | None, scoring: Scoring, bar, task
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One variant of `run` at each of its lengths: ppl rows and per-position rows, the bar advanced."""
     scorer = run.scorer(scoring.device)

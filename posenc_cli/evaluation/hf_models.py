@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import os
+from dataclasses import replace
 
 import torch
 
@@ -32,7 +33,7 @@ from posenc_cli.core.install import install_hint
 from posenc_cli.data import needles
 from posenc_cli.data.needles import ENGLISH, Episode, NeedleTask
 from posenc_cli.evaluation.export import MODEL_TYPE
-from posenc_cli.evaluation.labels import Label
+from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.evaluation.model_files import local_path
 from posenc_cli.model import token_nll
 from posenc_cli.model.positional.rope_scaling import RopeScaling
@@ -228,7 +229,7 @@ class HFModel:
     # -- RoPE scaling -----------------------------------------------------------------------------
     @property
     def label(self) -> Label:
-        return Label(model=short_name(self.path), scheme=self.base_scheme)
+        return Label((self.base_scheme,), model=short_name(self.path))
 
     def variants(self, methods: list[str], factor: float | None) -> list[RopeScaling | None]:
         """A rotary model once per RoPE scaling method (None: as published); any other model once."""
@@ -239,13 +240,7 @@ class HFModel:
     def use_variant(self, scaling: RopeScaling | None) -> Label:
         """Evaluate with this scaling from now on; its label, e.g. 'pythia-160m (rope+yarn)'."""
         self.scaling = scaling
-        return (
-            self.label
-            if scaling is None
-            else Label(
-                model=short_name(self.path), scheme="rope", variant=scaling.method, scaling=scaling.method
-            )
-        )
+        return self.label if scaling is None else replace(self.label, variant=Variant(scaling=scaling.method))
 
     def build_rotary(self, seq_len: int) -> None:
         """Give every rotary module the frequencies of the current scaling at this sequence length."""
@@ -337,6 +332,11 @@ class ExportModel(HFModel):
     @property
     def gpt(self):
         return self.model.gpt
+
+    @property
+    def label(self) -> Label:
+        """The export's scheme by its parts (a composite's too), as the run it was exported from names it."""
+        return Label(self.gpt.scheme.part_names, model=short_name(self.path))
 
     @property
     def max_len(self) -> int | None:

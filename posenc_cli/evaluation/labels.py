@@ -15,57 +15,76 @@ from posenc_cli.rundir.loading import LoadedRun
 from posenc_cli.rundir.resume import leaves
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
+class Variant:
+    """What a column computes beyond its scheme as named, for posenc's runs and `hf:` models alike: the
+    scheme's options off their defaults, a RoPE scaling and the --rope-factor it was asked with,
+    randomized positions, a position table read past its end through windows."""
+
+    options: tuple[str, ...] = ()  # the scheme's label_options: interleaved, unscaled, per-layer
+    scaling: str = ""  # the RoPE scaling it computes with (rope_scaling.py's methods); "" none
+    factor: float | None = None  # --rope-factor, where it applies to `scaling`: the column's `(s=4)`
+    randomized: bool = False  # trained with train.positions=randomized (task runs)
+    overflow: str = ""  # window: a position table scored past its end through windows of its size
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """What the column's name adds after its scheme, in order: `interleaved`, `yarn`, `window`."""
+        flags = (self.scaling, "randomized" if self.randomized else "", self.overflow)
+        return self.options + tuple(flag for flag in flags if flag)
+
+
+@dataclass(frozen=True)
 class Label:
     """A column: `rope`, `rope+yarn`, `learned+window`, `rope [bpe]`, `smollm2 (rope+yarn)`.
 
-    A label equals (and hashes as) the text it shows, so a column read back from a csv file is the same
-    column; two labels that show the same text could not be told apart in a table anyway."""
+    Built once, where the model is known (RunTarget, HFModel), and compared, hashed and grouped by its
+    fields; its text is what tables show, never read back (results.json keeps the fields)."""
 
-    scheme: str  # the positional scheme as built: rope, alibi, sinusoidal+learned (a composite)
-    variant: str = ""  # an option that changes what it computes: yarn, unscaled, interleaved+ntk
-    scaling: str = ""  # of the variant, the RoPE scaling it is evaluated with (yarn, ntk, ...); "" none
+    scheme: tuple[str, ...]  # the positional scheme as built, by its parts: (rope,), (sinusoidal, learned)
+    variant: Variant = Variant()
     model: str = ""  # a pretrained model's short name (hf:); "" for posenc's own runs
-    overflow: str = ""  # window: a position table scored past its end through windows of its size
     tokenizer: str = ""  # set where a table mixes posenc's tokenizers
     distinct: tuple[tuple[str, str], ...] = ()  # (key, value) that set this column's runs apart from
     # other runs of its scheme in the table (run_setting): `rope (train.block_size=128)`
+    context: int | None = None  # --hf-context: the training length pretended, where not its config's
+
+    def __post_init__(self) -> None:
+        if isinstance(self.scheme, str) or not isinstance(self.variant, Variant):
+            raise TypeError(f"a Label is built of names and a Variant, never of text: {self.scheme!r}")
 
     @property
     def positional(self) -> str:
-        """The scheme with its variant and overflow, as the chapters' claims are keyed: `rope+yarn`."""
-        return "+".join(part for part in (self.scheme, self.variant, self.overflow) if part)
+        """The scheme with its variant, as the chapters' claims are keyed: `rope+yarn`."""
+        return "+".join(self.scheme + self.variant.parts)
 
     @property
     def family(self) -> str:
         """The scheme a figure colours the column by: a composite takes its first part's colour."""
-        return self.scheme.split("+")[0]
+        return self.scheme[0]
 
     @property
-    def beyond_family(self) -> str:
-        """What the column adds to its family: `yarn` for rope+yarn, `learned` for sinusoidal+learned;
+    def beyond_family(self) -> tuple[str, ...]:
+        """What the column adds to its family: (yarn,) for rope+yarn, (learned,) for sinusoidal+learned;
         tables order and figures style the columns of one family by it."""
-        return self.positional[len(self.family) + 1 :]
+        return self.scheme[1:] + self.variant.parts
+
+    @property
+    def marks(self) -> tuple[tuple[str, str], ...]:
+        """The (key, value) pairs the column's name shows in parentheses: its distinctions, the factor
+        of its scaling, the context --hf-context pretends."""
+        factor = (("s", f"{self.variant.factor:g}"),) if self.variant.factor is not None else ()
+        context = (("hf-context", str(self.context)),) if self.context is not None else ()
+        return self.distinct + factor + context
 
     def __str__(self) -> str:
         text = f"{self.model} ({self.positional})" if self.model else self.positional
-        if self.distinct:
-            text += " (" + ", ".join(f"{key}={value}" for key, value in self.distinct) + ")"
+        if self.marks:
+            text += " (" + ", ".join(f"{key}={value}" for key, value in self.marks) + ")"
         return f"{text} [{self.tokenizer}]" if self.tokenizer else text
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, (Label, str)) and str(self) == str(other)
-
-    def __hash__(self) -> int:
-        return hash(str(self))
-
-    def __lt__(self, other: Label | str) -> bool:  # pandas sorts group keys: by the text, as before
+    def __lt__(self, other: Label) -> bool:  # pandas sorts group keys: by the text shown, as tables do
         return str(self) < str(other)
-
-
-def as_label(value: Label | str) -> Label:
-    """A column value as a Label: itself, or a column read back from a file, taken whole as the scheme."""
-    return value if isinstance(value, Label) else Label(scheme=str(value))
 
 
 def mixes_own_tokenizers(targets) -> bool:
@@ -79,13 +98,13 @@ def with_tokenizer(label: Label, tokenizer: str, mixed: bool) -> Label:
     return replace(label, tokenizer=tokenizer) if mixed and tokenizer in TOKENIZERS else label
 
 
-def pretended_context(target) -> tuple[tuple[str, str], ...]:
-    """A column's mark of a pretended context: `(hf-context=256)` where --hf-context gives a model another
-    training length than its own config's, which every multiple and grade of the column is read against."""
-    return (("hf-context", str(target.train_len)),) if target.train_len != target.real_context else ()
+def pretended_context(target) -> int | None:
+    """A column's pretended context: the training length --hf-context gives a model where it is not its
+    own config's, which every multiple and grade of the column is read against (`(hf-context=256)`)."""
+    return target.train_len if target.train_len != target.real_context else None
 
 
-def scheme_order(columns: Iterable[Label | str]) -> list[Label | str]:
+def scheme_order(columns: Iterable[Label]) -> list[Label]:
     """SCHEMES' order, unknown schemes after; within a scheme, what sets a column apart from its base
     (`rope+ntk`, `learned+window`, `sinusoidal+learned`) in the order `columns` first shows it, which is
     the order it was asked for and scored in (`--rope-scaling none,linear,ntk`: rope, rope+linear,
@@ -93,14 +112,13 @@ def scheme_order(columns: Iterable[Label | str]) -> list[Label | str]:
     posenc's runs, by name."""
     order = list(SCHEMES)
     columns = list(dict.fromkeys(columns))
-    asked: dict[tuple[str, str], int] = {}  # (family, what the column adds to it) -> when first shown
-    for label in map(as_label, columns):
+    asked: dict[tuple[str, tuple[str, ...]], int] = {}  # (family, what the column adds) -> when first shown
+    for label in columns:
         asked.setdefault((label.family, label.beyond_family), len(asked))
 
-    def key(column: Label | str):
-        label = as_label(column)
+    def key(label: Label):
         rank = order.index(label.family) if label.family in order else len(order)
-        distinct = tuple((k, natural(v)) for k, v in label.distinct)
+        marks = tuple((k, natural(v)) for k, v in label.marks)
         return (
             label.model != "",
             label.model,
@@ -108,7 +126,7 @@ def scheme_order(columns: Iterable[Label | str]) -> list[Label | str]:
             label.family,
             asked[label.family, label.beyond_family],
             label.tokenizer,
-            distinct,
+            marks,
         )
 
     return sorted(columns, key=key)
@@ -206,10 +224,10 @@ def distinctions(runs: list, mixed: bool) -> dict[int, Distinction]:
     train have no setting and are set apart by their names."""
     settings = {id(run): run_setting(run) for run in runs if isinstance(run, LoadedRun)}
     refuse_repeats([run for run in runs if id(run) in settings], settings)
-    groups: dict[str, list[dict[str, str]]] = {}
+    groups: dict[Label, list[dict[str, str]]] = {}
     for run in runs:
         if id(run) in settings:
-            groups.setdefault(str(with_tokenizer(run.label, run.tokenizer_name, mixed)), []).append(
+            groups.setdefault(with_tokenizer(run.label, run.tokenizer_name, mixed), []).append(
                 settings[id(run)]
             )
     across = differing(settings.values(), skip="scheme.")
@@ -219,7 +237,7 @@ def distinctions(runs: list, mixed: bool) -> dict[int, Distinction]:
         if setting is None:
             found[id(run)] = Distinction()
             continue
-        within = differing(groups[str(with_tokenizer(run.label, run.tokenizer_name, mixed))])
+        within = differing(groups[with_tokenizer(run.label, run.tokenizer_name, mixed)])
         keys = [k for k in sorted(set(across) | set(within)) if k in setting]
         found[id(run)] = Distinction(
             tuple((k, setting[k]) for k in within if k in setting),

@@ -14,7 +14,7 @@ from posenc_cli.core.errors import UsageError, require_seed
 from posenc_cli.data.needles import NeedleTask
 from posenc_cli.evaluation.eval_plan import announce_added
 from posenc_cli.evaluation.eval_runs import column_label
-from posenc_cli.evaluation.labels import distinctions, mixes_own_tokenizers
+from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers
 from posenc_cli.evaluation.perplexity import target_lengths
 from posenc_cli.evaluation.probe import COLUMNS, check_trials, score
 from posenc_cli.evaluation.target import EvalTarget
@@ -30,7 +30,7 @@ class ProbeResult:
 
     rows: Any  # a pandas DataFrame with COLUMNS
     targets: list[EvalTarget]
-    info: dict[str, dict]
+    info: dict[Label, dict]
     skipped: list[Skipped]
 
 

@@ -14,20 +14,20 @@ from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import token_window
 from posenc_cli.data.needles import NeedleTask
-from posenc_cli.evaluation.labels import Label
+from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.evaluation.perplexity import TOKENS_PER_FORWARD, LogitsScorer
 from posenc_cli.evaluation.probe import check_vocab, make_trials, overhead, without_episodes
 from posenc_cli.model import GPT
+from posenc_cli.model.positional import PositionalScheme
 from posenc_cli.model.positional.rope_scaling import METHODS
 from posenc_cli.rundir.loading import LoadedRun, require_text_run, run_corpus
 
 
-def scheme_label(model: GPT) -> Label:
-    """A posenc model's label: its scheme's name, and the options its scheme's label adds after it."""
-    scheme = model.scheme
-    return Label(
-        scheme=scheme.name, variant=scheme.label[len(scheme.name) + 1 :], scaling=scheme.scaling_method
-    )
+def scheme_label(scheme: PositionalScheme, *, randomized: bool = False) -> Label:
+    """A posenc scheme's column, from what the scheme says of itself: its parts, the options its label
+    names, its RoPE scaling; `randomized`: trained with randomized positions."""
+    variant = Variant(scheme.label_options, scheme.scaling_method, randomized=randomized)
+    return Label(scheme.part_names, variant)
 
 
 @dataclass
@@ -55,7 +55,7 @@ class RunTarget(LoadedRun):
     def label(self) -> Label:
         """The run as trained: `rope+yarn` for a run trained with that scaling, `sinusoidal+unscaled` for
         one trained off its scale_embeddings default."""
-        return scheme_label(self.model)
+        return scheme_label(self.model.scheme)
 
     def model_with(self, **scheme_options: Any) -> GPT:
         """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none."""
@@ -121,7 +121,7 @@ class RunTarget(LoadedRun):
     def use_variant(self, options: dict) -> Label:
         """Evaluate with these scheme options from now on (the checkpoint is untouched); its label."""
         self.active = self.model_with(**options)
-        return scheme_label(self.active)
+        return scheme_label(self.active.scheme)
 
     def check_probe(self, task: NeedleTask) -> None:
         require_text_run(self)

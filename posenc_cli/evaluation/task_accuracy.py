@@ -20,7 +20,7 @@ from posenc_cli.data.corpora import task_spec
 from posenc_cli.data.tasks import IGNORE, TaskSpec, encode
 from posenc_cli.evaluation.labels import Label, refuse_repeats, run_setting
 from posenc_cli.evaluation.perplexity import TOKENS_PER_FORWARD
-from posenc_cli.evaluation.run_target import RunTarget, memory_short
+from posenc_cli.evaluation.run_target import RunTarget, memory_short, scheme_label
 from posenc_cli.model.positional import past_max_len
 
 INSTANCES = 100  # instances per length: accuracy in steps of 1 %
@@ -47,11 +47,8 @@ def task_targets(targets: list) -> list[RunTarget] | None:
 
 def column(run: RunTarget) -> Label:
     """The run's scheme as trained, `+randomized` where its positions were (train.positions)."""
-    label = run.label
     randomized = (run.record.config or {}).get("train", {}).get("positions") == "randomized"
-    if not randomized:
-        return label
-    return Label(scheme=label.scheme, variant="+".join(v for v in (label.variant, "randomized") if v))
+    return scheme_label(run.model.scheme, randomized=randomized)
 
 
 @torch.no_grad()

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from posenc_cli.evaluation.labels import scheme_order
+from posenc_cli.evaluation.labels import Label, scheme_order
 from posenc_cli.report.cells import BEYOND_TABLE
 from posenc_cli.report.passkey_tables import passkey_note
 from posenc_cli.report.verdict import (
@@ -25,13 +25,13 @@ from posenc_cli.rundir.selection import Skipped
 
 
 def comparison_notes(
-    df: pd.DataFrame, schemes: list[str], evidence: dict, *, passkey: pd.DataFrame | None
+    df: pd.DataFrame, schemes: list[Label], evidence: dict, *, passkey: pd.DataFrame | None
 ) -> list[str]:
     """The footnotes: what was scored, how to read the grades, and why a column has no verdict or number."""
     longest = df["eval_len"].max()
     train_len = own_length(df) or "its reference length"
     own = per_column(df, "reference_len")  # each column's reference length
-    seeds = {s: df[df.scheme == str(s)]["seed"].nunique() for s in schemes}
+    seeds = {s: df[df.scheme == s]["seed"].nunique() for s in schemes}
     mode = ", ".join(sorted(df["mode"].unique()))
     notes = [
         f"Perplexity on {scored_text(df)} ({mode} windows), "

@@ -18,6 +18,7 @@ import pandas as pd
 
 from posenc_cli.core.choices import PPL_TOLERANCE, RETRIEVAL_THRESHOLD
 from posenc_cli.core.errors import require_number
+from posenc_cli.evaluation.labels import Label
 from posenc_cli.report.verdict import mean_of_all, per_column
 
 
@@ -73,9 +74,9 @@ NOT_SCORED = "not scored there"  # nan: past a learned table, or a seed that cou
 
 def failures(
     ppl: pd.DataFrame | None, passkey: pd.DataFrame | None, rule: LengthRule
-) -> dict[str, dict[int, str | None]]:
+) -> dict[Label, dict[int, str | None]]:
     """Per column and length read: what did not hold there, or None where it held."""
-    checks: dict[str, dict[int, str | None]] = {}
+    checks: dict[Label, dict[int, str | None]] = {}
     if ppl is not None:
         means = ppl.groupby(["scheme", "eval_len"])["ppl"].agg(mean_of_all)
         reference = per_column(ppl, "reference_len")
@@ -85,13 +86,13 @@ def failures(
                 ratio = value / base
                 held = math.isfinite(ratio) and ratio <= 1 + rule.ppl_tolerance
                 said = f"perplexity {ratio:.2f}× its value at {reference[scheme]}"
-                checks.setdefault(str(scheme), {})[int(length)] = (
+                checks.setdefault(scheme, {})[int(length)] = (
                     None if held else said if math.isfinite(ratio) else NOT_SCORED
                 )
     if passkey is not None:
         retrieved = passkey.groupby(["scheme", "length"])["accuracy"].agg(mean_of_all)
         for (scheme, length), share in retrieved.items():
-            at = checks.setdefault(str(scheme), {})
+            at = checks.setdefault(scheme, {})
             if not share >= rule.retrieval_threshold:  # nan (past a learned table) does not hold
                 said = f"{share:.0%} of keys retrieved" if math.isfinite(share) else NOT_SCORED
                 at[int(length)] = at.get(int(length)) or said
@@ -102,7 +103,7 @@ def failures(
 
 def effective_lengths(
     ppl: pd.DataFrame | None, passkey: pd.DataFrame | None, rule: LengthRule
-) -> dict[str, EffectiveLength]:
+) -> dict[Label, EffectiveLength]:
     """Each column's effective length, from eval's ppl rows and probe's rows (either may be absent)."""
     lengths = {}
     for scheme, at in failures(ppl, passkey, rule).items():
@@ -123,8 +124,8 @@ def effective_length_row(
 ) -> tuple[list[str], str]:
     """comparison.md's row, and its note: the rule, and where and why each column stopped."""
     found = effective_lengths(ppl, passkey, rule)
-    row = ["effective length"] + [str(found[str(s)]) if str(s) in found else "—" for s in schemes]
-    stops = [f"{s} {found[str(s)].why}" for s in schemes if str(s) in found and found[str(s)].why]
+    row = ["effective length"] + [str(found[s]) if s in found else "—" for s in schemes]
+    stops = [f"{s} {found[s].why}" for s in schemes if s in found and found[s].why]
     note = rule.text(probed=passkey is not None) + (
         f". Where each stopped: {'; '.join(stops)}." if stops else "."
     )
@@ -137,11 +138,10 @@ def rule_of(made: Sequence[Any]) -> LengthRule:
 
 
 def with_effective_length(
-    df: pd.DataFrame, found: dict[str, EffectiveLength], *, column: str
+    df: pd.DataFrame, found: dict[Label, EffectiveLength], *, column: str
 ) -> pd.DataFrame:
     """`df` with its column's effective length on every row (nan where none held) and whether that is only
     a lower bound (it held at every length tried): ppl.csv's by perplexity, probe.csv's by retrieval."""
     held = {s: math.nan if e.held is None else e.held for s, e in found.items()}
     bound = {s: e.failed is None for s, e in found.items()}
-    label = df["scheme"].map(str)
-    return df.assign(**{column: label.map(held), f"{column}_at_least": label.map(bound)})
+    return df.assign(**{column: df["scheme"].map(held), f"{column}_at_least": df["scheme"].map(bound)})

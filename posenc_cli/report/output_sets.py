@@ -9,14 +9,13 @@ set is complete, its numbers go to the trackers its runs were trained with (repo
 
 from __future__ import annotations
 
-import io
 import re
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
-from posenc_cli.core.atomic import output_set, write_text, write_with
+from posenc_cli.core.atomic import OutputSet, output_set, write_text, write_with
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.probe_run import ProbeResult
 from posenc_cli.report.cells import markdown_table
@@ -29,21 +28,33 @@ from posenc_cli.report.plots import (
     plot_probe_heatmap,
     plot_probe_summary,
 )
-from posenc_cli.report.results_file import RESULTS, Provenance, ResultsSection, provenance, write_results_file
+from posenc_cli.report.results_file import (
+    RESULTS,
+    TABLES,
+    Provenance,
+    ResultsSection,
+    earlier_section,
+    provenance,
+    write_results_file,
+)
 from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot
 from posenc_cli.report.tracked import send_to_trackers
 from posenc_cli.rundir.selection import Skipped
 
 
-def read_results(data: bytes) -> pd.DataFrame:
-    """A results csv an earlier set of this directory wrote, its column labels as plain objects: they
-    compare equal to the Labels of the results being written beside them."""
-    return pd.read_csv(io.BytesIO(data), dtype={"scheme": object})
+def earlier_table(result: OutputSet, csv: str, kind: str) -> pd.DataFrame | None:
+    """The table an earlier set of this directory wrote as `csv` (eval's ppl, probe's probe), read back
+    with its Labels from that set's results.json; None unless the set found here listed both unchanged,
+    about the same runs (OutputSet.trusted_input)."""
+    if result.trusted_input(csv) is None:
+        return None
+    section = earlier_section(result.trusted_input(RESULTS), kind, result.out)
+    return section.tables[TABLES[kind][0]] if section is not None else None
 
 
 def write_probe_outputs(
     passkey: pd.DataFrame,
-    info: dict[str, dict],
+    info: dict[Label, dict],
     out: Path,
     *,
     made: list[Provenance],
@@ -68,9 +79,9 @@ def write_probe_outputs(
         depths = passkey_by_depth(passkey, scaling_asked=any(m.strip() != "none" for m in asked))
         write_text(out / "passkey.md", depths + skipped_text(skipped))
         written.append(out / "passkey.md")
-        ppl = result.trusted_input("ppl.csv")
+        ppl = earlier_table(result, "ppl.csv", "eval")
         if ppl is not None:
-            text = comparison(read_results(ppl), info, lang=lang, passkey=passkey, skipped=skipped, rule=rule)
+            text = comparison(ppl, info, lang=lang, passkey=passkey, skipped=skipped, rule=rule)
             write_text(out / "comparison.md", text)
             written.append(out / "comparison.md")
         section = ResultsSection("probe", {"probe": passkey}, info, made)
@@ -90,7 +101,7 @@ def write_probe_result(
     return write_probe_outputs(result.rows, result.info, out, made=[made], lang=lang, skipped=result.skipped)
 
 
-def file_safe(label: Label | str) -> str:
+def file_safe(label: Label) -> str:
     """A column label as part of a file name: 'rope+yarn' stays, 'EleutherAI/pythia-160m (rope)' ->
     'EleutherAI_pythia-160m_rope'."""
     return re.sub(r"[^A-Za-z0-9+._-]+", "_", str(label)).strip("_")
@@ -99,7 +110,7 @@ def file_safe(label: Label | str) -> str:
 def write_eval_outputs(
     df: pd.DataFrame,
     positions: pd.DataFrame,
-    info: dict[str, dict],
+    info: dict[Label, dict],
     *,
     out: Path,
     made: list[Provenance],
@@ -123,8 +134,7 @@ def write_eval_outputs(
             header, rows = ppl_pivot(df, "bpb", digits=3)
             text += "\n# Bits per byte by evaluation length\n\n" + markdown_table(header, rows)
         write_text(out / "ppl.md", text + skipped_text(skipped))
-        probe = result.trusted_input("probe.csv")
-        passkey = read_results(probe) if probe is not None else None
+        passkey = earlier_table(result, "probe.csv", "probe")
         text = comparison(df, info, lang=lang, passkey=passkey, skipped=skipped, rule=rule)
         write_text(out / "comparison.md", text)
         plot_ppl_vs_length(df, out / "ppl_vs_length.png")

@@ -7,7 +7,7 @@ import pandas as pd
 
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
 from posenc_cli.evaluation.eval_runs import unscalable_note
-from posenc_cli.evaluation.labels import scheme_order
+from posenc_cli.evaluation.labels import Label, scheme_order
 from posenc_cli.report.cells import BEYOND_TABLE, markdown_table, mean_std, relative_length, relative_to
 
 
@@ -25,14 +25,14 @@ def tasks(passkey: pd.DataFrame) -> list[str]:
 def probe_columns(passkey: pd.DataFrame) -> list:
     """scheme_order, but each run's RoPE scalings in the order --rope-scaling gave them: its rows' order."""
     order = scheme_order(passkey["scheme"])
-    rank = {str(s): i for i, s in enumerate(order)}
-    run_rank = passkey.groupby("run", sort=False)["scheme"].agg(lambda s: min(rank[str(x)] for x in s))
-    column_rank = {str(s): run_rank[run] for s, run in passkey.groupby("scheme")["run"].first().items()}
-    appearance = {str(s): i for i, s in enumerate(dict.fromkeys(passkey["scheme"]))}
-    return sorted(order, key=lambda s: (column_rank[str(s)], appearance[str(s)]))
+    rank = {s: i for i, s in enumerate(order)}
+    run_rank = passkey.groupby("run", sort=False)["scheme"].agg(lambda s: min(rank[x] for x in s))
+    column_rank = {s: run_rank[run] for s, run in passkey.groupby("scheme")["run"].first().items()}
+    appearance = {s: i for i, s in enumerate(dict.fromkeys(passkey["scheme"]))}
+    return sorted(order, key=lambda s: (column_rank[s], appearance[s]))
 
 
-def unscaled_columns(passkey: pd.DataFrame, *, scaling_asked: bool) -> dict[str, str]:
+def unscaled_columns(passkey: pd.DataFrame, *, scaling_asked: bool) -> dict[Label, str]:
     """The columns --rope-scaling (when it asked for a scaling) could not scale: a run probed once, as
     trained, with eval's note for each."""
     rows = probe_rows(passkey)
@@ -40,7 +40,7 @@ def unscaled_columns(passkey: pd.DataFrame, *, scaling_asked: bool) -> dict[str,
         return {}
     per_run = rows.groupby("run")["scheme"].nunique()
     alone = rows[rows.run.map(per_run).eq(1) & rows.rope_scaling.eq("none")]
-    return {str(s): unscalable_note(s) for s in dict.fromkeys(alone["scheme"])}
+    return {s: unscalable_note(s) for s in dict.fromkeys(alone["scheme"])}
 
 
 def retrieval_by_length(passkey: pd.DataFrame) -> pd.DataFrame:
@@ -50,7 +50,7 @@ def retrieval_by_length(passkey: pd.DataFrame) -> pd.DataFrame:
     return (probe_rows(passkey).groupby(by)["accuracy"].mean() * 100).reset_index()
 
 
-def passkey_rows(passkey: pd.DataFrame, schemes: list[str]) -> list[list[str]]:
+def passkey_rows(passkey: pd.DataFrame, schemes: list[Label]) -> list[list[str]]:
     """Rows "passkey @ L" (the task's name @ L): % of trials retrieved exactly, mean ± std over seeds."""
     by_length = retrieval_by_length(passkey)
     contexts = [int(c) for c in passkey.groupby("scheme")["train_len"].min()]
@@ -59,9 +59,7 @@ def passkey_rows(passkey: pd.DataFrame, schemes: list[str]) -> list[list[str]]:
         for L in sorted(by_length["length"].unique()):
             label = f"{task} @ {L} ({relative_to(L, contexts)})"
             cells = by_length[(by_length.length == L) & (by_length.task == task)]
-            rows.append(
-                [label] + [mean_std(cells[cells.scheme == str(s)]["accuracy"], digits=0) for s in schemes]
-            )
+            rows.append([label] + [mean_std(cells[cells.scheme == s]["accuracy"], digits=0) for s in schemes])
     return rows
 
 
@@ -90,9 +88,9 @@ def passkey_by_depth(passkey: pd.DataFrame, *, scaling_asked: bool = False) -> s
     notes = unscaled_columns(rows, scaling_asked=scaling_asked)
     for task in asked:
         for scheme in probe_columns(rows):
-            sub = rows[(rows.scheme == str(scheme)) & (rows.task == task)]
+            sub = rows[(rows.scheme == scheme) & (rows.task == task)]
             if len(sub):
-                sections.append(column_section(sub, scheme, task=task, note=notes.get(str(scheme), "")))
+                sections.append(column_section(sub, scheme, task=task, note=notes.get(scheme, "")))
     return "\n".join(sections)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from posenc_cli.core.plotting import pyplot, save_figure
-from posenc_cli.evaluation.labels import Label, as_label, scheme_order
+from posenc_cli.evaluation.labels import Label, scheme_order
 from posenc_cli.report.cells import BEYOND_TABLE
 from posenc_cli.report.passkey_tables import probe_columns, retrieval_by_length, tasks
 
@@ -38,7 +38,13 @@ UNKNOWN_STYLE = ("#666666", "h")
 MODEL_COLOURS = ("#332288", "#CC6677", "#117733", "#882255", "#999933", "#44AA99", "#AA4499", "#DDCC77")
 
 
-VARIANT_LINES = {"": "-", "linear": "--", "ntk": "-.", "dynamic": ":", "yarn": (0, (5, 1, 1, 1, 1, 1))}
+VARIANT_LINES = {  # by what a column adds to its family (Label.beyond_family)
+    (): "-",
+    ("linear",): "--",
+    ("ntk",): "-.",
+    ("dynamic",): ":",
+    ("yarn",): (0, (5, 1, 1, 1, 1, 1)),
+}
 OTHER_LINES = ((0, (1, 1)), (0, (3, 1, 1, 1)), (0, (5, 2)), (0, (2, 2, 6, 2)))  # variants beyond those
 
 
@@ -55,12 +61,12 @@ HEATMAP_CMAP = "viridis"  # sequential, perceptually uniform, not red-green
 OCTAVE_BUCKETS = 4  # loss_by_position.png: buckets per doubling of the position (a log 2 axis)
 
 
-def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
+def plot_probe_heatmap(passkey: pd.DataFrame, scheme: Label, path: Path) -> None:
     """Length x depth accuracy for one scheme, like the needle-in-a-haystack figures: a sequential
     colour map readable in grey and by red-green colour-blind readers, a colour bar, the number in each cell."""
     plt = pyplot()
     grid = (
-        passkey[passkey.scheme == str(scheme)].pivot_table(
+        passkey[passkey.scheme == scheme].pivot_table(
             index="depth", columns="length", values="accuracy", aggfunc="mean", dropna=False
         )
         * 100
@@ -83,7 +89,7 @@ def plot_probe_heatmap(passkey: pd.DataFrame, scheme: str, path: Path) -> None:
     ax.set_yticks(range(len(grid.index)), [f"{d:g}" for d in grid.index])
     ax.set_xlabel("prompt length (tokens)")
     ax.set_ylabel("key depth")
-    seeds = passkey[passkey.scheme == str(scheme)]["seed"].nunique()
+    seeds = passkey[passkey.scheme == scheme]["seed"].nunique()
     of_seeds = f", mean of {seeds} seeds" if seeds > 1 else ""
     what = ", ".join(tasks(passkey))
     ax.set_title(f"{scheme}: {what} retrieved (%){of_seeds}, trained at {int(passkey['train_len'].min())}")
@@ -124,36 +130,34 @@ def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
     )
 
 
-def scheme_style(label: Label | str) -> dict:
+def scheme_style(label: Label) -> dict:
     """Colour and marker by scheme, line style by variant (`rope+yarn`, `sinusoidal+unscaled`): the same
     in every figure whichever schemes it shows. figure_styles sets pretrained models and tokenizers apart."""
-    label = as_label(label)
     colour, marker = SCHEME_STYLES.get(label.family, UNKNOWN_STYLE)
     return {"color": colour, "marker": marker, "linestyle": VARIANT_LINES.get(label.beyond_family, "--")}
 
 
-def figure_styles(columns: list, tokenizers: dict) -> dict[str, dict]:
-    """Per column (by its text): colour by scheme for posenc's runs and by model for pretrained ones,
+def figure_styles(labels: list[Label], tokenizers: dict) -> dict[Label, dict]:
+    """Per column: colour by scheme for posenc's runs and by model for pretrained ones,
     line style by variant, marker by tokenizer (`tokenizers`: column -> its tokenizer's name), so that
     no two columns of one figure share all three."""
-    labels = [as_label(c) for c in columns]
     models = list(dict.fromkeys(label.model for label in labels if label.model))
     variants = sorted({label.beyond_family for label in labels} - set(VARIANT_LINES))
     others = list(
-        dict.fromkeys(t for t in (tokenizers.get(c, "") for c in columns) if t not in TOKENIZER_MARKERS)
+        dict.fromkeys(t for t in (tokenizers.get(c, "") for c in labels) if t not in TOKENIZER_MARKERS)
     )
     styles = {}
-    for column, label in zip(columns, labels):
+    for label in labels:
         style = scheme_style(label)
         if label.model:
             style["color"] = MODEL_COLOURS[models.index(label.model) % len(MODEL_COLOURS)]
         if label.beyond_family in variants:
             style["linestyle"] = OTHER_LINES[variants.index(label.beyond_family) % len(OTHER_LINES)]
-        tokenizer = tokenizers.get(column, "")
+        tokenizer = tokenizers.get(label, "")
         style["marker"] = (
             TOKENIZER_MARKERS.get(tokenizer) or OTHER_MARKERS[others.index(tokenizer) % len(OTHER_MARKERS)]
         )
-        styles[str(column)] = style
+        styles[label] = style
     return styles
 
 
@@ -165,8 +169,7 @@ def column_tokenizers(df: pd.DataFrame) -> dict:
 def column_contexts(df: pd.DataFrame) -> dict[int, list[str]]:
     """Each training length (context) of the columns, with the models or schemes that have it."""
     contexts: dict[int, list[str]] = {}
-    for column, length in df.groupby("scheme")["train_len"].min().items():
-        label = as_label(column)
+    for label, length in df.groupby("scheme")["train_len"].min().items():
         owners = contexts.setdefault(int(length), [])
         if (label.model or label.family) not in owners:
             owners.append(label.model or label.family)
@@ -259,7 +262,7 @@ def plot_by_length(
     schemes = order or scheme_order(df["scheme"])
     styles = figure_styles(schemes, column_tokenizers(df))
     for i, scheme in enumerate(schemes):
-        stats = df[df.scheme == str(scheme)].groupby(x)[y].agg(["mean", "std", "min", "max"])
+        stats = df[df.scheme == scheme].groupby(x)[y].agg(["mean", "std", "min", "max"])
         stats = stats.dropna(subset=["mean"])
         if percent:
             bars = [stats["mean"] - stats["min"], stats["max"] - stats["mean"]]
@@ -272,7 +275,7 @@ def plot_by_length(
             yerr=bars,
             capsize=3,
             label=str(scheme),
-            **styles[str(scheme)],
+            **styles[scheme],
         )
     ax.set_xscale("log", base=2)
     lengths = sorted(df[x].unique())
@@ -310,14 +313,14 @@ def plot_loss_by_position(positions: pd.DataFrame, df: pd.DataFrame, path: Path)
     columns = scheme_order(positions["scheme"])
     styles = figure_styles(columns, column_tokenizers(df))
     for column in columns:
-        own = positions[positions.scheme == str(column)]
+        own = positions[positions.scheme == column]
         longest = int(own["eval_len"].max())
         ax.plot(
             *log_buckets(own[own.eval_len == longest]),
             label=f"{column} @ {longest:,}",
             linewidth=1.6,
             markersize=3.5,
-            **styles[str(column)],
+            **styles[column],
         )
     ax.set_xscale("log", base=2)
     plain_log_axis(ax.xaxis, positions["position"] + 1)

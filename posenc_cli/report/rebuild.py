@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from posenc_cli.core.errors import UsageError
+from posenc_cli.evaluation.labels import Label
 from posenc_cli.report.output_sets import write_eval_outputs, write_probe_outputs
 from posenc_cli.report.results_file import TABLES, ResultsSection, read_results_file
 from posenc_cli.report.task_tables import write_task_outputs
@@ -64,7 +65,7 @@ def merge(kind: str, parts: list[tuple[Path, ResultsSection]]) -> ResultsSection
 def refuse_collisions(kind: str, parts: list[tuple[Path, ResultsSection]]) -> None:
     """One model in two sets, or one column's seed measured on two different models, is refused."""
     models: dict[str, Path] = {}
-    seeds: dict[tuple[str, int], tuple[str, Path]] = {}
+    seeds: dict[tuple[Label, int], tuple[str, Path]] = {}
     for directory, section in parts:
         rows = first_table(section)[["model_id", "scheme", "seed"]].drop_duplicates()
         for model_id in rows["model_id"].unique():
@@ -75,7 +76,7 @@ def refuse_collisions(kind: str, parts: list[tuple[Path, ResultsSection]]) -> No
                     "name one of them"
                 )
         for model_id, scheme, seed in rows.itertuples(index=False):
-            other_model, other_dir = seeds.setdefault((str(scheme), int(seed)), (model_id, directory))
+            other_model, other_dir = seeds.setdefault((scheme, int(seed)), (model_id, directory))
             if other_model != model_id:
                 raise UsageError(
                     f"{other_dir} and {directory} both have seed {seed} of the column {scheme} from different "

@@ -26,7 +26,8 @@ from posenc_cli.core.device import cpu_bf16, cpu_model, native_bf16
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.version import code_version
 from posenc_cli.evaluation.eval_text import EvalText
-from posenc_cli.evaluation.labels import Label
+from posenc_cli.evaluation.labels import Label, Variant
+from posenc_cli.model.positional.rope_scaling import METHODS
 from posenc_cli.rundir.loading import LoadedRun
 
 RESULTS = "results.json"
@@ -62,7 +63,7 @@ class ResultsSection:
 
     kind: str  # eval, probe or tasks (eval of task runs)
     tables: dict[str, pd.DataFrame]
-    info: dict[str, dict]  # comparison.md's facts per column, keyed by the column's text
+    info: dict[Label, dict]  # comparison.md's facts per column
     made: list[Provenance]
 
 
@@ -198,6 +199,16 @@ def parse_results(data: bytes, where: Path) -> dict[str, Any]:
     return document
 
 
+def earlier_section(data: bytes | None, kind: str, where: Path) -> ResultsSection | None:
+    """The `kind` section of a results.json an earlier set of this directory wrote (`data`: None when its
+    manifest did not vouch for it); None when it has none or cannot be read (another format version)."""
+    try:
+        document = parse_results(data, where / RESULTS) if data is not None else {}
+        return read_section(kind, document[kind], where) if kind in document else None
+    except UsageError:
+        return None
+
+
 def read_results_file(directory: Path) -> list[ResultsSection]:
     """The sections of `directory`'s results.json, which its complete manifest must list with this sha256
     and size; anything else is refused in one line."""
@@ -225,10 +236,10 @@ def read_results_file(directory: Path) -> list[ResultsSection]:
 
 def read_section(kind: str, record: Any, directory: Path) -> ResultsSection:
     try:
-        labels = {text: as_label(fields_of) for text, fields_of in record["labels"].items()}
+        labels = {text: read_label(fields_of) for text, fields_of in record["labels"].items()}
         tables = {name: read_table(record["results"][name], labels) for name in TABLES[kind]}
         made = [Provenance(**p) for p in record["provenance"]]
-        info = dict(record["info"])
+        info = {labels[text]: facts for text, facts in record["info"].items()}
     except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as err:
         raise UsageError(
             f"{directory / RESULTS}: its {kind} section is damaged ({type(err).__name__})"
@@ -241,11 +252,57 @@ def read_section(kind: str, record: Any, directory: Path) -> ResultsSection:
     return ResultsSection(kind, tables, info, made)
 
 
-def as_label(record: dict[str, Any]) -> Label:
-    known = {f.name for f in fields(Label)}
-    if set(record) != known:
-        raise ValueError(f"a label with fields {sorted(record)}, not {sorted(known)}")
-    return Label(**{**record, "distinct": tuple((str(k), str(v)) for k, v in record["distinct"])})
+def read_label(record: dict[str, Any]) -> Label:
+    """A column's Label from the fields section_record wrote (legacy_label: a file from before Variant)."""
+    if set(record) == LEGACY_LABEL:
+        return legacy_label(record)
+    variant = record["variant"]
+    for found, kind in ((record, Label), (variant, Variant)):
+        if set(found) != {f.name for f in fields(kind)}:
+            raise ValueError(f"a {kind.__name__} with fields {sorted(found)}")
+    return Label(
+        tuple(map(str, record["scheme"])),
+        Variant(
+            tuple(map(str, variant["options"])),
+            str(variant["scaling"]),
+            factor=None if variant["factor"] is None else float(variant["factor"]),
+            randomized=bool(variant["randomized"]),
+            overflow=str(variant["overflow"]),
+        ),
+        model=str(record["model"]),
+        tokenizer=str(record["tokenizer"]),
+        distinct=tuple((str(k), str(v)) for k, v in record["distinct"]),
+        context=None if record["context"] is None else int(record["context"]),
+    )
+
+
+# A label as results.json held it before Variant: the scheme and its variant as the text a column shows.
+LEGACY_LABEL = {"scheme", "variant", "scaling", "model", "overflow", "tokenizer", "distinct"}
+
+
+def legacy_label(record: dict[str, Any]) -> Label:
+    """A label from a results.json of an older posenc: the one place a label's text is split, because such
+    a file keeps nothing else to read a composite's parts, a variant's options, the --rope-factor or the
+    pretended context from (they were joined by "+" or kept among the distinctions: s, hf-context)."""
+    options = [part for part in str(record["variant"]).split("+") if part]
+    randomized = options[-1:] == ["randomized"]
+    del options[len(options) - randomized :]
+    scaling = options.pop() if options and options[-1] in METHODS else ""
+    marks = {str(k): str(v) for k, v in record["distinct"]}
+    return Label(
+        tuple(str(record["scheme"]).split("+")),
+        Variant(
+            tuple(options),
+            scaling,
+            factor=float(marks["s"]) if "s" in marks else None,
+            randomized=randomized,
+            overflow=str(record["overflow"]),
+        ),
+        model=str(record["model"]),
+        tokenizer=str(record["tokenizer"]),
+        distinct=tuple((k, v) for k, v in marks.items() if k not in ("s", "hf-context")),
+        context=int(marks["hf-context"]) if "hf-context" in marks else None,
+    )
 
 
 def read_table(record: dict[str, Any], labels: dict[str, Label]) -> pd.DataFrame:

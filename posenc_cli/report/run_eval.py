@@ -33,6 +33,7 @@ from posenc_cli.evaluation.eval_runs import check_windows, evaluate_runs, rope_m
 from posenc_cli.evaluation.eval_text import eval_text
 from posenc_cli.evaluation.hf_models import is_hf
 from posenc_cli.evaluation.hf_options import hf_options
+from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
 from posenc_cli.evaluation.targets import load_targets, named_runs
 from posenc_cli.evaluation.task_accuracy import task_accuracy, task_targets
@@ -128,7 +129,7 @@ class Evaluation:
 
     ppl: pd.DataFrame
     loss_by_position: pd.DataFrame
-    info: dict[str, dict]
+    info: dict[Label, dict]
     out: Path | None
     written: list[Path] = field(default_factory=list)
     tasks: pd.DataFrame | None = None

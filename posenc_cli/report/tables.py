@@ -11,7 +11,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from posenc_cli.evaluation.labels import as_label, scheme_order
+from posenc_cli.evaluation.labels import Label, scheme_order
 from posenc_cli.model.positional import SCHEMES, claim_for
 from posenc_cli.report.cells import (
     BEYOND_TABLE,
@@ -46,17 +46,17 @@ def ppl_pivot(df: pd.DataFrame, value: str = "ppl", digits: int = 2) -> tuple[li
     header += [f"L={L}" + (" (train)" if L in set(df["train_len"]) else "") for L in lengths]
     rows = []
     for scheme in scheme_order(df["scheme"]):
-        sub = df[df["scheme"] == str(scheme)]
+        sub = df[df["scheme"] == scheme]
         ratio = [f"{chars_per_token(sub):.2f}"] if extra else []
         cells = [result_cell(sub[sub["eval_len"] == L], value, digits) for L in lengths]
-        seeds = "—" if as_label(scheme).model else str(sub["seed"].nunique())  # a pretrained model has none
+        seeds = "—" if scheme.model else str(sub["seed"].nunique())  # a pretrained model has none
         rows.append([str(scheme), seeds, *ratio, *cells])
     return header, rows
 
 
-def characters_covered(df: pd.DataFrame, schemes: list[str], length: int) -> str:
+def characters_covered(df: pd.DataFrame, schemes: list[Label], length: int) -> str:
     """ "≈ a–b characters": what a window of `length` tokens covers on average, across the columns."""
-    covered = [length * chars_per_token(df[df.scheme == str(s)]) for s in schemes]
+    covered = [length * chars_per_token(df[df.scheme == s]) for s in schemes]
     covered = [c for c in covered if math.isfinite(c)]
     if not covered:
         return ""
@@ -64,17 +64,17 @@ def characters_covered(df: pd.DataFrame, schemes: list[str], length: int) -> str
     return f"≈ {low:,.0f} characters" if round(low) == round(high) else f"≈ {low:,.0f}–{high:,.0f} characters"
 
 
-def tokenizer_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> list[list[str]]:
+def tokenizer_rows(df: pd.DataFrame, schemes: list[Label], lengths: list[int]) -> list[list[str]]:
     """Tokenizer and characters per token of each column, and bits per byte when tokenizers mix
     (token perplexities of different tokenizers do not compare; bits per byte do)."""
     rows = [
-        ["tokenizer"] + [", ".join(sorted(df[df.scheme == str(s)]["tokenizer"].unique())) for s in schemes],
-        ["characters per token"] + [f"{chars_per_token(df[df.scheme == str(s)]):.2f}" for s in schemes],
+        ["tokenizer"] + [", ".join(sorted(df[df.scheme == s]["tokenizer"].unique())) for s in schemes],
+        ["characters per token"] + [f"{chars_per_token(df[df.scheme == s]):.2f}" for s in schemes],
     ]
     if df["tokenizer"].nunique() > 1:
         for L in lengths:
             at_length = df[df.eval_len == L]
-            bpb = [result_cell(at_length[at_length.scheme == str(s)], "bpb", digits=3) for s in schemes]
+            bpb = [result_cell(at_length[at_length.scheme == s], "bpb", digits=3) for s in schemes]
             rows.append([f"bpb @ {L}", *bpb])
     return rows
 
@@ -86,7 +86,7 @@ def mixes_tokenizers(df: pd.DataFrame) -> bool:
 
 def comparison(
     df: pd.DataFrame,
-    info: dict[str, dict],
+    info: dict[Label, dict],
     *,
     lang: str = "en",
     passkey: pd.DataFrame | None = None,
@@ -143,18 +143,20 @@ def context_rows(df: pd.DataFrame, schemes: list) -> list[list[str]]:
     return rows
 
 
-def length_rows(df: pd.DataFrame, schemes: list[str], lengths: list[int]) -> list[list[str]]:
+def length_rows(df: pd.DataFrame, schemes: list[Label], lengths: list[int]) -> list[list[str]]:
     """One "ppl @ L" row per evaluation length, named by its relation to the training lengths."""
     rows = []
     for L in lengths:
         where = [length_relation(df, L)]
         where += [characters_covered(df, schemes, L)] if subword(df) else []
         label = f"ppl @ {L}" + (f" ({'; '.join(w for w in where if w)})" if any(where) else "")
-        rows.append([label] + [result_cell(df[(df.scheme == str(s)) & (df.eval_len == L)]) for s in schemes])
+        rows.append([label] + [result_cell(df[(df.scheme == s) & (df.eval_len == L)]) for s in schemes])
     return rows
 
 
-def grade_rows(df: pd.DataFrame, schemes: list[str], evidence: dict, *, best: str | None) -> list[list[str]]:
+def grade_rows(
+    df: pd.DataFrame, schemes: list[Label], evidence: dict, *, best: Label | None
+) -> list[list[str]]:
     """The two measures a verdict is the lower grade of: stability and quality at the longest length."""
     longest = df["eval_len"].max()
     train_len = own_length(df) or "reference length"
@@ -167,9 +169,11 @@ def grade_rows(df: pd.DataFrame, schemes: list[str], evidence: dict, *, best: st
     ]
 
 
-def claim_rows(info: dict[str, dict], schemes: list[str], evidence: dict, *, lang: str) -> list[list[str]]:
+def claim_rows(
+    info: dict[Label, dict], schemes: list[Label], evidence: dict, *, lang: str
+) -> list[list[str]]:
     """The measured verdict beside the chapters' claim, and each column's facts (from its runs where known)."""
-    claims = [claim_for(as_label(s).positional) for s in schemes]
+    claims = [claim_for(s.positional) for s in schemes]
     rows = [["extrapolation, measured"] + [evidence[s].verdict for s in schemes]]
     rows.append(["extrapolation, chapters' claim"] + [claim.extrapolation for claim in claims])
     if lang == "zh":
@@ -177,7 +181,7 @@ def claim_rows(info: dict[str, dict], schemes: list[str], evidence: dict, *, lan
     rows.append(
         ["positional parameters"] + [f"{info.get(s, {}).get('positional_params', 0):,}" for s in schemes]
     )
-    relative = [info.get(s, {}).get("relative", relative_kind(as_label(s).positional)) for s in schemes]
+    relative = [info.get(s, {}).get("relative", relative_kind(s.positional)) for s in schemes]
     rows.append(["relative position", *relative])
     rows.append(
         ["used by"] + [info.get(s, {}).get("used_by", claim.used_by) for s, claim in zip(schemes, claims)]

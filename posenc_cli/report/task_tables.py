@@ -13,7 +13,7 @@ import pandas as pd
 
 from posenc_cli.core.atomic import output_set, write_text, write_with
 from posenc_cli.core.plotting import pyplot, save_figure
-from posenc_cli.evaluation.labels import as_label, scheme_order
+from posenc_cli.evaluation.labels import scheme_order
 from posenc_cli.report.cells import markdown_table, relative_length
 from posenc_cli.report.passkey_tables import seed_spread
 from posenc_cli.report.plots import SCHEME_STYLES, UNKNOWN_STYLE
@@ -35,7 +35,7 @@ def task_tables(df: pd.DataFrame) -> str:
         header = ["scheme (seeds)"] + [f"{L} ({relative_length(L, train_len)})" for L in lengths]
         rows = []
         for scheme in scheme_order(sub["scheme"].unique()):
-            runs = sub[sub.scheme == str(scheme)]
+            runs = sub[sub.scheme == scheme]
             seeds = ", ".join(str(s) for s in sorted(runs["seed"].unique()))
             rows.append(
                 [f"{scheme} ({seeds})"] + [seed_spread(runs[runs.length == L]["percent"]) for L in lengths]
@@ -54,11 +54,10 @@ def plot_task_accuracy(df: pd.DataFrame, path: Path) -> None:
         sub = df[df.task == task]
         ax.axvspan(1, int(sub["train_len"].min()), color="0.9", label="training lengths")
         for scheme in scheme_order(sub["scheme"].unique()):
-            label = as_label(scheme)
-            colour, marker = SCHEME_STYLES.get(label.family, UNKNOWN_STYLE)
-            by_length = sub[sub.scheme == str(scheme)].groupby("length")["accuracy"]
+            colour, marker = SCHEME_STYLES.get(scheme.family, UNKNOWN_STYLE)
+            by_length = sub[sub.scheme == scheme].groupby("length")["accuracy"]
             mean, low, high = (by_length.agg(f) * 100 for f in ("mean", "min", "max"))
-            style = "--" if "randomized" in str(scheme) else "-"
+            style = "--" if scheme.variant.randomized else "-"
             ax.plot(mean.index, mean, style, color=colour, marker=marker, label=str(scheme))
             ax.fill_between(mean.index, low, high, color=colour, alpha=0.15, linewidth=0)
         ax.set_xscale("log", base=2)

@@ -12,15 +12,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc_cli.evaluation.labels import as_label
+from posenc_cli.evaluation.labels import Label
 from posenc_cli.report.results_file import ResultsSection
 from posenc_cli.training.tracking import TrackedResults, send_results
 
 
-def column_tag(kind: str, measure: str, length: int, *, scheme) -> str:
+def column_tag(kind: str, measure: str, length: int, *, scheme: Label) -> str:
     """`eval/ppl@1024`, or `eval/ppl@1024+yarn` for a column scored as a variant of the run."""
-    label = as_label(scheme)
-    apart = "".join(f"+{part}" for part in (label.variant, label.overflow) if part)
+    apart = "".join(f"+{part}" for part in scheme.variant.parts)
     return f"{kind}/{measure}@{length}{apart}"
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from posenc_cli.evaluation.labels import scheme_order
+from posenc_cli.evaluation.labels import Label, scheme_order
 
 GRADES = (
     "very strong",
@@ -115,7 +115,7 @@ def per_column(df: pd.DataFrame, column: str) -> pd.Series:
     return df.groupby("scheme")[column if column in df else "train_len"].min()
 
 
-def extrapolation(df: pd.DataFrame, longest: int) -> tuple[dict[str, Extrapolation], str | None]:
+def extrapolation(df: pd.DataFrame, longest: int) -> tuple[dict[Label, Extrapolation], Label | None]:
     """Per scheme, the evidence for its verdict (against its own reference length: models from the hub
     have their own context), and the best learned scheme at the longest length."""
     means = df.groupby(["scheme", "eval_len"])["ppl"].agg(mean_of_all)

@@ -53,8 +53,8 @@ class ALiBi(PositionalScheme):
         self.register_buffer("slopes", torch.tensor(SLOPE_RULES[slopes][0](n_head)), persistent=False)
 
     @property
-    def label(self) -> str:
-        return self.name if self.slope_rule == "paper" else f"{self.name}+{self.slope_rule}-slopes"
+    def label_options(self) -> tuple[str, ...]:
+        return () if self.slope_rule == "paper" else (f"{self.slope_rule}-slopes",)
 
     def bias(self, distance):
         return -per_head(self.slopes, distance) * distance.clamp(min=0).to(self.slopes.dtype)

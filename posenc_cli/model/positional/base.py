@@ -79,7 +79,18 @@ class PositionalScheme(nn.Module):
     @property
     def label(self) -> str:
         """The name reports show: the scheme's name, plus any option that changes what it computes."""
-        return self.name
+        return "+".join((self.name, *self.label_options, *filter(None, [self.scaling_method])))
+
+    @property
+    def label_options(self) -> tuple[str, ...]:
+        """The options off their defaults that `label` names after the scheme (interleaved, unscaled,
+        per-layer), its RoPE scaling aside: what a column's Variant holds, never cut out of `label`."""
+        return ()
+
+    @property
+    def part_names(self) -> tuple[str, ...]:
+        """The schemes it is made of, by name: itself; a composite's parts, in order."""
+        return (self.name,)
 
     @property
     def scaling_method(self) -> str:
@@ -154,10 +165,10 @@ class AdditiveScheme(PositionalScheme):
         self.scale_embeddings = scale
 
     @property
-    def label(self) -> str:
+    def label_options(self) -> tuple[str, ...]:
         if self.scale_embeddings == type(self).scales_embeddings:
-            return self.name
-        return f"{self.name}+{'scaled' if self.scale_embeddings else 'unscaled'}"
+            return ()
+        return ("scaled" if self.scale_embeddings else "unscaled",)
 
     def encoding(self, positions: torch.Tensor) -> torch.Tensor:
         """(T,) positions -> (T, C) vectors added to the token embeddings."""

@@ -66,6 +66,10 @@ class Composite(PositionalScheme):
         self.rotation_reads_context = any(p.rotation_reads_context for p in self.parts)
 
     @property
+    def part_names(self) -> tuple[str, ...]:
+        return tuple(part.name for part in self.parts)
+
+    @property
     def max_len(self) -> int | None:
         bounded = [p.max_len for p in self.parts if p.max_len is not None]
         return min(bounded) if bounded else None

@@ -72,8 +72,8 @@ class FIRE(PositionalScheme):
         self.later_layers = nn.ModuleList()  # per_layer: the FIREs of blocks 1.. (for_layers builds them)
 
     @property
-    def label(self) -> str:
-        return f"{self.name}+per-layer" if self.per_layer else self.name
+    def label_options(self) -> tuple[str, ...]:
+        return ("per-layer",) if self.per_layer else ()
 
     def for_layers(self, n_layer: int) -> list[PositionalScheme]:
         """per_layer: this FIRE for the first block and a fresh one, its own MLP, c and L, for each other."""

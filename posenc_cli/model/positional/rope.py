@@ -85,9 +85,8 @@ class RoPE(PositionalScheme):
         )
 
     @property
-    def label(self) -> str:
-        layout = "" if self.layout == "half" else f"+{self.layout}"
-        return self.name + layout + ("" if self.scaling is None else f"+{self.scaling_method}")
+    def label_options(self) -> tuple[str, ...]:
+        return () if self.layout == "half" else (self.layout,)
 
     @property
     def scaling_method(self) -> str:
