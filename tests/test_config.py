@@ -198,9 +198,9 @@ def test_a_run_directory_named_by_hydra_s_own_interpolations_is_the_one_hydra_wr
     pre-flight resolves it as Hydra's run does, and the directory it claims reads back through Hydra's
     grammar whatever characters the name holds (an override_dirname's = and ,)."""
     run = preflight([f"hydra.run.dir={tmp_path}/${{hydra:job.name}}_${{hydra:runtime.choices.scheme}}"])
-    assert run == tmp_path / "train_rope"
+    assert run.directory == tmp_path / "train_rope"
     named = tmp_path / "scheme=rope,seed=3"
-    args = claim(["-m", "scheme=rope,alibi"], named)
+    args = ["-m", "scheme=rope,alibi", *claim(["-m", "scheme=rope,alibi"], named)]
     assert parse_hydra_args(args).overrides[-1] == f'hydra.sweep.dir="{named}"' and named.is_dir()
     assert OverridesParser.create().parse_overrides([args[-1]])[0].value() == str(named)
 
@@ -211,7 +211,7 @@ def test_a_sweep_directory_named_by_one_job_s_values_is_refused(tmp_path):
     for named in ("${hydra:runtime.choices.scheme}", "${hydra.job.override_dirname}", "${hydra.job.num}"):
         message = refusal(f"-m scheme=rope,alibi hydra.sweep.dir={tmp_path}/{named}")
         assert "names one job's value" in message and "hydra.sweep.subdir" in message, message
-    assert preflight(["-m", "scheme=rope,alibi", f"hydra.sweep.dir={tmp_path}/${{hydra.job.name}}"]) == (
+    assert preflight(["-m", "scheme=rope,alibi", f"hydra.sweep.dir={tmp_path}/${{hydra.job.name}}"]).directory == (
         tmp_path / "train"
     )
 
