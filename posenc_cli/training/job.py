@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 import hydra
 from hydra._internal.callbacks import Callbacks
+from hydra._internal.utils import run_and_report
 from hydra.core import utils as hydra_utils
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -39,7 +40,8 @@ def train_job(config: PosencConfig) -> float | None:
     """One job, under Hydra's run_job: `config` trained into the job's directory."""
     hydra_cfg = HydraConfig.get()
     overrides = list(hydra_cfg.overrides.task)
-    config.train.threads = config.train.threads or threads_per_job(hydra_cfg.launcher)  # jobs side by side
+    # torch threads: a share of the cores where the launcher runs jobs side by side
+    config.train.threads = config.train.threads or threads_per_job(hydra_cfg.launcher)
     output_dir = Path(hydra_cfg.runtime.output_dir)
     name = run_name(overrides, output_dir, hydra_cfg.mode == RunMode.MULTIRUN)
     try:
@@ -62,7 +64,7 @@ def run_here(job: Job) -> None:
     callbacks.on_run_start(config=whole, config_name=whole.hydra.job.config_name)
     ret = run_hydra_job(job, callbacks, sweep=False)
     callbacks.on_run_end(config=whole, config_name=whole.hydra.job.config_name, job_return=ret)
-    _ = ret.return_value  # the job's exception, raised as Hydra's run raises it
+    reported(ret)
 
 
 def sweep_here(sweep: DictConfig, points: list[list[str]], job_of: Callable[[list[str]], Job]) -> None:
@@ -84,8 +86,13 @@ def sweep_here(sweep: DictConfig, points: list[list[str]], job_of: Callable[[lis
         returns.append(run_hydra_job(job, callbacks, sweep=True))
         configure_log(sweep.hydra.hydra_logging, sweep.hydra.verbose)  # the launcher's, not the job's
     for ret in returns:
-        _ = ret.return_value
+        reported(ret)
     callbacks.on_multirun_end(config=sweep, config_name=sweep.hydra.job.config_name)
+
+
+def reported(ret: JobReturn) -> None:
+    """A job's exception as Hydra's main reports it: its traceback from the job down, exit 1."""
+    run_and_report(lambda: ret.return_value)
 
 
 def run_hydra_job(job: Job, callbacks: Callbacks, *, sweep: bool) -> JobReturn:
