@@ -21,7 +21,6 @@ import pandas as pd
 from posenc_cli import __version__
 from posenc_cli.cli.inspect_command import check_options
 from posenc_cli.cli.schemes_command import scheme_rows
-from posenc_cli.cli.train_command import train_with
 from posenc_cli.core.device import resolve_device
 from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.hf_loading import load_hf_model
@@ -31,6 +30,7 @@ from posenc_cli.report.run_eval import EvalOptions, Evaluation, run_eval
 from posenc_cli.report.run_probe import ProbeOptions, probe_options
 from posenc_cli.rundir import loading
 from posenc_cli.rundir.loading import LoadedRun
+from posenc_cli.training.launch import train_with
 
 __all__ = ["Evaluation", "UsageError", "evaluate", "inspect", "load_hf", "load_run", "probe", "schemes"]
 __all__ += ["train", "__version__"]

@@ -199,9 +199,9 @@ def test_a_run_directory_named_by_hydra_s_own_interpolations_is_the_one_hydra_wr
     pre-flight resolves it as Hydra's run does, and the directory it claims reads back through Hydra's
     grammar whatever characters the name holds (an override_dirname's = and ,)."""
     run = preflight([f"hydra.run.dir={tmp_path}/${{hydra:job.name}}_${{hydra:runtime.choices.scheme}}"])
-    assert run == tmp_path / "train_rope"
+    assert run.directory == tmp_path / "train_rope"
     named = tmp_path / "scheme=rope,seed=3"
-    args = claim(["-m", "scheme=rope,alibi"], named)
+    args = ["-m", "scheme=rope,alibi", *claim(["-m", "scheme=rope,alibi"], named)]
     assert parse_hydra_args(args).overrides[-1] == f'hydra.sweep.dir="{named}"' and named.is_dir()
     assert OverridesParser.create().parse_overrides([args[-1]])[0].value() == str(named)
 
@@ -212,9 +212,9 @@ def test_a_sweep_directory_named_by_one_job_s_values_is_refused(tmp_path):
     for named in ("${hydra:runtime.choices.scheme}", "${hydra.job.override_dirname}", "${hydra.job.num}"):
         message = refusal(f"-m scheme=rope,alibi hydra.sweep.dir={tmp_path}/{named}")
         assert "names one job's value" in message and "hydra.sweep.subdir" in message, message
-    assert preflight(["-m", "scheme=rope,alibi", f"hydra.sweep.dir={tmp_path}/${{hydra.job.name}}"]) == (
-        tmp_path / "train"
-    )
+    assert preflight(
+        ["-m", "scheme=rope,alibi", f"hydra.sweep.dir={tmp_path}/${{hydra.job.name}}"]
+    ).directory == (tmp_path / "train")
 
 
 def test_an_unusable_token_cache_directory_is_refused_before_training(tmp_path):
@@ -241,3 +241,42 @@ def test_a_sweep_with_cfg_prints_every_job_and_with_info_describes_the_first(cap
 
     code, stderr = posenc("train", "-m", "seed=0,1", "--info", "defaults")
     assert code == 0, stderr
+
+
+@pytest.mark.slow  # trains
+@pytest.mark.tiny_run  # make test keeps it: the claim that a job is composed and validated once
+@pytest.mark.parametrize("sweep", [[], ["-m", "seed=0,1"]], ids=["run", "sweep"])
+def test_a_plain_train_composes_and_validates_each_job_once_and_trains_the_config_it_validated(
+    tmp_path, monkeypatch, sweep
+):
+    """Every Hydra composition (the compose API's and Hydra's main alike go through its config loader)
+    and every validation is counted: a run is composed once and validated once, a sweep through the basic
+    launcher once per job plus its own composition (its launcher, directory and multirun.yaml), and each
+    job trains the very config the pre-flight validated."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    from conftest import invoke
+    from posenc_cli.training import job
+    from posenc_cli.training import preflight as checks
+
+    composed, validated, trained = [], [], []
+    load, check, train = ConfigLoaderImpl.load_configuration, checks.validate, job.train_run
+    monkeypatch.setattr(
+        ConfigLoaderImpl,
+        "load_configuration",
+        lambda self, *a, **k: composed.append(k) or load(self, *a, **k),
+    )
+    for module in (checks, job):  # the pre-flight's, and a job's under Hydra's main
+        monkeypatch.setattr(module, "validate", lambda cfg: validated.append(check(cfg)) or validated[-1])
+    monkeypatch.setattr(job, "train_run", lambda cfg, *a, **k: trained.append(cfg) or train(cfg, *a, **k))
+    monkeypatch.chdir(tmp_path)
+    tiny = ["experiment=smoke", "device=cpu", "train.max_steps=2", "train.eval_interval=2", "train.threads=1"]
+    result = invoke("train", *sweep, *tiny)
+    assert result.code == 0, result.stderr
+    jobs = 2 if sweep else 1
+    assert len(validated) == len(trained) == jobs
+    assert all(ran is checked for ran, checked in zip(trained, validated))  # nothing validated is discarded
+    assert len(composed) == jobs + (1 if sweep else 0)
+    assert [cfg.seed for cfg in trained] == ([0, 1] if sweep else [0])
+    pattern = "outputs/sweeps/*/*/.hydra/config.yaml" if sweep else "outputs/runs/*/.hydra/config.yaml"
+    assert len(list(tmp_path.glob(pattern))) == jobs  # Hydra's record of each job, written by run_job

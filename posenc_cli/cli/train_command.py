@@ -1,18 +1,14 @@
-"""`posenc train`: Hydra overrides in, the pre-flight, the run directory claimed, then Hydra's own main."""
+"""`posenc train`: Hydra overrides in, its first job composed before torch is imported, then the work
+(training/launch.py)."""
 
 from __future__ import annotations
-
-import shlex
-import sys
-from pathlib import Path
 
 import typer
 from rich.markup import escape
 from typer.core import TyperCommand
 
 from posenc_cli.cli.app import app, reflow
-from posenc_cli.core import ui
-from posenc_cli.core.choices import CHAPTER_SCHEMES, MULTIRUN_FLAGS, TOKENIZERS
+from posenc_cli.core.choices import CHAPTER_SCHEMES, TOKENIZERS
 from posenc_cli.core.install import install_hint
 
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
@@ -111,73 +107,15 @@ class TrainCommand(TyperCommand):
 def train(ctx: typer.Context) -> None:
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.cli.completion import hydra_shell_completion
-
-    if hydra_shell_completion(list(ctx.args)):
-        return
-    train_with(list(ctx.args))
-
-
-def train_with(args: list[str]) -> Path | None:
-    """`posenc train ARGS`'s work (posenc.train calls it too): the run or sweep directory it trained
-    into; None when nothing trained (--cfg, --info)."""
-    # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.config.hydra_args import (
-        check_first_point,
-        first_sweep_point,
-        parse_hydra_args,
-        print_sweep,
-    )
+    from posenc_cli.config.hydra_args import check_first_point
     from posenc_cli.rundir.claim import resuming
 
-    first = None
-    if not resuming(args):  # a resume's arguments are the run's own, rewritten below
-        first = check_first_point(args)  # before torch is imported: a typo answers in a second
-    from posenc_cli.rundir.claim import claim
-    from posenc_cli.rundir.resume import resume_args
-    from posenc_cli.training import distributed
-    from posenc_cli.training.job import run_hydra_train
-    from posenc_cli.training.preflight import preflight
+    args = list(ctx.args)
+    if hydra_shell_completion(args):
+        return
+    # the first job composed before torch is imported, so that a typo answers in a second (a resume's
+    # arguments are the run's own, rewritten by the work first)
+    first = None if resuming(args) else check_first_point(args)
+    from posenc_cli.training.launch import train_with  # torch
 
-    given, args = args, resume_args(args)
-    directory = preflight(args, first=first if args == given else None)  # composed once, not twice
-    parsed = parse_hydra_args(args)
-    if parsed.multirun and parsed.cfg:  # Hydra refuses -m with --cfg/--info; posenc answers both
-        return print_sweep(args)
-    if parsed.multirun and parsed.info:  # --info describes the app: the first job's composition
-        flags = [a for a in args if a not in MULTIRUN_FLAGS and a not in parsed.overrides]
-        args = [*first_sweep_point(args), *flags]
-    if not distributed.under_torchrun():  # under torchrun rank 0 claims, in process_group
-        args = claim(args, directory)
-    argv = sys.argv
-    try:
-        with distributed.process_group(args) as args:
-            sys.argv = ["posenc train", *args]
-            run_hydra_train()
-    finally:
-        sys.argv = argv  # the caller's own argv again (a notebook's, after posenc.train)
-    if parsed.multirun and directory is not None and not distributed.under_torchrun():
-        announce_sweep(directory)
-    return directory
-
-
-def announce_sweep(directory: Path) -> None:
-    """The line a sweep ends with: how many runs, where, and the command that evaluates them."""
-    # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.core.errors import UsageError
-    from posenc_cli.rundir.layout import holds_run
-    from posenc_cli.rundir.record import RunStatus, read_summary, status_of
-
-    def finished(run: Path) -> bool:
-        try:
-            return status_of(read_summary(run)) is RunStatus.FINISHED
-        except UsageError:
-            return False
-
-    runs = [p for p in sorted(directory.iterdir()) if p.is_dir() and holds_run(p)]
-    done = sum(finished(run) for run in runs)
-    ui.err.print(
-        f"{len(runs)} runs in {directory} ({done} finished); evaluate them: posenc eval {shlex.quote(str(directory))}",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
+    train_with(args, first=first)

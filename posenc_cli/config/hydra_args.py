@@ -17,6 +17,7 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
@@ -119,8 +120,8 @@ def first_sweep_point(args: list[str]) -> list[str]:
 def check_first_point(args: list[str]) -> DictConfig | None:
     """Compose the first job of `posenc train ARGS` (a sweep's first point): a bad override is refused
     here, before the command imports torch (3 s of a refused override's 3.3 before). The composition,
-    Hydra's own config included, is returned for the pre-flight (`preflight(args, first=...)`), which
-    would otherwise compose it again. Flags that run nothing are left to the full pre-flight (None)."""
+    Hydra's own config included, is returned for the pre-flight (`preflight(args, first=...)`), and is
+    the job's. Flags that run nothing are left to the full pre-flight (None)."""
     parsed = parse_hydra_args(args)
     if parsed.help or parsed.hydra_help or parsed.shell_completion or parsed.info:
         return None
@@ -170,11 +171,16 @@ def composing(parsed) -> Iterator[Callable[..., Any]]:
     composed: dict[tuple[str, ...], DictConfig] = {}  # group choices -> their composition, reused
     groups: set[str] = set()
 
-    def compose_point(overrides: list[str], select: str | None = None) -> Any:
-        """The resolved config as plain data, or one resolved key of it (with Hydra's own config).
+    def compose_point(overrides: list[str], select: str | None = None, *, sweep: bool = False) -> Any:
+        """The resolved config as plain data, or one resolved key of it (with Hydra's own config), or
+        with `sweep` a sweep's own composition (Hydra's multirun.yaml, of its launcher and directory).
         Points that share their group choices share one composition; their value overrides are applied
         to a copy as Hydra applies them, so a large sweep costs one composition per distinct choice."""
         with override_errors():
+            if sweep:
+                hydra = GlobalHydra.instance().hydra
+                assert hydra is not None
+                return hydra.compose_config(name, list(overrides), run_mode=RunMode.MULTIRUN)
             if select is not None:  # "": the whole config, Hydra's own included
                 cfg = compose(config_name=name, overrides=list(overrides), return_hydra_config=True)
                 return OmegaConf.select(cfg, select) if select else cfg

@@ -11,14 +11,7 @@ import os
 import shlex
 from pathlib import Path
 
-from posenc_cli.config.hydra_args import (
-    composing,
-    hydra_quoted,
-    output_key,
-    override_value,
-    parse_hydra_args,
-    sweep_points,
-)
+from posenc_cli.config.hydra_args import hydra_quoted, output_key, override_value, parse_hydra_args
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
 from posenc_cli.rundir.layout import HYDRA_RECORD, LOCK, holds_run, never_started
@@ -124,20 +117,13 @@ def claim_new(path: Path, given: bool) -> Path:
     raise UsageError(f"could not find a free directory name next to {path}")
 
 
-def claim(args: list[str], path: Path | None = None) -> list[str]:
-    """The Hydra arguments with the run (or sweep) directory claimed for this process: Hydra and the
-    training write only there. Single runs are locked from here until the process exits. `path`: the
-    directory the arguments compose to, when the caller has composed them already (the pre-flight)."""
-
+def claim(args: list[str], path: Path) -> list[str]:
+    """The run (or sweep) directory of `posenc train ARGS`, `path` (as the pre-flight composed it), claimed
+    for this process: Hydra and the training write only there. Returns the override that sends Hydra
+    there (none where it is the one given). Single runs are locked from here until the process exits."""
     parsed = parse_hydra_args(args)
-    if parsed.help or parsed.hydra_help or parsed.shell_completion or parsed.cfg or parsed.info:
-        return args
     key = output_key(parsed)
     given = any(override_key(a) == key for a in args if "=" in a)
-    if path is None and not resuming(args):
-        with composing(parsed) as compose_point:
-            first = sweep_points(parsed.overrides)[0] if parsed.multirun else parsed.overrides
-            path = Path(str(compose_point(first, select=key)))
     if parsed.multirun:
         refuse_current_directory(path)
         if given and path.is_dir() and any(holds_run(p) for p in path.iterdir() if p.is_dir()):
@@ -145,16 +131,16 @@ def claim(args: list[str], path: Path | None = None) -> list[str]:
                 f"{path} already holds runs of a sweep, which are never started over; give another "
                 "hydra.sweep.dir or resume its runs one by one with train.resume=RUN"
             )
-        return [*args, f"{key}={hydra_quoted(str(claim_new(path, given)))}"]
+        return [f"{key}={hydra_quoted(str(claim_new(path, given)))}"]
     if resuming(args):
         run = Path(str(resume_value(args)))
         hold_lock(run)
-        return args
+        return []
     run = claim_new(path, given)
     hold_lock(run)
     if holds_run(run):  # another process claimed and started it between our check and our lock
         refuse_started_run(run)
-    return [*args, f"{key}={hydra_quoted(str(run))}"] if not given else args
+    return [f"{key}={hydra_quoted(str(run))}"] if not given else []
 
 
 NOT_RESUMING = ("", "null", "None", "false", "False")  # train.resume values that start a fresh run

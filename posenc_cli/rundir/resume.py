@@ -103,27 +103,30 @@ def saved_a_checkpoint(summary: dict[str, Any]) -> bool:
     return summary.get("checkpoint_step") is not None or status_of(summary) is RunStatus.FINISHED
 
 
-def resumed_config(composed: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """The config a resume trains with: the stored one, plus the RESUMABLE keys given on the command line."""
-    run = Path(composed["train"]["resume"])
+def resumed_config(composed: dict[str, Any], overrides: list[str], *, run: Path) -> dict[str, Any]:
+    """The config a resume of `run` trains with: the stored one, plus the RESUMABLE keys given on the
+    command line and train.resume itself (resume_args gives it)."""
     config = copy.deepcopy(stored_record(run)[0])
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
-    for key in RESUMABLE:
+    for key in (*RESUMABLE, "train.resume"):
         if key in given:
-            group, _, leaf = key.rpartition(".")
-            (config[group] if group else config)[leaf] = (composed[group] if group else composed)[leaf]
-    config["train"]["resume"] = str(run)
+            group, _, name = key.rpartition(".")
+            (config[group] if group else config)[name] = leaf(composed, key)
     return config
 
 
 def restated_values(
-    composed: dict[str, Any], defaults: dict[str, Any], overrides: list[str], *, stored: dict[str, Any]
+    composed: dict[str, Any],
+    defaults: dict[str, Any],
+    overrides: list[str],
+    *,
+    run: Path,
+    stored: dict[str, Any],
 ) -> None:
     """A resume may restate the run's own values (`scheme=rope` on a rope run); a change is refused,
     naming the key, the run's value and the given one. What the overrides set: every leaf they make
     differ from the defaults, and every leaf under a key they name."""
     named = {override_key(o) for o in overrides if "=" in o or o.startswith("~")}
-    run = composed["train"]["resume"]
     for removed in (o for o in overrides if o.startswith("~")):
         raise UsageError(
             f"train.resume={run} continues the run as it was trained, so {removed} cannot remove a key"

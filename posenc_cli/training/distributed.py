@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -23,7 +23,8 @@ from torch import nn
 
 from posenc_cli.core.choices import MULTIRUN_FLAGS
 from posenc_cli.core.errors import UsageError
-from posenc_cli.rundir.claim import claim
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,10 @@ def current() -> Context:
 
 
 @contextmanager
-def process_group(args: list[str]) -> Iterator[list[str]]:
-    """Under torchrun: join the group for the duration, and turn the Hydra arguments into the ones
-    this rank runs with (one shared run directory; no files or logs from ranks > 0). Elsewhere: as is."""
+def process_group(args: list[str]) -> Iterator[None]:
+    """Under torchrun: join the group for the duration. Elsewhere: nothing."""
     if not under_torchrun():
-        yield args
+        yield
         return
     if any(a in MULTIRUN_FLAGS for a in args):
         raise UsageError("-m (a sweep) cannot run under torchrun; start one torchrun per run instead")
@@ -64,27 +64,33 @@ def process_group(args: list[str]) -> Iterator[list[str]]:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     try:
-        yield rank_args(args)
+        yield
         dist.barrier()  # nobody tears the group down while another rank still needs it
     finally:
         dist.destroy_process_group()
 
 
-def rank_args(args: list[str]) -> list[str]:
-    """Rank 0 claims (and locks) the run directory and tells the others (Hydra's ${now:...} may differ by
-    a second between ranks)."""
+def rank_overrides() -> list[str]:
+    """The Hydra overrides of a rank > 0 under torchrun (no .hydra/, no train.log, warnings and errors
+    only), composed into its job from the start; none elsewhere."""
+    if not under_torchrun() or int(os.environ.get("RANK", "0")) == 0:
+        return []
+    return [
+        "hydra.output_subdir=null",
+        f"hydra.job_logging.handlers.file.filename={os.devnull}",
+        "hydra.job_logging.root.level=WARNING",
+        "hydra/hydra_logging=disabled",
+    ]
 
-    box = [claim(args) if dist.get_rank() == 0 else None]
+
+def decided_by_rank_zero(decide: Callable[[], T]) -> T:
+    """`decide()` made once, by rank 0, and its answer given to every rank: rank 0 claims (and locks) the
+    run directory for all (Hydra's ${now:...} may differ by a second between ranks)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return decide()
+    box = [decide() if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(box, src=0)
-    args, extra = box[0], []
-    if dist.get_rank() > 0:  # no .hydra/, no train.log, warnings and errors only
-        extra += [
-            "hydra.output_subdir=null",
-            f"hydra.job_logging.handlers.file.filename={os.devnull}",
-            "hydra.job_logging.root.level=WARNING",
-            "hydra/hydra_logging=disabled",
-        ]
-    return [*args, *extra]
+    return box[0]  # type: ignore[return-value]
 
 
 def device_for(device: torch.device, ctx: Context) -> torch.device:

@@ -3,20 +3,15 @@ options, corpus, lengths, memory, init_from and resume), so a bad override is on
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
-from posenc_cli.config.hydra_args import (
-    composing,
-    output_key,
-    override_errors,
-    parse_hydra_args,
-    sweep_points,
-)
+from posenc_cli.config.hydra_args import composing, parse_hydra_args, sweep_points
+from posenc_cli.config.hydra_jobs import output_directory, refuse_per_job_sweep_dir, task_config
 from posenc_cli.config.memory_model import check_run_memory, scheme_footprint
 from posenc_cli.config.schema import PosencConfig, anchored_paths, check_keys
 from posenc_cli.core.device import cpu_bf16, resolve_device, resumed_precision
@@ -29,6 +24,7 @@ from posenc_cli.data.binary import load_bin
 from posenc_cli.data.corpus_config import BinData, SyntheticData, TaskData, TextData
 from posenc_cli.data.hf_datasets import hf_source
 from posenc_cli.model import GPT
+from posenc_cli.rundir.claim import resume_value, resuming
 from posenc_cli.rundir.layout import SUMMARY
 from posenc_cli.rundir.lineage import (
     check_same_shape,
@@ -89,66 +85,69 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     return typed_cfg
 
 
-def preflight(args: list[str], first: DictConfig | None = None) -> Path | None:
+@dataclass
+class Job:
+    """One job of `posenc train`, composed and validated once: what it trains on, and the composition
+    Hydra's run_job names its directory from and writes to .hydra/."""
+
+    whole: DictConfig  # Hydra's composition, Hydra's own config included
+    config: PosencConfig  # the validated config the job trains on
+
+
+@dataclass
+class Preflight:
+    """What the pre-flight checked: where Hydra will write, and the jobs it composed and validated."""
+
+    directory: Path | None  # the run's or the sweep's; None when nothing will run (--cfg, --info, --help)
+    jobs: dict[tuple[str, ...], Job] = field(default_factory=dict)  # by their points (a large sweep's spread)
+    sweep: DictConfig | None = None  # a sweep's own composition: its launcher, directory and multirun.yaml
+
+
+def preflight(args: list[str], first: DictConfig | None = None) -> Preflight:
     """Validate every job that `posenc train ARGS` would launch; raise UsageError on the first bad one.
-    Returns the directory Hydra will write to (the run's, or the sweep's), read from the first job's
-    composition so that claiming it does not compose the config again; None when nothing will run.
-    `first`: that composition, Hydra's config included, where check_first_point made it for ARGS."""
+    The directory Hydra will write to is read from the first composition (a sweep's own), so that
+    claiming it does not compose the config again. `first`: the first job's composition, Hydra's config
+    included, where check_first_point made it for ARGS."""
     parsed = parse_hydra_args(args)
     if parsed.help or parsed.hydra_help or parsed.shell_completion:
-        return None
+        return Preflight(None)
+    resume = Path(str(resume_value(args))) if resuming(args) else None
     with composing(parsed) as compose_point:
         points = sweep_points(parsed.overrides) if parsed.multirun else [parsed.overrides]
         if parsed.cfg or parsed.info:  # nothing runs: the first point composes or is one line (with -m,
             compose_point(points[0])  # print_sweep composes each point as it prints it)
-            return None
-        directory = None
+            return Preflight(None)
+        checked = Preflight(None)
         for overrides in points:
-            if directory is None:  # with Hydra's own config, which names the directory
-                whole = compose_point(overrides, select="") if first is None else first
+            known = first if first is not None and not checked.jobs else None
+            job = checked_job(compose_point, overrides, whole=known, resume=resume)
+            checked.jobs[tuple(overrides)] = job
+            if checked.directory is None:
                 if parsed.multirun:
-                    refuse_per_job_sweep_dir(whole)
-                else:  # ${hydra:...} in a run's directory resolves as in Hydra's run
-                    HydraConfig.instance().set_config(whole)
-                with override_errors():
-                    directory = Path(str(OmegaConf.select(whole, output_key(parsed))))
-                    if "${" in str(directory):  # an escaped \${...}: Hydra would resolve it again later
-                        raise UsageError(
-                            f"{output_key(parsed)}={directory} holds '${{', which Hydra reads as an "
-                            "interpolation when it writes there; give a directory name without it"
-                        )
-                    with open_dict(whole):
-                        del whole["hydra"]
-                    cfg = OmegaConf.to_container(whole, resolve=True)
-            else:
-                cfg = compose_point(overrides)
-            cfg = anchored_paths(cfg)
-            if cfg["train"]["resume"]:
-                defaults = anchored_paths(compose_point([]))
-                restated_values(
-                    cfg, defaults, overrides, stored=stored_record(Path(cfg["train"]["resume"]))[0]
-                )
-                cfg = resumed_config(cfg, overrides)
-            validate(cfg)
-        return directory
+                    checked.sweep = compose_point(parsed.overrides, sweep=True)
+                    refuse_per_job_sweep_dir(checked.sweep)
+                checked.directory = output_directory(checked.sweep or job.whole, parsed)
+        return checked
 
 
-PER_JOB = {
-    "${hydra:": "${hydra:...}",
-    **{f"hydra.job.{k}": f"${{hydra.job.{k}}}" for k in ("override_dirname", "num", "id")},
-}
-
-
-def refuse_per_job_sweep_dir(whole: DictConfig) -> None:
-    """A sweep's directory holds all its jobs, so it cannot be named by one job's values (Hydra refuses
-    ${hydra:...} there; the first job's override_dirname would file every job under its name)."""
-    raw = str(OmegaConf.to_container(whole.hydra.sweep, resolve=False)["dir"])
-    named = next((shown for token, shown in PER_JOB.items() if token in raw), None)
-    if named:
-        raise UsageError(
-            f"hydra.sweep.dir={raw} names one job's value ({named}), but a sweep's directory holds "
-            "all its jobs; put per-job names in hydra.sweep.subdir"
-        )
+def checked_job(
+    compose_point: Callable[..., Any],
+    overrides: list[str],
+    *,
+    whole: DictConfig | None = None,
+    resume: Path | None = None,
+) -> Job:
+    """The job of one point composed as Hydra's run composes it (unless `whole` is that composition) and
+    validated as it trains: local paths anchored, and a resume's config the run's stored one with what
+    may change (checked against the composition with no overrides)."""
+    if whole is None:
+        whole = compose_point(overrides, select="")
+    plain = anchored_paths(task_config(whole))
+    if resume is not None:
+        defaults = anchored_paths(compose_point([]))
+        restated_values(plain, defaults, overrides, run=resume, stored=stored_record(resume)[0])
+        plain = resumed_config(plain, overrides, run=resume)
+    return Job(whole, validate(plain))
 
 
 def validate_init_from(cfg: PosencConfig) -> None:

@@ -1,0 +1,92 @@
+"""`posenc train ARGS`'s work (the command and posenc.train call it): the pre-flight, the directory
+claimed, torchrun's group joined, and the jobs run, each on the composition and the config the
+pre-flight made and validated; a sweep ends with one line saying where its runs are."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from posenc_cli.config.hydra_args import (
+    composing,
+    first_sweep_point,
+    parse_hydra_args,
+    print_sweep,
+    sweep_points,
+)
+from posenc_cli.config.hydra_jobs import launched, runs_jobs_here
+from posenc_cli.core import ui
+from posenc_cli.core.choices import MULTIRUN_FLAGS
+from posenc_cli.core.errors import UsageError
+from posenc_cli.rundir.claim import claim
+from posenc_cli.rundir.layout import holds_run
+from posenc_cli.rundir.record import RunStatus, read_summary, status_of
+from posenc_cli.rundir.resume import resume_args
+from posenc_cli.training import distributed
+from posenc_cli.training.job import run_here, run_hydra_train, sweep_here
+from posenc_cli.training.preflight import Job, Preflight, checked_job, preflight
+
+
+def train_with(args: list[str], first: DictConfig | None = None) -> Path | None:
+    """`posenc train ARGS`: the run or sweep directory it trained into; None when nothing trained (--cfg,
+    --info). `first`: the first job's composition where the command made it before importing torch
+    (check_first_point), which is then that job's."""
+    given, args = args, [*resume_args(args), *distributed.rank_overrides()]
+    checked = preflight(args, first=first if args == given else None)
+    parsed = parse_hydra_args(args)
+    if parsed.multirun and parsed.cfg:  # Hydra refuses -m with --cfg/--info; posenc answers both
+        return print_sweep(args)
+    if parsed.multirun and parsed.info:  # --info describes the app: the first job's composition
+        flags = [a for a in args if a not in MULTIRUN_FLAGS and a not in parsed.overrides]
+        args = [*first_sweep_point(args), *flags]
+    if checked.directory is None:  # --cfg, --info, --help: Hydra's main answers
+        run_hydra_train(args)
+        return None
+    with distributed.process_group(args):
+        claimed = distributed.decided_by_rank_zero(lambda: claim(args, checked.directory))
+        if checked.sweep is not None and not runs_jobs_here(checked.sweep):
+            run_hydra_train([*args, *claimed])  # joblib, submitit: each job composes in its own process
+        else:
+            run_jobs(args, checked, claimed)
+    if parsed.multirun and not distributed.under_torchrun():
+        announce_sweep(checked.directory)
+    return checked.directory
+
+
+def run_jobs(args: list[str], checked: Preflight, claimed: list[str]) -> None:
+    """The run, or the sweep's jobs one after another, in this process, each on what the pre-flight
+    composed and validated (a job a large sweep's pre-flight did not check is composed and validated
+    when its turn comes)."""
+    parsed = parse_hydra_args(args)
+    with composing(parsed) as compose_point:
+
+        def job_of(point: list[str]) -> Job:
+            job = checked.jobs.pop(tuple(point), None) or checked_job(compose_point, point)
+            launched(job.whole, parsed, claimed)
+            return job
+
+        if checked.sweep is None:
+            return run_here(job_of(parsed.overrides))
+        launched(checked.sweep, parsed, claimed)
+        sweep_here(checked.sweep, list(sweep_points(parsed.overrides, every=True)), job_of)
+
+
+def announce_sweep(directory: Path) -> None:
+    """The line a sweep ends with: how many runs, where, and the command that evaluates them."""
+
+    def finished(run: Path) -> bool:
+        try:
+            return status_of(read_summary(run)) is RunStatus.FINISHED
+        except UsageError:
+            return False
+
+    runs = [p for p in sorted(directory.iterdir()) if p.is_dir() and holds_run(p)]
+    done = sum(finished(run) for run in runs)
+    ui.err.print(
+        f"{len(runs)} runs in {directory} ({done} finished); evaluate them: posenc eval {shlex.quote(str(directory))}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
