@@ -163,15 +163,8 @@ def train_with(args: list[str]) -> Path | None:
 def announce_sweep(directory: Path) -> None:
     """The line a sweep ends with: how many runs, where, and the command that evaluates them."""
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.core.errors import UsageError
     from posenc_cli.rundir.layout import holds_run
-    from posenc_cli.rundir.record import RunStatus, read_summary, status_of
-
-    def finished(run: Path) -> bool:
-        try:
-            return status_of(read_summary(run)) is RunStatus.FINISHED
-        except UsageError:
-            return False
+    from posenc_cli.rundir.summary import finished
 
     runs = [p for p in sorted(directory.iterdir()) if p.is_dir() and holds_run(p)]
     done = sum(finished(run) for run in runs)
