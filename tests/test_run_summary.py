@@ -288,7 +288,7 @@ def test_metrics_csv_reads_back_as_the_rows_training_logged(tmp_path):
 
 
 @pytest.mark.slow  # trains
-def test_a_run_writes_its_summary_at_its_start_once_described_at_each_checkpoint_before_the_last_and_at_its_end(
+def test_a_run_writes_its_summary_on_start_once_described_at_each_checkpoint_but_the_last_and_at_the_end(
     tmp_path, monkeypatch
 ):
     from hydra import compose, initialize_config_dir

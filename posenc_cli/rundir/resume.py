@@ -83,9 +83,9 @@ def stored_record(run: Path) -> tuple[dict[str, Any], str]:
     summary = read_summary(run)
     source, config, run_id = run / SUMMARY, summary.config, summary.run_id
     if not (run / CHECKPOINT).is_file() and saved_a_checkpoint(summary):
-        steps = summary.outcome.steps if summary.outcome else None
+        steps = summary.outcome.steps if summary.outcome and summary.outcome.steps is not None else "some"
         raise UsageError(
-            f"{run} has trained {'some' if steps is None else steps} steps but its {CHECKPOINT} is missing; a run "
+            f"{run} has trained {steps} steps but its {CHECKPOINT} is missing; a run "
             f"that saved a checkpoint is never retrained from step 0: restore {CHECKPOINT}, or train a new run"
         )
     if (run / CHECKPOINT).is_file():  # a damaged or foreign checkpoint is named, never resumed from

@@ -27,7 +27,8 @@ from posenc_cli.training.session import Session, last_measured, recorded
 
 def running_summary(s: Session) -> RunSummary:
     """The summary of the run `s` trains, status running. A resume keeps every code version that trained
-    the run, oldest first, and the fingerprint of the checkpoint on disk (it describes it until the next save)."""
+    the run, oldest first, and the fingerprint of the checkpoint on disk, which it describes until the
+    next save."""
     cfg = s.cfg
     precision = precision_record(s.device, cfg.train.precision, s.precision)
     described = describe(
