@@ -41,9 +41,6 @@ LONG_MODULES = {
     ),
     "posenc_cli/evaluation/export.py": "being changed in the security step: split after it lands",
     "posenc_cli/evaluation/hf_models.py": "being changed in the security step: split after it lands",
-    "posenc_cli/training/loop.py": (
-        "being regrouped into the loop and what it calls (the typed-summary step): split there"
-    ),
     "posenc_cli/training/precision_choice.py": (
         "being changed in the typed-summary step (training/): split after it lands"
     ),

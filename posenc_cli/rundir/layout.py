@@ -3,8 +3,8 @@
 RUN/.hydra/         Hydra's record of the composed config and overrides (never read back; written first,
                     so alone it marks a start that never wrote a summary, which is not a run)
 RUN/checkpoint.pt   weights, optimizer, RNG streams, the run's record (rundir.record)
-RUN/summary.json    what the run is and how it ended (rundir.record)
-RUN/metrics.csv     a row per log interval
+RUN/summary.json    what the run is and how it ended (rundir.summary: RunSummary)
+RUN/metrics.csv     a row per log interval (written by training.tracking, read by rundir.summary)
 RUN/train.log       the log
 RUN/.lock           held by the process that trains the run (rundir.claim)
 """

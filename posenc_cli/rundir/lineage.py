@@ -20,7 +20,8 @@ from posenc_cli.model import GPT
 from posenc_cli.model.gpt import rename_legacy_scheme_keys
 from posenc_cli.rundir.claim import is_locked
 from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY
-from posenc_cli.rundir.record import Checkpoint, check_own_checkpoint, load_checkpoint, read_summary
+from posenc_cli.rundir.record import Checkpoint, check_own_checkpoint, load_checkpoint
+from posenc_cli.rundir.summary import read_summary
 
 KEPT = {"scheme": "scheme", "n_layer": "model.n_layer", "n_head": "model.n_head", "n_embd": "model.n_embd"}
 
@@ -101,9 +102,4 @@ def initial_state(source: Path, saved: Checkpoint, model: GPT) -> dict[str, torc
 
 def lineage(source: Path) -> list[str]:
     """RUN, then the run RUN was itself initialised from, and so on back to a run trained from scratch."""
-    chain = read_summary(source).get("init_chain", [])
-    if not isinstance(chain, list) or not all(isinstance(run, str) for run in chain):
-        raise UsageError(
-            f"{source / SUMMARY} is damaged: its init_chain is {type(chain).__name__}, not a list of run directories"
-        )
-    return [str(source), *chain]
+    return [str(source), *(read_summary(source).init_chain or ())]

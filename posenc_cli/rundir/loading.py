@@ -21,8 +21,8 @@ from posenc_cli.rundir.record import (
     TrainedText,
     check_own_checkpoint,
     load_checkpoint,
-    read_summary,
 )
+from posenc_cli.rundir.summary import RunSummary, read_summary
 
 
 @dataclass
@@ -34,7 +34,7 @@ class LoadedRun:
     model: GPT
     tokenizer: Any  # a data.tokenizers.TokenizerBase
     train_len: int
-    summary: dict[str, Any]
+    summary: RunSummary
     checkpoint: Checkpoint
 
     @property

@@ -1,6 +1,6 @@
 """The run record: what a run is (its identity, `RunRecord`) and where its training stands (`Checkpoint`),
 written atomically in one file and read back with weights_only=True, so a file can never run code.
-This module is the one reader and the one writer of checkpoint.pt and summary.json."""
+This module is the one reader and the one writer of checkpoint.pt; rundir.summary is summary.json's."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import pickle
 import re
 import zipfile
 from dataclasses import asdict, dataclass, fields
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from posenc_cli.core.atomic import write_text, write_with
+from posenc_cli.core.atomic import write_with
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.corpus_config import DataConfig
 from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY
+from posenc_cli.rundir.summary import RunStatus, RunSummary
 
 FORMAT = "posenc-checkpoint"
 VERSION = 2  # 2: the record as one typed block; version 1 (flat fields) is migrated when read
@@ -202,62 +202,18 @@ def _load_payload(path: Path) -> dict[str, Any]:
     return payload
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from `path`, or one line naming the file and what is wrong with it."""
-    try:
-        value = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path} is missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(
-            f"{path} is unreadable or corrupt ({type(err).__name__}); it is not a posenc summary"
-        ) from None
-    if not isinstance(value, dict):
-        raise UsageError(f"{path} is corrupt: it holds {type(value).__name__}, not a JSON object")
-    return value
-
-
-class RunStatus(str, Enum):
-    """A run's status in summary.json: training now, or how it ended (a str, so the file spells it)."""
-
-    RUNNING = "running"
-    FINISHED = "finished"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-
-    def __str__(self) -> str:  # as summary.json spells it, in logs and trackers too
-        return self.value
-
-
-def status_of(summary: dict[str, Any]) -> RunStatus | None:
-    """The status a summary states; None where it states none posenc writes (a damaged summary)."""
-    try:
-        return RunStatus(summary.get("status"))
-    except ValueError:
-        return None
-
-
-def read_summary(run_dir: Path) -> dict[str, Any]:
-    """summary.json as a dict; one line naming the file when it is missing, corrupt or not an object."""
-    return read_json(run_dir / SUMMARY)
-
-
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    write_text(run_dir / SUMMARY, json.dumps(summary, indent=2, default=str) + "\n")
-
-
-def check_own_checkpoint(run_dir: Path, checkpoint: Checkpoint, summary: dict[str, Any]) -> None:
+def check_own_checkpoint(run_dir: Path, checkpoint: Checkpoint, summary: RunSummary) -> None:
     """A checkpoint copied in from another run is refused wherever a run is read: its run id must be
     the one summary.json names (old runs that recorded no id in either are read as before); and a
     record edited since it was saved is refused by its fingerprint, which the summary keeps."""
-    theirs, ours = checkpoint.record.run_id, summary.get("run_id")
+    theirs, ours = checkpoint.record.run_id, summary.run_id
     if theirs != ours and (theirs is not None or ours is not None):
         raise UsageError(
             f"{run_dir / CHECKPOINT} belongs to another run than {run_dir / SUMMARY} (run id "
             f"{theirs} vs {ours}); a run is read only with its own checkpoint"
         )
-    kept = summary.get("record_sha256")
-    if kept is None and checkpoint.version >= 2 and status_of(summary) is not RunStatus.RUNNING:
+    kept = summary.record_sha256
+    if kept is None and checkpoint.version >= 2 and summary.status is not RunStatus.RUNNING:
         raise UsageError(
             f"{run_dir / SUMMARY} keeps no fingerprint of its checkpoint's record (removed by hand?); "
             "the run cannot be verified and is not read"

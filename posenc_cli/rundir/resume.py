@@ -13,7 +13,8 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import OUTPUTS
 from posenc_cli.rundir.claim import is_locked, new_run_option, override_key, resume_value, resuming
 from posenc_cli.rundir.layout import CHECKPOINT, HYDRA_RECORD, RUN_FILES, SUMMARY, holds_run, never_started
-from posenc_cli.rundir.record import RunStatus, check_own_checkpoint, load_checkpoint, read_summary, status_of
+from posenc_cli.rundir.record import check_own_checkpoint, load_checkpoint
+from posenc_cli.rundir.summary import RunStatus, RunSummary, read_summary
 
 RESUMABLE = (
     "train.max_steps",
@@ -80,10 +81,11 @@ def stored_record(run: Path) -> tuple[dict[str, Any], str]:
     """The config and run id posenc stored in `run`: the checkpoint's once there is one (the reference),
     else summary.json's (a run stopped before its first checkpoint)."""
     summary = read_summary(run)
-    source, config, run_id = run / SUMMARY, summary.get("config"), summary.get("run_id")
+    source, config, run_id = run / SUMMARY, summary.config, summary.run_id
     if not (run / CHECKPOINT).is_file() and saved_a_checkpoint(summary):
+        steps = summary.outcome.steps if summary.outcome and summary.outcome.steps is not None else "some"
         raise UsageError(
-            f"{run} has trained {summary.get('steps', 'some')} steps but its {CHECKPOINT} is missing; a run "
+            f"{run} has trained {steps} steps but its {CHECKPOINT} is missing; a run "
             f"that saved a checkpoint is never retrained from step 0: restore {CHECKPOINT}, or train a new run"
         )
     if (run / CHECKPOINT).is_file():  # a damaged or foreign checkpoint is named, never resumed from
@@ -97,10 +99,10 @@ def stored_record(run: Path) -> tuple[dict[str, Any], str]:
     return config, run_id
 
 
-def saved_a_checkpoint(summary: dict[str, Any]) -> bool:
+def saved_a_checkpoint(summary: RunSummary) -> bool:
     """Whether the run's summary says it saved a checkpoint (a finished run always has: its last step
     saves); only a run stopped before its first checkpoint may start again from step 0."""
-    return summary.get("checkpoint_step") is not None or status_of(summary) is RunStatus.FINISHED
+    return summary.checkpoint_step is not None or summary.status is RunStatus.FINISHED
 
 
 def resumed_config(composed: dict[str, Any], overrides: list[str], *, run: Path) -> dict[str, Any]:

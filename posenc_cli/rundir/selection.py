@@ -11,7 +11,7 @@ from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import OUTPUTS
 from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY, is_run_dir
-from posenc_cli.rundir.record import RunStatus, read_summary, status_of
+from posenc_cli.rundir.summary import RunStatus, finished, read_summary
 
 
 def find_runs(path: Path) -> list[Path]:
@@ -19,14 +19,6 @@ def find_runs(path: Path) -> list[Path]:
     if is_run_dir(path):
         return [path]
     return sorted({p.parent for p in path.rglob(SUMMARY)} | {p.parent for p in path.rglob(CHECKPOINT)})
-
-
-def finished(run: Path) -> bool:
-    """Whether the run's summary says it finished (an unreadable one: not)."""
-    try:
-        return status_of(read_summary(run)) is RunStatus.FINISHED
-    except UsageError:
-        return False
 
 
 def latest_runs(outputs: Path) -> tuple[list[Path], str]:
@@ -50,8 +42,9 @@ def latest_runs(outputs: Path) -> tuple[list[Path], str]:
         except UsageError:  # an unreadable summary: finished_runs names it and skips it
             newest[run.name] = run
             continue
-        scheme = summary.get("scheme", run.name)
-        if status_of(summary) is RunStatus.FINISHED or scheme not in newest:
+        scheme = summary.description.scheme if summary.description else None
+        scheme = run.name if scheme is None else scheme
+        if summary.status is RunStatus.FINISHED or scheme not in newest:
             newest[scheme] = run
     return sorted(newest.values()), f"the latest finished run of each scheme under {outputs / 'runs'}"
 
@@ -98,9 +91,9 @@ def finished_runs(paths: list[str], verb: str) -> tuple[list[Path], str, list[Sk
                 raise
             skipped.append(Skipped(path, str(err)))
             continue
-        if status_of(summary) is not RunStatus.FINISHED:
-            message = f": {summary['message']}" if summary.get("message") else ""
-            skipped.append(Skipped(path, f"its status is {summary.get('status')}{message}"))
+        if summary.status is not RunStatus.FINISHED:
+            message = f": {summary.message}" if summary.message else ""
+            skipped.append(Skipped(path, f"its status is {summary.status}{message}"))
         else:
             finished.append(path)
     for skip in skipped:

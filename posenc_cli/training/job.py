@@ -27,7 +27,7 @@ from posenc_cli.config.schema import PosencConfig, anchored_paths
 from posenc_cli.core.atomic import write_text
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.ui import fail
-from posenc_cli.rundir.record import RunStatus, status_of
+from posenc_cli.rundir.summary import RunStatus
 from posenc_cli.training.distributed import threads_per_job
 from posenc_cli.training.loop import train as train_run
 from posenc_cli.training.preflight import Job, validate
@@ -50,9 +50,9 @@ def train_job(config: PosencConfig) -> float | None:
         )
     except UsageError as err:
         fail(err)
-    if status_of(summary) is RunStatus.FAILED and hydra_cfg.mode == RunMode.RUN:
+    if summary.status is RunStatus.FAILED and hydra_cfg.mode == RunMode.RUN:
         raise SystemExit(1)  # in a sweep the other jobs go on; eval skips this one
-    return summary["final_val_loss"]
+    return summary.outcome.final_val_loss if summary.outcome else None
 
 
 def run_here(job: Job) -> None:

@@ -19,11 +19,10 @@ from posenc_cli.config.hydra_args import (
 from posenc_cli.config.hydra_jobs import launched, runs_jobs_here
 from posenc_cli.core import ui
 from posenc_cli.core.choices import MULTIRUN_FLAGS
-from posenc_cli.core.errors import UsageError
 from posenc_cli.rundir.claim import claim
 from posenc_cli.rundir.layout import holds_run
-from posenc_cli.rundir.record import RunStatus, read_summary, status_of
 from posenc_cli.rundir.resume import resume_args
+from posenc_cli.rundir.summary import finished
 from posenc_cli.training import distributed
 from posenc_cli.training.job import run_here, run_hydra_train, sweep_here
 from posenc_cli.training.preflight import Job, Preflight, checked_job, preflight
@@ -75,13 +74,6 @@ def run_jobs(args: list[str], checked: Preflight, claimed: list[str]) -> None:
 
 def announce_sweep(directory: Path) -> None:
     """The line a sweep ends with: how many runs, where, and the command that evaluates them."""
-
-    def finished(run: Path) -> bool:
-        try:
-            return status_of(read_summary(run)) is RunStatus.FINISHED
-        except UsageError:
-            return False
-
     runs = [p for p in sorted(directory.iterdir()) if p.is_dir() and holds_run(p)]
     done = sum(finished(run) for run in runs)
     ui.err.print(

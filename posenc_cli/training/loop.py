@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -14,31 +15,24 @@ import torch
 from posenc_cli.config.schema import PosencConfig, TrainConfig
 from posenc_cli.core import ui
 from posenc_cli.core.atomic import remove_leftovers, write_text
-from posenc_cli.core.device import (
-    autocast,
-    effective_precision,
-    precision_record,
-    resolve_device,
-)
+from posenc_cli.core.device import autocast, effective_precision, resolve_device
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import load_corpus, random_positions
 from posenc_cli.data.tokenizers import TOKENIZER_FILE
 from posenc_cli.model import GPT, token_nll
 from posenc_cli.rundir.claim import hold_lock, resume_command
 from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY
-from posenc_cli.rundir.lineage import lineage
-from posenc_cli.rundir.record import RunStatus, read_summary, status_of, write_summary
 from posenc_cli.rundir.resume import stored_record
+from posenc_cli.rundir.summary import PrecisionFacts, RunStatus, RunSummary, read_summary, write_summary
 from posenc_cli.training import distributed
 from posenc_cli.training.precision_choice import PrecisionChoice, choose_precision, valid_timings
+from posenc_cli.training.run_summary import run_outcome, running_summary
 from posenc_cli.training.session import (
     NonFiniteLoss,
     Session,
     check_lengths,
     checked_losses,
-    describe,
     init_weights,
-    last_measured,
     make_optimizer,
     model_config,
     recorded,
@@ -76,13 +70,13 @@ def validation_loss(
 
 def train(
     cfg: PosencConfig, run_dir: str | Path, run_name: str | None = None, *, hparams: dict | None = None
-) -> dict[str, Any]:
+) -> RunSummary:
     """Train one run into `run_dir`; `run_name` names it in trackers (default: the directory's name),
     `hparams` (its overrides) are its TensorBoard HParams."""
     try:
         with terminate_as_interrupt():  # the loop's StopSignals take over once it trains
             s = start_session(cfg, Path(run_dir))
-            summary = announce_run(s, run_name, hparams=hparams)
+            announce_run(s, run_name, hparams=hparams)
     except BaseException as err:
         if not cfg.train.resume:  # a resume refused at its start may be another process's run
             mark_failed(Path(run_dir), err, "failed to start")
@@ -94,16 +88,9 @@ def train(
         mark_failed(s.run_dir, err, f"stopped by an error at step {s.state.step}")
         raise
     s.state.elapsed = elapsed_before + time.perf_counter() - started
-    tc = cfg.train
-    summary.update(
-        status=status,
-        message=message,
-        steps=s.state.step,
-        checkpoint_step=s.saved_step,
-        wall_time_s=round(s.state.elapsed, 2),
-        final_train_loss=last_measured(s.state.metrics, "train_loss"),
-        final_val_loss=last_measured(s.state.metrics, "val_loss"),
-        tokens_per_s=round(s.state.step * tc.batch_size * tc.block_size / max(s.state.elapsed, 1e-9)),
+    outcome = run_outcome(s)
+    summary = dataclasses.replace(
+        s.summary, status=status, message=message, checkpoint_step=s.saved_step, outcome=outcome
     )
     if s.ctx.is_main:  # the other ranks hold the same state and stay quiet
         write_summary(s.run_dir, summary)
@@ -111,8 +98,8 @@ def train(
         s.logger.close()
         if status is RunStatus.FINISHED:
             log.info(
-                f"{summary['scheme']}: val loss {summary['final_val_loss']:.4f} after {s.state.step} steps "
-                f"({summary['wall_time_s']:.0f} s) -> {s.run_dir}"
+                f"{s.model.scheme.label}: val loss {outcome.final_val_loss:.4f} after {s.state.step} steps "
+                f"({outcome.wall_time_s:.0f} s) -> {s.run_dir}"
             )
         else:
             (log.error if status is RunStatus.FAILED else log.warning)(message)
@@ -128,12 +115,12 @@ def mark_failed(run_dir: Path, err: BaseException, how: str) -> None:
     if not distributed.current().is_main or not (run_dir / SUMMARY).is_file():
         return
     summary = read_summary(run_dir)
-    if status_of(summary) is RunStatus.RUNNING:
+    if summary.status is RunStatus.RUNNING:
         interrupted = isinstance(err, KeyboardInterrupt)  # Ctrl-C, or SIGTERM as the run starts
         reason = (
             RunStatus.INTERRUPTED.value if interrupted else " ".join(str(err).split()) or type(err).__name__
         )
-        step = summary.get("checkpoint_step")
+        step = summary.checkpoint_step
         kept = f"its checkpoint of step {step} is kept" if step else "with no checkpoint saved"
         message = (
             f"the run {how} ({reason}), {kept}; delete {run_dir}, or resume it once the cause is gone: "
@@ -141,7 +128,7 @@ def mark_failed(run_dir: Path, err: BaseException, how: str) -> None:
         )
         status = RunStatus.INTERRUPTED if interrupted else RunStatus.FAILED
         try:
-            write_summary(run_dir, {**summary, "status": status, "message": message})
+            write_summary(run_dir, dataclasses.replace(summary, status=status, message=message))
         except UsageError as refused:  # the full disk that stopped the run: its own error is the one said
             log.warning(f"the run could not be marked {status}: {refused}")
 
@@ -152,10 +139,10 @@ RESUMED = "a resume keeps its run's precision"
 def resumed_choice(run: Path, effective: str) -> PrecisionChoice:
     """A resume continues in its run's precision (restore() sets it from the checkpoint); how it was
     first chosen, measured or asked for, stays on the record from the run's summary."""
-    first = read_summary(run).get("precision")
-    first = first if isinstance(first, dict) else {}
-    reason, step_ms = first.get("reason"), first.get("step_ms")
-    if not isinstance(reason, str) or not reason:
+    described = read_summary(run).description
+    first = (described.precision if described else None) or PrecisionFacts()
+    reason, step_ms = first.reason, first.step_ms
+    if not reason:
         reason = RESUMED
     elif not reason.startswith(RESUMED):  # a resume of a resume keeps the first reason once
         reason = f"{RESUMED}; first chosen: {reason}"
@@ -174,7 +161,7 @@ def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
     if ctx.is_main:  # the directory is this process's; a fresh one says at once which run it holds
         hold_lock(run_dir)
         if not tc.resume:
-            write_summary(run_dir, {"status": RunStatus.RUNNING, "run_id": run_id, "config": recorded(cfg)})
+            write_summary(run_dir, RunSummary(status=RunStatus.RUNNING, run_id=run_id, config=recorded(cfg)))
     corpus = load_corpus(cfg.data)
     check_lengths(corpus, tc.block_size)
 
@@ -214,36 +201,19 @@ def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
     return s
 
 
-def announce_run(s: Session, run_name: str | None, *, hparams: dict | None = None) -> dict[str, Any]:
+def announce_run(s: Session, run_name: str | None, *, hparams: dict | None = None) -> None:
     """The summary of a run being trained, written with status running; the trackers opened."""
     cfg = s.cfg
-    summary = {
-        **describe(cfg, s.model, s.corpus, device=s.device),
-        "precision": {**precision_record(s.device, cfg.train.precision, s.precision), **s.precision_facts},
-        "run_id": s.run_id,
-        "config": recorded(cfg),
-    }
     if cfg.train.warmup_steps > cfg.train.max_steps:  # a smoke test's choice, a real run's mistake
         log.warning(
             f"train.warmup_steps={cfg.train.warmup_steps} is longer than train.max_steps="
             f"{cfg.train.max_steps}: the learning rate never reaches train.lr={cfg.train.lr}"
         )
-    if cfg.train.resume:  # every code version that trained the run, oldest first
-        before = read_summary(s.run_dir)
-        history = [
-            v for v in before.get("code_versions") or [before.get("code_version")] if isinstance(v, str)
-        ]
-        summary["code_versions"] = history + [v for v in [summary["code_version"]] if v not in history]
-        if before.get("record_sha256"):  # it still describes the checkpoint on disk until the next save
-            summary["record_sha256"] = before["record_sha256"]
-    if cfg.train.init_from:
-        source = Path(cfg.train.init_from).resolve()
-        summary.update(init_from=str(source), init_chain=lineage(source))
+    s.summary = running_summary(s)
     if s.ctx.is_main:
         if s.corpus.tokenizer.kind == "bpe":
             write_text(s.run_dir / TOKENIZER_FILE, s.corpus.tokenizer.to_json())
-        s.summary = summary
-        write_summary(s.run_dir, {**summary, "status": RunStatus.RUNNING, "checkpoint_step": s.saved_step})
+        write_summary(s.run_dir, s.summary)
         s.logger = open_loggers(
             cfg.logger,
             s.run_dir,
@@ -254,7 +224,6 @@ def announce_run(s: Session, run_name: str | None, *, hparams: dict | None = Non
             hparams=hparams,
         )
         s.logger.log_config(recorded(cfg))
-    return summary
 
 
 def train_until_stopped(s: Session, elapsed) -> tuple[RunStatus, str | None]:

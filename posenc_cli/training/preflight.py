@@ -34,8 +34,8 @@ from posenc_cli.rundir.lineage import (
     saved_tokenizer,
     source_checkpoint,
 )
-from posenc_cli.rundir.record import read_summary
 from posenc_cli.rundir.resume import restated_values, resumed_config, stored_record
+from posenc_cli.rundir.summary import read_summary
 from posenc_cli.training.session import model_config
 from posenc_cli.training.tracking import check_loggers
 
@@ -77,11 +77,11 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     if tc.init_from:
         validate_init_from(typed_cfg)
     if tc.resume and (Path(tc.resume) / SUMMARY).is_file():  # a changed corpus: before tokenizing
-        stored = read_summary(Path(tc.resume))
-        require_same_corpus(typed_cfg.data, stored.get("corpus_sha256"), tc.resume)
-        record = stored.get("precision")
-        if isinstance(record, dict) and record.get("effective") is not None:  # the checkpoint's own
-            resumed_precision(device, tc.precision, record["effective"], run=tc.resume)  # is checked on load
+        stored = read_summary(Path(tc.resume)).description
+        require_same_corpus(typed_cfg.data, stored and stored.corpus_sha256, tc.resume)
+        record = stored and stored.precision
+        if record and record.effective is not None:  # the checkpoint's own
+            resumed_precision(device, tc.precision, record.effective, run=tc.resume)  # is checked on load
     return typed_cfg
 
 

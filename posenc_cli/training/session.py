@@ -19,7 +19,6 @@ from posenc_cli.core.device import (
     resumed_precision,
 )
 from posenc_cli.core.errors import UsageError
-from posenc_cli.core.version import code_version
 from posenc_cli.data import Corpus, data_record
 from posenc_cli.data.tasks import IGNORE
 from posenc_cli.data.tokenizers import run_payload
@@ -29,12 +28,11 @@ from posenc_cli.rundir.lineage import check_same_model, initial_state, source_ch
 from posenc_cli.rundir.record import (
     Checkpoint,
     RunRecord,
-    RunStatus,
     load_checkpoint,
     record_sha256,
     save_checkpoint,
-    write_summary,
 )
+from posenc_cli.rundir.summary import RunSummary, write_summary
 from posenc_cli.training import distributed
 from posenc_cli.training.tracking import RunLogger
 
@@ -138,7 +136,7 @@ class Session:
     precision_facts: dict[str, Any] = field(default_factory=dict)  # why it is that one (precision_choice)
     state: TrainState = field(default_factory=TrainState)
     saved_step: int | None = None  # the step of the newest checkpoint on disk
-    summary: dict[str, Any] = field(default_factory=dict)  # summary.json while it trains (announce_run)
+    summary: RunSummary = field(default_factory=RunSummary)  # summary.json while it trains (announce_run)
     logger: RunLogger = field(default_factory=RunLogger)  # metrics.csv and trackers (rank 0 only)
 
 
@@ -183,9 +181,12 @@ def save(s: Session, elapsed: float) -> None:
             torch_rng=torch.get_rng_state(),
         ),
     )
-    if s.summary:  # a checkpoint exists (a lost checkpoint.pt is never trained over), with this record
-        s.summary.update(checkpoint_step=s.saved_step, record_sha256=record_sha256(record))
-        write_summary(s.run_dir, {**s.summary, "status": RunStatus.RUNNING})
+    # a checkpoint exists (a lost checkpoint.pt is never trained over), with this record
+    s.summary = dataclasses.replace(
+        s.summary, checkpoint_step=s.saved_step, record_sha256=record_sha256(record)
+    )
+    if s.state.step < s.cfg.train.max_steps:  # the last step's is said by the final summary, written next
+        write_summary(s.run_dir, s.summary)
 
 
 def run_record(s: Session) -> RunRecord:
@@ -276,30 +277,6 @@ def init_weights(model: GPT, run: str, corpus: Corpus) -> None:
     check_same_model(source, saved, model.cfg.to_dict(), tokenizer=corpus.tokenizer)
     model.load_state_dict(initial_state(source, saved, model))
     log.info(f"initialised from {source} (its step {saved.step})")
-
-
-def describe(cfg: PosencConfig, model: GPT, corpus: Corpus, *, device) -> dict[str, Any]:
-    scheme = model.scheme
-    return {
-        "scheme": model.scheme.label,
-        "seed": cfg.seed,
-        "train_len": cfg.train.block_size,
-        "positions": cfg.train.positions,
-        "max_position": cfg.train.max_position,
-        "kind": scheme.kind,
-        "relative": scheme.relative,
-        "max_len": scheme.max_len,
-        "positional_params": model.n_positional_params,
-        "total_params": model.n_params,
-        "corpus": corpus.name,
-        "tokenizer": corpus.tokenizer.kind,
-        "vocab_size": len(corpus.tokenizer),
-        "device": str(device),
-        "code_version": code_version(),
-        "threads": torch.get_num_threads(),
-        "processes": distributed.current().world_size,
-        **{f"corpus_{k}": v for k, v in corpus.stats.items()},
-    }
 
 
 def recorded(cfg: PosencConfig) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from posenc_cli.core.atomic import write_text
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
 from posenc_cli.rundir.layout import METRICS
+from posenc_cli.rundir.summary import RunSummary
 
 COLUMNS = ("step", "train_loss", "val_loss", "lr", "tokens_per_s", "grad_norm")
 TAGS = {  # metrics.csv column -> the trackers' tag, grouped Lightning-style
@@ -58,7 +59,7 @@ class RunLogger:
     def log_metrics(self, row: Mapping[str, Any]) -> None:
         """One row: `step` plus the values measured at that step (None where not measured)."""
 
-    def log_summary(self, summary: Mapping[str, Any]) -> None:
+    def log_summary(self, summary: RunSummary) -> None:
         pass
 
     def log_results(self, results: TrackedResults) -> None:
@@ -112,12 +113,12 @@ class TensorBoardLogger(RunLogger):
                 self.writer.add_scalar(TAGS[key], value, row["step"])
         self.writer.flush()
 
-    def log_summary(self, summary: Mapping[str, Any]) -> None:
-        self.writer.add_text("summary", code_block(summary))
+    def log_summary(self, summary: RunSummary) -> None:
+        self.writer.add_text("summary", code_block(summary.as_json()))
         if self.hparams:  # the HParams view reads the run's own val/loss scalars: no copy of them
             from torch.utils.tensorboard.summary import hparams
 
-            final = summary.get("final_val_loss")
+            final = summary.outcome.final_val_loss if summary.outcome else None
             for event in hparams(self.hparams, {HPARAMS_METRIC: math.nan if final is None else final}):
                 self.writer.file_writer.add_summary(event)
 
@@ -186,8 +187,8 @@ class WandbLogger(RunLogger):
     def log_metrics(self, row: Mapping[str, Any]) -> None:
         self.run.log({TAGS[k]: v for k, v in row.items() if k != "step" and v is not None}, step=row["step"])
 
-    def log_summary(self, summary: Mapping[str, Any]) -> None:
-        self.run.summary.update({k: v for k, v in summary.items() if v is not None})
+    def log_summary(self, summary: RunSummary) -> None:
+        self.run.summary.update({k: v for k, v in summary.as_json().items() if v is not None})
 
     def log_results(self, results: TrackedResults) -> None:
         """Scalars and figures at the next W&B step (a resumed run's steps only go forward), the
