@@ -255,7 +255,8 @@ def test_a_plain_train_composes_and_validates_each_job_once_and_trains_the_confi
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
     from conftest import invoke
-    from posenc_cli.training import job, preflight as checks
+    from posenc_cli.training import job
+    from posenc_cli.training import preflight as checks
 
     composed, validated, trained = [], [], []
     load, check, train = ConfigLoaderImpl.load_configuration, checks.validate, job.train_run
