@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
@@ -785,6 +785,7 @@ def test_max_tokens_is_a_bound_never_raised_to_the_longest_length():
     assert scored_span(n_tokens=100_000, lengths=[256, 1024], max_tokens=4096) == 4096
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow])  # 600 widths an example: slow on a loaded machine
 @given(st.lists(st.integers(1, 6), min_size=600, max_size=600), st.sampled_from([16, 32, 64]))
 def test_every_column_scores_the_same_bytes_to_less_than_a_token_at_each_end(widths, longest):
     """A char-like column (1 byte a token) and a coarse one (widths bytes a token): the coarse one scores
