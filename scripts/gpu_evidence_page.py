@@ -226,5 +226,24 @@ def extension(out: Path) -> list[str]:
             continue
         lengths = sorted({int(r["eval_len"]) for r in rows})
         lines += [f"{name.replace('_', '-')} (extension/{name}/ppl.md):", ""]
-        lines += digest(means(rows, lambda r: r["scheme"], "ppl", "eval_len"), lengths, lambda v: f"{v:.2f}")
-    return lines
+        found = means(rows, lambda r: r["scheme"], "ppl", "eval_len")
+        lines += digest(found, lengths, lambda v: f"{v:.2f}")
+    return lines + pi_claim(found) if rows else lines
+
+
+def pi_claim(fine_tuned: dict) -> list[str]:
+    """PI's claim, read off the fine-tuned table: at the fine-tuning length (4x), interpolation (rope+linear)
+    fine-tuned beats extrapolation (rope, fine-tuned with no scaling)."""
+    at = 1024
+    if at not in fine_tuned.get("rope", {}) or at not in fine_tuned.get("rope+linear", {}):
+        return [
+            "(rope there is the fine-tune with no scaling; PI's claim needs it and rope+linear at 1,024.)",
+            "",
+        ]
+    pi, plain = fine_tuned["rope+linear"][at], fine_tuned["rope"][at]
+    verdict = "holds" if pi < plain else "does not hold"
+    return [
+        f"rope there is the fine-tune with no scaling. PI's claim (fine-tuned interpolation beats fine-tuned "
+        f"extrapolation at the fine-tuning length) {verdict} here: {pi:.2f} against {plain:.2f} at 1,024.",
+        "",
+    ]
