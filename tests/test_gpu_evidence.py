@@ -118,20 +118,16 @@ def test_plan_only_with_an_earlier_profile_prints_the_plan_and_its_prediction_an
 
 @pytest.mark.slow
 def test_a_job_still_running_at_its_deadline_is_stopped_and_reported_as_stopped_by_the_budget(tmp_path):
-    clock = iter(range(10**6)).__next__  # one "second" a poll
-    launcher = Launcher(tmp_path, ("sleep",), clock=lambda: clock() * 0.2)
-    records = run_schedule(
-        [
-            Job("long", "tasks", Kind.TASK, ("60",)),
-            Job("late", "tasks", Kind.TASK_EVAL, ("0",), deps=("long",)),
-        ],
-        {"long": 1.0, "late": 1.0},
-        slots=1,
-        end_s=3.0,
-        launcher=launcher,
+    ticks = iter(range(10**6)).__next__  # a fifth of a second a reading
+    launcher = Launcher(tmp_path, ("sleep",), clock=lambda: ticks() * 0.2)
+    (long,) = run_schedule(
+        [Job("long", "tasks", Kind.TASK, ("60",))], {"long": 1.0}, slots=1, end_s=2.0, launcher=launcher
     )
-    long, late = records
     assert long.stopped and long.outcome == "stopped by the budget" and long.returncode != 0
+    assert (tmp_path / "logs" / "long.log").read_text().startswith("sleep 60")
+    (late,) = run_schedule(
+        [Job("late", "tasks", Kind.TASK_EVAL, ("0",))], {"late": 1.0}, slots=1, end_s=0.0, launcher=launcher
+    )
     assert late.started is None and late.outcome == "not started: the budget had run out"
 
 
