@@ -59,8 +59,8 @@ class Settings:
             budget_s=positive("BUDGET_S", env.get("BUDGET_S") or "480", integer=False),
             smoke=smoke,
             levels=sorted({int(positive("SLOTS", n)) for n in slots}),
-            may_cut=frozenset(choices(env, "MAY_CUT", "steps", CUTTABLE, empty=True)),
-            parts=tuple(p for p in PARTS if p in choices(env, "PARTS", ",".join(PARTS), PARTS)),
+            may_cut=frozenset(choices(env, "MAY_CUT", "steps", allowed=CUTTABLE, empty=True)),
+            parts=tuple(p for p in PARTS if p in choices(env, "PARTS", ",".join(PARTS), allowed=PARTS)),
             profile=Path(env["PROFILE"]).absolute() if env.get("PROFILE") else None,
             profile_steps=int(
                 positive("PROFILE_STEPS", env.get("PROFILE_STEPS") or ("6" if smoke else "150"))
@@ -134,13 +134,14 @@ def open_lines(path: str) -> list[str]:
         return []
 
 
-def load_profile(settings: Settings, device: str) -> Profile:
+def load_profile(settings: Settings, device: str | None) -> Profile:
+    """The profile of PROFILE, for this device (None: any, for PLAN_ONLY's prediction of another machine)."""
     assert settings.profile is not None
     try:
         profile = Profile.from_json(json.loads(settings.profile.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise Refused(f"PROFILE={settings.profile} is not a profile.json this script wrote ({err})") from None
-    if profile.device != device or profile.smoke != settings.smoke:
+    if device not in (None, profile.device) or profile.smoke != settings.smoke:
         raise Refused(
             f"PROFILE={settings.profile} was measured on {profile.device} (SMOKE={int(profile.smoke)}); "
             f"this is {device} (SMOKE={int(settings.smoke)}): measure again without PROFILE"
@@ -190,13 +191,15 @@ def plan_lines(fitted: Fit, profile: Profile, settings: Settings) -> list[str]:
 def run(settings: Settings) -> int:
     started = time.monotonic()
     launcher = Launcher(settings.out, posenc_command(), clock=lambda: time.monotonic() - started)
-    device = describe_device(settings.smoke)
+    # PLAN_ONLY with PROFILE predicts for the profile's machine, from any machine
+    device = None if settings.plan_only and settings.profile else describe_device(settings.smoke)
     plan = chosen_plan(settings)
     if settings.profile is not None:
         profile = load_profile(settings, device)
     else:
         settings.out.mkdir(parents=True, exist_ok=True)
         trials = max(2, plan.trials // 4)
+        assert device is not None
         profile = measure(
             plan,
             levels=settings.levels,

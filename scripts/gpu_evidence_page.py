@@ -155,7 +155,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def means(rows: list[dict[str, str]], label: Callable[[dict], str], value: str, key: str) -> dict:
+def means(rows: list[dict[str, str]], label: Callable[[dict], str], *, value: str, key: str) -> dict:
     """{label: {length: mean of `value` over the rest (seeds, depths)}}, lengths as ints, from column `key`."""
     cells: dict = defaultdict(lambda: defaultdict(list))
     for row in rows:
@@ -173,7 +173,7 @@ def needles(out: Path) -> list[str]:
     lines = ["### Needle retrieval: % of trials retrieved, depths and seeds averaged", ""]
     for probe in sorted((out / "needles" / "probe").glob("*/probe.csv")):
         rows = read_rows(probe)
-        found = means(rows, lambda r: r["scheme"], "accuracy", "length")
+        found = means(rows, lambda r: r["scheme"], value="accuracy", key="length")
         lengths = sorted({int(r["length"]) for r in rows})
         lines += [
             f"{probe.parent.name} ({probe.parent.relative_to(out)}/passkey.md has every depth, and the "
@@ -199,7 +199,7 @@ def tasks(out: Path) -> list[str]:
         mine = [r for r in rows if r["task"] == task]
         train_len = int(mine[0]["train_len"])
         lengths = sorted({int(r["length"]) for r in mine})
-        found = means(mine, lambda r: r["scheme"], "accuracy", "length")
+        found = means(mine, lambda r: r["scheme"], value="accuracy", key="length")
         body = []
         for lab, by in found.items():
             learned = by.get(train_len, 0.0) >= LEARNED
@@ -226,7 +226,7 @@ def extension(out: Path) -> list[str]:
             continue
         lengths = sorted({int(r["eval_len"]) for r in rows})
         lines += [f"{name.replace('_', '-')} (extension/{name}/ppl.md):", ""]
-        found = means(rows, lambda r: r["scheme"], "ppl", "eval_len")
+        found = means(rows, lambda r: r["scheme"], value="ppl", key="eval_len")
         lines += digest(found, lengths, lambda v: f"{v:.2f}")
     return lines + pi_claim(found) if rows else lines
 

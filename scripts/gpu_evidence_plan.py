@@ -140,7 +140,7 @@ def train_job(name: str, kind: Kind, sweep: str, *, sizes: Sizes, args: list[str
     return Job(name, part, kind, (*sweep_args, *args), runs=len(sizes.seeds), sweep=sweep, **fields)
 
 
-def eval_job(plan: Plan, name: str, kind: Kind, args: list[str], **fields) -> Job:
+def eval_job(plan: Plan, name: str, kind: Kind, *, args: list[str], **fields) -> Job:
     """A `posenc eval` or `posenc probe` process; its --out is its part's."""
     part = args[args.index("--out") + 1].split("/")[0]
     return Job(name, part, kind, (*args, *(["--device", "cpu"] if plan.smoke else [])), **fields)
@@ -215,21 +215,13 @@ def needle_jobs(plan: Plan) -> list[Job]:
             )
             for scheme in plan.needle_schemes
         ]
-        probe = [
-            "probe",
-            "--task",
-            task,
-            "--lengths",
-            joined(plan.probe_lengths),
-            "--trials",
-            str(plan.trials),
-        ]
+        probe = f"probe --task {task} --lengths {joined(plan.probe_lengths)} --trials {plan.trials}".split()
         out += trained + [
             eval_job(
                 plan,
                 f"probe-{task}",
                 Kind.PROBE,
-                [*probe, f"needles/{task}", "--out", f"needles/probe/{task}"],
+                args=[*probe, f"needles/{task}", "--out", f"needles/probe/{task}"],
                 deps=tuple(j.name for j in trained),
                 units=len(trained) * len(sizes.seeds) * tokens,
             )
@@ -241,7 +233,7 @@ def needle_jobs(plan: Plan) -> list[Job]:
                     plan,
                     f"probe-{task}-scaled",
                     Kind.PROBE,
-                    [*scaled, "--out", f"needles/probe/{task}_scaled"],
+                    args=[*scaled, "--out", f"needles/probe/{task}_scaled"],
                     deps=(f"needles-{task}-rope",),
                     units=3 * len(sizes.seeds) * tokens,
                 )
@@ -265,19 +257,18 @@ def task_jobs(plan: Plan) -> list[Job]:
         for variant in plan.variants
     ]
     lengths = sorted({*plan.task_lengths, 8})  # the training length (data.max_train_len) is always added
-    evaluate = [
-        "eval",
-        *(str(j.sweep) for j in trained),
-        "--lengths",
-        joined(plan.task_lengths),
-        "--out",
-        "tasks/eval",
-    ]
+    sweeps = [str(j.sweep) for j in trained]
+    evaluate = ["eval", *sweeps, "--lengths", joined(plan.task_lengths), "--out", "tasks/eval"]
     units = len(trained) * len(sizes.seeds) * len(lengths)
     return [
         *trained,
         eval_job(
-            plan, "eval-tasks", Kind.TASK_EVAL, evaluate, deps=tuple(j.name for j in trained), units=units
+            plan,
+            "eval-tasks",
+            Kind.TASK_EVAL,
+            args=evaluate,
+            deps=tuple(j.name for j in trained),
+            units=units,
         ),
     ]
 
@@ -320,7 +311,7 @@ def extension_jobs(plan: Plan) -> list[Job]:
             plan,
             "eval-zero-shot",
             Kind.PPL_EVAL,
-            [*zero_shot, "--out", "extension/zero_shot"],
+            args=[*zero_shot, "--out", "extension/zero_shot"],
             deps=(base.name,),
             units=4 * tokens,
         ),
@@ -328,7 +319,7 @@ def extension_jobs(plan: Plan) -> list[Job]:
             plan,
             "eval-fine-tuned",
             Kind.PPL_EVAL,
-            [*fine_tuned, "--out", "extension/fine_tuned"],
+            args=[*fine_tuned, "--out", "extension/fine_tuned"],
             deps=tuple(j.name for j in tuned),
             units=len(tuned) * len(sizes.seeds) * tokens,
         ),

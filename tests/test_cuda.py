@@ -123,9 +123,10 @@ def spy_sdpa(monkeypatch) -> list[tuple[bool, bool]]:
     """(a mask was given, is_causal) for each SDPA call the model makes."""
     calls, sdpa = [], F.scaled_dot_product_attention
 
-    def spy(q, k, v, attn_mask=None, *args, is_causal=False, **options):
-        calls.append((attn_mask is not None, is_causal))
-        return sdpa(q, k, v, attn_mask, *args, is_causal=is_causal, **options)
+    def spy(*args, **options):  # (q, k, v, attn_mask=None, ...): SDPA's own signature
+        mask = args[3] if len(args) > 3 else options.get("attn_mask")
+        calls.append((mask is not None, options.get("is_causal", False)))
+        return sdpa(*args, **options)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     return calls

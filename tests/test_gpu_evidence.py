@@ -112,8 +112,10 @@ def test_plan_only_with_an_earlier_profile_prints_the_plan_and_its_prediction_an
     assert "predicted:" in printed and ": fits" in printed
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["profile.json"]
     (tmp_path / "profile.json").write_text(json.dumps(replace(earlier, device="NVIDIA H200").to_json()))
-    with pytest.raises(gpu_evidence.Refused, match="was measured on NVIDIA H200"):  # another machine's
-        gpu_evidence.run(gpu_evidence.Settings.from_env(env))
+    assert gpu_evidence.run(gpu_evidence.Settings.from_env(env)) == 0  # PLAN_ONLY predicts for its machine
+    assert "profile: NVIDIA H200, read from" in capsys.readouterr().out
+    with pytest.raises(gpu_evidence.Refused, match="was measured on NVIDIA H200"):  # a run needs this one's
+        gpu_evidence.run(gpu_evidence.Settings.from_env({**env, "PLAN_ONLY": "0"}))
 
 
 @pytest.mark.slow
