@@ -1,0 +1,184 @@
+"""scripts/gpu_evidence.sh (issue #50): the time model fits the plan to the budget and says what it cut, the
+schedule honours dependencies and stops a job at its deadline, and the CPU smoke (SMOKE=1) runs the
+whole script end to end, its summary page agreeing with the output sets it wrote."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import gpu_evidence  # noqa: E402
+from gpu_evidence_plan import FULL, SMOKE, TRAIN_KINDS, Job, Kind, jobs  # noqa: E402
+from gpu_evidence_run import Launcher, run_schedule  # noqa: E402
+from gpu_evidence_time import MARGIN, Profile, StepCost, fit, makespan, predict  # noqa: E402
+
+
+def profile(step_s: float = 0.02, *, levels=(16,)) -> Profile:
+    """A made-up profile: every training kind `step_s` a step, 10 s to start, 0.5 s a validation."""
+    costs = {kind: StepCost(step_s=step_s, val_s=0.5, startup_s=10.0) for kind in TRAIN_KINDS}
+    units = {Kind.PROBE: 3e-6, Kind.TASK_EVAL: 0.05, Kind.PPL_EVAL: 1e-6}
+    return Profile("NVIDIA H200", False, {n: costs for n in levels}, units, 10.0, 30.0)
+
+
+def test_a_plan_that_fits_is_not_cut_and_one_that_does_not_is_cut_in_steps_to_fit_the_budget():
+    roomy = fit(FULL, profile(1e-5), available_s=1e6, may_cut=frozenset({"steps"}))
+    assert roomy.fits and roomy.fraction == 1.0 and roomy.plan == FULL
+    tight = fit(FULL, profile(), available_s=480, may_cut=frozenset({"steps"}))
+    assert tight.fits and 0 < tight.fraction < 1 and tight.predicted_s <= 480 * MARGIN
+    assert tight.plan.tasks.steps < FULL.tasks.steps and tight.plan.tasks.seeds == FULL.tasks.seeds
+    assert (
+        predict(
+            replace(tight.plan, tasks=replace(tight.plan.tasks, steps=tight.plan.tasks.steps * 2)),
+            profile(),
+            16,
+        )
+        > tight.predicted_s
+    )  # more steps cost more: the cut is what made it fit
+
+
+def test_seeds_are_cut_only_when_allowed_never_below_the_least_and_a_plan_that_cannot_fit_says_so():
+    hopeless = fit(FULL, profile(), available_s=5, may_cut=frozenset({"steps"}))
+    assert not hopeless.fits and hopeless.plan.needles.steps == FULL.needles.min_steps
+    assert hopeless.plan.tasks.seeds == FULL.tasks.seeds  # seeds were not allowed
+    seeds = fit(FULL, profile(), available_s=5, may_cut=frozenset({"steps", "seeds"}))
+    assert not seeds.fits and len(seeds.plan.tasks.seeds) == FULL.tasks.min_seeds
+    assert len(seeds.plan.needles.seeds) == FULL.needles.min_seeds == 2  # the needle table keeps 2 seeds
+    nothing = fit(FULL, profile(), available_s=5, may_cut=frozenset())
+    assert nothing.plan == FULL and not nothing.fits
+
+
+def test_the_schedule_packs_the_slots_and_waits_for_what_a_job_depends_on():
+    a, b, c = (Job(n, "tasks", Kind.TASK, ()) for n in "abc")
+    after = Job("d", "tasks", Kind.TASK_EVAL, (), deps=("a", "b"))
+    cost = {"a": 10.0, "b": 4.0, "c": 6.0, "d": 3.0}
+    assert makespan([a, b, c, after], cost, slots=2) == 13.0  # a | b then c; d after a
+    assert makespan([a, b, c, after], cost, slots=1) == 23.0
+    assert makespan([a, b, c, after], cost, slots=4) == 13.0
+
+
+def test_the_plan_trains_what_the_issue_asks_and_every_evaluation_reads_its_own_runs():
+    plan_jobs = jobs(FULL)
+    runs = {part: sum(j.runs for j in plan_jobs if j.part == part and j.kind.trains) for part in FULL.parts}
+    assert runs == {"needles": 3 * 5 * 2, "tasks": 4 * 7 * 3, "extension": 1 + 3 * 2}
+    trained = {j.name: str(j.sweep) for j in plan_jobs if j.kind.trains}
+    for job in (j for j in plan_jobs if not j.kind.trains):
+        out = job.args[job.args.index("--out") + 1]
+        read = [a for a in job.args if "/" in a and a != out]
+        under = {
+            name
+            for name, sweep in trained.items()
+            if any(sweep == r or sweep.startswith(r + "/") for r in read)
+        }
+        assert read and under == set(job.deps), job.name  # it waits for exactly the runs it reads
+
+
+def test_bad_settings_are_refused_in_one_line_before_anything_runs():
+    for env, needle in (
+        ({"BUDGET_S": "ten"}, "BUDGET_S must be a positive number"),
+        ({"SLOTS": "0"}, "SLOTS must be a positive integer"),
+        ({"MAY_CUT": "steps,layers"}, "MAY_CUT must be a comma list of steps, seeds"),
+        ({"PARTS": "needles,nope"}, "PARTS must be a comma list of needles, tasks, extension"),
+        ({"SMOKE": "yes"}, "SMOKE must be 0 or 1"),
+    ):
+        with pytest.raises(gpu_evidence.Refused, match=needle):
+            gpu_evidence.Settings.from_env(env)
+
+
+def test_plan_only_with_an_earlier_profile_prints_the_plan_and_its_prediction_and_trains_nothing(
+    tmp_path, capsys
+):
+    device = gpu_evidence.describe_device(smoke=True)
+    earlier = replace(profile(0.01, levels=(2,)), device=device, smoke=True)
+    (tmp_path / "profile.json").write_text(json.dumps(earlier.to_json()))
+    env = {
+        "SMOKE": "1",
+        "PLAN_ONLY": "1",
+        "OUT": str(tmp_path / "out"),
+        "PROFILE": str(tmp_path / "profile.json"),
+    }
+    assert gpu_evidence.run(gpu_evidence.Settings.from_env(env)) == 0
+    printed = capsys.readouterr().out
+    assert "needles: 2 runs in 1 processes, seeds 0,1 (of 0,1), 4 steps a run (of 4)" in printed
+    assert "predicted:" in printed and ": fits" in printed
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["profile.json"]
+    (tmp_path / "profile.json").write_text(json.dumps(replace(earlier, device="NVIDIA H200").to_json()))
+    assert gpu_evidence.run(gpu_evidence.Settings.from_env(env)) == 0  # PLAN_ONLY predicts for its machine
+    assert "profile: NVIDIA H200, read from" in capsys.readouterr().out
+    with pytest.raises(gpu_evidence.Refused, match="was measured on NVIDIA H200"):  # a run needs this one's
+        gpu_evidence.run(gpu_evidence.Settings.from_env({**env, "PLAN_ONLY": "0"}))
+
+
+@pytest.mark.slow
+def test_a_job_still_running_at_its_deadline_is_stopped_and_reported_as_stopped_by_the_budget(tmp_path):
+    ticks = iter(range(10**6)).__next__  # a fifth of a second a reading
+    launcher = Launcher(tmp_path, ("sleep",), clock=lambda: ticks() * 0.2)
+    (long,) = run_schedule(
+        [Job("long", "tasks", Kind.TASK, ("60",))], {"long": 1.0}, slots=1, end_s=2.0, launcher=launcher
+    )
+    assert long.stopped and long.outcome == "stopped by the budget" and long.returncode != 0
+    assert (tmp_path / "logs" / "long.log").read_text().startswith("sleep 60")
+    (late,) = run_schedule(
+        [Job("late", "tasks", Kind.TASK_EVAL, ("0",))], {"late": 1.0}, slots=1, end_s=0.0, launcher=launcher
+    )
+    assert late.started is None and late.outcome == "not started: the budget had run out"
+
+
+@pytest.mark.slow
+def test_the_cpu_smoke_runs_every_part_end_to_end_and_its_summary_agrees_with_the_output_sets(tmp_path):
+    """SMOKE=1: the profile measured, the plan fitted, every job run, and the page's claims checked
+    against the files: each planned run finished at its planned steps, each output set is there."""
+    out = tmp_path / "evidence"
+    env = {**os.environ, "SMOKE": "1", "OUT": str(out), "PYTHON": sys.executable, "BUDGET_S": "900"}
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_evidence.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    page = (out / "summary.md").read_text(encoding="utf-8")
+    plan_jobs = jobs(SMOKE)
+    for job in plan_jobs:
+        assert f"| {job.name} |" in page and (out / "logs" / f"{job.name}.log").is_file()
+    assert page.count("| finished |") == len(plan_jobs) and "nothing: every job and run finished" in page
+    for job in (j for j in plan_jobs if j.kind.trains):
+        summaries = [json.loads(p.read_text()) for p in (out / str(job.sweep)).glob("*/summary.json")]
+        assert len(summaries) == job.runs and {(s["status"], s["steps"]) for s in summaries} == {
+            ("finished", job.steps)
+        }
+    probe = rows(out / "needles/probe/multikey_scaled/probe.csv")
+    assert {r["scheme"] for r in probe} == {"rope", "rope+ntk", "rope+yarn"} and (
+        out / "needles/probe/multikey/passkey.md"
+    ).is_file()
+    assert {(r["scheme"], r["length"]) for r in rows(out / "tasks/eval/task_accuracy.csv")} == {
+        ("rope+randomized", "8"),
+        ("rope+randomized", "16"),
+    }
+    assert {r["scheme"] for r in rows(out / "extension/zero_shot/ppl.csv")} == {
+        "rope",
+        "rope+linear",
+        "rope+ntk",
+        "rope+yarn",
+    }
+    assert {r["scheme"] for r in rows(out / "extension/fine_tuned/ppl.csv")} == {"rope+linear"}
+    task_row = next(line for line in page.splitlines() if line.startswith("| rope+randomized |"))
+    learned, at_1x, at_2x = task_row.strip("| ").split(" | ")[1:]
+    assert at_1x[0].isdigit() and at_2x.startswith("(") == (learned == "no")  # not learned at 1x: not judged
+    measured = json.loads((out / "profile.json").read_text())
+    assert measured["smoke"] and set(measured["levels"]["2"]) == {k.value for k in TRAIN_KINDS}
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8") as f:
+        return list(csv.DictReader(f))
