@@ -263,6 +263,11 @@ def hydra_quoted(value: str) -> str:
     return '"' + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped) + '"'
 
 
+def override_key(arg: str) -> str:
+    """The key an override sets, whatever its prefix: `+train.resume=X`, `++k=v`, `~k` -> the key."""
+    return arg.split("=", 1)[0].lstrip("+~")
+
+
 def override_value(arg: str) -> str:
     """The value of one `key=value` override as Hydra reads it (quotes and escapes undone); the text
     after `=` when Hydra cannot parse it (a sweep, or a bad override the pre-flight names)."""

@@ -8,11 +8,11 @@ import json
 from dataclasses import dataclass, replace
 from typing import Iterable
 
+from posenc_cli.config.resumable import leaves
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.tokenizers import TOKENIZERS
 from posenc_cli.model.positional import SCHEMES
 from posenc_cli.rundir.loading import LoadedRun
-from posenc_cli.rundir.resume import leaves
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,13 @@ import os
 import shlex
 from pathlib import Path
 
-from posenc_cli.config.hydra_args import hydra_quoted, output_key, override_value, parse_hydra_args
+from posenc_cli.config.hydra_args import (
+    hydra_quoted,
+    output_key,
+    override_key,
+    override_value,
+    parse_hydra_args,
+)
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
 from posenc_cli.rundir.layout import HYDRA_RECORD, LOCK, holds_run, never_started
@@ -144,11 +150,6 @@ def claim(args: list[str], path: Path) -> list[str]:
 
 
 NOT_RESUMING = ("", "null", "None", "false", "False")  # train.resume values that start a fresh run
-
-
-def override_key(arg: str) -> str:
-    """The key an override sets, whatever its prefix: `+train.resume=X`, `++k=v`, `~k` -> the key."""
-    return arg.split("=", 1)[0].lstrip("+~")
 
 
 def resume_value(args: list[str]) -> str | None:

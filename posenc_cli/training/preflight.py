@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from posenc_cli.config.hydra_args import composing, parse_hydra_args, sweep_points
 from posenc_cli.config.hydra_jobs import output_directory, refuse_per_job_sweep_dir, task_config
 from posenc_cli.config.memory_model import check_run_memory, scheme_footprint
+from posenc_cli.config.resumable import restated_values, resumed_config
 from posenc_cli.config.schema import PosencConfig, anchored_paths, check_keys
 from posenc_cli.core.device import cpu_bf16, resolve_device, resumed_precision
 from posenc_cli.core.errors import (
@@ -34,7 +35,7 @@ from posenc_cli.rundir.lineage import (
     saved_tokenizer,
     source_checkpoint,
 )
-from posenc_cli.rundir.resume import restated_values, resumed_config, stored_record
+from posenc_cli.rundir.resume import stored_record
 from posenc_cli.rundir.summary import read_summary
 from posenc_cli.training.session import model_config
 from posenc_cli.training.tracking import check_loggers
@@ -145,8 +146,9 @@ def checked_job(
     plain = anchored_paths(task_config(whole))
     if resume is not None:
         defaults = anchored_paths(compose_point([]))
-        restated_values(plain, defaults, overrides, run=resume, stored=stored_record(resume)[0])
-        plain = resumed_config(plain, overrides, run=resume)
+        stored = stored_record(resume)[0]
+        restated_values(plain, defaults, overrides, run=str(resume), stored=stored)
+        plain = resumed_config(plain, overrides, stored=stored)
     return Job(whole, validate(plain))
 
 

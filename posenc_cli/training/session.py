@@ -281,5 +281,4 @@ def init_weights(model: GPT, run: str, corpus: Corpus) -> None:
 
 def recorded(cfg: PosencConfig) -> dict[str, Any]:
     """The config as posenc records it with the run: what a resume rebuilds the run from."""
-    plain = dataclasses.asdict(cfg)
-    return {**plain, "train": {**plain["train"], "resume": None}}
+    return dataclasses.asdict(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, resume=None)))
