@@ -18,9 +18,10 @@ import torch
 
 from conftest import assert_refused, column, posenc, run_cli
 from posenc_cli.core.atomic import MANIFEST
+from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.report.output_sets import write_eval_outputs, write_probe_outputs
-from posenc_cli.report.results_file import FORMAT_VERSION, RESULTS, provenance, read_label
+from posenc_cli.report.results_file import FORMAT_VERSION, RESULTS, parse_results, provenance, read_label
 
 TABLES = ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv", "probe.csv", "passkey.md")
 FIGURES = ("ppl_vs_length.svg", "loss_by_position.svg", "probe_summary.svg", "probe_rope.svg")
@@ -188,6 +189,19 @@ def test_a_results_json_label_from_before_variant_reads_back_as_the_column_it_sh
         ("sinusoidal", "learned"), Variant(randomized=True), model="m", tokenizer="bpe"
     )
     assert read_label(json.loads(json.dumps(asdict(label)))) == label  # as this posenc writes it
+
+
+def test_a_results_json_of_format_version_1_still_reads_and_a_later_one_is_named():
+    """Version 2 made labels records of fields; version 1's text labels read through legacy_label."""
+    for version, readable in ((1, True), (FORMAT_VERSION, True), (FORMAT_VERSION + 1, False)):
+        data = json.dumps({"format": "posenc-results", "format_version": version}).encode()
+        if readable:
+            assert parse_results(data, Path("r.json"))["format_version"] == version
+        else:
+            with pytest.raises(
+                UsageError, match=f"format version {version}; this posenc reads versions 1 and 2"
+            ):
+                parse_results(data, Path("r.json"))
 
 
 def test_report_merges_sets_of_different_runs_and_keeps_each_provenance(tmp_path):

@@ -32,7 +32,8 @@ from posenc_cli.rundir.loading import LoadedRun
 
 RESULTS = "results.json"
 FORMAT = "posenc-results"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a column's label is a record of fields (1: its text; read by legacy_label)
+READABLE_VERSIONS = (1, FORMAT_VERSION)
 TABLES = {  # each kind's tables, by name
     "eval": ("ppl", "loss_by_position"),
     "probe": ("probe",),
@@ -191,10 +192,10 @@ def parse_results(data: bytes, where: Path) -> dict[str, Any]:
         raise UsageError(f"{where} is not valid JSON ({err}); rerun the command that wrote it") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise UsageError(f"{where} is not a posenc results file (format {FORMAT!r})")
-    if document.get("format_version") != FORMAT_VERSION:
+    if document.get("format_version") not in READABLE_VERSIONS:
         raise UsageError(
             f"{where} has format version {document.get('format_version')!r}; this posenc reads "
-            f"version {FORMAT_VERSION} (use the posenc that wrote it, or rerun the command)"
+            f"versions {' and '.join(map(str, READABLE_VERSIONS))} (use the posenc that wrote it, or rerun the command)"
         )
     return document
 
