@@ -10,6 +10,7 @@ naming it) that the command prints.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -26,6 +27,7 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.hf_loading import load_hf_model
 from posenc_cli.evaluation.hf_options import hf_options
 from posenc_cli.inspection.inspect_scheme import inspect_scheme
+from posenc_cli.report.results_file import labels_as_text
 from posenc_cli.report.run_eval import EvalOptions, Evaluation, run_eval
 from posenc_cli.report.run_probe import ProbeOptions, probe_options
 from posenc_cli.rundir import loading
@@ -158,7 +160,14 @@ def evaluate(
         retrieval_threshold=retrieval_threshold,
         force=force,
     )
-    return run_eval(options, write=out is not None)
+    result = run_eval(options, write=out is not None)
+    tasks = None if result.tasks is None else labels_as_text(result.tasks)
+    return dataclasses.replace(  # each column as ppl.csv shows it, as a notebook selects it (info: by Label)
+        result,
+        ppl=labels_as_text(result.ppl),
+        loss_by_position=labels_as_text(result.loss_by_position),
+        tasks=tasks,
+    )
 
 
 def probe(
@@ -207,7 +216,7 @@ def probe(
         ppl_tolerance=ppl_tolerance,
         force=force,
     )
-    return probe_options(options, write=out is not None).rows
+    return labels_as_text(probe_options(options, write=out is not None).rows)
 
 
 def schemes() -> pd.DataFrame:

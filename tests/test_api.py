@@ -236,3 +236,15 @@ def test_one_override_string_is_one_override_never_its_characters(monkeypatch):
     posenc.train("experiment=smoke")
     posenc.train(["experiment=smoke", "scheme=rope"])
     assert given == [["experiment=smoke"], ["experiment=smoke", "scheme=rope"]]
+
+
+@pytest.mark.slow
+def test_evaluates_and_probes_tables_name_each_column_by_the_text_its_csv_shows(smoke_sweep):
+    """Inside posenc a column is a Label of fields; a notebook selects rows by the text ppl.csv and
+    probe.csv show (`df[df.scheme == "rope"]`), so the API's tables carry that text."""
+    runs = [smoke_sweep / "3_rope_seed0", smoke_sweep / "4_alibi_seed0"]
+    result = posenc.evaluate(runs, lengths=[64], max_tokens=256)
+    assert sorted(result.ppl["scheme"]) == ["alibi", "rope"]
+    assert len(result.ppl[result.ppl.scheme == "rope"]) == 1
+    assert set(result.loss_by_position["scheme"]) == {"alibi", "rope"}
+    assert {str(label) for label in result.info} == {"alibi", "rope"}

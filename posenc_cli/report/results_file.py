@@ -136,11 +136,18 @@ def provenance(
 # -- writing ---------------------------------------------------------------------------------------
 
 
-def table_record(df: pd.DataFrame) -> dict[str, Any]:
-    """A table as columns, dtypes and rows (JSON null for nan), labels as their text: exact floats."""
+def labels_as_text(df: pd.DataFrame) -> pd.DataFrame:
+    """The table as its csv shows it: each column's Label as its text (what a reader of the table, a
+    csv or a notebook, selects by: `df[df.scheme == "rope"]`)."""
     plain = df.copy()
     if "scheme" in plain:
         plain["scheme"] = plain["scheme"].map(str)
+    return plain
+
+
+def table_record(df: pd.DataFrame) -> dict[str, Any]:
+    """A table as columns, dtypes and rows (JSON null for nan), labels as their text: exact floats."""
+    plain = labels_as_text(df)
     rows = plain.astype(object).where(plain.notna(), None).to_dict("records")
     return {"columns": list(df.columns), "dtypes": {c: str(t) for c, t in df.dtypes.items()}, "rows": rows}
 
