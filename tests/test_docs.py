@@ -9,7 +9,8 @@ import shlex
 from pathlib import Path
 
 from conftest import ROOT, invoke, run_cli
-from posenc_cli.bench.main_job import MAIN_JOB
+from posenc_cli.bench.main_job import main_job
+from posenc_cli.core.cores import sweep_launcher
 
 
 def load_docs_check():
@@ -121,9 +122,17 @@ def test_a_heading_link_is_checked_against_the_anchors_github_gives_the_headings
 
 
 def test_the_benchmarks_main_job_is_make_demos_commands():
-    """`posenc bench` times the README's main job: the commands `make demo` runs, variables expanded."""
+    """`posenc bench` times the README's main job: the commands `make demo` runs, variables expanded,
+    its launcher overrides (`$side`: scripts/demo_launcher.py) those of the machine's cores."""
     makefile = (ROOT / "Makefile").read_text()
     values = dict(re.findall(r"^(\w+) \?= (.*)$", makefile, re.M))
     commands = re.findall(r'echo "\$\(BIN\)/posenc ([^"]+)"', makefile)
-    expanded = [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], c).split() for c in commands]
-    assert expanded == [list(args) for args in MAIN_JOB]
+    launcher = re.search(r"side=\$\$\(\$\(BIN\)/python (scripts/\w+\.py) \$\(SCHEMES\)\)", makefile)
+    assert launcher and launcher.group(1) == "scripts/demo_launcher.py"
+    for cores in (2, 16):
+        side = " ".join(sweep_launcher(len(values["SCHEMES"].split(",")), cores))
+        expanded = [
+            re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], c).replace("$$side", side).split()
+            for c in commands
+        ]
+        assert expanded == main_job(cores)

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch import nn
 
 from posenc_cli.core.choices import MULTIRUN_FLAGS
+from posenc_cli.core.cores import usable_cores
 from posenc_cli.core.errors import UsageError
 
 T = TypeVar("T")
@@ -142,7 +143,7 @@ def threads_per_job(launcher: Mapping[str, Any]) -> int | None:
     each starting one thread per core. None: nothing runs beside this job; keep torch's default."""
     if launcher.get("cpus_per_task"):  # submitit: the cores the scheduler gave this job
         return int(launcher["cpus_per_task"])
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     n_jobs = launcher.get("n_jobs")  # joblib: -1 means one job per core, -2 all cores but one, ...
     side_by_side = (
         (cores + 1 + n_jobs if n_jobs < 0 else n_jobs)
