@@ -1,5 +1,4 @@
-"""A run's start: its directory held, corpus, model and optimizer built, its precision chosen (or a
-resume's kept), its weights initialised from another run or restored from its own checkpoint."""
+"""A run's start: its directory held, corpus and model built, precision chosen, weights loaded."""
 
 from __future__ import annotations
 
