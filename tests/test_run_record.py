@@ -155,7 +155,7 @@ def test_a_checkpoint_is_read_only_beside_the_summary_of_its_own_run(theirs, our
 )
 def test_a_resume_refuses_a_checkpoint_whose_record_differs_from_the_one_it_rebuilt(field, value, needle):
     from posenc_cli.model import ModelConfig
-    from posenc_cli.training.session import check_resumable
+    from posenc_cli.training.checkpoints import check_resumable
 
     now = RunRecord(
         **{

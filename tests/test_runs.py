@@ -528,11 +528,11 @@ def test_init_from_a_run_whose_summary_was_deleted_is_refused_before_any_directo
 SLOW_START = """
 import sys, time
 from pathlib import Path
-from posenc_cli.training import loop
+from posenc_cli.training import start
 def choose_slowly(*args, **options):  # the precision calibration, long enough to be signalled in
     Path("starting").touch()
     time.sleep(120)
-loop.choose_precision = choose_slowly
+start.choose_precision = choose_slowly
 sys.argv = ["posenc", *sys.argv[1:]]
 from posenc_cli.cli.main import console_main
 console_main()

@@ -1,4 +1,6 @@
-"""The training loop: one run directory in, a checkpoint, metrics.csv and summary.json out."""
+"""The training loop: one run directory in, a checkpoint, metrics.csv and summary.json out; the run's
+start, its step, checkpoints and summary are what it calls (training.start, session, checkpoints,
+run_summary)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,6 @@ import dataclasses
 import logging
 import math
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,35 +15,17 @@ import torch
 
 from posenc_cli.config.schema import PosencConfig, TrainConfig
 from posenc_cli.core import ui
-from posenc_cli.core.atomic import remove_leftovers, write_text
-from posenc_cli.core.device import autocast, effective_precision, resolve_device
-from posenc_cli.core.errors import UsageError
-from posenc_cli.data import load_corpus, random_positions
-from posenc_cli.data.tokenizers import TOKENIZER_FILE
+from posenc_cli.core.device import autocast
+from posenc_cli.data import random_positions
 from posenc_cli.model import GPT, token_nll
-from posenc_cli.rundir.claim import hold_lock, resume_command
-from posenc_cli.rundir.layout import CHECKPOINT, SUMMARY
-from posenc_cli.rundir.resume import stored_record
-from posenc_cli.rundir.summary import PrecisionFacts, RunStatus, RunSummary, read_summary, write_summary
+from posenc_cli.rundir.claim import resume_command
+from posenc_cli.rundir.summary import RunStatus, RunSummary, write_summary
 from posenc_cli.training import distributed
-from posenc_cli.training.precision_choice import PrecisionChoice, choose_precision, valid_timings
-from posenc_cli.training.run_summary import run_outcome, running_summary
-from posenc_cli.training.session import (
-    NonFiniteLoss,
-    Session,
-    check_lengths,
-    checked_losses,
-    init_weights,
-    make_optimizer,
-    model_config,
-    recorded,
-    restore,
-    save,
-    scored_mean,
-    train_step,
-)
+from posenc_cli.training.checkpoints import save
+from posenc_cli.training.run_summary import announce_run, mark_failed, run_outcome
+from posenc_cli.training.session import NonFiniteLoss, Session, checked_losses, scored_mean, train_step
+from posenc_cli.training.start import start_session
 from posenc_cli.training.stopping import Stopped, StopSignals, terminate_as_interrupt
-from posenc_cli.training.tracking import open_loggers
 
 log = logging.getLogger("posenc.train")
 
@@ -106,124 +89,6 @@ def train(
     if status is RunStatus.INTERRUPTED:
         raise SystemExit(ui.INTERRUPTED)
     return summary
-
-
-def mark_failed(run_dir: Path, err: BaseException, how: str) -> None:
-    """A run that an error stopped (a check that only the start can make, a file that cannot be
-    written) is marked failed, never left "running": it can be resumed once the cause is gone (with
-    another `logger`, say) or deleted."""
-    if not distributed.current().is_main or not (run_dir / SUMMARY).is_file():
-        return
-    summary = read_summary(run_dir)
-    if summary.status is RunStatus.RUNNING:
-        interrupted = isinstance(err, KeyboardInterrupt)  # Ctrl-C, or SIGTERM as the run starts
-        reason = (
-            RunStatus.INTERRUPTED.value if interrupted else " ".join(str(err).split()) or type(err).__name__
-        )
-        step = summary.checkpoint_step
-        kept = f"its checkpoint of step {step} is kept" if step else "with no checkpoint saved"
-        message = (
-            f"the run {how} ({reason}), {kept}; delete {run_dir}, or resume it once the cause is gone: "
-            f"{resume_command(run_dir)}"
-        )
-        status = RunStatus.INTERRUPTED if interrupted else RunStatus.FAILED
-        try:
-            write_summary(run_dir, dataclasses.replace(summary, status=status, message=message))
-        except UsageError as refused:  # the full disk that stopped the run: its own error is the one said
-            log.warning(f"the run could not be marked {status}: {refused}")
-
-
-RESUMED = "a resume keeps its run's precision"
-
-
-def resumed_choice(run: Path, effective: str) -> PrecisionChoice:
-    """A resume continues in its run's precision (restore() sets it from the checkpoint); how it was
-    first chosen, measured or asked for, stays on the record from the run's summary."""
-    described = read_summary(run).description
-    first = (described.precision if described else None) or PrecisionFacts()
-    reason, step_ms = first.reason, first.step_ms
-    if not reason:
-        reason = RESUMED
-    elif not reason.startswith(RESUMED):  # a resume of a resume keeps the first reason once
-        reason = f"{RESUMED}; first chosen: {reason}"
-    return PrecisionChoice(effective, reason, step_ms if valid_timings(step_ms) else {})
-
-
-def start_session(cfg: PosencConfig, run_dir: Path) -> Session:
-    """The run's directory held, its corpus, model and optimizer built, a resume's checkpoint restored."""
-    tc = cfg.train
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
-    ctx = distributed.current()
-    distributed.check_batch(tc.batch_size, ctx)
-    device = distributed.device_for(resolve_device(cfg.device), ctx)
-    run_id = stored_record(Path(tc.resume))[1] if tc.resume else uuid.uuid4().hex
-    if ctx.is_main:  # the directory is this process's; a fresh one says at once which run it holds
-        hold_lock(run_dir)
-        if not tc.resume:
-            write_summary(run_dir, RunSummary(status=RunStatus.RUNNING, run_id=run_id, config=recorded(cfg)))
-    corpus = load_corpus(cfg.data)
-    check_lengths(corpus, tc.block_size)
-
-    if tc.resume and (Path(tc.resume) / CHECKPOINT).is_file():  # restore() reads the run's own precision
-        choice = resumed_choice(Path(tc.resume), effective_precision(device, tc.precision))
-    else:  # a new run, or one killed before its first checkpoint: it starts at step 0 and chooses afresh
-        choice = choose_precision(cfg, device, vocab_size=len(corpus.tokenizer), ranks=ctx.world_size)
-    torch.manual_seed(cfg.seed)
-    mc = model_config(cfg, len(corpus.tokenizer))
-    model = GPT(mc)
-    if tc.init_from:
-        init_weights(model, tc.init_from, corpus)
-    model = model.to(device)
-    val_rng = torch.Generator().manual_seed(12345)  # the same validation windows for every run
-    s = Session(
-        cfg=cfg,
-        run_dir=run_dir,
-        mc=mc,
-        corpus=corpus,
-        device=device,
-        ctx=ctx,
-        model=model,
-        optimizer=make_optimizer(model, tc),
-        data_rng=torch.Generator().manual_seed(cfg.seed),
-        val_batches=[
-            corpus.batch("val", tc.batch_size, tc.block_size, generator=val_rng)
-            for _ in range(tc.eval_batches)
-        ],
-        run_id=run_id,
-        precision=choice.effective,
-        precision_facts=choice.facts(),
-    )
-    if tc.resume:
-        restore(s, Path(tc.resume) / CHECKPOINT)
-        if ctx.is_main:
-            remove_leftovers(s.run_dir)
-    return s
-
-
-def announce_run(s: Session, run_name: str | None, *, hparams: dict | None = None) -> None:
-    """The summary of a run being trained, written with status running; the trackers opened."""
-    cfg = s.cfg
-    if cfg.train.warmup_steps > cfg.train.max_steps:  # a smoke test's choice, a real run's mistake
-        log.warning(
-            f"train.warmup_steps={cfg.train.warmup_steps} is longer than train.max_steps="
-            f"{cfg.train.max_steps}: the learning rate never reaches train.lr={cfg.train.lr}"
-        )
-    s.summary = running_summary(s)
-    if s.ctx.is_main:
-        if s.corpus.tokenizer.kind == "bpe":
-            write_text(s.run_dir / TOKENIZER_FILE, s.corpus.tokenizer.to_json())
-        write_summary(s.run_dir, s.summary)
-        s.logger = open_loggers(
-            cfg.logger,
-            s.run_dir,
-            s.state.metrics,
-            name=run_name or s.run_dir.name,
-            start_step=s.state.step,
-            run_id=s.run_id,
-            hparams=hparams,
-        )
-        s.logger.log_config(recorded(cfg))
 
 
 def train_until_stopped(s: Session, elapsed) -> tuple[RunStatus, str | None]:

@@ -1,17 +1,26 @@
-"""The summary of a run being trained: built once, from its config, model and corpus, when the run is
-announced; its outcome when the training stops (rundir.summary writes and reads it)."""
+"""The summary of a run being trained: announced once, from its config, model and corpus, when the run
+starts; its outcome when the training stops; marked failed when an error stops it (rundir.summary
+writes and reads it)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from posenc_cli.config.schema import PosencConfig
+from posenc_cli.core.atomic import write_text
 from posenc_cli.core.device import precision_record
+from posenc_cli.core.errors import UsageError
 from posenc_cli.core.version import code_version
 from posenc_cli.data import Corpus
+from posenc_cli.data.tokenizers import TOKENIZER_FILE
 from posenc_cli.model import GPT
+from posenc_cli.rundir.claim import resume_command
+from posenc_cli.rundir.layout import SUMMARY
 from posenc_cli.rundir.lineage import lineage
 from posenc_cli.rundir.summary import (
     PrecisionFacts,
@@ -20,9 +29,39 @@ from posenc_cli.rundir.summary import (
     RunStatus,
     RunSummary,
     read_summary,
+    write_summary,
 )
 from posenc_cli.training import distributed
-from posenc_cli.training.session import Session, last_measured, recorded
+from posenc_cli.training.checkpoints import recorded
+from posenc_cli.training.session import Session
+from posenc_cli.training.tracking import open_loggers
+
+log = logging.getLogger("posenc.train")
+
+
+def announce_run(s: Session, run_name: str | None, *, hparams: dict | None = None) -> None:
+    """The summary of a run being trained, written with status running; the trackers opened."""
+    cfg = s.cfg
+    if cfg.train.warmup_steps > cfg.train.max_steps:  # a smoke test's choice, a real run's mistake
+        log.warning(
+            f"train.warmup_steps={cfg.train.warmup_steps} is longer than train.max_steps="
+            f"{cfg.train.max_steps}: the learning rate never reaches train.lr={cfg.train.lr}"
+        )
+    s.summary = running_summary(s)
+    if s.ctx.is_main:
+        if s.corpus.tokenizer.kind == "bpe":
+            write_text(s.run_dir / TOKENIZER_FILE, s.corpus.tokenizer.to_json())
+        write_summary(s.run_dir, s.summary)
+        s.logger = open_loggers(
+            cfg.logger,
+            s.run_dir,
+            s.state.metrics,
+            name=run_name or s.run_dir.name,
+            start_step=s.state.step,
+            run_id=s.run_id,
+            hparams=hparams,
+        )
+        s.logger.log_config(recorded(cfg))
 
 
 def running_summary(s: Session) -> RunSummary:
@@ -86,3 +125,33 @@ def describe(
         corpus_stats=dict(corpus.stats),
         precision=precision,
     )
+
+
+def last_measured(rows: list[dict[str, Any]], key: str) -> float | None:
+    """The newest value of `key` in the metrics rows (rows hold only what their step measured)."""
+    return next((row[key] for row in reversed(rows) if row.get(key) is not None), None)
+
+
+def mark_failed(run_dir: Path, err: BaseException, how: str) -> None:
+    """A run that an error stopped (a check that only the start can make, a file that cannot be
+    written) is marked failed, never left "running": it can be resumed once the cause is gone (with
+    another `logger`, say) or deleted."""
+    if not distributed.current().is_main or not (run_dir / SUMMARY).is_file():
+        return
+    summary = read_summary(run_dir)
+    if summary.status is RunStatus.RUNNING:
+        interrupted = isinstance(err, KeyboardInterrupt)  # Ctrl-C, or SIGTERM as the run starts
+        reason = (
+            RunStatus.INTERRUPTED.value if interrupted else " ".join(str(err).split()) or type(err).__name__
+        )
+        step = summary.checkpoint_step
+        kept = f"its checkpoint of step {step} is kept" if step else "with no checkpoint saved"
+        message = (
+            f"the run {how} ({reason}), {kept}; delete {run_dir}, or resume it once the cause is gone: "
+            f"{resume_command(run_dir)}"
+        )
+        status = RunStatus.INTERRUPTED if interrupted else RunStatus.FAILED
+        try:
+            write_summary(run_dir, dataclasses.replace(summary, status=status, message=message))
+        except UsageError as refused:  # the full disk that stopped the run: its own error is the one said
+            log.warning(f"the run could not be marked {status}: {refused}")
