@@ -264,8 +264,8 @@ def test_an_export_with_a_tokenizer_file_missing_or_changed_or_one_transformers_
 def test_a_tokenizer_added_to_an_export_of_token_ids_is_refused(smoke_sweep, tmp_path):
     """An export of token ids (data=bin) has no tokenizer files; ones put beside it would give
     transformers another tokenizer's ids (and eval hf:DIR an IndexError past the vocabulary)."""
-    from posenc_cli.core.atomic import MANIFEST, read_manifest
     from posenc_cli.core.errors import UsageError
+    from posenc_cli.core.file_sets import MANIFEST, read_manifest
     from posenc_cli.evaluation.export import verified_config
 
     run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
@@ -314,8 +314,8 @@ def test_an_export_of_token_ids_over_a_text_runs_export_removes_the_tokenizer_it
 def test_an_export_of_an_older_version_is_refused_by_its_version_and_one_without_a_newline_says_so(
     smoke_sweep, tmp_path
 ):
-    from posenc_cli.core.atomic import MANIFEST, hashed_entry, read_manifest
     from posenc_cli.core.errors import UsageError
+    from posenc_cli.core.file_sets import MANIFEST, hashed_entry, read_manifest
     from posenc_cli.evaluation.export import CONFIG, verified_config
 
     run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
@@ -353,7 +353,7 @@ def test_a_run_holding_its_own_export_is_still_evaluated_as_the_run_and_hf_run_n
 
 def vouched(export: Path, *names: str) -> None:
     """The export's manifest rewritten to list `names` as they are now: what anyone can do to it."""
-    from posenc_cli.core.atomic import MANIFEST, hashed_entry, read_manifest
+    from posenc_cli.core.file_sets import MANIFEST, hashed_entry, read_manifest
 
     manifest = read_manifest(export)
     for name in names:

@@ -19,16 +19,16 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, assert_one_line_error, assert_refused, invoke, posenc, run_cli, train
-from posenc_cli.core.atomic import (
+from posenc_cli.core.atomic import remove_leftovers
+from posenc_cli.core.errors import UsageError
+from posenc_cli.core.file_sets import (
     MANIFEST,
     SetKind,
     hashed_entry,
     output_set,
     own_directory,
     release_directories,
-    remove_leftovers,
 )
-from posenc_cli.core.errors import UsageError
 
 
 def a_run(sweep: Path, scheme: str) -> Path:

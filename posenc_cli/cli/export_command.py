@@ -30,7 +30,7 @@ def export_command(
 ) -> None:
     """EXPORT_HELP: its install hint is spelled for this install (core.install)."""
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.core.atomic import read_manifest
+    from posenc_cli.core.file_sets import read_manifest
     from posenc_cli.evaluation.export import export_run, lacks_document_end
 
     written = export_run(run, out, force=force)

@@ -25,16 +25,9 @@ from typing import Any, Iterator
 
 import torch
 
-from posenc_cli.core.atomic import (
-    MANIFEST,
-    SetKind,
-    hashed_entry,
-    output_set,
-    read_manifest,
-    write_text,
-    write_with,
-)
+from posenc_cli.core.atomic import write_text, write_with
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.file_sets import MANIFEST, SetKind, hashed_entry, output_set, read_manifest
 from posenc_cli.core.install import install_hint
 from posenc_cli.data import data_config
 from posenc_cli.data.tokenizers import from_payload
