@@ -27,6 +27,7 @@ from posenc_cli.evaluation.export_loading import (
     private_export,
     refuse_foreign_code,
 )
+from posenc_cli.evaluation.export_target import ExportModel
 from posenc_cli.evaluation.hf_checks import (
     CONTEXT_KEYS,
     GGUF_SUFFIX,
@@ -39,12 +40,11 @@ from posenc_cli.evaluation.hf_checks import (
     first_line,
     local_weights,
 )
+from posenc_cli.evaluation.hf_memory import check_weights_fit
 from posenc_cli.evaluation.hf_models import (
     MODEL_TYPE_SCHEMES,
     PREFIX,
-    ExportModel,
     HFModel,
-    check_weights_fit,
     model_scheme,
     transformers_module,
 )
