@@ -1,6 +1,6 @@
 """What `train.precision=auto` chooses between, timed for longer than its calibration does: the training
 step (session.train_step) at the default config in every effective precision, fp32, bf16 autocast and
-bf16 autocast with fp32 attention, through auto's own timing (precision_choice.time_steps: two warm-up
+bf16 autocast with fp32 attention, through auto's own timing (precision_timing.time_steps: two warm-up
 steps, then the precisions alternated, the order reversed every round) with 6 rounds of 8 steps instead
 of 3 of 2. Not a posenc setting: a measurement (docs/performance.md).
 
@@ -16,7 +16,7 @@ import torch
 
 from posenc_cli.bench.train_speed import compose
 from posenc_cli.config.schema import check_keys
-from posenc_cli.training.precision_choice import time_steps
+from posenc_cli.training.precision_timing import time_steps
 
 ROUNDS, STEPS, VOCAB = 6, 8, 65
 

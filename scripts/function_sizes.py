@@ -33,18 +33,7 @@ EXCEPTIONS = {
     "posenc_cli/model/gpt.py:Block.forward": "nn.Module.forward: torch's calling convention",
 }
 # "path" of a module over MAX_MODULE_LINES -> why it is kept.
-LONG_MODULES = {
-    "posenc_cli/core/atomic.py": (
-        "atomic writes and output sets in one module; the output-set half (manifest, kinds, directory "
-        "ownership) is imported by evaluation/export.py and rundir/destinations.py, which are being "
-        "changed in the same step: it moves to its own module once they land"
-    ),
-    "posenc_cli/evaluation/export.py": "being changed in the security step: split after it lands",
-    "posenc_cli/evaluation/hf_models.py": "being changed in the security step: split after it lands",
-    "posenc_cli/training/precision_choice.py": (
-        "being changed in the typed-summary step (training/): split after it lands"
-    ),
-}
+LONG_MODULES: dict[str, str] = {}
 
 
 def typer_command(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

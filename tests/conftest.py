@@ -177,10 +177,10 @@ def cpu_bf16(request, monkeypatch) -> str:
 def fixed_free_memory(monkeypatch) -> int:
     """Every memory check sees 24 GiB free (this project's machine size), whatever the host has."""
     from posenc_cli.config import memory_model
-    from posenc_cli.evaluation import hf_models, run_target, sample
+    from posenc_cli.evaluation import hf_memory, hf_models, run_target, sample
 
     free = 24 * 2**30
-    for module in (memory_model, hf_models, run_target, sample):
+    for module in (memory_model, hf_memory, hf_models, run_target, sample):
         monkeypatch.setattr(module, "free_memory", lambda device: free)
     return free
 

@@ -240,7 +240,7 @@ def test_an_export_with_a_tokenizer_file_missing_or_changed_or_one_transformers_
     import shutil
 
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export import verified_config
+    from posenc_cli.evaluation.export_loading import verified_config
 
     run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
     export = export_run(run, tmp_path / "export")
@@ -264,9 +264,9 @@ def test_an_export_with_a_tokenizer_file_missing_or_changed_or_one_transformers_
 def test_a_tokenizer_added_to_an_export_of_token_ids_is_refused(smoke_sweep, tmp_path):
     """An export of token ids (data=bin) has no tokenizer files; ones put beside it would give
     transformers another tokenizer's ids (and eval hf:DIR an IndexError past the vocabulary)."""
-    from posenc_cli.core.atomic import MANIFEST, read_manifest
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export import verified_config
+    from posenc_cli.core.file_sets import MANIFEST, read_manifest
+    from posenc_cli.evaluation.export_loading import verified_config
 
     run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
     export = export_run(run, tmp_path / "export")
@@ -291,7 +291,7 @@ def test_an_export_of_token_ids_over_a_text_runs_export_removes_the_tokenizer_it
     them); a tokenizer file its manifest did not vouch for is left, and refused."""
     import numpy as np
 
-    from posenc_cli.evaluation.export import verified_config
+    from posenc_cli.evaluation.export_loading import verified_config
 
     (np.arange(3000) % 40).astype(np.uint16).tofile(tmp_path / "train.bin")
     (np.arange(1000) % 40).astype(np.uint16).tofile(tmp_path / "val.bin")
@@ -314,9 +314,10 @@ def test_an_export_of_token_ids_over_a_text_runs_export_removes_the_tokenizer_it
 def test_an_export_of_an_older_version_is_refused_by_its_version_and_one_without_a_newline_says_so(
     smoke_sweep, tmp_path
 ):
-    from posenc_cli.core.atomic import MANIFEST, hashed_entry, read_manifest
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export import CONFIG, verified_config
+    from posenc_cli.core.file_sets import MANIFEST, hashed_entry, read_manifest
+    from posenc_cli.evaluation.export import CONFIG
+    from posenc_cli.evaluation.export_loading import verified_config
 
     run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
     result = invoke("export", str(run), "--out", str(tmp_path / "export"))
@@ -338,7 +339,7 @@ def test_a_run_holding_its_own_export_is_still_evaluated_as_the_run_and_hf_run_n
 ):
     import shutil
 
-    from posenc_cli.evaluation.export import is_export
+    from posenc_cli.evaluation.export_loading import is_export
     from posenc_cli.evaluation.targets import exports_as_hf
 
     run = Path(
@@ -353,7 +354,7 @@ def test_a_run_holding_its_own_export_is_still_evaluated_as_the_run_and_hf_run_n
 
 def vouched(export: Path, *names: str) -> None:
     """The export's manifest rewritten to list `names` as they are now: what anyone can do to it."""
-    from posenc_cli.core.atomic import MANIFEST, hashed_entry, read_manifest
+    from posenc_cli.core.file_sets import MANIFEST, hashed_entry, read_manifest
 
     manifest = read_manifest(export)
     for name in names:
@@ -483,7 +484,7 @@ def test_an_export_edited_to_another_model_than_its_weights_is_refused_however_i
     1 of its 2 layers, or 3, the manifest rewritten to vouch for it, is refused in one line naming the
     weights it lacks or has beyond, never scored with a layer dropped or made up."""
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export import load_export
+    from posenc_cli.evaluation.export_loading import load_export
 
     data = str(text_in_vocabulary(two_layer_run, tmp_path / "text.txt"))
     for layers, said in ((1, "unexpected ['blocks.1."), (3, "missing ['blocks.2.")):
@@ -505,7 +506,7 @@ def test_an_exports_configs_must_be_what_posenc_writes_for_its_model_and_tokeniz
     import shutil
 
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export import verified_export
+    from posenc_cli.evaluation.export_loading import verified_export
 
     export = export_run(two_layer_run, tmp_path / "export")
     verified_export(export)
@@ -593,7 +594,7 @@ def test_a_link_or_a_fifo_among_an_exports_files_is_refused_naming_it_however_it
     import shutil
 
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export import load_export
+    from posenc_cli.evaluation.export_loading import load_export
     from posenc_cli.evaluation.hf_loading import load_hf_model
 
     export = rope_export(smoke_sweep, tmp_path / "export")
@@ -617,7 +618,7 @@ def test_an_export_whose_weight_is_stored_as_integers_is_refused_naming_it(smoke
     from safetensors.torch import load_file, save_file
 
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export import load_export
+    from posenc_cli.evaluation.export_loading import load_export
 
     export = rope_export(smoke_sweep, tmp_path / "export")
     weights = load_file(export / "model.safetensors")

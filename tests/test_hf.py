@@ -417,7 +417,7 @@ def test_missing_data_and_missing_model_are_one_line(tiny, tmp_path):
 
 
 def test_export_loads_without_pickle_to_identical_logits(tiny, tmp_path):
-    from posenc_cli.evaluation.export import load_export
+    from posenc_cli.evaluation.export_loading import load_export
     from posenc_cli.rundir.loading import load_run
 
     result = run_cli("export", str(tiny["run"]), "--out", str(tmp_path / "export"), cwd=tmp_path)

@@ -15,8 +15,9 @@ from hydra import compose, initialize_config_dir
 
 from posenc_cli.config.location import config_dir
 from posenc_cli.core.device import EFFECTIVE_PRECISIONS
-from posenc_cli.training import precision_choice
-from posenc_cli.training.precision_choice import PrecisionChoice, cache_path, choose_precision, time_steps
+from posenc_cli.training import precision_choice, precision_timing
+from posenc_cli.training.precision_choice import PrecisionChoice, cache_path, choose_precision
+from posenc_cli.training.precision_timing import time_steps
 from posenc_cli.training.preflight import validate
 
 CPU = torch.device("cpu")
@@ -205,10 +206,10 @@ def test_an_earlier_posencs_two_precision_cache_is_measured_again_without_a_warn
 def test_the_machine_is_busy_when_other_processes_keep_every_core_busy_not_this_ones_own_work(
     monkeypatch, others, load, busy
 ):
-    monkeypatch.setattr(precision_choice, "other_runnable_threads", lambda: others)
-    monkeypatch.setattr(precision_choice, "usable_cores", lambda: 2)
-    monkeypatch.setattr(precision_choice.os, "getloadavg", lambda: (load, load, load))
-    assert precision_choice.machine_busy() == busy
+    monkeypatch.setattr(precision_timing, "other_runnable_threads", lambda: others)
+    monkeypatch.setattr(precision_timing, "usable_cores", lambda: 2)
+    monkeypatch.setattr(precision_timing.os, "getloadavg", lambda: (load, load, load))
+    assert precision_timing.machine_busy() == busy
 
 
 def test_a_thread_whose_name_holds_parentheses_is_read_by_its_state_and_an_ended_one_is_not_running(tmp_path):
@@ -218,7 +219,7 @@ def test_a_thread_whose_name_holds_parentheses_is_read_by_its_state_and_an_ended
     (tmp_path / "2" / "stat").write_text("2 (worker) S 0 1\n")
     (tmp_path / "3").mkdir()
     (tmp_path / "3" / "stat").write_bytes(b"3 (\xff\xfe) R 0 1\n")  # a name that is not UTF-8
-    running = [precision_choice.thread_running(tmp_path / name) for name in ("1", "2", "3", "gone")]
+    running = [precision_timing.thread_running(tmp_path / name) for name in ("1", "2", "3", "gone")]
     assert running == [True, False, True, False]
 
 

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from conftest import assert_refused, column, posenc, run_cli
-from posenc_cli.core.atomic import MANIFEST
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.file_sets import MANIFEST
 from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.report.output_sets import write_eval_outputs, write_probe_outputs
 from posenc_cli.report.results_file import FORMAT_VERSION, RESULTS, parse_results, provenance, read_label

@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from conftest import ROOT, SMOKE, assert_one_line_error, assert_refused, invoke, posenc, run_cli
-from posenc_cli.core.atomic import MANIFEST, output_set
+from posenc_cli.core.file_sets import MANIFEST, output_set
 from posenc_cli.rundir.claim import claim_new
 from posenc_cli.rundir.layout import CHECKPOINT, LOCK, SUMMARY
 from posenc_cli.rundir.selection import select_runs

@@ -34,7 +34,7 @@ from posenc_cli.bench.processes import TINY_MODEL
 from posenc_cli.bench.sampling import bench_sampling
 from posenc_cli.bench.startup import bench_startup
 from posenc_cli.bench.train_speed import bench_levers, bench_precision, bench_training
-from posenc_cli.core.atomic import SetKind, output_set
+from posenc_cli.core.file_sets import SetKind, output_set
 from posenc_cli.model.positional import SCHEMES
 from posenc_cli.training.precision_choice import CACHE_ENV
 from posenc_cli.training.stopping import terminate_as_interrupt

@@ -9,8 +9,8 @@ import typer
 
 from posenc_cli.cli.app import app, flag, force_option
 from posenc_cli.core import ui
-from posenc_cli.core.atomic import SetKind
 from posenc_cli.core.errors import UsageError, require_positive_int
+from posenc_cli.core.file_sets import SetKind
 
 DEFAULT_PEER = "../shared/peers/nanogpt"  # beside this repository's checkout; users have none
 

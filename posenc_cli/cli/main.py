@@ -23,8 +23,8 @@ from posenc_cli.cli.app import HELP_OPTION_NAMES, app, reflow
 from posenc_cli.cli.completion import click_core, click_exceptions
 from posenc_cli.cli.train_command import TrainCommand
 from posenc_cli.core import ui
-from posenc_cli.core.atomic import release_directories
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.file_sets import release_directories
 from posenc_cli.core.ui import INTERRUPTED, fail
 
 # how `posenc --help` lists the commands: in the order a user meets them (each module registers its own)

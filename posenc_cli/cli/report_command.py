@@ -9,8 +9,8 @@ import typer
 
 from posenc_cli.cli.app import app, choice, force_option
 from posenc_cli.core import ui
-from posenc_cli.core.atomic import SetKind
 from posenc_cli.core.choices import LANGS
+from posenc_cli.core.file_sets import SetKind
 
 
 @app.command("report")

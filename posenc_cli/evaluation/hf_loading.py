@@ -2,8 +2,9 @@
 through transformers' gguf_file=, with the tokenizer the file carries and its weights dequantized to
 --dtype), or the hub where it is reachable; its training length from its config; `--device-map auto`
 spreads it with accelerate; every failure one line. A posenc export is loaded from a private copy of
-the bytes posenc verified (export.private_export), and a GGUF file from a private directory holding it
-alone (model_files.gguf_alone): transformers reads nothing posenc did not check, and nothing beside."""
+the bytes posenc verified (export_loading.private_export), and a GGUF file from a private directory
+holding it alone (model_files.gguf_alone): transformers reads nothing posenc did not check, and nothing
+beside."""
 
 from __future__ import annotations
 
@@ -20,7 +21,13 @@ import torch
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
-from posenc_cli.evaluation.export import VerifiedExport, is_export, private_export, refuse_foreign_code
+from posenc_cli.evaluation.export_loading import (
+    VerifiedExport,
+    is_export,
+    private_export,
+    refuse_foreign_code,
+)
+from posenc_cli.evaluation.export_target import ExportModel
 from posenc_cli.evaluation.hf_checks import (
     CONTEXT_KEYS,
     GGUF_SUFFIX,
@@ -33,12 +40,11 @@ from posenc_cli.evaluation.hf_checks import (
     first_line,
     local_weights,
 )
+from posenc_cli.evaluation.hf_memory import check_weights_fit
 from posenc_cli.evaluation.hf_models import (
     MODEL_TYPE_SCHEMES,
     PREFIX,
-    ExportModel,
     HFModel,
-    check_weights_fit,
     model_scheme,
     transformers_module,
 )

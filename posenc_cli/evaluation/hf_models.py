@@ -7,21 +7,11 @@ it has one, batch 1, and logits computed a chunk of positions at a time so a 16k
 holds 16k × vocabulary floats.
 
 RoPE scaling goes through the model's own rotary module, rebuilt from a copy of its config with
-`rope_parameters` set (transformers' implementations). posenc's method names map as follows, with
-s the factor and L the training length (the model's context, or --hf-context):
-
-    none     the model's own rope_parameters, unchanged
-    linear   rope_type "linear", factor s
-    ntk      rope_type "default" with rope_theta × s^(d/(d-2)), d the rotary dim (static NTK-aware;
-             transformers has no rope_type for it)
-    dynamic  rope_type "dynamic", factor s (default 1), max_position_embeddings L
-    yarn     rope_type "yarn", factor s, original_max_position_embeddings L
-    llama3   rope_type "llama3", factor s, original_max_position_embeddings L, low/high_freq_factor 1/4
+`rope_parameters` set (transformers' implementations: evaluation.hf_rope_scaling).
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import replace
 
@@ -33,6 +23,8 @@ from posenc_cli.core.install import install_hint
 from posenc_cli.data import needles
 from posenc_cli.data.needles import ENGLISH, Episode, NeedleTask
 from posenc_cli.evaluation.export import MODEL_TYPE
+from posenc_cli.evaluation.hf_memory import LOGITS_CHUNK, forward_bytes
+from posenc_cli.evaluation.hf_rope_scaling import scaled_config
 from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.evaluation.model_files import local_path
 from posenc_cli.model import token_nll
@@ -55,7 +47,6 @@ MODEL_TYPE_SCHEMES = {
     "bloom": "alibi",
     "mpt": "alibi",
 }
-LOGITS_CHUNK = 1024  # positions whose logits exist at once
 
 
 def model_scheme(config) -> str | None:
@@ -322,100 +313,3 @@ class HFModel:
             prompt, full = prompt[:-1], full[:-1]
         split = next((i for i, (a, b) in enumerate(zip(prompt, full)) if a != b), len(prompt))
         return full[:split], full[split:]
-
-
-class ExportModel(HFModel):
-    """A posenc export (`posenc export RUN`) as transformers loads it: posenc's GPT under PreTrainedModel
-    (evaluation.hf_modeling), scored through its logits whole (posenc's vocabularies are small), with the
-    facts its scheme states, as the run it was exported from has them."""
-
-    @property
-    def gpt(self):
-        return self.model.gpt
-
-    @property
-    def label(self) -> Label:
-        """The export's scheme by its parts (a composite's too), as the run it was exported from names it."""
-        return Label(self.gpt.scheme.part_names, model=short_name(self.path))
-
-    @property
-    def max_len(self) -> int | None:
-        return self.gpt.scheme.max_len
-
-    def facts(self) -> dict:
-        return {
-            "positional_params": self.gpt.n_positional_params,
-            "relative": self.gpt.scheme.relative,
-            "used_by": short_name(self.path),
-        }
-
-    @torch.no_grad()
-    def token_nll(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return token_nll(self.model(input_ids=inputs.to(self.device)).logits, targets.to(self.device))
-
-    @torch.no_grad()
-    def last_logits(self, inputs: torch.Tensor, n: int) -> torch.Tensor:
-        return self.model(input_ids=inputs.to(self.device)).logits[:, -n:].float()
-
-    def variants(self, methods: list[str], factor: float | None) -> list[RopeScaling | None]:
-        """Once, as exported: posenc applies a RoPE scaling to its own runs, so one is refused here."""
-        scaled = [m for m in methods if m != "none"]
-        if scaled and self.gpt.scheme.scalable:
-            raise UsageError(
-                f"--rope-scaling {','.join(scaled)}: {self.path} is a posenc export, scored as exported; "
-                "evaluate the run directory it was exported from to scale its RoPE"
-            )
-        return [None]
-
-
-def forward_bytes(config, length: int, *, weights: int, element: int, eager: bool) -> int:
-    """Bytes a forward over `length` tokens needs, batch 1, without gradients: the weights, a layer's
-    activations, the chunk of logits, and the T x T scores where attention is eager (ALiBi in BLOOM)."""
-    hidden = config.hidden_size
-    inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
-    activations = length * (8 * hidden + 2 * inner) * element
-    scores = 3 * config.num_attention_heads * length * length * element if eager else length * length  # mask
-    logits = 2 * LOGITS_CHUNK * config.vocab_size * 4
-    return weights + activations + scores + logits
-
-
-def check_weights_fit(config, elements: int, *, element: int, devices: list[torch.device], name: str) -> None:
-    """The model's weights, counted on the meta device before it is built, must fit what each device
-    it passes through (the CPU it is loaded on, the one it runs on) has free."""
-    need = forward_bytes(config, 0, weights=elements * element, element=element, eager=False)
-    for device in dict.fromkeys(devices):
-        have = free_memory(device)
-        if have is not None and need > have:
-            raise UsageError(
-                f"{name} has {elements:,} weights, about {need / 2**30:.1f} GiB at {element} bytes each, more "
-                f"than the {have / 2**30:.1f} GiB free on {device}; use --dtype bf16, --device-map auto, or a "
-                "smaller model"
-            )
-
-
-def scaled_config(config, method: str, factor: float, *, train_len: int):
-    """A copy of `config` whose rope_parameters ask transformers for `method` (see the module docstring)."""
-    config = copy.deepcopy(config)
-    own = dict(config.rope_parameters)
-    params = {"rope_theta": own["rope_theta"]}
-    if "partial_rotary_factor" in own:
-        params["partial_rotary_factor"] = own["partial_rotary_factor"]
-    if method == "ntk":
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        dim = int(head_dim * own.get("partial_rotary_factor", 1.0))
-        if dim <= 2:
-            raise UsageError(f"--rope-scaling ntk needs a rotary dim above 2, the model has {dim}")
-        params.update(rope_type="default", rope_theta=own["rope_theta"] * factor ** (dim / (dim - 2)))
-    elif method == "linear":
-        params.update(rope_type=method, factor=float(factor))
-    elif method == "dynamic":
-        params.update(rope_type=method, factor=float(factor))
-        config.max_position_embeddings = train_len  # where transformers' dynamic NTK starts to scale
-    elif method in ("yarn", "llama3"):
-        params.update(rope_type=method, factor=float(factor), original_max_position_embeddings=train_len)
-        if method == "llama3":
-            params.update(low_freq_factor=1.0, high_freq_factor=4.0)
-    else:
-        raise UsageError(f"--rope-scaling {method} has no transformers counterpart")
-    config.rope_parameters = params
-    return config

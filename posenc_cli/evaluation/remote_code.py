@@ -6,7 +6,8 @@ on the hub), a `custom_pipelines` implementation, or custom_generate/generate.py
 top of a local `hf:` directory is read first (each up to model_files.JSON_CAP: a larger one is refused),
 and any such entry that is not posenc's own, in a directory that is not a posenc export, or beside a
 modeling_posenc.py of other bytes, is refused in one line naming the file and the key, before
-transformers reads anything there. An export is then loaded from a private copy (export.private_export)."""
+transformers reads anything there. An export is then loaded from a private copy
+(export_loading.private_export)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.export import is_export
+from posenc_cli.evaluation.export_loading import is_export
 from posenc_cli.evaluation.hf_loading import load_hf_model
 from posenc_cli.evaluation.hf_models import PREFIX, is_hf
 from posenc_cli.evaluation.run_target import RunTarget

@@ -1,7 +1,7 @@
 """An evaluation's or a probe's output set: every table and figure written atomically into one directory,
 with a manifest of what this command wrote. eval and probe share a directory on purpose: comparison.md
 gains passkey rows from probe.csv (and probe rewrites it from ppl.csv), but only from a file the set
-found there listed, with the same sha256, about the same runs (core.atomic.OutputSet.trusted_input).
+found there listed, with the same sha256, about the same runs (core.file_sets.OutputSet.trusted_input).
 results.json, written last before the manifest, records how the set was made and every row of its
 tables (report.results_file), so that `posenc report` rebuilds the set through these same writers. Once the
 set is complete, its numbers go to the trackers its runs were trained with (report.tracked), unless
@@ -15,7 +15,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from posenc_cli.core.atomic import OutputSet, output_set, write_text, write_with
+from posenc_cli.core.atomic import write_text, write_with
+from posenc_cli.core.file_sets import OutputSet, output_set
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.probe_run import ProbeResult
 from posenc_cli.report.cells import markdown_table
@@ -118,7 +119,8 @@ def write_eval_outputs(
     skipped: Sequence[Skipped] = (),
     track: bool = True,
 ) -> list[Path]:
-    """The eval output set, results.json last; complete once manifest.json is written (atomic.output_set)."""
+    """The eval output set, results.json last; complete once manifest.json is written
+    (core.file_sets.output_set)."""
     figures = ("ppl_vs_length", "loss_by_position") if not positions.empty else ("ppl_vs_length",)
     written = [out / n for n in ("ppl.csv", "ppl.md", "comparison.md", "loss_by_position.csv")] + [
         out / f"{name}.{ext}" for name in figures for ext in ("png", "svg")

@@ -21,9 +21,10 @@ import pandas as pd
 import torch
 
 from posenc_cli import __version__
-from posenc_cli.core.atomic import file_entry, hashed_entry, read_manifest, write_text
+from posenc_cli.core.atomic import write_text
 from posenc_cli.core.device import cpu_bf16, cpu_model, native_bf16
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.file_sets import file_entry, hashed_entry, read_manifest
 from posenc_cli.core.version import code_version
 from posenc_cli.evaluation.eval_text import EvalText
 from posenc_cli.evaluation.labels import Label, Variant

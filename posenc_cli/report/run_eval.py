@@ -12,7 +12,6 @@ from typing import Any
 
 import pandas as pd
 
-from posenc_cli.core.atomic import SetKind
 from posenc_cli.core.choices import (
     DEVICES,
     EVAL_MODES,
@@ -29,6 +28,7 @@ from posenc_cli.core.choices import (
 )
 from posenc_cli.core.device import resolve_device
 from posenc_cli.core.errors import UsageError, option_name, refuse_unread, require_bool, require_choice
+from posenc_cli.core.file_sets import SetKind
 from posenc_cli.evaluation.eval_runs import check_windows, evaluate_runs, rope_methods
 from posenc_cli.evaluation.eval_text import eval_text
 from posenc_cli.evaluation.hf_models import is_hf
@@ -118,7 +118,7 @@ class EvalOptions:
     add_context: bool = False
     ppl_tolerance: float = PPL_TOLERANCE
     retrieval_threshold: float = RETRIEVAL_THRESHOLD
-    force: bool = False  # replace another kind of output set in --out (core.atomic.output_set)
+    force: bool = False  # replace another kind of output set in --out (core.file_sets.output_set)
 
 
 @dataclass(frozen=True)

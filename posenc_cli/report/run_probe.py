@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc_cli.core.atomic import SetKind
 from posenc_cli.core.choices import PPL_TOLERANCE, RETRIEVAL_THRESHOLD
 from posenc_cli.core.device import resolve_device
+from posenc_cli.core.file_sets import SetKind
 from posenc_cli.data.needles import needle_task
 from posenc_cli.evaluation.eval_runs import rope_methods
 from posenc_cli.evaluation.hf_options import hf_options
@@ -48,7 +48,7 @@ class ProbeOptions:
     rope_factor: float | None = None
     retrieval_threshold: float = RETRIEVAL_THRESHOLD
     ppl_tolerance: float = PPL_TOLERANCE
-    force: bool = False  # replace another kind of output set in --out (core.atomic.output_set)
+    force: bool = False  # replace another kind of output set in --out (core.file_sets.output_set)
 
 
 @dataclass(frozen=True)

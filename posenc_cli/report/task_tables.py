@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc_cli.core.atomic import output_set, write_text, write_with
+from posenc_cli.core.atomic import write_text, write_with
+from posenc_cli.core.file_sets import output_set
 from posenc_cli.core.plotting import pyplot, save_figure
 from posenc_cli.evaluation.labels import scheme_order
 from posenc_cli.report.cells import markdown_table, relative_length

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posenc_cli.core.atomic import (
+from posenc_cli.core.errors import UsageError
+from posenc_cli.core.file_sets import (
     DESCRIBED,
     MANIFEST,
     SetKind,
@@ -15,7 +16,6 @@ from posenc_cli.core.atomic import (
     own_directory,
     read_manifest,
 )
-from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import timestamped_dir, writable_place
 from posenc_cli.rundir.claim import claim_new
 from posenc_cli.rundir.layout import holds_run
@@ -50,7 +50,7 @@ def checked_out(out: str | None) -> Path | None:
 def owned_out(out: str | None, kind: SetKind, *, force: bool = False) -> Path | None:
     """checked_out, then the directory owned by this command, which writes a set of `kind` there, until
     it ends: a second posenc writer of it, or a directory holding another kind of set (unless `force`),
-    is refused in one line before any work (core.atomic.own_directory)."""
+    is refused in one line before any work (core.file_sets.own_directory)."""
     path = checked_out(out)
     if path is not None:
         own_directory(path, kind=kind, force=force)
