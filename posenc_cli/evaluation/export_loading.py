@@ -29,8 +29,9 @@ from posenc_cli.evaluation.export import (
 from posenc_cli.evaluation.hf_checks import INTEGER_DTYPES
 from posenc_cli.evaluation.model_files import (
     JSON_CAP,
+    JSON_ERRORS,
     copy_regular,
-    json_bytes,
+    json_value,
     local_path,
     open_directory,
     open_regular,
@@ -89,8 +90,8 @@ def is_export(path: Path, *, in_a_run: bool = False) -> bool:
     if not (path / CONFIG).is_file():  # a FIFO named config.json is never opened
         return False
     try:
-        config = json.loads(json_bytes(path / CONFIG).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        config = json_value(path / CONFIG)
+    except JSON_ERRORS:
         return False
     return isinstance(config, dict) and config.get("format") == FORMAT
 
@@ -134,7 +135,7 @@ def verified_config(directory: Path, *, beside: Path | None = None) -> dict:
             beside, f"it holds {foreign[0]}, which transformers would read and posenc did not write"
         )
     try:
-        config = json.loads(json_bytes(directory / CONFIG).decode("utf-8"))
+        config = json_value(directory / CONFIG)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"{directory / CONFIG} is not valid JSON ({err})") from None
     if isinstance(config, dict) and config.get("format") == FORMAT and config.get("version") != VERSION:
@@ -279,8 +280,8 @@ def check_tokenizer_files(directory: Path, tokenizer) -> None:
 
 def read_json_file(path: Path) -> Any:
     try:
-        return json.loads(json_bytes(path).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        return json_value(path)
+    except JSON_ERRORS as err:
         raise UsageError(f"{path} is not valid JSON ({type(err).__name__})") from None
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc_cli.core.errors import UsageError, require_number, require_positive_int
-from posenc_cli.evaluation.model_files import json_bytes
+from posenc_cli.evaluation.model_files import json_value
 
 CONTEXT_KEYS = ("n_positions", "max_position_embeddings", "max_seq_len", "seq_length", "n_ctx")
 GGUF_SUFFIX = ".gguf"
@@ -96,7 +96,7 @@ def local_weights(source: Path) -> Weights | None:
 def index_shards(index: Path) -> list[Path]:
     """The shard files a model.safetensors.index.json names, each present beside it."""
     try:
-        weight_map = json.loads(json_bytes(index).decode("utf-8"))["weight_map"]
+        weight_map = json_value(index)["weight_map"]
         names = sorted(set(weight_map.values()))
     except (ValueError, KeyError, TypeError, AttributeError):
         raise UsageError(

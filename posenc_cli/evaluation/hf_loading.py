@@ -8,7 +8,6 @@ beside."""
 
 from __future__ import annotations
 
-import json
 import pickle
 import socket
 from contextlib import contextmanager
@@ -49,7 +48,7 @@ from posenc_cli.evaluation.hf_models import (
     transformers_module,
 )
 from posenc_cli.evaluation.hf_options import hf_options
-from posenc_cli.evaluation.model_files import gguf_alone, json_bytes, local_path
+from posenc_cli.evaluation.model_files import gguf_alone, json_value, local_path
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # --dtype's names (core.choices.HF_DTYPES)
 
@@ -243,7 +242,7 @@ def written_config(files: ModelFiles, name: str) -> tuple[str, dict]:
         return files.shown, {}
     if not local.is_dir():
         return f"{name}'s config.json", {}
-    written = json.loads(json_bytes(local / "config.json"))  # transformers read it already
+    written = json_value(local / "config.json")  # transformers read it already
     return str(Path(files.shown) / "config.json"), written if isinstance(written, dict) else {}
 
 

@@ -8,13 +8,14 @@ file beside it (a GGUF's neighbour tokenizer.json), is ever read by transformers
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from posenc_cli.core.errors import UsageError
 
@@ -50,6 +51,15 @@ def json_bytes(path: Path) -> bytes:
     if len(data) > JSON_CAP:
         raise too_large(path, len(data))
     return data
+
+
+JSON_ERRORS = (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError)  # what json_value raises
+
+
+def json_value(path: Path) -> Any:
+    """A JSON file's value, its bytes capped as json_bytes caps them; the caller words its own line for
+    JSON_ERRORS (a missing, unreadable, non-UTF-8, malformed or too deeply nested file)."""
+    return json.loads(json_bytes(path).decode("utf-8"))
 
 
 def open_regular(directory_fd: int, name: str, shown: Path) -> int | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.model_files import json_bytes
+from posenc_cli.evaluation.model_files import JSON_ERRORS, json_value
 
 CONFIG = "config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -64,8 +64,8 @@ def code_references(directory: Path) -> list[CodeReference]:
     found = []
     for path in sorted(p for p in directory.glob("*.json") if p.is_file()):  # a FIFO is never opened
         try:
-            value = json.loads(json_bytes(path).decode("utf-8"))  # a 30 GB one: one line
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+            value = json_value(path)  # a 30 GB one: one line
+        except JSON_ERRORS as err:
             raise UsageError(
                 f"{path} cannot be read as JSON ({type(err).__name__}), so posenc cannot tell which code it "
                 "names for transformers; remove or repair it"
