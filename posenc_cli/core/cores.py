@@ -10,8 +10,11 @@ SIDE_BY_SIDE_FROM = 4  # on 2 cores, two trainings side by side were measured 6 
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity, as a container or taskset limits it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """The cores this process may run on (its affinity: taskset, a cpuset), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this platform (macOS, Windows)
+        return os.cpu_count() or 1
 
 
 def side_by_side_jobs(trainings: int, cores: int) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from posenc_cli.config.schema import PosencConfig
+from posenc_cli.core.cores import usable_cores
 from posenc_cli.core.device import EFFECTIVE_PRECISIONS
 from posenc_cli.data import random_positions
 from posenc_cli.model import GPT
@@ -81,14 +82,6 @@ def machine_busy() -> str | None:
     except (OSError, AttributeError):  # no load average on this platform (Windows): measured as if quiet
         return None
     return f"load average {load:.1f} on {cores} cores" if load > cores else None
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity: taskset, a cpuset), else the machine's."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # no affinity on this platform (macOS, Windows)
-        return os.cpu_count() or 1
 
 
 def other_runnable_threads(samples: int = 5) -> int | None:
