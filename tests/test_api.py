@@ -12,6 +12,7 @@ import typing
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 from test_bad_inputs import EVAL_PROBE_REFUSALS
 
@@ -222,8 +223,9 @@ def test_a_single_length_depth_or_target_is_taken_as_a_list_of_one(call, field, 
     """lengths=64 and depths=0.5 (which the annotations allow) were tracebacks: the command's options
     they build, as the command line would spell them."""
     seen = []
-    monkeypatch.setattr(posenc, "run_eval", lambda options, write: seen.append(options))
-    probing = SimpleNamespace(rows=None)
+    evaluation = posenc.Evaluation(ppl=pd.DataFrame(), loss_by_position=pd.DataFrame(), info={}, out=None)
+    monkeypatch.setattr(posenc, "run_eval", lambda options, write: seen.append(options) or evaluation)
+    probing = SimpleNamespace(rows=pd.DataFrame())
     monkeypatch.setattr(posenc, "probe_options", lambda options, write: seen.append(options) or probing)
     call()
     assert getattr(seen[0], field) == built
