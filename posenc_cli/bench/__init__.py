@@ -1,6 +1,8 @@
 """`posenc bench`: training and evaluation speed on the paths users run, against this machine's limits.
 
-- peak.py: the GEMM peak of each precision (fp32, bf16), the denominator of MFU.
+- peak.py: the GEMM peak of each precision (fp32, bf16), the denominator of MFU: a large square
+  matmul's, and that of the default training step's own matmul shapes.
+- step_profile.py: where an fp32 training step's time goes (matmuls, attention, optimizer, the rest).
 - train_speed.py: `posenc train`'s own training function, timed per eval interval (median reported);
   its precision section: what train.precision=auto chose, beside every pinned precision's speed.
 - peer.py: whole `posenc train` processes side by side with nanoGPT's CPU recipe, alternated.
@@ -33,6 +35,7 @@ from posenc_cli.bench.peer import side_by_side
 from posenc_cli.bench.processes import TINY_MODEL
 from posenc_cli.bench.sampling import bench_sampling
 from posenc_cli.bench.startup import bench_startup
+from posenc_cli.bench.step_profile import bench_step
 from posenc_cli.bench.train_speed import bench_levers, bench_precision, bench_training
 from posenc_cli.core.file_sets import SetKind, output_set
 from posenc_cli.model.positional import SCHEMES
@@ -48,6 +51,7 @@ class Effort:
 
     gemm_size: int = 2048
     gemm_repeats: int = 10
+    profile_steps: int = 5  # profiled steps of the fp32 step's breakdown, after two unprofiled
     train_intervals: int = 3  # eval intervals of training timed per run; the median one is reported
     eval_tokens: int = 16384  # tokens scored per evaluation case (at least one window)
     peer_steps: int = 400  # steps of each whole-process run in the nanoGPT side-by-side
@@ -62,6 +66,7 @@ FULL = Effort()
 QUICK = Effort(
     gemm_size=256,
     gemm_repeats=2,
+    profile_steps=1,
     train_intervals=2,
     eval_tokens=64,
     peer_steps=20,
@@ -138,7 +143,8 @@ def speed_rows(
     rows = bench_training(schemes, effort, peak)
     if levers:
         rows += bench_levers(effort, peak)
-    rows = [*peak.rows(), *[peak.with_mfu(row) for row in rows]]
+    profiled = bench_step(effort, peak, {row["precision"] for row in rows})
+    rows = [*peak.rows(), *[peak.with_mfu(row) for row in rows], *profiled]
     with tempfile.TemporaryDirectory(prefix="posenc-bench-precision-") as cache:
         rows += bench_precision(effort, Path(cache) / "precision.json")
     rows += side_by_side(peer, effort, info)

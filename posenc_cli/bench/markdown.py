@@ -38,6 +38,9 @@ COLUMNS = (
     "asked",
     "reason",
     "vs_best",
+    "mfu_step",
+    "ms_per_step",
+    "share",
 )  # not every section has them
 
 
@@ -63,6 +66,7 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
     sections = (
         header(df, info),
         training_section(df),
+        step_profile_section(df),
         levers_section(df),
         precision_section(df),
         peer_section(df, info),
@@ -82,10 +86,18 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
 
 
 def header(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
+    gemm = df[df["section"] == "gemm"]
+    step = gemm["config"].str.startswith("step shapes")
     peaks = ", ".join(
-        f"{r.precision} **{r.gflops:.1f} GFLOP/s** ({r.config.split()[0]})"
-        for r in df[df["section"] == "gemm"].itertuples()
+        f"{r.precision} **{r.gflops:.1f} GFLOP/s** ({r.config.split()[0]})" for r in gemm[~step].itertuples()
     )
+    at_step = [
+        f"At the default training step's own matmul shapes (each linear's forward and two backward GEMMs, "
+        f"FLOP-weighted; forward shapes {gemm[step]['note'].iloc[0]}): "
+        + ", ".join(f"{r.precision} **{r.gflops:.1f} GFLOP/s**" for r in gemm[step].itertuples())
+        + ".",
+        "",
+    ]
     return [
         f"# posenc bench, {info['date']}",
         "",
@@ -95,6 +107,7 @@ def header(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
         "",
         f"GEMM peaks (best square matmul of the run, smaller where one would take over a second): {peaks}.",
         "",
+        *(at_step if step.any() else []),
     ]
 
 
@@ -102,7 +115,7 @@ def training_section(df: pd.DataFrame) -> list[str]:
     if not (df["section"] == "train").any():  # --startup
         return []
     columns = ["scheme", "n_layer × d_model", "T", "batch", "steps", "precision", "tokens/s", "whole loop"]
-    columns += ["GFLOP/s", "MFU", "vs rope"]
+    columns += ["GFLOP/s", "MFU", "MFU (step shapes)", "vs rope"]
     rows = [
         [
             r.scheme,
@@ -115,6 +128,7 @@ def training_section(df: pd.DataFrame) -> list[str]:
             f"{r.loop_tokens_per_s:,.0f}",
             f"{r.gflops:.1f}",
             mfu_text(r.mfu),
+            "—" if pd.isna(r.mfu_step) else mfu_text(r.mfu_step),
             num(r.vs_rope, ".2f"),
         ]
         for r in df[df["section"] == "train"].itertuples()
@@ -127,9 +141,30 @@ def training_section(df: pd.DataFrame) -> list[str]:
         "after the first (the training loop's own rate, validation pass left out); whole loop: steps × batch × T / "
         "the loop's wall time, validation, checkpoints and warm-up included. MFU = tokens/s × "
         "(6·N + 12·n_layer·d_model·T) / the GEMM peak of the precision the run computes in; N = "
-        "non-positional parameters, tied embedding counted once.",
+        "non-positional parameters, tied embedding counted once; MFU (step shapes): against the peak at the "
+        "step's own matmul shapes.",
         "",
         markdown_table(columns, rows),
+    ]
+
+
+def step_profile_section(df: pd.DataFrame) -> list[str]:
+    found = df[df["section"] == "step_profile"]
+    if not len(found):
+        return []
+    rows = [[r.config, f"{r.ms_per_step:.1f}", f"{r.share:.1%}", r.note] for r in found.itertuples()]
+    return [
+        "## Where an fp32 step's time goes",
+        "",
+        f"`posenc train`'s own step (session.train_step) at the default configuration (rope) in fp32, "
+        f"{int(found['steps'].iloc[0])} steps under torch.profiler after two warm-up steps; each op's self "
+        "time in the first category its call stack names (matmuls: mm/addmm/bmm/matmul/linear and their "
+        "backward; attention: scaled_dot_product_attention and its backward; the optimizer: zero_grad and "
+        "the fused AdamW step; other ops: elementwise, norms, embedding, loss, gradient clipping, ms each "
+        "for the largest); between ops: the profiled step's wall time less its ops' (Python, the profiler).",
+        "",
+        markdown_table(["part", "ms/step", "share", "note"], rows),
+        "",
     ]
 
 

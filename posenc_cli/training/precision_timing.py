@@ -25,6 +25,21 @@ SLOW_STEP_S = (
 )
 
 
+def throwaway_step(cfg: PosencConfig, device: torch.device, vocab_size: int):
+    """A fresh model of the run's shapes, its optimizer as the loop builds it, and one random batch:
+    what timing or profiling the run's step needs."""
+    tc = cfg.train
+    model = GPT(model_config(cfg, vocab_size)).to(device)
+    optimizer = make_optimizer(model, tc)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randint(0, vocab_size, (tc.batch_size, tc.block_size + 1), generator=generator)
+    positions = None
+    if tc.positions == "randomized":
+        positions = random_positions(tc.batch_size, tc.block_size, tc.max_position, generator=generator)
+        positions = positions.to(device)
+    return model, optimizer, (x[:, :-1], x[:, 1:], positions)
+
+
 def time_steps(
     cfg: PosencConfig,
     device: torch.device,
@@ -39,15 +54,7 @@ def time_steps(
     all alike; `rounds` of `steps_per_round` steps each (scripts/attention_precision_ab.py times longer)."""
     tc = cfg.train
     with torch.random.fork_rng(devices=[]):
-        model = GPT(model_config(cfg, vocab_size)).to(device)
-        optimizer = make_optimizer(model, tc)
-        generator = torch.Generator().manual_seed(0)
-        x = torch.randint(0, vocab_size, (tc.batch_size, tc.block_size + 1), generator=generator)
-        positions = None
-        if tc.positions == "randomized":
-            positions = random_positions(tc.batch_size, tc.block_size, tc.max_position, generator=generator)
-            positions = positions.to(device)
-        batch = (x[:, :-1], x[:, 1:], positions)
+        model, optimizer, batch = throwaway_step(cfg, device, vocab_size)
 
         def steps(precision: str, count: int) -> float:
             """Seconds a step, over `count` steps."""
