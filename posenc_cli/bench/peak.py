@@ -90,7 +90,7 @@ class Peak:
     def measure_step_shapes(self, gemms: list[Gemm], precisions: set[str]) -> None:
         """The step-shape peak of each of `precisions` (those the runs computed in, and fp32)."""
         self.step_shapes = ", ".join(
-            f"{g.name} {g.m}×{g.k}·{g.k}×{g.n}" for g in gemms if "forward" in g.name
+            f"{g.name.removesuffix(' forward')} {g.m}×{g.k}·{g.k}×{g.n}" for g in gemms if "forward" in g.name
         )
         for name in sorted(precisions | {"fp32"}):
             self.step_flops[name] = shapes_flops(gemms, GEMM_DTYPES[name], self.repeats)
