@@ -4,6 +4,7 @@ stated formula; the nanoGPT side-by-side says when its peer is absent."""
 
 from __future__ import annotations
 
+import math
 import re
 from types import SimpleNamespace
 from unittest import mock
@@ -18,9 +19,10 @@ from posenc_cli.bench import peer as peer_module
 from posenc_cli.bench import sampling as sampling_module
 from posenc_cli.bench import train_speed as train_speed_module
 from posenc_cli.bench.bench_targets import STARTUP_TARGETS, load_targets, mfu_text, precision_auto, targets
-from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands
+from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands, step_gemms
 from posenc_cli.bench.peer import side_by_side, speedup
 from posenc_cli.bench.startup import startup_cases
+from posenc_cli.bench.step_profile import category
 from posenc_cli.core.choices import PRECISIONS
 from posenc_cli.model import GPT, ModelConfig, ModelSize
 
@@ -65,6 +67,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
         "sample",
         "startup",
         "main_job",
+        "step_profile",
     }
     main_job = df[df["section"] == "main_job"]
     assert main_job["config"].tolist()[-1] == "total" and (main_job["seconds"] > 0).all()
@@ -81,12 +84,17 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     assert sorted(peer["config"]) == ["nanogpt", "posenc"] and (peer["steps"] == 3).all()
     assert peer.loc[peer["config"] == "nanogpt", "train_loss"].tolist() == [2.5]  # read from its log
     gemm = df[df["section"] == "gemm"]
-    assert sorted(gemm["precision"]) == ["bf16", "fp32"] and (gemm["gflops"] > 0).all()
+    assert sorted(gemm["precision"]) == ["bf16", "fp32", "fp32"] and (gemm["gflops"] > 0).all()
+    assert gemm["config"].tolist()[-1] == "step shapes fp32"  # the runs computed in fp32: its peak alone
+    profiled = df[df["section"] == "step_profile"].set_index("config")
+    parts = ["matmuls", "attention", "optimizer step", "other ops", "between ops"]
+    assert profiled.index.tolist() == [*parts, "step"] and (profiled["ms_per_step"] > 0).all()
+    assert profiled.loc[parts, "ms_per_step"].sum() == pytest.approx(profiled.loc["step", "ms_per_step"])
     train = df[df["section"] == "train"]
     assert sorted(train["scheme"]) == ["alibi", "rope"]
     assert (train["steps"] == 4).all()  # --quick: two eval intervals of 2 steps, run by train.train
     assert (train["tokens_per_s"] > 0).all() and (train["loop_tokens_per_s"] > 0).all()
-    assert set(train["precision"]) <= {"fp32", "bf16"}
+    assert set(train["precision"]) <= {"fp32", "bf16"} and (train["mfu_step"] > 0).all()
     evals = df[df["section"] == "eval"]
     assert sorted(evals["multiple"].unique()) == [1, 8, 32]
     assert (evals["peak_rss_mib"] > evals["eval_rss_mib"]).all()
@@ -100,6 +108,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     assert set(df.loc[df["section"] == "startup", "config"]) == set(STARTUP_TARGETS)
     for heading in (
         "## Training",
+        "## Where an fp32 step's time goes",
         "## Precision: what auto chose, beside every pinned precision",
         "## Beside nanoGPT",
         "## Evaluation",
@@ -121,6 +130,43 @@ def test_mfu_is_against_the_peak_of_the_runs_precision_and_never_shown_above_100
     assert peak.with_mfu({**row, "precision": "fp32"})["mfu"] == 1.0
     assert mfu_text(0.25) == "25.0%"
     assert "%" not in mfu_text(1.2)
+
+
+def test_mfu_at_the_step_shapes_is_against_the_step_shape_peak_of_the_runs_precision():
+    peak = Peak(size=4, repeats=1)
+    peak.flops, peak.step_flops = {"fp32": 400.0, "bf16": 800.0}, {"fp32": 200.0}
+    row = {"tokens_per_s": 10.0, "flops_per_token": 10.0}
+    assert peak.with_mfu({**row, "precision": "fp32"})["mfu_step"] == 0.5
+    assert math.isnan(peak.with_mfu({**row, "precision": "bf16"})["mfu_step"])  # not measured: no MFU
+
+
+def test_the_step_gemms_are_every_linear_forward_and_its_two_backward_gemms():
+    mc = ModelConfig(vocab_size=50, block_size=16, size=ModelSize(n_layer=2, n_head=2, n_embd=8))
+    rows = 4 * 16
+    gemms = step_gemms(mc, rows)
+    linear_weights = sum(m.weight.numel() for m in GPT(mc).modules() if isinstance(m, torch.nn.Linear))
+    assert sum(g.flops for g in gemms) == 3 * 2 * rows * linear_weights  # 6·N·rows over the linears
+    assert {(g.m, g.k, g.n) for g in gemms if g.name.startswith("lm head")} == {
+        (rows, 8, 50),
+        (rows, 50, 8),
+        (50, rows, 8),
+    }
+
+
+def event(name, parent=None):
+    return SimpleNamespace(name=name, cpu_parent=parent)
+
+
+def test_an_op_is_in_the_category_its_call_stack_names_innermost_first():
+    step = event("Optimizer.step#AdamW.step")
+    backward = event("autograd::engine::evaluate_function: MmBackward0")
+    attention = event("ScaledDotProductFlashAttentionForCpuBackward0")
+    assert category(event("aten::t", event("aten::linear"))) == "matmuls"
+    assert category(event("aten::mm", backward)) == "matmuls"
+    assert category(event("aten::empty", attention)) == "attention"
+    assert category(event("aten::copy_", step)) == "optimizer step"
+    assert category(event("aten::_fused_adamw_")) == "optimizer step"
+    assert category(event("aten::gelu_backward", event("GeluBackward0"))) == "other ops"
 
 
 @pytest.mark.parametrize("gflops, expected", [(100.0, 512), (1.0, 256)])
