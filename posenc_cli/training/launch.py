@@ -4,6 +4,7 @@ pre-flight made and validated; a sweep ends with one line saying where its runs 
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from pathlib import Path
 
@@ -48,17 +49,16 @@ def train_with(args: list[str], first: DictConfig | None = None) -> Path | None:
         if checked.sweep is not None and not runs_jobs_here(checked.sweep):
             run_hydra_train([*args, *claimed])  # joblib, submitit: each job composes in its own process
         else:
-            run_jobs(args, checked, claimed)
+            run_jobs(parsed, checked, claimed)
     if parsed.multirun and not distributed.under_torchrun():
         announce_sweep(checked.directory)
     return checked.directory
 
 
-def run_jobs(args: list[str], checked: Preflight, claimed: list[str]) -> None:
+def run_jobs(parsed: argparse.Namespace, checked: Preflight, claimed: list[str]) -> None:
     """The run, or the sweep's jobs one after another, in this process, each on what the pre-flight
     composed and validated (a job a large sweep's pre-flight did not check is composed and validated
     when its turn comes)."""
-    parsed = parse_hydra_args(args)
     with composing(parsed) as compose_point:
 
         def job_of(point: list[str]) -> Job:
