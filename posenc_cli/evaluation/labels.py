@@ -24,13 +24,15 @@ class Variant:
     options: tuple[str, ...] = ()  # the scheme's label_options: interleaved, unscaled, per-layer
     scaling: str = ""  # the RoPE scaling it computes with (rope_scaling.py's methods); "" none
     factor: float | None = None  # --rope-factor, where it applies to `scaling`: the column's `(s=4)`
+    extension: tuple[str, ...] = ()  # its training-free context extension: (self_extend,), (dca, logn)
+    settings: tuple[tuple[str, str], ...] = ()  # the extension's parameters: (("G", "8"), ("W", "1024"))
     randomized: bool = False  # trained with train.positions=randomized (task runs)
     overflow: str = ""  # window: a position table scored past its end through windows of its size
 
     @property
     def parts(self) -> tuple[str, ...]:
         """What the column's name adds after its scheme, in order: `interleaved`, `yarn`, `window`."""
-        flags = (self.scaling, "randomized" if self.randomized else "", self.overflow)
+        flags = (self.scaling, *self.extension, "randomized" if self.randomized else "", self.overflow)
         return self.options + tuple(flag for flag in flags if flag)
 
 
@@ -75,7 +77,7 @@ class Label:
         of its scaling, the context --hf-context pretends."""
         factor = (("s", f"{self.variant.factor:g}"),) if self.variant.factor is not None else ()
         context = (("hf-context", str(self.context)),) if self.context is not None else ()
-        return self.distinct + factor + context
+        return self.distinct + factor + self.variant.settings + context
 
     def __str__(self) -> str:
         text = f"{self.model} ({self.positional})" if self.model else self.positional

@@ -26,7 +26,14 @@ from posenc_cli.rundir.loading import LoadedRun, require_text_run, run_corpus
 def scheme_label(scheme: PositionalScheme, *, randomized: bool = False) -> Label:
     """A posenc scheme's column, from what the scheme says of itself: its parts, the options its label
     names, its RoPE scaling; `randomized`: trained with randomized positions."""
-    variant = Variant(scheme.label_options, scheme.scaling_method, randomized=randomized)
+    extension = scheme.extension
+    variant = Variant(
+        scheme.label_options,
+        scheme.scaling_method,
+        extension=extension.names if extension else (),
+        settings=extension.marks if extension else (),
+        randomized=randomized,
+    )
     return Label(scheme.part_names, variant)
 
 

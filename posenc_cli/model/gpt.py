@@ -96,7 +96,11 @@ class CausalSelfAttention(nn.Module):
 
     @staticmethod
     def attend(q, k, v, *, scheme: PositionalScheme, given: torch.Tensor | None) -> torch.Tensor:
-        """(B, H, T, D) queries against (B, H, L, D) keys and values: causal, with the scheme's bias."""
+        """(B, H, T, D) queries against (B, H, L, D) keys and values: causal, with the scheme's bias, or
+        as the scheme computes it (a context extension)."""
+        own = scheme.attend(q, k, v)
+        if own is not None:
+            return own
         if k.size(2) > q.size(2):  # new queries after cached keys
             return cached_attention(q, k, v, scheme=scheme)
         if scheme.adds_bias:

@@ -14,7 +14,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from posenc_cli.core.errors import require_bool
+from posenc_cli.core.errors import UsageError, require_bool
+from posenc_cli.model.extension import ContextExtension
 
 # Bounds of scheme options (each constructor checks its own; the pre-flight builds the scheme): every option
 # is finite and inside a range where the maths holds in float32 and the value still means something.
@@ -65,6 +66,8 @@ class PositionalScheme(nn.Module):
     # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
     scalable: ClassVar[bool] = False
     scales_embeddings: ClassVar[bool | None] = None  # additive schemes: the default of scale_embeddings
+    # the training-free context extension `attend` computes with (RoPE only: extend_context); None: none
+    extension: ContextExtension | None = None
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
         super().__init__()
@@ -131,6 +134,22 @@ class PositionalScheme(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q, k: (B, H, T, D) -> rotated q, k."""
         return q, k
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+        """The attention the scheme computes itself, or None: the model's causal kernels (plus `bias`).
+        q: (B, H, Tq, D) the newest Tq of Tk tokens, k, v: (B, H, Tk, D), after `rotate`. Only a rotary
+        scheme given a training-free context extension computes its own (model/extension): those
+        methods score a query–key pair at positions other than the tokens' own, which neither one
+        rotation per token nor an additive bias can say."""
+        return None
+
+    def extend_context(self, extension: ContextExtension) -> None:
+        """Compute attention with `extension` (a model/extension ContextExtension) from now on; only
+        RoPE takes one: any other scheme refuses it in one line."""
+        raise UsageError(
+            f"scheme {self.label} has no RoPE rotation to extend; self_extend, rerope, leaky_rerope, dca "
+            "and logn apply to rope runs and RoPE hf: models only"
+        )
 
     def bias(self, distance: torch.Tensor) -> torch.Tensor | None:
         """(H, *distance.shape): what a head adds to the score of a key `distance` = p_i - p_j positions

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from posenc_cli.core.errors import UsageError, require_number
+from posenc_cli.model.extension import ContextExtension, Rotation
 from posenc_cli.model.positional.base import MAX_BASE, Claim, PositionalScheme
 from posenc_cli.model.positional.rope_scaling import rope_inv_freq, rope_scaling
 
@@ -104,6 +105,16 @@ class RoPE(PositionalScheme):
         angles = positions.to(torch.float64)[..., None] * inv_freq.to(positions.device)
         angles = self.spread(angles)
         return (angles.cos() * factor).float(), (angles.sin() * factor).float()
+
+    def rotation(self, seq_len: int) -> Rotation:
+        """How `rotate` turns a sequence of `seq_len` tokens: what an extension moves rows by."""
+        return Rotation(self.frequencies(seq_len)[0], self.turn, self.spread)
+
+    def extend_context(self, extension: ContextExtension) -> None:
+        self.extension = extension
+
+    def attend(self, q, k, v):
+        return None if self.extension is None else self.extension.attend(q, k, v, self.rotation(k.size(2)))
 
     def rotate(self, q, k, positions):
         cos, sin = self.cos_sin(positions)

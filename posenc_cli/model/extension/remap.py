@@ -1,0 +1,44 @@
+"""The contract every training-free extension of RoPE attention implements (a PositionRemap).
+
+Each method scores a query–key pair in one of a few parts; in each part the query and the key take
+positions of the method's choosing, functions of their own indices alone, and the pair's part is a
+function of both indices. blocked.py turns any such method into attention whose memory stays linear in
+the length. A method's parameters are given or None, then the paper's default for the model's training
+length L (`for_length`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class PositionRemap(Protocol):
+    name: str  # its --rope-scaling name
+
+    def reaches(self, length: int) -> bool:
+        """Whether a sequence of `length` tokens has a pair outside the first part (exact positions);
+        where it has none, attention is plain attention, computed by the plain kernel."""
+        ...
+
+    def positions(self, index: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(T,) token indices -> per part, (positions the tokens take as queries, as keys), each (T,)."""
+        ...
+
+    def region(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        """(Tq, 1) query and (1, Tk) key indices -> (Tq, Tk) long: the part each pair is scored in."""
+        ...
+
+    def marks(self) -> tuple[tuple[str, str], ...]:
+        """Its parameters as a column's name shows them: (("G", "4"), ("W", "64"))."""
+        ...
+
+    def for_length(self, train_len: int) -> PositionRemap:
+        """Itself with every parameter left None set to the paper's default for a model trained at
+        `train_len` tokens."""
+        ...
+
+    def check_context(self, train_len: int) -> None:
+        """One line (UsageError) where a parameter does not fit a model trained at `train_len` tokens."""
+        ...

@@ -1,0 +1,56 @@
+"""Self-Extend (Jin et al. 2024, "LLM Maybe LongLM"), as datamllab/LongLM computes it.
+
+Neighbours (i - j < W) keep their exact positions. Farther pairs use grouped positions: the key at
+floor(j / G), the query at floor(i / G) + W - W / G, so the grouped distance meets the exact one at
+the window's edge and grows G times slower past it. With W = 1024 and G = 4 a model trained at 4k
+reads (4096 - 1024)·4 + 1024 = 13k tokens without a distance it never saw. The paper's W - W/G
+is a float where G does not divide W, as in LongLM's Llama patch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from posenc_cli.core.choices import MAX_LENGTH
+from posenc_cli.core.errors import UsageError, require_int
+
+
+@dataclass(frozen=True)
+class SelfExtend:
+    group: int | None = None  # G (--self-extend-group); None: 8, LongLM's default
+    window: int | None = None  # W (--self-extend-window); None: L/4, LongLM's 1024 for Llama-2's 4k
+
+    name = "self_extend"
+
+    def __post_init__(self) -> None:
+        if self.group is not None:
+            require_int("--self-extend-group", self.group, at_least=1, at_most=MAX_LENGTH)
+        if self.window is not None:
+            require_int("--self-extend-window", self.window, at_least=1, at_most=MAX_LENGTH)
+
+    def for_length(self, train_len: int) -> SelfExtend:
+        window = self.window if self.window is not None else max(1, train_len // 4)
+        return replace(self, group=self.group or DEFAULT_GROUP, window=window)
+
+    def check_context(self, train_len: int) -> None:
+        if self.window is not None and self.window > train_len:
+            raise UsageError(
+                f"--self-extend-window {self.window} is past the model's context of {train_len} tokens: "
+                f"neighbours would meet at distances it never saw; choose 1 to {train_len}"
+            )
+
+    def reaches(self, length: int) -> bool:
+        return length > self.window
+
+    def positions(self, index):
+        grouped_query = index.div(self.group, rounding_mode="floor") + self.window - self.window / self.group
+        return [(index, index), (grouped_query, index.div(self.group, rounding_mode="floor"))]
+
+    def region(self, query, key):
+        return (query - key >= self.window).long()
+
+    def marks(self):
+        return (("G", str(self.group)), ("W", str(self.window)))
+
+
+DEFAULT_GROUP = 8  # self_extend_forward's default in LongLM; any G reaches (L - W)·G + W tokens
