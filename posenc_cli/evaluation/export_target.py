@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
+
 import torch
 
 from posenc_cli.core.errors import UsageError
+from posenc_cli.evaluation.hf_extension import HFVariant
 from posenc_cli.evaluation.hf_models import HFModel, short_name
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.model import token_nll
-from posenc_cli.model.positional.rope_scaling import RopeScaling
+from posenc_cli.model.extension.method import ContextMethod
 
 
 class ExportModel(HFModel):
@@ -44,12 +48,31 @@ class ExportModel(HFModel):
     def last_logits(self, inputs: torch.Tensor, n: int) -> torch.Tensor:
         return self.model(input_ids=inputs.to(self.device)).logits[:, -n:].float()
 
-    def variants(self, methods: list[str], factor: float | None) -> list[RopeScaling | None]:
-        """Once, as exported: posenc applies a RoPE scaling to its own runs, so one is refused here."""
-        scaled = [m for m in methods if m != "none"]
+    def variants(self, methods: list[ContextMethod], factor: float | None) -> list[HFVariant | None]:
+        """Once, as exported, unless a method extends the context: posenc applies a RoPE scaling to its own
+        runs, so one is refused here, but its scheme computes a training-free extension (extend_context)."""
+        scaled = [m.text for m in methods if m.scaling != "none"]
         if scaled and self.gpt.scheme.scalable:
             raise UsageError(
                 f"--rope-scaling {','.join(scaled)}: {self.path} is a posenc export, scored as exported; "
                 "evaluate the run directory it was exported from to scale its RoPE"
             )
-        return [None]
+        if not any(m.extends for m in methods):
+            return [None]
+        extensions = [m.extension(self.train_len) for m in methods]
+        for method, extension in zip(methods, extensions):
+            if extension is None:
+                continue
+            try:  # asked of a copy: the scheme's own refusal, without changing the model
+                copy.deepcopy(self.gpt.scheme).extend_context(extension)
+            except UsageError as refused:
+                raise UsageError(f"--rope-scaling {method.text}: {self.path}: {refused}") from None
+        return [None if e is None else HFVariant(None, e) for e in extensions]
+
+    def use_variant(self, variant: HFVariant | None) -> Label:
+        """Score with the variant's extension from now on, computed by the exported scheme itself."""
+        if variant is None:
+            self.gpt.scheme.extension = None  # the scheme's default: its own attention
+            return self.label
+        self.gpt.scheme.extend_context(variant.extension)
+        return replace(self.label, variant=variant.variant)

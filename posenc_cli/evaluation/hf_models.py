@@ -7,7 +7,8 @@ it has one, batch 1, and logits computed a chunk of positions at a time so a 16k
 holds 16k × vocabulary floats.
 
 RoPE scaling goes through the model's own rotary module, rebuilt from a copy of its config with
-`rope_parameters` set (transformers' implementations: evaluation.hf_rope_scaling).
+`rope_parameters` set (transformers' implementations: evaluation.hf_rope_scaling); a training-free
+context extension through posenc's attention function (evaluation.hf_extension).
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ from posenc_cli.core.install import install_hint
 from posenc_cli.data import needles
 from posenc_cli.data.needles import ENGLISH, Episode, NeedleTask
 from posenc_cli.evaluation.export import MODEL_TYPE
+from posenc_cli.evaluation.hf_extension import ActiveExtension, HFVariant, check_extendable, use_extension
 from posenc_cli.evaluation.hf_memory import LOGITS_CHUNK, forward_bytes
 from posenc_cli.evaluation.hf_rope_scaling import scaled_config
-from posenc_cli.evaluation.labels import Label, Variant
+from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.model_files import local_path
 from posenc_cli.model import token_nll
+from posenc_cli.model.extension import Rotation
+from posenc_cli.model.extension.method import ContextMethod
+from posenc_cli.model.positional.rope import rotate_half, spread_half
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 from posenc_cli.rundir.record import TrainedText
 
@@ -222,16 +227,37 @@ class HFModel:
     def label(self) -> Label:
         return Label((self.base_scheme,), model=short_name(self.path))
 
-    def variants(self, methods: list[str], factor: float | None) -> list[RopeScaling | None]:
-        """A rotary model once per RoPE scaling method (None: as published); any other model once."""
+    def variants(self, methods: list[ContextMethod], factor: float | None) -> list[HFVariant | None]:
+        """A rotary model once per --rope-scaling method (None: as published), any other model once; a
+        method that changes attention (model/extension) checked against the model before any work."""
         if self.base_scheme != "rope":
             return [None]
-        return [None if m == "none" else RopeScaling(m, self.train_len, factor) for m in methods]
+        return [self.variant(m, factor) for m in methods]
 
-    def use_variant(self, scaling: RopeScaling | None) -> Label:
-        """Evaluate with this scaling from now on; its label, e.g. 'pythia-160m (rope+yarn)'."""
-        self.scaling = scaling
-        return self.label if scaling is None else replace(self.label, variant=Variant(scaling=scaling.method))
+    def variant(self, method: ContextMethod, factor: float | None) -> HFVariant | None:
+        scaling = None if method.scaling == "none" else RopeScaling(method.scaling, self.train_len, factor)
+        extension = None
+        if method.extends:
+            check_extendable(self.model, self.rotary, name=self.path, method=method.text)
+            extension = method.extension(self.train_len)
+        return None if scaling is None and extension is None else HFVariant(scaling, extension)
+
+    def use_variant(self, variant: HFVariant | None) -> Label:
+        """Evaluate as this variant from now on: its frequencies through the rotary modules, its extension
+        through posenc's attention function (hf_extension); its label, e.g. 'smollm2 (rope+self_extend)'."""
+        self.scaling = variant.scaling if variant is not None else None
+        if self.rotary:  # the attention of a model that takes no extension is never switched
+            extension = variant.extension if variant is not None else None
+            active = None if extension is None else ActiveExtension(extension, self.rotation)
+            interface = transformers_module().AttentionInterface
+            use_extension(self.model, active, plain=self.attention, interface=interface)
+        return self.label if variant is None else replace(self.label, variant=variant.variant)
+
+    def rotation(self) -> Rotation:
+        """How the model's rotary module turns queries and keys now (after build_rotary, and after a
+        dynamic NTK update in the forward that calls this)."""
+        (name,) = self.rotary  # one: check_extendable
+        return Rotation(self.model.get_submodule(name).inv_freq, rotate_half, spread_half)
 
     def build_rotary(self, seq_len: int) -> None:
         """Give every rotary module the frequencies of the current scaling at this sequence length."""
