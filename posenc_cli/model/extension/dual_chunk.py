@@ -60,5 +60,13 @@ class DualChunk:
         apart = query.div(self.chunk, rounding_mode="floor") - key.div(self.chunk, rounding_mode="floor")
         return apart.clamp(max=2)
 
+    def keys(self, part, start, stop):
+        first, last = start // self.chunk, (stop - 1) // self.chunk  # the block's chunks
+        if part == 0:
+            return first * self.chunk, stop
+        if part == 1:
+            return max(0, first - 1) * self.chunk, last * self.chunk
+        return 0, max(0, last - 1) * self.chunk
+
     def marks(self):
         return (("s", str(self.chunk)), ("w", str(self.local)))

@@ -30,6 +30,11 @@ class PositionRemap(Protocol):
         """(Tq, 1) query and (1, Tk) key indices -> (Tq, Tk) long: the part each pair is scored in."""
         ...
 
+    def keys(self, part: int, start: int, stop: int) -> tuple[int, int]:
+        """The keys [low, high) queries start..stop-1 may meet in `part`: a superset (region decides
+        each pair), tight enough that each key is scored in about one part."""
+        ...
+
     def marks(self) -> tuple[tuple[str, str], ...]:
         """Its parameters as a column's name shows them: (("G", "4"), ("W", "64"))."""
         ...

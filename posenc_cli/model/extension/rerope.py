@@ -59,6 +59,9 @@ class ReRoPE:
     def region(self, query, key):
         return (query - key >= self.window).long()
 
+    def keys(self, part, start, stop):
+        return (max(0, start - self.window + 1), stop) if part == 0 else (0, max(0, stop - self.window))
+
     def marks(self):
         leak = (("k", f"{self.leak:g}"),) if self.leak is not None else ()
         return (("w", str(self.window)),) + leak

@@ -49,6 +49,9 @@ class SelfExtend:
     def region(self, query, key):
         return (query - key >= self.window).long()
 
+    def keys(self, part, start, stop):
+        return (max(0, start - self.window + 1), stop) if part == 0 else (0, max(0, stop - self.window))
+
     def marks(self):
         return (("G", str(self.group)), ("W", str(self.window)))
 
