@@ -26,6 +26,9 @@ EXCEPTIONS = {
         "Typer reads a command's options from its signature: probe's 16, with their --help text, are "
         "over 60 lines before the body (which hands its work to run_probe and its output to helpers)"
     ),
+    "posenc_cli/evaluation/hf_extension.py:extended_attention": (
+        "transformers' AttentionInterface calls it with module, query, key, value, attention_mask positionally"
+    ),
     "posenc_cli/model/attention.py:MaskGradAttention.forward": (
         "torch.autograd.Function.forward: `apply` passes q, k, v, mask positionally"
     ),

@@ -19,6 +19,7 @@ import torch
 from conftest import assert_one_line_error, run_cli
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.needles import NeedleTask
+from posenc_cli.model.extension.method import ContextMethod
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
@@ -210,12 +211,13 @@ def test_rope_scaling_is_the_model_loaded_with_that_rope_scaling(tiny, evaluated
     ],
 )
 def test_each_method_maps_to_transformers_rope_parameters(tiny, method, params):
+    from posenc_cli.evaluation.hf_extension import HFVariant
     from posenc_cli.evaluation.hf_loading import load_hf_model
     from posenc_cli.model.positional.rope_scaling import RopeScaling
 
     ids = text_ids(tiny)[None, : CONTEXT * 2 + 1]
     model = load_hf_model(f"hf:{tiny['root'] / 'llama'}")
-    model.use_variant(RopeScaling(method, CONTEXT, 4.0))
+    model.use_variant(HFVariant(RopeScaling(method, CONTEXT, 4.0), None))
     ours = model.token_nll(ids[:, :-1], ids[:, 1:]).mean()
     config = transformers.AutoConfig.from_pretrained(tiny["root"] / "llama")
     config.rope_parameters = {"rope_theta": 10000.0, **params}
@@ -318,7 +320,7 @@ def test_an_hf_model_is_probed_once_per_rope_scaling_on_the_needle_tasks_in_engl
         answer = tiny["tokenizer"].decode(trial[0, -int(n_key) :]).strip()
         assert question in words and words.endswith(answer) and trial.size(1) <= 2 * CONTEXT
         assert answer.count(",") == (0 if name == "multikey" else 3) and ENGLISH.keys_joiner == ", "
-    (yarn,) = model.variants(["yarn"], None)
+    (yarn,) = model.variants([ContextMethod("yarn")], None)
     model.use_variant(yarn)
     score(model, trial, n_key)  # the rotation of a window of the trial's length, as eval builds it
     assert model.built == ("yarn", trial.size(1) / CONTEXT)
@@ -399,7 +401,7 @@ def test_hf_models_that_once_raised_a_traceback_are_one_line(tmp_path):
     rotary = HFModel.__new__(HFModel)
     rotary.base_scheme, rotary.train_len = "rope", 256
     with pytest.raises(UsageError, match=r"in \[1, 10000\]"):
-        rotary.variants(["ntk"], 1e300)
+        rotary.variants([ContextMethod("ntk")], 1e300)
 
 
 def test_missing_data_and_missing_model_are_one_line(tiny, tmp_path):

@@ -7,16 +7,18 @@ methods do not fit is refused in one line or, without RoPE, scored once. Tiny mo
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from test_hf_files import passkey_tokenizer, tiny_model
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.hf_extension import ATTENTION, HFVariant
+from posenc_cli.model import ModelConfig, ModelSize, token_nll
 from posenc_cli.model.extension.method import ExtensionSettings, parse_method
-from test_hf_files import passkey_tokenizer, tiny_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -131,7 +133,9 @@ def paper_attention(q, k, v, *, rotary, extension) -> torch.Tensor:
         scores = torch.empty(H, i + 1, dtype=torch.float64)
         for j in range(i + 1):
             angle = torch.cat([relative(name, i, j, remap) * inv_freq] * 2)
-            turned = q[:, i] * angle.cos() + torch.cat([-q[:, i, D // 2 :], q[:, i, : D // 2]], -1) * angle.sin()
+            turned = (
+                q[:, i] * angle.cos() + torch.cat([-q[:, i, D // 2 :], q[:, i, : D // 2]], -1) * angle.sin()
+            )
             scores[:, j] = (turned * k[:, j]).sum(-1) * factor / math.sqrt(D)
         if extension.logn_len:
             scores = scores * max(1.0, math.log(i + 1) / math.log(extension.logn_len))
@@ -196,12 +200,18 @@ def test_frequency_scalings_alone_keep_the_models_own_attention(llama):
 
 def neox(tmp_path: Path, tokenizer) -> Path:
     config = transformers.GPTNeoXConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
     )
     return saved(tmp_path / "neox", config, tokenizer)
 
 
-def test_a_partial_rotary_or_sliding_window_model_is_refused_naming_it_and_what_is_allowed(tmp_path, tokenizer):
+def test_a_partial_rotary_or_sliding_window_model_is_refused_naming_it_and_what_is_allowed(
+    tmp_path, tokenizer
+):
     for directory, why in [
         (neox(tmp_path, tokenizer), "is a gpt_neox model; self_extend applies to hf: models of type llama"),
         (
@@ -218,7 +228,9 @@ def test_a_partial_rotary_or_sliding_window_model_is_refused_naming_it_and_what_
 
 def mistral_config(tokenizer):
     sizes = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1}
-    return transformers.MistralConfig(vocab_size=len(tokenizer), num_hidden_layers=1, sliding_window=16, **sizes)
+    return transformers.MistralConfig(
+        vocab_size=len(tokenizer), num_hidden_layers=1, sliding_window=16, **sizes
+    )
 
 
 def test_a_model_without_rope_takes_no_extension_and_is_scored_once(tmp_path, tokenizer):
@@ -231,3 +243,51 @@ def test_parameters_past_the_models_context_are_one_line(llama):
     with pytest.raises(UsageError) as refused:
         model.variants([method("self_extend", self_extend_window=64)], None)
     assert_one_line(refused.value, "--self-extend-window 64 is past the model's context of 32 tokens")
+
+
+def export_of(scheme: str):
+    """A posenc export of a random 1-layer `scheme` model as transformers holds it (no run needed)."""
+    from posenc_cli.evaluation.export_target import ExportModel
+    from posenc_cli.evaluation.hf_modeling import PosencConfig, PosencForCausalLM
+
+    torch.manual_seed(0)
+    size = ModelSize(n_layer=1, n_head=2, n_embd=32)
+    config = ModelConfig(vocab_size=20, block_size=CONTEXT, size=size, scheme=scheme)
+    model = PosencForCausalLM(PosencConfig(model_config=config.to_dict(), train_len=CONTEXT))
+    with torch.no_grad():
+        model.gpt.blocks[0].attn.qkv.weight.mul_(20)  # large, so positions matter
+    return ExportModel(
+        "hf:export",
+        model.eval(),
+        None,
+        train_len=CONTEXT,
+        real_context=CONTEXT,
+        attention="eager",
+        device="cpu",
+    )
+
+
+def test_an_exports_extension_is_computed_by_its_own_scheme_and_dropped_after():
+    export = export_of("rope")
+    ids = tokens(LONG, 20)
+    plain = nll(export, ids)
+    variants = export.variants(
+        [method("none"), method("self_extend", self_extend_group=2, self_extend_window=8)], None
+    )
+    assert variants[0] is None and export.use_variant(variants[1]).positional == "rope+self_extend"
+    extended = copy.deepcopy(export.gpt)  # what posenc's own run computes with that extension
+    extended.scheme.extend_context(variants[1].extension)
+    want = token_nll(extended(ids[:, :-1]), ids[:, 1:])
+    torch.testing.assert_close(nll(export, ids), want, atol=0, rtol=0)
+    assert (want - plain).abs().max() > 1e-3
+    export.use_variant(None)
+    torch.testing.assert_close(nll(export, ids), plain, atol=0, rtol=0)
+
+
+def test_an_export_without_rope_refuses_an_extension_in_one_line():
+    with pytest.raises(UsageError) as refused:
+        export_of("alibi").variants([method("none"), method("dca")], None)
+    assert_one_line(
+        refused.value, "--rope-scaling dca: hf:export: scheme alibi has no RoPE rotation to extend"
+    )
+    assert export_of("alibi").variants([method("yarn")], 2.0) == [None]  # a scaling: scored once, as today

@@ -98,10 +98,11 @@ def use_extension(model, active: ActiveExtension | None, *, plain: str, interfac
         raise UsageError(f"{type(model).__name__} cannot switch its attention to posenc's extension")
 
 
-def extended_attention(module, query, key, value, attention_mask, scaling: float, dropout=0.0, **kwargs):
+def extended_attention(module, query, key, value, attention_mask, **kwargs):
     """transformers' attention function (AttentionInterface): query (B, H, T, D), key and value
     (B, H_kv, T, D) rotated to positions 0..T-1 -> ((B, T, H, D), no weights), computed by the active
-    extension in float32 at least; keys and values repeated for grouped-query attention."""
+    extension in float32 at least; keys and values repeated for grouped-query attention. kwargs' scaling
+    is head_dim**-0.5 (check_extendable), which the extension uses; dropout is 0 in eval mode."""
     active: ActiveExtension = module.context_extension
     groups = module.num_key_value_groups
     key, value = (x.repeat_interleave(groups, dim=1) for x in (key, value))
