@@ -235,6 +235,8 @@ class HFModel:
         return [self.variant(m, factor) for m in methods]
 
     def variant(self, method: ContextMethod, factor: float | None) -> HFVariant | None:
+        """One column's frequencies and attention, its extension's parameters resolved for this model's
+        context (or --hf-context); None: the model as published."""
         scaling = None if method.scaling == "none" else RopeScaling(method.scaling, self.train_len, factor)
         extension = None
         if method.extends:
