@@ -169,6 +169,7 @@ def test_past_its_window_each_layer_attends_as_the_paper_over_the_models_own_que
     nll(model, tokens(LONG, model.config.vocab_size))
     H, D, groups = model.config.num_attention_heads, attention.head_dim, attention.num_key_value_groups
     q, k, v = (seen[p][0].double().view(LONG, -1, D).transpose(0, 1) for p in ("q_proj", "k_proj", "v_proj"))
+    assert groups == 2  # grouped-query: transformers hands over 2 key-value heads for 4 query heads
     k, v = k.repeat_interleave(groups, 0), v.repeat_interleave(groups, 0)
     rotary = model.model.model.rotary_emb  # as build_rotary left it, and the forward updated it
     want = paper_attention(q, k, v, rotary=rotary, extension=variant.extension)
