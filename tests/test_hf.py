@@ -451,7 +451,7 @@ def test_a_posenc_run_and_a_pretrained_model_are_both_eval_targets(tiny, smoke_s
     for target in (run, load_hf_model(f"hf:{tiny['root'] / 'bloom'}")):
         assert isinstance(target, EvalTarget), type(target)
         assert isinstance(target.label, Label) and isinstance(
-            target.use_variant(target.variants(["none"], None)[0]), Label
+            target.use_variant(target.variants([ContextMethod()], None)[0]), Label
         )
 
 
