@@ -382,6 +382,33 @@ EVAL_PROBE_REFUSALS = {
     ),
     "a stride without sliding windows": (["eval", "r", "--stride", "8"], ["--mode sliding"]),
     "a factor without a scaling": (["eval", "r", "--rope-factor", "2"], ["--rope-scaling"]),
+    "a part of a method mistyped": (["eval", "r", "--rope-scaling", "yarn+selfextend"], ["'selfextend'"]),
+    "two scalings joined": (["probe", "r", "--rope-scaling", "none,yarn+ntk"], ["'ntk'", "given twice"]),
+    "two remaps joined": (["eval", "r", "--rope-scaling", "dca+rerope"], ["'rerope'", "given twice"]),
+    "a factor with no frequency scaling": (
+        ["eval", "r", "--rope-scaling", "self_extend", "--rope-factor", "4"],
+        ["--rope-factor 4", "frequency scaling"],
+    ),
+    "an extension's option without its method": (
+        ["eval", "r", "--dca-chunk", "64"],
+        ["--dca-chunk applies only with --rope-scaling dca"],
+    ),
+    "a leak without leaky_rerope": (
+        ["probe", "r", "--rope-scaling", "rerope", "--rerope-leak", "4"],
+        ["--rerope-leak", "leaky_rerope"],
+    ),
+    "a group below one": (
+        ["eval", "r", "--rope-scaling", "self_extend", "--self-extend-group", "0"],
+        ["--self-extend-group"],
+    ),
+    "a leak of one": (
+        ["probe", "r", "--rope-scaling", "leaky_rerope", "--rerope-leak", "1"],
+        ["--rerope-leak"],
+    ),
+    "a window of none": (
+        ["eval", "r", "--rope-scaling", "rerope", "--rerope-window", "0"],
+        ["--rerope-window"],
+    ),
     "no tokens": (["eval", "r", "--max-tokens", "0"], ["--max-tokens"]),
     "documents without a dataset": (["eval", "r", "--documents"], ["--documents needs --data"]),
     "a tolerance below zero": (["eval", "r", "--ppl-tolerance", "-1"], ["--ppl-tolerance"]),

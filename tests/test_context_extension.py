@@ -93,7 +93,7 @@ def rotated(layout: str, T: int):
 def test_each_method_is_its_papers_relative_positions_for_every_pair(text, layout):
     (q, k, v), (qr, kr), rope = rotated(layout, 40)  # 40 > every window, and > L for log-n
     extension = parse_method(text, settings_for(text)).extension(L)
-    got = extension.attend(qr, kr, v, rope.rotation(40))
+    got = extension.attend(qr, kr, v, rotation=rope.rotation(40))
     want = reference(q, k, v, layout=layout, extension=extension)
     assert (got - want).abs().max() < 1e-5
 
@@ -116,7 +116,7 @@ def test_within_its_window_each_method_is_plain_attention_exactly(text, options)
     _, _, v = rotated("half", 24)[0]
     extension = parse_method(text, ExtensionSettings(**options)).extension(L)
     plain = F.scaled_dot_product_attention(qr, kr, v, is_causal=True)
-    assert torch.equal(extension.attend(qr, kr, v, rope.rotation(24)), plain)
+    assert torch.equal(extension.attend(qr, kr, v, rotation=rope.rotation(24)), plain)
 
 
 @pytest.mark.parametrize("text", ["self_extend", "rerope", "dca", "logn"])
@@ -139,9 +139,9 @@ def test_blocks_of_queries_give_what_one_block_gives(text, monkeypatch):
     _, (qr, kr), rope = rotated("half", 40)
     v = rotated("half", 40)[0][2]
     extension = parse_method(text, settings_for(text)).extension(L)
-    whole = extension.attend(qr, kr, v, rope.rotation(40))
+    whole = extension.attend(qr, kr, v, rotation=rope.rotation(40))
     monkeypatch.setattr(blocked, "SCORE_BUDGET", B * H * 40 * 3)  # three queries per block
-    assert (extension.attend(qr, kr, v, rope.rotation(40)) - whole).abs().max() < 1e-12
+    assert (extension.attend(qr, kr, v, rotation=rope.rotation(40)) - whole).abs().max() < 1e-12
 
 
 @pytest.mark.parametrize("text", ["self_extend", "dca", "logn"])
@@ -150,8 +150,8 @@ def test_the_newest_queries_against_every_key_are_the_last_rows_of_the_whole(tex
     _, (qr, kr), rope = rotated("half", 40)
     v = rotated("half", 40)[0][2]
     extension = parse_method(text, settings_for(text)).extension(L)
-    whole = extension.attend(qr, kr, v, rope.rotation(40))
-    newest = extension.attend(qr[:, :, -4:], kr, v, rope.rotation(40))
+    whole = extension.attend(qr, kr, v, rotation=rope.rotation(40))
+    newest = extension.attend(qr[:, :, -4:], kr, v, rotation=rope.rotation(40))
     assert (newest - whole[:, :, -4:]).abs().max() < 1e-12
 
 

@@ -13,8 +13,9 @@ import torch
 from conftest import SMOKE, assert_refused, evaluate, posenc, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import data_config, load_corpus, random_positions
-from posenc_cli.evaluation.run_target import RunTarget
+from posenc_cli.evaluation.run_target import RunTarget, RunVariant
 from posenc_cli.model import GPT, ModelConfig, ModelSize
+from posenc_cli.model.extension.method import ContextMethod
 from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 from posenc_cli.rundir.layout import CHECKPOINT
@@ -109,8 +110,8 @@ def test_scaling_while_training_is_the_eval_formula():
     run = SimpleNamespace(
         model=SimpleNamespace(scheme=build_scheme("rope", 32, 2, block_size=256)), train_len=256, path="run"
     )
-    (options,) = RunTarget.variants(run, ["yarn"], 4.0)
-    at_eval = build_scheme("rope", 32, 2, block_size=256, **options)
+    (variant,) = RunTarget.variants(run, [ContextMethod("yarn")], 4.0)
+    at_eval = build_scheme("rope", 32, 2, block_size=256, **variant.options)
     assert trained.scaling == at_eval.scaling == RopeScaling("yarn", 256, 4.0)
     positions = torch.arange(2048)
     for got, want in zip(trained.cos_sin(positions), at_eval.cos_sin(positions)):
@@ -121,9 +122,9 @@ def test_scaling_while_training_is_the_eval_formula():
 def test_a_baked_in_scaling_refuses_another_on_top():
     baked = build_scheme("xpos", 32, 2, block_size=1024, scaling="linear", scaling_factor=4)
     run = SimpleNamespace(model=SimpleNamespace(scheme=baked), train_len=1024, path="ft")
-    assert RunTarget.variants(run, ["none"], None) == [{}]  # evaluated as trained
+    assert RunTarget.variants(run, [ContextMethod()], None) == [RunVariant()]  # evaluated as trained
     with pytest.raises(UsageError, match="scheme.scaling=linear.*do not compose"):
-        RunTarget.variants(run, ["none", "yarn"], None)
+        RunTarget.variants(run, [ContextMethod(), ContextMethod("yarn")], None)
 
 
 def test_randomized_positions_are_sorted_distinct_in_range_and_seeded():

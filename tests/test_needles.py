@@ -397,3 +397,27 @@ def test_probe_rows_per_method_in_the_order_asked_and_alibi_once_as_trained(need
         assert (cwd / task / "probe_summary.png").read_bytes()[:4] == b"\x89PNG"
         if task != "passkey":  # 96, the training length, cannot hold 4 needles: left out without a word
             assert "96" not in probed.stderr
+
+
+@pytest.mark.slow  # trains runs
+def test_probe_with_rerope_names_its_rows_by_the_method_and_refuses_xpos_in_one_line(
+    needle_runs, monkeypatch
+):
+    """--rope-scaling rerope: a column named with its window, its rows' rope_scaling the method's text,
+    alibi probed once as trained and said so; xPos (a scalable scheme with no plain rotation to remap)
+    refused in one line naming the run and the method, before any trial and with nothing written."""
+    cwd, _ = needle_runs
+    monkeypatch.chdir(cwd)
+    args = ["probe", "rope", "alibi", "--lengths", "96", "--depths", "0.5", "--trials", "2"]
+    probed = invoke(*args, "--rope-scaling", "none,rerope", "--rerope-window", "16", "--out", "rerope")
+    assert probed.code == 0, probed.stderr
+    df = pd.read_csv(cwd / "rerope" / "probe.csv")
+    assert df.set_index("scheme").rope_scaling.to_dict() == {
+        "rope": "none",
+        "rope+rerope (w=16)": "rerope",
+        "alibi": "none",
+    }
+    assert "alibi takes no RoPE scaling" in (cwd / "rerope" / "passkey.md").read_text()
+    refused = ["probe", "xpos", "--lengths", "96", "--rope-scaling", "self_extend", "--out", "xp"]
+    assert_refused(*posenc(*refused), "--rope-scaling self_extend for xpos", "no RoPE rotation")
+    assert not (cwd / "xp").exists()

@@ -283,10 +283,13 @@ def test_an_hf_model_probed_only_past_its_learned_table_gets_dashes_not_a_traceb
 
     from posenc_cli.evaluation.hf_options import hf_options
     from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
+    from posenc_cli.model.extension.method import ContextMethod
 
     model = tiny_model(tmp_path / "gpt2", passkey_tokenizer(), kind="gpt2", n_positions=16)
     cpu = torch.device("cpu")
-    spec = ProbeSpec(NeedleTask(), depths=[0.5], trials=2, seed=0, rope_scaling=["none"], rope_factor=None)
+    spec = ProbeSpec(
+        NeedleTask(), depths=[0.5], trials=2, seed=0, rope_scaling=[ContextMethod()], rope_factor=None
+    )
     probed = run_probe([f"hf:{model}"], spec, lengths=[256], device=cpu, hf=hf_options(None, cpu, "fp32"))
     assert list(probed.rows.length) == [256] and (probed.rows.trials == 0).all()
     assert probed.rows.accuracy.isna().all()

@@ -192,14 +192,15 @@ def test_a_results_json_label_from_before_variant_reads_back_as_the_column_it_sh
 
 
 def test_a_results_json_of_format_version_1_still_reads_and_a_later_one_is_named():
-    """Version 2 made labels records of fields; version 1's text labels read through legacy_label."""
-    for version, readable in ((1, True), (FORMAT_VERSION, True), (FORMAT_VERSION + 1, False)):
+    """Version 2 made labels records of fields, version 3 added a Variant's extension and settings;
+    version 1's text labels read through legacy_label."""
+    for version, readable in ((1, True), (2, True), (FORMAT_VERSION, True), (FORMAT_VERSION + 1, False)):
         data = json.dumps({"format": "posenc-results", "format_version": version}).encode()
         if readable:
             assert parse_results(data, Path("r.json"))["format_version"] == version
         else:
             with pytest.raises(
-                UsageError, match=f"format version {version}; this posenc reads versions 1 and 2"
+                UsageError, match=f"format version {version}; this posenc reads versions 1, 2 and 3"
             ):
                 parse_results(data, Path("r.json"))
 

@@ -12,9 +12,11 @@ import typer
 from posenc_cli.core import ui
 from posenc_cli.core.choices import (
     CHAPTER_SCHEMES,
+    CONTEXT_REMAPS,
     DEVICES,
     HF_ROPE_SCALING,
     INDEXED_DEVICE,
+    LOGN,
     PPL_TOLERANCE,
     RETRIEVAL_THRESHOLD,
     ROPE_SCALING,
@@ -109,17 +111,51 @@ def lengths_option(default: str, help: str) -> Any:
     return typer.Option(default, "--lengths", "-l", help=help)
 
 
+ROPE_METHOD_PARTS = ROPE_SCALING + HF_ROPE_SCALING + CONTEXT_REMAPS + (LOGN,)  # --rope-scaling's names
+
+
 def rope_scaling_option(scored: str) -> Any:
-    """--rope-scaling, as eval and probe take it: each RoPE-based run is `scored` once per method."""
-    return choice(
+    """--rope-scaling, as eval and probe take it: each RoPE-based run is `scored` once per method. --help
+    lists and shells complete its names; the names joined by + are checked by one parser, the one the
+    Python API runs too (model.extension.method.parse_methods, before any model is loaded)."""
+
+    def complete(incomplete: str) -> list[str]:
+        cut = max(incomplete.rfind(","), incomplete.rfind("+")) + 1
+        return [incomplete[:cut] + name for name in ROPE_METHOD_PARTS if name.startswith(incomplete[cut:])]
+
+    return typer.Option(
         "none",
-        ROPE_SCALING + HF_ROPE_SCALING,
-        f"Comma list of RoPE context-extension methods: each RoPE-based run is {scored} once per method "
-        "(labelled rope+yarn etc.), no retraining; a run without a rotary scheme once, as trained; llama3 is "
-        "for hf: models only, which go through transformers' own rope_parameters.",
         "--rope-scaling",
-        comma_list=True,
+        help=f"Comma list of RoPE context-extension methods: each RoPE-based run is {scored} once per method "
+        "(labelled rope+yarn, rope+self_extend (G=8, W=64) etc.), no retraining; a run without a rotary scheme "
+        f"once, as trained. A METHOD is a frequency scaling ({', '.join(ROPE_SCALING)}; "
+        f"{', '.join(HF_ROPE_SCALING)} for hf: models only, which go through transformers' own "
+        f"rope_parameters), a training-free extension of attention ({', '.join(CONTEXT_REMAPS)}) or {LOGN} "
+        "(log-n query scaling), or one of each joined by + (yarn+logn, ntk+dca).",
+        metavar="METHOD[+METHOD],...",
+        autocompletion=complete,
     )
+
+
+EXTENSION_HELP = {  # the training-free extensions' parameters (model/extension), as eval and probe take them
+    "--self-extend-group": "With --rope-scaling self_extend: the group size G, distant keys sharing positions "
+    "floor(pos/G) (default 8).",
+    "--self-extend-window": "With --rope-scaling self_extend: the neighbour window W, at most the training "
+    "length; nearer keys keep their exact positions (default: a quarter of the training length).",
+    "--rerope-window": "With --rope-scaling rerope or leaky_rerope: the window w, at most the training length; "
+    "farther distances are clipped at w (default: an eighth of the training length).",
+    "--rerope-leak": "With --rope-scaling leaky_rerope: k, above 1; past the window distances grow with slope "
+    "1/k (default 16).",
+    "--dca-chunk": "With --rope-scaling dca: Dual Chunk Attention's chunk size s (default: 5/8 of the training "
+    "length).",
+    "--dca-local": "With --rope-scaling dca: the local window w across neighbouring chunks; s + w at most the "
+    "training length (default: 1/8 of the training length).",
+}
+
+
+def extension_option(name: str) -> Any:
+    """One of EXTENSION_HELP's options, as eval and probe take it: refused without its method."""
+    return typer.Option(None, name, help=EXTENSION_HELP[name])
 
 
 def rope_factor_option(default: str) -> Any:

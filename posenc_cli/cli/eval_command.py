@@ -12,6 +12,7 @@ from posenc_cli.cli.app import (
     app,
     choice,
     device_option,
+    extension_option,
     flag,
     force_option,
     lengths_option,
@@ -65,6 +66,12 @@ def eval_command(
     rope_factor: Optional[float] = rope_factor_option(
         "eval length / training length; dynamic: 1, it scales with the length itself"
     ),
+    self_extend_group: Optional[int] = extension_option("--self-extend-group"),
+    self_extend_window: Optional[int] = extension_option("--self-extend-window"),
+    rerope_window: Optional[int] = extension_option("--rerope-window"),
+    rerope_leak: Optional[float] = extension_option("--rerope-leak"),
+    dca_chunk: Optional[int] = extension_option("--dca-chunk"),
+    dca_local: Optional[int] = extension_option("--dca-local"),
     learned_overflow: str = choice(
         "dash",
         LEARNED_OVERFLOWS,

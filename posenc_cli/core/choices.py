@@ -7,6 +7,9 @@ EVAL_MODES = ("nonoverlap", "sliding")
 LANGS = ("en", "zh")
 ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")  # posenc's own, for every rotary run
 HF_ROPE_SCALING = ("llama3",)  # transformers' own implementations, for `hf:` models only
+# training-free context extension beside a scaling (model/extension): at most one remap, and log-n
+CONTEXT_REMAPS = ("self_extend", "rerope", "leaky_rerope", "dca")
+LOGN = "logn"
 HF_DTYPES = ("fp32", "bf16")  # the weights of `hf:` models
 HF_DEVICE_MAPS = ("auto",)  # accelerate's big-model placement of `hf:` models (GPUs, then CPU)
 PROBE_TASKS = ("passkey", "multikey", "multivalue", "multiquery")  # posenc probe --task (data/needles.py)

@@ -23,16 +23,26 @@ from posenc_cli.evaluation.labels import (
     with_tokenizer,
 )
 from posenc_cli.evaluation.target import EvalTarget
-from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, METHODS, parse_rope_scaling
+from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings, parse_methods
+from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, METHODS
 
 SCALINGS = tuple(m for m in METHODS if m != "none")  # the methods a --rope-factor applies to
 
 
-def rope_methods(rope_scaling: str, rope_factor: float | None) -> list[str]:
-    """--rope-scaling's methods, with --rope-factor bounded."""
+def rope_methods(
+    rope_scaling: str, rope_factor: float | None, settings: ExtensionSettings
+) -> list[ContextMethod]:
+    """--rope-scaling's methods, parsed once with the extensions' options, and --rope-factor bounded: it
+    applies to a method's frequency scaling, so with none among them it is refused."""
     if rope_factor is not None:
         require_number("--rope-factor", rope_factor, at_least=1, at_most=MAX_FACTOR)
-    return parse_rope_scaling(rope_scaling, rope_factor)
+    methods = parse_methods(rope_scaling, settings)
+    if rope_factor is not None and all(method.scaling == "none" for method in methods):
+        raise UsageError(
+            f"--rope-factor {rope_factor:g} applies only with a frequency scaling in --rope-scaling; add e.g. "
+            "--rope-scaling yarn (or yarn+self_extend) or drop it"
+        )
+    return methods
 
 
 def check_windows(mode: str, stride: int | None, max_tokens: int) -> None:
@@ -65,13 +75,17 @@ def column_label(run: EvalTarget, variant, overflow: str, *, distinct, rope_fact
     return with_tokenizer(label, run.tokenizer_name, mixed)
 
 
-def same_computation(methods, rope_factor) -> tuple[list[str], str]:
+def same_computation(methods: list[ContextMethod], rope_factor) -> tuple[list[ContextMethod], str]:
     """The methods to score, and a note: with no --rope-factor, dynamic NTK is ntk at every full window
-    (both give base·(T/L)^(d/(d-2)) for a window of T tokens), so it is scored once, as ntk."""
+    (both give base·(T/L)^(d/(d-2)) for a window of T tokens), so it is scored once, as ntk (with the
+    same extension: `dynamic+logn` as `ntk+logn`)."""
     methods = list(methods)
-    if rope_factor is not None or not {"ntk", "dynamic"} <= set(methods):
+    if rope_factor is not None:
         return methods, ""
-    return [m for m in methods if m != "dynamic"], (
+    kept = [m for m in methods if m.scaling != "dynamic" or replace(m, scaling="ntk") not in methods]
+    if kept == methods:
+        return methods, ""
+    return kept, (
         "a +ntk column also stands for dynamic NTK: with no --rope-factor both give base·(T/L)^(d/(d−2)) for every "
         "full window of T tokens, so dynamic is shown once, as ntk (posenc scores whole windows; "
         "in generation dynamic would grow with the position instead)"
@@ -87,7 +101,7 @@ def evaluate_runs(
     max_tokens: int,
     text: EvalText | None,
     device,
-    rope_scaling: tuple[str, ...] | list[str] = ("none",),
+    rope_scaling: list[ContextMethod] | None = None,
     rope_factor: float | None = None,
     why: str = "",
     learned_overflow: tuple[str, ...] | list[str] = ("dash",),
@@ -101,7 +115,7 @@ def evaluate_runs(
     import pandas as pd
 
     scoring = Scoring(mode, stride, device)
-    methods, merged = same_computation(rope_scaling, rope_factor)
+    methods, merged = same_computation(rope_scaling or [ContextMethod()], rope_factor)
     plans = plan_runs(  # bad input is found before any work
         runs,
         text,
@@ -140,14 +154,22 @@ def evaluate_runs(
     return pd.DataFrame(rows), pd.DataFrame(position_rows), info
 
 
-def column_note(run: EvalTarget, column: Label, plan: RunPlan, *, methods: list[str], merged: str) -> str:
+def column_note(
+    run: EvalTarget, column: Label, plan: RunPlan, *, methods: list[ContextMethod], merged: str
+) -> str:
     """What the table says of a column as a whole: ntk standing for dynamic too (`merged`), or that
-    --rope-scaling asked for a scaling the run cannot take (no rotary scheme: its one column's variant
+    --rope-scaling asked for a method the run cannot take (no rotary scheme: its one column's variant
     is the trained one), so it was scored once, as trained."""
-    asked = any(method != "none" for method in methods)
-    if asked and len(plan.variants) == 1 and column.variant.scaling == run.label.variant.scaling:
+    asked = any(method.text != "none" for method in methods)
+    if asked and len(plan.variants) == 1 and as_trained(run, column):
         return unscalable_note(run.label)
     return merged if column.variant.scaling == "ntk" else ""
+
+
+def as_trained(run: EvalTarget, column: Label) -> bool:
+    """Whether the column computes what the run was trained to: no scaling or extension of eval's own."""
+    trained, scored = run.label.variant, column.variant
+    return (scored.scaling, scored.extension) == (trained.scaling, trained.extension)
 
 
 def unscalable_note(label: Label) -> str:

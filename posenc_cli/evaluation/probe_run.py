@@ -13,12 +13,13 @@ from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError, require_seed
 from posenc_cli.data.needles import NeedleTask
 from posenc_cli.evaluation.eval_plan import announce_added
-from posenc_cli.evaluation.eval_runs import column_label
+from posenc_cli.evaluation.eval_runs import as_trained, column_label
 from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers
 from posenc_cli.evaluation.perplexity import target_lengths
 from posenc_cli.evaluation.probe import COLUMNS, check_trials, score
 from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.evaluation.targets import load_targets
+from posenc_cli.model.extension.method import ContextMethod
 from posenc_cli.model.positional import past_max_len
 from posenc_cli.rundir.selection import Skipped
 
@@ -42,7 +43,7 @@ class ProbeSpec:
     depths: list[float]
     trials: int
     seed: int
-    rope_scaling: list[str]  # methods in the order given ("none": as trained)
+    rope_scaling: list[ContextMethod]  # methods in the order given ("none": as trained)
     rope_factor: float | None
 
 
@@ -120,13 +121,14 @@ def probe_runs(runs: list[EvalTarget], spec: ProbeSpec, *, lengths: dict, varian
                     mixed=mixed,
                 )
                 info[scheme] = run.facts()
-                method = method if variant else "none"  # no variant: as trained (no rotary scheme to scale)
+                # as trained (no rotary scheme to scale): "none"; else the method as --rope-scaling names it
+                asked = "none" if as_trained(run, scheme) else method.text
                 scorer = run.scorer(device)
                 for length in lengths[id(run)]:
                     for depth in spec.depths:
                         bar.update(task, status=f"{scheme} seed {run.seed} @ {length}, depth {depth:g}")
                         row = {"run": str(run.path), "model_id": run.model_id, "scheme": scheme}
-                        row |= {"rope_scaling": method, "task": spec.task.name, "seed": run.seed}
+                        row |= {"rope_scaling": asked, "task": spec.task.name, "seed": run.seed}
                         row |= {"train_len": run.train_len, "length": length, "depth": depth}
                         rows.append(
                             row | probe_cell(run, scorer, spec, length=length, depth=depth, cache=fillers)

@@ -3,7 +3,7 @@ the `hf:` models of evaluation.hf_models."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.evaluation.perplexity import TOKENS_PER_FORWARD, LogitsScorer
 from posenc_cli.evaluation.probe import check_vocab, make_trials, overhead, without_episodes
 from posenc_cli.model import GPT
+from posenc_cli.model.extension import ContextExtension
+from posenc_cli.model.extension.method import ContextMethod
 from posenc_cli.model.positional import PositionalScheme
 from posenc_cli.model.positional.rope_scaling import METHODS
 from posenc_cli.rundir.loading import LoadedRun, require_text_run, run_corpus
@@ -35,6 +37,15 @@ def scheme_label(scheme: PositionalScheme, *, randomized: bool = False) -> Label
         randomized=randomized,
     )
     return Label(scheme.part_names, variant)
+
+
+@dataclass(frozen=True)
+class RunVariant:
+    """What a posenc run is evaluated as (RunTarget.variants): scheme options (a RoPE scaling; none: as
+    trained) and a training-free context extension (None: none)."""
+
+    options: dict[str, Any] = field(default_factory=dict)
+    extension: ContextExtension | None = None
 
 
 @dataclass
@@ -64,9 +75,10 @@ class RunTarget(LoadedRun):
         one trained off its scale_embeddings default."""
         return scheme_label(self.model.scheme)
 
-    def model_with(self, **scheme_options: Any) -> GPT:
-        """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none."""
-        if not scheme_options:
+    def model_with(self, *, fresh: bool = False, **scheme_options: Any) -> GPT:
+        """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none
+        and not `fresh` (a copy an extension may change)."""
+        if not scheme_options and not fresh:
             return self.model
         cfg = self.model.cfg
         model = GPT(replace(cfg, scheme_options={**cfg.scheme_options, **scheme_options}))
@@ -100,34 +112,34 @@ class RunTarget(LoadedRun):
     def scorer(self, device):
         return LogitsScorer((self.active or self.model).to(device), device)
 
-    def variants(self, methods: list[str], factor: float | None) -> list[dict]:
-        """The scheme options to evaluate this run with: for a scheme that takes RoPE scaling, one set per
-        method ('none': the run as trained); any other run once, as it is. A run trained with a scaling
-        has it built in, and a second one on top is refused rather than composed."""
+    def variants(self, methods: list[ContextMethod], factor: float | None) -> list[RunVariant]:
+        """What to evaluate this run as: for a scheme that takes RoPE scaling, one RunVariant per method
+        (its frequency scaling as scheme options, its extension built for the run's training length;
+        'none': the run as trained); any other run once, as it is. A run trained with a scaling has it
+        built in: a second one on top is refused rather than composed, while an extension applies on top."""
         scheme = self.model.scheme
-        if not scheme.scalable or methods == ["none"]:
-            return [{}]
-        if scheme.scaling is not None:
+        if not scheme.scalable or [m.text for m in methods] == ["none"]:
+            return [RunVariant()]
+        scaled = [m.text for m in methods if m.scaling != "none"]
+        if scheme.scaling is not None and scaled:
             raise UsageError(
-                f"--rope-scaling {','.join(methods)}: {self.path} was trained with scheme.scaling={scheme.scaling.method}, "
-                "which its evaluation always applies; evaluate it without --rope-scaling (scalings do not compose)"
+                f"--rope-scaling {','.join(scaled)}: {self.path} was trained with scheme.scaling={scheme.scaling.method}, "
+                "which its evaluation always applies; evaluate it without a frequency scaling (scalings do not "
+                "compose; self_extend, rerope, leaky_rerope, dca and logn alone apply on top of it)"
             )
         for method in methods:
-            if method not in METHODS:
+            if method.scaling not in METHODS:
                 raise UsageError(
-                    f"--rope-scaling {method} exists for hf: models only; posenc's own rotary runs "
-                    f"take {', '.join(METHODS)}"
+                    f"--rope-scaling {method.text}: {method.scaling} exists for hf: models only; posenc's own "
+                    f"rotary runs take {', '.join(METHODS)}"
                 )
-        return [
-            {"scaling": m}
-            if m == "none"
-            else {"scaling": m, "scaling_factor": factor, "scaling_len": self.train_len}
-            for m in methods
-        ]
+        return [variant_of(self, method, factor=factor) for method in methods]
 
-    def use_variant(self, options: dict) -> Label:
-        """Evaluate with these scheme options from now on (the checkpoint is untouched); its label."""
-        self.active = self.model_with(**options)
+    def use_variant(self, variant: RunVariant) -> Label:
+        """Evaluate as `variant` from now on (the checkpoint is untouched); its label."""
+        self.active = self.model_with(fresh=variant.extension is not None, **variant.options)
+        if variant.extension is not None:
+            self.active.scheme.extend_context(variant.extension)
         return scheme_label(self.active.scheme)
 
     def check_probe(self, task: NeedleTask) -> None:
@@ -150,6 +162,23 @@ class RunTarget(LoadedRun):
             cache[filler], self.tokenizer, length, depth=depth, trials=trials, seed=seed, task=task
         )
         return [(sequences, key_tokens)]
+
+
+def variant_of(run: RunTarget, method: ContextMethod, *, factor: float | None) -> RunVariant:
+    """One method's RunVariant for a rotary run, its extension checked against the run's scheme and
+    context before any scoring."""
+    options = {} if method.scaling == "none" else {"scaling": method.scaling, "scaling_factor": factor}
+    options |= {"scaling_len": run.train_len} if options else {}
+    scheme, before = run.model.scheme, run.model.scheme.extension
+    try:
+        extension = method.extension(run.train_len)  # its parameters checked against the run's context
+        if extension is not None:  # a dry run on the trained scheme, undone: only RoPE takes one
+            scheme.extend_context(extension)
+    except UsageError as refused:
+        raise UsageError(f"--rope-scaling {method.text} for {run.path}: {refused}") from None
+    finally:
+        scheme.extension = before
+    return RunVariant(options, extension)
 
 
 def memory_short(run: RunTarget, tokens: int, device: torch.device) -> str | None:

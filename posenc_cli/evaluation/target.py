@@ -11,6 +11,7 @@ import torch
 
 from posenc_cli.data.needles import NeedleTask
 from posenc_cli.evaluation.labels import Label
+from posenc_cli.model.extension.method import ContextMethod
 from posenc_cli.rundir.record import TrainedText
 
 
@@ -48,9 +49,10 @@ class EvalTarget(Protocol):
     @property
     def max_len(self) -> int | None: ...  # the longest position it can represent; None: unbounded
 
-    def variants(self, methods: list[str], factor: float | None) -> list[Any]:
-        """What it is evaluated as, one item per --rope-scaling method (opaque: given back to use_variant);
-        a model that takes no scaling once. Refuses methods it cannot apply."""
+    def variants(self, methods: list[ContextMethod], factor: float | None) -> list[Any]:
+        """What it is evaluated as, one item per --rope-scaling method (opaque: given back to use_variant;
+        `factor`: --rope-factor, for a method's frequency scaling); a model that takes no scaling once.
+        Refuses, in one line naming it and the method, a method it cannot apply."""
         ...
 
     def use_variant(self, variant: Any) -> Label:

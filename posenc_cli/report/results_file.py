@@ -33,8 +33,11 @@ from posenc_cli.rundir.loading import LoadedRun
 
 RESULTS = "results.json"
 FORMAT = "posenc-results"
-FORMAT_VERSION = 2  # 2: a column's label is a record of fields (1: its text; read by legacy_label)
-READABLE_VERSIONS = (1, FORMAT_VERSION)
+# 3: a Variant's extension and settings; 2: a column's label is a record of fields (1: its text; read
+# by legacy_label)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, FORMAT_VERSION)
+ADDED_IN_3 = {"extension", "settings"}  # Variant's fields a version 2 file lacks: none, read as such
 TABLES = {  # each kind's tables, by name
     "eval": ("ppl", "loss_by_position"),
     "probe": ("probe",),
@@ -203,7 +206,7 @@ def parse_results(data: bytes, where: Path) -> dict[str, Any]:
     if document.get("format_version") not in READABLE_VERSIONS:
         raise UsageError(
             f"{where} has format version {document.get('format_version')!r}; this posenc reads "
-            f"versions {' and '.join(map(str, READABLE_VERSIONS))} (use the posenc that wrote it, or rerun the command)"
+            f"versions {', '.join(map(str, READABLE_VERSIONS[:-1]))} and {READABLE_VERSIONS[-1]} (use the posenc that wrote it, or rerun the command)"
         )
     return document
 
@@ -267,7 +270,8 @@ def read_label(record: dict[str, Any]) -> Label:
         return legacy_label(record)
     variant = record["variant"]
     for found, kind in ((record, Label), (variant, Variant)):
-        if set(found) != {f.name for f in fields(kind)}:
+        names = {f.name for f in fields(kind)}
+        if set(found) != names and not (kind is Variant and set(found) == names - ADDED_IN_3):
             raise ValueError(f"a {kind.__name__} with fields {sorted(found)}")
     return Label(
         tuple(map(str, record["scheme"])),
@@ -275,6 +279,8 @@ def read_label(record: dict[str, Any]) -> Label:
             tuple(map(str, variant["options"])),
             str(variant["scaling"]),
             factor=None if variant["factor"] is None else float(variant["factor"]),
+            extension=tuple(map(str, variant.get("extension", ()))),
+            settings=tuple((str(k), str(v)) for k, v in variant.get("settings", ())),
             randomized=bool(variant["randomized"]),
             overflow=str(variant["overflow"]),
         ),

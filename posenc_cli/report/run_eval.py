@@ -17,14 +17,12 @@ from posenc_cli.core.choices import (
     EVAL_MODES,
     HF_DEVICE_MAPS,
     HF_DTYPES,
-    HF_ROPE_SCALING,
     INDEXED_DEVICE,
     LANGS,
     LEARNED_OVERFLOWS,
     PPL_TOLERANCE,
     PROBE_TASKS,
     RETRIEVAL_THRESHOLD,
-    ROPE_SCALING,
 )
 from posenc_cli.core.device import resolve_device
 from posenc_cli.core.errors import UsageError, option_name, refuse_unread, require_bool, require_choice
@@ -37,6 +35,7 @@ from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
 from posenc_cli.evaluation.targets import load_targets, named_runs
 from posenc_cli.evaluation.task_accuracy import task_accuracy, task_targets
+from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings
 from posenc_cli.report.effective_length import LengthRule
 from posenc_cli.report.output_sets import write_eval_outputs
 from posenc_cli.report.results_file import provenance
@@ -53,11 +52,12 @@ class Choice:
     also: str = ""
 
 
-CHOICES = {  # eval's and probe's fixed-name options, by field: the command line declares each with these
+# eval's and probe's fixed-name options, by field: the command line declares each with these (--rope-scaling's
+# names joined by + are checked by the one parser of model.extension.method: rope_methods)
+CHOICES = {
     "mode": Choice(EVAL_MODES),
     "device": Choice(DEVICES, also=INDEXED_DEVICE),
     "lang": Choice(LANGS),
-    "rope_scaling": Choice(ROPE_SCALING + HF_ROPE_SCALING, comma_list=True),
     "learned_overflow": Choice(LEARNED_OVERFLOWS, comma_list=True),
     "dtype": Choice(HF_DTYPES),
     "device_map": Choice(HF_DEVICE_MAPS),
@@ -75,6 +75,11 @@ def check_choices(options: Any) -> None:
             require_choice(
                 option_name(item.name), value, choice.names, comma_list=choice.comma_list, also=choice.also
             )
+
+
+def extension_settings(options: Any) -> ExtensionSettings:
+    """The extensions' options of `options` (an eval's or a probe's: --self-extend-group, ...) as one."""
+    return ExtensionSettings(**{item.name: getattr(options, item.name) for item in fields(ExtensionSettings)})
 
 
 def check_flags(options: Any) -> None:
@@ -111,6 +116,12 @@ class EvalOptions:
     lang: str = "en"
     rope_scaling: str = "none"
     rope_factor: float | None = None
+    self_extend_group: int | None = None  # the extensions' options: model.extension.method.ExtensionSettings
+    self_extend_window: int | None = None
+    rerope_window: int | None = None
+    rerope_leak: float | None = None
+    dca_chunk: int | None = None
+    dca_local: int | None = None
     learned_overflow: str = "dash"
     hf_context: int | None = None
     dtype: str = "fp32"
@@ -143,7 +154,7 @@ class CheckedEval:
     names: list[str]  # the targets as named (a posenc export as hf:EXPORT)
     lengths: list[int]
     overflows: list[str]
-    methods: list[str]
+    methods: list[ContextMethod]
     device: Any  # a torch.device
 
 
@@ -155,7 +166,7 @@ def checked_eval(o: EvalOptions) -> CheckedEval:
     check_choices(o)
     out = owned_out(o.out, SetKind.EVALUATION, force=o.force)
     wanted, overflows = parse_lengths(o.lengths), parse_overflow(o.learned_overflow)
-    methods = rope_methods(o.rope_scaling, o.rope_factor)
+    methods = rope_methods(o.rope_scaling, o.rope_factor, extension_settings(o))
     check_windows(o.mode, o.stride, o.max_tokens)
     LengthRule(o.ppl_tolerance, o.retrieval_threshold)  # checked here, applied by the writers (rule_of)
     if o.documents and o.data is None:

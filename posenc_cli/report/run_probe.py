@@ -21,7 +21,12 @@ from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
 from posenc_cli.evaluation.targets import exports_as_hf
 from posenc_cli.report.effective_length import LengthRule
 from posenc_cli.report.output_sets import write_probe_result
-from posenc_cli.report.run_eval import check_choices, check_flags, refuse_hf_options_without_hf
+from posenc_cli.report.run_eval import (
+    check_choices,
+    check_flags,
+    extension_settings,
+    refuse_hf_options_without_hf,
+)
 from posenc_cli.rundir.destinations import default_out, owned_out
 
 
@@ -46,6 +51,12 @@ class ProbeOptions:
     distractors: int | None = None
     rope_scaling: str = "none"
     rope_factor: float | None = None
+    self_extend_group: int | None = None  # the extensions' options: model.extension.method.ExtensionSettings
+    self_extend_window: int | None = None
+    rerope_window: int | None = None
+    rerope_leak: float | None = None
+    dca_chunk: int | None = None
+    dca_local: int | None = None
     retrieval_threshold: float = RETRIEVAL_THRESHOLD
     ppl_tolerance: float = PPL_TOLERANCE
     force: bool = False  # replace another kind of output set in --out (core.file_sets.output_set)
@@ -70,7 +81,7 @@ def probe_options(options: ProbeOptions, *, write: bool = True) -> Probing:
     check_choices(o)
     out_dir = owned_out(o.out, SetKind.EVALUATION, force=o.force)
     wanted, at_depths = parse_lengths(o.lengths), parse_depths(o.depths)
-    methods = rope_methods(o.rope_scaling, o.rope_factor)
+    methods = rope_methods(o.rope_scaling, o.rope_factor, extension_settings(o))
     rule = LengthRule(o.ppl_tolerance, o.retrieval_threshold)  # checked here, applied by the writers
     spec = ProbeSpec(needle_task(o.task, o.distractors), at_depths, o.trials, o.seed, methods, o.rope_factor)
     names = exports_as_hf(list(o.runs))

@@ -38,7 +38,9 @@ class ContextExtension:
         """Its parameters as the column's name shows them: (G, 8), (W, 1024)."""
         return self.remap.marks() if self.remap is not None else ()
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotation: Rotation) -> torch.Tensor:
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, rotation: Rotation
+    ) -> torch.Tensor:
         """q: (B, H, Tq, D), the newest Tq of Tk tokens; k, v: (B, H, Tk, D); q and k rotated to their
         own positions by `rotation`. Causal attention as this extension computes it."""
         Tq, Tk = q.size(2), k.size(2)

@@ -65,6 +65,17 @@ def remapped_attention(
     return torch.cat(outputs, dim=2)
 
 
+def remapped_bytes(parts: int, *, batch: int, heads: int, length: int, head_dim: int, element: int) -> int:
+    """Bytes remapped_attention holds beyond its inputs at `length` tokens: each part's moved queries
+    and keys, one block's masks per part (a region index, three boolean masks, a float mask) and the
+    merged output in fp32. Linear in the length: the memory models add it to a forward's."""
+    rows = max(1, min(length, SCORE_BUDGET // max(1, length), MAX_BLOCK))
+    moved = 2 * parts * batch * heads * length * head_dim * element
+    masks = parts * rows * length * (8 + 3 + element)
+    merged_out = 2 * parts * batch * heads * rows * head_dim * 4 + batch * heads * length * head_dim * 4
+    return moved + masks + merged_out
+
+
 def part_attention(q, k, v, *, own: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One part's attention over its keys, `own`: (Tq, Tk) the pairs it scores -> (output, log-sum-exp
     of its scores, whether each query has any pair here): what `merged` needs."""

@@ -69,4 +69,4 @@ class DualChunk:
         return 0, max(0, last - 1) * self.chunk
 
     def marks(self):
-        return (("s", str(self.chunk)), ("w", str(self.local)))
+        return (("chunk", str(self.chunk)), ("local", str(self.local)))

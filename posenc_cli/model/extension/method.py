@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from posenc_cli.core.choices import HF_ROPE_SCALING, ROPE_SCALING
+from posenc_cli.core.choices import CONTEXT_REMAPS as REMAPS
+from posenc_cli.core.choices import HF_ROPE_SCALING, LOGN, ROPE_SCALING
 from posenc_cli.core.errors import UsageError
 from posenc_cli.model.extension import ContextExtension
 from posenc_cli.model.extension.dual_chunk import DualChunk
 from posenc_cli.model.extension.remap import PositionRemap
 from posenc_cli.model.extension.rerope import ReRoPE
 from posenc_cli.model.extension.self_extend import SelfExtend
-
-REMAPS = ("self_extend", "rerope", "leaky_rerope", "dca")
-LOGN = "logn"
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,11 @@ class RoPE(PositionalScheme):
         self.extension = extension
 
     def attend(self, q, k, v):
-        return None if self.extension is None else self.extension.attend(q, k, v, self.rotation(k.size(2)))
+        return (
+            None
+            if self.extension is None
+            else self.extension.attend(q, k, v, rotation=self.rotation(k.size(2)))
+        )
 
     def rotate(self, q, k, positions):
         cos, sin = self.cos_sin(positions)

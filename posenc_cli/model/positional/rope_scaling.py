@@ -161,16 +161,3 @@ def rope_scaling(
         )
     scaling = RopeScaling(method, original_len, factor, alpha, beta)
     return None if method == "none" else scaling
-
-
-def parse_rope_scaling(text: str, factor: float | None) -> list[str]:
-    """'none,ntk,yarn' -> ['none', 'ntk', 'yarn'] in the order given; an unknown method or a bad
-    --rope-factor is one clear error before any run is loaded."""
-    methods = list(dict.fromkeys(p.strip() for p in str(text).split(",")))
-    for method in methods:
-        RopeScaling(method, train_len=1, factor=factor)
-    if factor is not None and methods == ["none"]:
-        raise UsageError(
-            f"--rope-factor {factor:g} applies only with --rope-scaling; add e.g. --rope-scaling yarn or drop it"
-        )
-    return methods
