@@ -187,7 +187,7 @@ def test_a_column_is_named_by_its_scaling_extension_and_parameters(llama):
     assert variants[0] is None and labels[0] == model.label
     assert [label.positional for label in labels] == ["rope", "rope+self_extend", "rope+yarn+dca+logn"]
     assert labels[1].variant.settings == (("G", "8"), ("W", "8"))  # the defaults at L = 32
-    assert labels[2].variant.settings == (("s", "20"), ("w", "4"))
+    assert labels[2].variant.settings == (("chunk", "20"), ("local", "4"))
 
 
 def test_frequency_scalings_alone_keep_the_models_own_attention(llama):

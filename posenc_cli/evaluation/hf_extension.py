@@ -108,5 +108,5 @@ def extended_attention(module, query, key, value, attention_mask, **kwargs):
     key, value = (x.repeat_interleave(groups, dim=1) for x in (key, value))
     compute = torch.promote_types(query.dtype, torch.float32)
     q, k, v = (x.to(compute) for x in (query, key, value))
-    out = active.extension.attend(q, k, v, active.rotation())
+    out = active.extension.attend(q, k, v, rotation=active.rotation())
     return out.to(query.dtype).transpose(1, 2).contiguous(), None
