@@ -22,11 +22,17 @@ from unittest import mock
 import pandas as pd
 import pytest
 from filelock import FileLock
+from hypothesis import settings
 
 from posenc_cli.core.choices import CHAPTER_SCHEMES
 from posenc_cli.core.device import CPU_BF16, CPU_BF16_ENV
 from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.training.precision_choice import CACHE_ENV
+
+# Property tests check maths, not speed: no per-example deadline (hypothesis' default 200 ms fails on
+# a loaded 2-core machine, which is a timed test in disguise).
+settings.register_profile("posenc", deadline=None)
+settings.load_profile("posenc")
 
 # What `train.precision=auto` resolves to must not depend on the machine the suite runs on (AVX2: fp32;
 # AVX-512-BF16/AMX: bf16 autocast). Every test, and every process it starts, sees a CPU that emulates

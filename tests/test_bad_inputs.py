@@ -383,8 +383,11 @@ EVAL_PROBE_REFUSALS = {
     "a stride without sliding windows": (["eval", "r", "--stride", "8"], ["--mode sliding"]),
     "a factor without a scaling": (["eval", "r", "--rope-factor", "2"], ["--rope-scaling"]),
     "a part of a method mistyped": (["eval", "r", "--rope-scaling", "yarn+selfextend"], ["'selfextend'"]),
-    "two scalings joined": (["probe", "r", "--rope-scaling", "none,yarn+ntk"], ["'ntk'", "given twice"]),
-    "two remaps joined": (["eval", "r", "--rope-scaling", "dca+rerope"], ["'rerope'", "given twice"]),
+    "two scalings joined": (
+        ["probe", "r", "--rope-scaling", "none,yarn+ntk"],
+        ["'ntk'", "a second frequency scaling"],
+    ),
+    "two remaps joined": (["eval", "r", "--rope-scaling", "dca+rerope"], ["'rerope'", "a second remap"]),
     "a factor with no frequency scaling": (
         ["eval", "r", "--rope-scaling", "self_extend", "--rope-factor", "4"],
         ["--rope-factor 4", "frequency scaling"],

@@ -185,9 +185,11 @@ def test_a_method_list_reads_back_as_its_text():
 @pytest.mark.parametrize(
     "text, settings, says",
     [
-        ("yarn+ntk", ExtensionSettings(), "'ntk' is not a method or is given twice"),
-        ("dca+rerope", ExtensionSettings(), "'rerope' is not a method or is given twice"),
-        ("self_extnd", ExtensionSettings(), "'self_extnd' is not a method"),
+        ("yarn+ntk", ExtensionSettings(), "'ntk' is a second frequency scaling"),
+        ("dca+rerope", ExtensionSettings(), "'rerope' is a second remap"),
+        ("self_extnd", ExtensionSettings(), "'self_extnd' is not a method to join"),
+        ("none+logn", ExtensionSettings(), "'none' joins nothing with \\+"),
+        ("logn+logn", ExtensionSettings(), "'logn' is a second logn"),
         ("none", ExtensionSettings(dca_chunk=64), "--dca-chunk applies only with --rope-scaling dca"),
         (
             "rerope",
@@ -242,3 +244,12 @@ def test_a_scheme_without_a_plain_rope_rotation_refuses_an_extension(scheme):
     )
     with pytest.raises(UsageError, match="has no RoPE rotation to extend"):
         model.scheme.extend_context(parse_method("self_extend", ExtensionSettings()).extension(32))
+
+
+@pytest.mark.parametrize("text", ["self_extend", "dca", "logn"])
+def test_an_extensions_memory_grows_linearly_with_the_length(text):
+    """What the memory models add for a column (ContextExtension.extra_bytes) at most doubles when the
+    length doubles, and at 32k tokens stays far below one head's T×T scores."""
+    extension = parse_method(text, ExtensionSettings()).extension(8192)
+    at = {T: extension.extra_bytes(batch=1, heads=9, length=T, head_dim=64) for T in (16384, 32768)}
+    assert at[32768] <= 2 * at[16384] and at[32768] < 32768**2 * 4 / 4

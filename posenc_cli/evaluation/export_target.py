@@ -67,6 +67,7 @@ class ExportModel(HFModel):
                 copy.deepcopy(self.gpt.scheme).extend_context(extension)
             except UsageError as refused:
                 raise UsageError(f"--rope-scaling {method.text}: {self.path}: {refused}") from None
+        self.extensions = [e for e in extensions if e is not None]
         return [None if e is None else HFVariant(None, e) for e in extensions]
 
     def use_variant(self, variant: HFVariant | None) -> Label:

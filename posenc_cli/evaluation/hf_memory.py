@@ -6,6 +6,7 @@ import torch
 
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError
+from posenc_cli.model.extension import ContextExtension
 
 LOGITS_CHUNK = 1024  # positions whose logits exist at once
 
@@ -19,6 +20,16 @@ def forward_bytes(config, length: int, *, weights: int, element: int, eager: boo
     scores = 3 * config.num_attention_heads * length * length * element if eager else length * length  # mask
     logits = 2 * LOGITS_CHUNK * config.vocab_size * 4
     return weights + activations + scores + logits
+
+
+def extended_bytes(config, extension: ContextExtension, length: int) -> int:
+    """What a column with a training-free extension adds to forward_bytes: the extension's own blocks
+    and moved rows (ContextExtension.extra_bytes), and the fp32 queries, keys and values it is given,
+    keys and values repeated for grouped-query attention (evaluation.hf_extension)."""
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    given = 3 * heads * length * head_dim * 4
+    return given + extension.extra_bytes(batch=1, heads=heads, length=length, head_dim=head_dim)
 
 
 def check_weights_fit(config, elements: int, *, element: int, devices: list[torch.device], name: str) -> None:

@@ -25,12 +25,12 @@ from posenc_cli.data import needles
 from posenc_cli.data.needles import ENGLISH, Episode, NeedleTask
 from posenc_cli.evaluation.export import MODEL_TYPE
 from posenc_cli.evaluation.hf_extension import ActiveExtension, HFVariant, check_extendable, use_extension
-from posenc_cli.evaluation.hf_memory import LOGITS_CHUNK, forward_bytes
+from posenc_cli.evaluation.hf_memory import LOGITS_CHUNK, extended_bytes, forward_bytes
 from posenc_cli.evaluation.hf_rope_scaling import scaled_config
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.model_files import local_path
 from posenc_cli.model import token_nll
-from posenc_cli.model.extension import Rotation
+from posenc_cli.model.extension import ContextExtension, Rotation
 from posenc_cli.model.extension.method import ContextMethod
 from posenc_cli.model.positional.rope import rotate_half, spread_half
 from posenc_cli.model.positional.rope_scaling import RopeScaling
@@ -121,6 +121,7 @@ class HFModel:
         }
         self.scaling: RopeScaling | None = None
         self.built: tuple[str, float] | None = None  # (method, factor) the rotary modules now hold
+        self.extensions: list[ContextExtension] = []  # the asked columns' extensions (memory_needed)
 
     @property
     def max_len(self) -> int | None:
@@ -171,9 +172,10 @@ class HFModel:
             p.numel() * p.element_size() for p in self.model.parameters() if p.device == self.device
         )
         element = next(self.model.parameters()).element_size()
-        return forward_bytes(
+        plain = forward_bytes(
             self.config, length, weights=weights, element=element, eager=self.attention == "eager"
         )
+        return plain + max((extended_bytes(self.config, e, length) for e in self.extensions), default=0)
 
     def check_fits(self, lengths: list[int], device: torch.device) -> None:
         """A forward at the longest length must fit what the device has free; no lengths (every one past a
@@ -232,7 +234,9 @@ class HFModel:
         method that changes attention (model/extension) checked against the model before any work."""
         if self.base_scheme != "rope":
             return [None]
-        return [self.variant(m, factor) for m in methods]
+        variants = [self.variant(m, factor) for m in methods]
+        self.extensions = [v.extension for v in variants if v is not None and v.extension is not None]
+        return variants
 
     def variant(self, method: ContextMethod, factor: float | None) -> HFVariant | None:
         """One column's frequencies and attention, its extension's parameters resolved for this model's

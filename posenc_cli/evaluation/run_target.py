@@ -53,6 +53,7 @@ class RunTarget(LoadedRun):
     """A loaded run with the variants, tokens, scorer and probe trials that evaluation asks of a model."""
 
     active: GPT | None = None  # the model as evaluated now (use_variant); None: as trained
+    extensions: list[ContextExtension] = field(default_factory=list)  # asked columns' (memory_short)
 
     @classmethod
     def of(cls, run: LoadedRun) -> RunTarget:
@@ -133,7 +134,9 @@ class RunTarget(LoadedRun):
                     f"--rope-scaling {method.text}: {method.scaling} exists for hf: models only; posenc's own "
                     f"rotary runs take {', '.join(METHODS)}"
                 )
-        return [variant_of(self, method, factor=factor) for method in methods]
+        variants = [variant_of(self, method, factor=factor) for method in methods]
+        self.extensions = [v.extension for v in variants if v.extension is not None]
+        return variants
 
     def use_variant(self, variant: RunVariant) -> Label:
         """Evaluate as `variant` from now on (the checkpoint is untouched); its label."""
@@ -188,6 +191,14 @@ def memory_short(run: RunTarget, tokens: int, device: torch.device) -> str | Non
     cfg = run.model.cfg.size
     batched = max(tokens, TOKENS_PER_FORWARD)
     need = 4 * batched * (len(run.tokenizer) + 16 * cfg.n_embd * cfg.n_layer + cfg.n_head * tokens)
+    windows, head_dim = batched // tokens, cfg.n_embd // cfg.n_head
+    need += max(
+        (
+            e.extra_bytes(batch=windows, heads=cfg.n_head, length=tokens, head_dim=head_dim)
+            for e in run.extensions
+        ),
+        default=0,
+    )
     free = free_memory(device)
     if free is None or need <= free:
         return None

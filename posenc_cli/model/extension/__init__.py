@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from posenc_cli.model.extension.blocked import remapped_attention
+from posenc_cli.model.extension.blocked import remapped_attention, remapped_bytes
 from posenc_cli.model.extension.logn import logn_factors
 from posenc_cli.model.extension.remap import PositionRemap
 from posenc_cli.model.extension.rotation import Rotation
@@ -37,6 +37,15 @@ class ContextExtension:
     def marks(self) -> tuple[tuple[str, str], ...]:
         """Its parameters as the column's name shows them: (G, 8), (W, 1024)."""
         return self.remap.marks() if self.remap is not None else ()
+
+    def extra_bytes(self, *, batch: int, heads: int, length: int, head_dim: int) -> int:
+        """Bytes `attend` holds beyond plain attention at `length` tokens (fp32): what the memory models
+        add for a column with this extension."""
+        if self.remap is None:  # log-n alone: the scaled queries
+            return 4 * batch * heads * length * head_dim
+        return remapped_bytes(
+            self.remap.parts, batch=batch, heads=heads, length=length, head_dim=head_dim, element=4
+        )
 
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, rotation: Rotation

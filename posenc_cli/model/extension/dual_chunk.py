@@ -26,6 +26,7 @@ class DualChunk:
     local: int | None = None  # w (--dca-local); None: 1/8 of the training length
 
     name = "dca"
+    parts = 3  # intra-chunk, successive-chunk, inter-chunk
 
     def __post_init__(self) -> None:
         if self.chunk is not None:

@@ -102,12 +102,20 @@ def parse_method(text: str, settings: ExtensionSettings) -> ContextMethod:
         elif part == LOGN and not logn:
             logn = True
         elif part != "none" or "+" in text:
-            known = ", ".join(scalings + REMAPS + (LOGN,))
-            raise UsageError(
-                f"--rope-scaling {text!r}: {part!r} is not a method or is given twice; join at most one "
-                f"scaling, one of {', '.join(REMAPS)} and logn with +, from: {known}"
-            )
+            raise UsageError(f"--rope-scaling {text!r}: {refused_part(part, scalings)}")
     return ContextMethod(scaling, remap, logn)
+
+
+def refused_part(part: str, scalings: tuple[str, ...]) -> str:
+    """Why `part` cannot join its column: not a method, or a second of its kind."""
+    kinds = ((scalings, "frequency scaling"), (REMAPS, f"remap ({', '.join(REMAPS)})"), ((LOGN,), "logn"))
+    kind = next((what for names, what in kinds if part in names), None)
+    if part == "none":
+        return "'none' joins nothing with +: name the other parts alone (logn, not none+logn)"
+    if kind is None:
+        known = ", ".join(scalings + REMAPS + (LOGN,))
+        return f"{part!r} is not a method to join with +; choose from: {known}"
+    return f"{part!r} is a second {kind}; a column joins at most one scaling, one remap and logn"
 
 
 def parse_methods(text: str, settings: ExtensionSettings) -> list[ContextMethod]:

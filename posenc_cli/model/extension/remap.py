@@ -16,6 +16,7 @@ import torch
 
 class PositionRemap(Protocol):
     name: str  # its --rope-scaling name
+    parts: int  # how many parts its pairs fall in (what its memory grows with: blocked.remapped_bytes)
 
     def reaches(self, length: int) -> bool:
         """Whether a sequence of `length` tokens has a pair outside the first part (exact positions);

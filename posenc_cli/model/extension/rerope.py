@@ -25,6 +25,8 @@ class ReRoPE:
     leak: float | None = None  # k (--rerope-leak): Leaky ReRoPE's 1/k slope; None: clipped (ReRoPE)
     leaky: bool = False
 
+    parts = 2  # exact, then clipped (or leaking) past the window
+
     def __post_init__(self) -> None:
         if self.window is not None:
             require_int("--rerope-window", self.window, at_least=1, at_most=MAX_LENGTH)

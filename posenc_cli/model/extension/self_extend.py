@@ -21,6 +21,7 @@ class SelfExtend:
     window: int | None = None  # W (--self-extend-window); None: L/4, LongLM's 1024 for Llama-2's 4k
 
     name = "self_extend"
+    parts = 2  # neighbours, then groups
 
     def __post_init__(self) -> None:
         if self.group is not None:
