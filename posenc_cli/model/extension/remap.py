@@ -9,9 +9,11 @@ length L (`for_length`).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
+
+from posenc_cli.core.errors import UsageError
 
 
 class PositionRemap(Protocol):
@@ -48,3 +50,28 @@ class PositionRemap(Protocol):
     def check_context(self, train_len: int) -> None:
         """One line (UsageError) where a parameter does not fit a model trained at `train_len` tokens."""
         ...
+
+
+class ExactWithinWindow:
+    """The shared half of Self-Extend and ReRoPE: pairs closer than `window` keep their exact positions
+    (part 0), farther ones are the method's own (part 1)."""
+
+    window: int | None
+    window_option: ClassVar[str]  # the option that sets it: --self-extend-window, --rerope-window
+    parts = 2
+
+    def reaches(self, length: int) -> bool:
+        return length > self.window
+
+    def region(self, query, key):
+        return (query - key >= self.window).long()
+
+    def keys(self, part, start, stop):
+        return (max(0, start - self.window + 1), stop) if part == 0 else (0, max(0, stop - self.window))
+
+    def check_context(self, train_len: int) -> None:
+        if self.window is not None and self.window > train_len:
+            raise UsageError(
+                f"{self.window_option} {self.window} is past the model's context of {train_len} tokens: "
+                f"pairs in it would meet at distances it never saw; choose 1 to {train_len}"
+            )

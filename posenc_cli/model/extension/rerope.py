@@ -14,18 +14,19 @@ from dataclasses import dataclass, replace
 import torch
 
 from posenc_cli.core.choices import MAX_LENGTH
-from posenc_cli.core.errors import UsageError, require_int, require_number
+from posenc_cli.core.errors import require_int, require_number
+from posenc_cli.model.extension.remap import ExactWithinWindow
 
 MAX_LEAK = 1e6
 
 
 @dataclass(frozen=True)
-class ReRoPE:
+class ReRoPE(ExactWithinWindow):
     window: int | None = None  # w (--rerope-window); None: L/8, bojone/rerope's 512 at 4k
     leak: float | None = None  # k (--rerope-leak): Leaky ReRoPE's 1/k slope; None: clipped (ReRoPE)
     leaky: bool = False
 
-    parts = 2  # exact, then clipped (or leaking) past the window
+    window_option = "--rerope-window"  # its parts: exact, then clipped (or leaking) past the window
 
     def __post_init__(self) -> None:
         if self.window is not None:
@@ -42,27 +43,11 @@ class ReRoPE:
         leak = (self.leak or DEFAULT_LEAK) if self.leaky else None
         return replace(self, window=window, leak=leak)
 
-    def check_context(self, train_len: int) -> None:
-        if self.window is not None and self.window > train_len:
-            raise UsageError(
-                f"--rerope-window {self.window} is past the model's context of {train_len} tokens; "
-                f"choose 1 to {train_len}"
-            )
-
-    def reaches(self, length: int) -> bool:
-        return length > self.window
-
     def positions(self, index):
         if self.leak is None:
             return [(index, index), (torch.full_like(index, self.window), torch.zeros_like(index))]
         far_query = index / self.leak + self.window - self.window / self.leak
         return [(index, index), (far_query, index / self.leak)]
-
-    def region(self, query, key):
-        return (query - key >= self.window).long()
-
-    def keys(self, part, start, stop):
-        return (max(0, start - self.window + 1), stop) if part == 0 else (0, max(0, stop - self.window))
 
     def marks(self):
         leak = (("k", f"{self.leak:g}"),) if self.leak is not None else ()

@@ -12,16 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from posenc_cli.core.choices import MAX_LENGTH
-from posenc_cli.core.errors import UsageError, require_int
+from posenc_cli.core.errors import require_int
+from posenc_cli.model.extension.remap import ExactWithinWindow
 
 
 @dataclass(frozen=True)
-class SelfExtend:
+class SelfExtend(ExactWithinWindow):
     group: int | None = None  # G (--self-extend-group); None: 8, LongLM's default
     window: int | None = None  # W (--self-extend-window); None: L/4, LongLM's 1024 for Llama-2's 4k
 
-    name = "self_extend"
-    parts = 2  # neighbours, then groups
+    name = "self_extend"  # its parts: neighbours (exact), then groups
+    window_option = "--self-extend-window"
 
     def __post_init__(self) -> None:
         if self.group is not None:
@@ -33,25 +34,9 @@ class SelfExtend:
         window = self.window if self.window is not None else max(1, train_len // 4)
         return replace(self, group=self.group or DEFAULT_GROUP, window=window)
 
-    def check_context(self, train_len: int) -> None:
-        if self.window is not None and self.window > train_len:
-            raise UsageError(
-                f"--self-extend-window {self.window} is past the model's context of {train_len} tokens: "
-                f"neighbours would meet at distances it never saw; choose 1 to {train_len}"
-            )
-
-    def reaches(self, length: int) -> bool:
-        return length > self.window
-
     def positions(self, index):
         grouped_query = index.div(self.group, rounding_mode="floor") + self.window - self.window / self.group
         return [(index, index), (grouped_query, index.div(self.group, rounding_mode="floor"))]
-
-    def region(self, query, key):
-        return (query - key >= self.window).long()
-
-    def keys(self, part, start, stop):
-        return (max(0, start - self.window + 1), stop) if part == 0 else (0, max(0, stop - self.window))
 
     def marks(self):
         return (("G", str(self.group)), ("W", str(self.window)))
