@@ -5,7 +5,8 @@ one attention layer of SmolLM2-135M's shape (9 query heads over 3 key-value head
     python scripts/extension_cost.py --length 16384 [--repeats 2]
 
 Prints a markdown table: seconds per layer (best of --repeats), peak memory beyond the inputs measured,
-and what model/extension/blocked.remapped_bytes predicts for it."""
+and what the memory models predict for it: plain attention's measured peak plus the extension's
+ContextExtension.extra_bytes."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ def one_case(method: str, length: int, repeats: int) -> dict:
     import torch.nn.functional as F
 
     from posenc_cli.bench.eval_memory import peak_rss_kib
-    from posenc_cli.model.extension.blocked import remapped_bytes
     from posenc_cli.model.extension.method import ExtensionSettings, parse_method
     from posenc_cli.model.positional.rope import RoPE
 
@@ -45,9 +45,8 @@ def one_case(method: str, length: int, repeats: int) -> dict:
         else:
             extension.attend(q, k, v, rotation=rotation)
         best = min(best, time.perf_counter() - start)
-    parts = len(extension.remap.positions(torch.arange(2))) if extension and extension.remap else 0
-    predicted = remapped_bytes(parts, batch=1, heads=HEADS, length=length, head_dim=HEAD_DIM, element=4)
-    return {"seconds": best, "peak_mib": (peak_rss_kib() - idle) / 1024, "predicted_mib": predicted / 2**20}
+    extra = extension.extra_bytes(batch=1, heads=HEADS, length=length, head_dim=HEAD_DIM) if extension else 0
+    return {"seconds": best, "peak_mib": (peak_rss_kib() - idle) / 1024, "extra_mib": extra / 2**20}
 
 
 def main() -> None:
@@ -65,7 +64,7 @@ def main() -> None:
     )
     print("| method | s per layer | × plain | peak MiB beyond inputs | predicted MiB |")
     print("|---|---|---|---|---|")
-    plain = None
+    plain = plain_peak = None
     for method in METHODS:
         command = [
             sys.executable,
@@ -79,9 +78,10 @@ def main() -> None:
         ]
         result = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
         plain = plain or result["seconds"]
+        plain_peak = plain_peak if plain_peak is not None else result["peak_mib"]
         print(
             f"| {method} | {result['seconds']:.2f} | {result['seconds'] / plain:.2f} | "
-            f"{result['peak_mib']:.0f} | {result['predicted_mib']:.0f} |",
+            f"{result['peak_mib']:.0f} | {plain_peak + result['extra_mib']:.0f} |",
             flush=True,
         )
 

@@ -67,10 +67,12 @@ def remapped_attention(
 
 def remapped_bytes(parts: int, *, batch: int, heads: int, length: int, head_dim: int, element: int) -> int:
     """Bytes remapped_attention holds beyond its inputs at `length` tokens: each part's moved queries
-    and keys, one block's masks per part (a region index, three boolean masks, a float mask) and the
-    merged output in fp32. Linear in the length: the memory models add it to a forward's."""
+    and keys, the three temporaries of the move being computed (Rotation.move), one block's masks per
+    part (a region index, three boolean masks, a float mask) and the merged output in fp32. Linear in
+    the length: the memory models add it to a forward's."""
     rows = max(1, min(length, SCORE_BUDGET // max(1, length), MAX_BLOCK))
-    moved = 2 * parts * batch * heads * length * head_dim * element
+    rows_of_all = batch * heads * length * head_dim * element
+    moved = 2 * parts * rows_of_all + 3 * rows_of_all
     masks = parts * rows * length * (8 + 3 + element)
     merged_out = 2 * parts * batch * heads * rows * head_dim * 4 + batch * heads * length * head_dim * 4
     return moved + masks + merged_out
