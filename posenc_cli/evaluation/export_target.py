@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
 import torch
@@ -63,8 +62,8 @@ class ExportModel(HFModel):
         for method, extension in zip(methods, extensions):
             if extension is None:
                 continue
-            try:  # asked of a copy: the scheme's own refusal, without changing the model
-                copy.deepcopy(self.gpt.scheme).extend_context(extension)
+            try:
+                self.gpt.scheme.check_takes_extension()
             except UsageError as refused:
                 raise UsageError(f"--rope-scaling {method.text}: {self.path}: {refused}") from None
         self.extensions = [e for e in extensions if e is not None]

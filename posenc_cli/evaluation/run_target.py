@@ -172,15 +172,12 @@ def variant_of(run: RunTarget, method: ContextMethod, *, factor: float | None) -
     context before any scoring."""
     options = {} if method.scaling == "none" else {"scaling": method.scaling, "scaling_factor": factor}
     options |= {"scaling_len": run.train_len} if options else {}
-    scheme, before = run.model.scheme, run.model.scheme.extension
     try:
         extension = method.extension(run.train_len)  # its parameters checked against the run's context
-        if extension is not None:  # a dry run on the trained scheme, undone: only RoPE takes one
-            scheme.extend_context(extension)
+        if extension is not None:
+            run.model.scheme.check_takes_extension()
     except UsageError as refused:
         raise UsageError(f"--rope-scaling {method.text} for {run.path}: {refused}") from None
-    finally:
-        scheme.extension = before
     return RunVariant(options, extension)
 
 

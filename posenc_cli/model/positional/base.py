@@ -144,8 +144,13 @@ class PositionalScheme(nn.Module):
         return None
 
     def extend_context(self, extension: ContextExtension) -> None:
-        """Compute attention with `extension` (a model/extension ContextExtension) from now on; only
-        RoPE takes one: any other scheme refuses it in one line."""
+        """Compute attention with `extension` (a model/extension ContextExtension) from now on."""
+        self.check_takes_extension()
+        self.extension = extension
+
+    def check_takes_extension(self) -> None:
+        """One line (UsageError) unless the scheme can take a context extension: only RoPE can, so
+        eval asks before any scoring, without changing the model."""
         raise UsageError(
             f"scheme {self.label} has no RoPE rotation to extend; self_extend, rerope, leaky_rerope, dca "
             "and logn apply to rope runs and RoPE hf: models only"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from posenc_cli.core.errors import UsageError, require_number
-from posenc_cli.model.extension import ContextExtension, Rotation
+from posenc_cli.model.extension import Rotation
 from posenc_cli.model.positional.base import MAX_BASE, Claim, PositionalScheme
 from posenc_cli.model.positional.rope_scaling import rope_inv_freq, rope_scaling
 
@@ -110,8 +110,8 @@ class RoPE(PositionalScheme):
         """How `rotate` turns a sequence of `seq_len` tokens: what an extension moves rows by."""
         return Rotation(self.frequencies(seq_len)[0], self.turn, self.spread)
 
-    def extend_context(self, extension: ContextExtension) -> None:
-        self.extension = extension
+    def check_takes_extension(self) -> None:
+        """RoPE takes any: an extension moves its rotated rows by more turns of the same frequencies."""
 
     def attend(self, q, k, v):
         return (

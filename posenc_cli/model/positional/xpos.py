@@ -53,8 +53,8 @@ class XPos(RoPE):
         zeta = (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim + gamma) / (1 + gamma)
         self.register_buffer("zeta", zeta, persistent=False)
 
-    def extend_context(self, extension) -> None:
-        PositionalScheme.extend_context(self, extension)  # its decay is tied to the tokens' own positions
+    def check_takes_extension(self) -> None:
+        PositionalScheme.check_takes_extension(self)  # its decay is tied to the tokens' own positions
 
     def decay(self, positions: torch.Tensor) -> torch.Tensor:
         """(..., T, head_dim): ζ_j^(n/B) for each position n (centred) and each dimension's pair j."""
