@@ -30,7 +30,7 @@ def scheme_label(scheme: PositionalScheme, *, randomized: bool = False) -> Label
     names, its RoPE scaling; `randomized`: trained with randomized positions."""
     extension = scheme.extension
     variant = Variant(
-        scheme.label_options,
+        scheme.column_options,
         scheme.scaling_method,
         extension=extension.names if extension else (),
         settings=extension.marks if extension else (),

@@ -72,17 +72,61 @@ def query_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     return torch.cat(outputs, dim=2)
 
 
-def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scheme: PositionalScheme):
-    """The T newest queries (B, H, T, D) at positions L-T..L-1 against all L keys (generation with a
-    KV cache): each query's own row of the causal mask, plus of the bias where the scheme adds one."""
+def cached_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scheme: PositionalScheme, first: int = 0
+) -> torch.Tensor:
+    """The T newest queries (B, H, T, D) against the L keys a KV cache holds, of tokens first..first+L-1
+    (generation): each query's own row of the causal mask within the layer's window, plus of the bias
+    where the scheme adds one."""
     T, L = q.size(2), k.size(2)
-    query = torch.arange(L - T, L, device=q.device)[:, None]
-    distance = query - torch.arange(L, device=q.device)
+    query = torch.arange(first + L - T, first + L, device=q.device)[:, None]
+    key = torch.arange(first, first + L, device=q.device)
+    seen = scheme.window.visible(query, key)
     if not scheme.adds_bias:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=distance >= 0)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=seen)
+    distance = query - key
     bias = scheme.query_bias(query, distance) if scheme.bias_reads_query else scheme.bias(distance)
-    mask = bias.masked_fill(distance < 0, float("-inf")).to(q.dtype)
+    mask = bias.masked_fill(~seen, float("-inf")).to(q.dtype)
     return attend(q, k, v, mask=mask[None])
+
+
+def windowed_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scheme: PositionalScheme,
+    positions: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """q, k, v: (B, H, T, D) -> (B, H, T, D), causal attention within scheme.window (plus its bias). A
+    query block meets only the keys its queries can see, so memory and time grow with T·W, not T².
+    positions (randomized training, (B, T)): one dense mask, at training lengths."""
+    window, (H, T) = scheme.window, q.shape[1:3]
+    if positions is not None:
+        index = torch.arange(T, device=q.device)
+        seen = window.visible(index[:, None], index)
+        return attend(
+            q,
+            k,
+            v,
+            mask=dense_bias(scheme, positions).masked_fill(~seen, float("-inf"))
+            if scheme.adds_bias
+            else seen,
+        )
+    step = min(v for v in (window.chunk, window.size) if v is not None)
+    block = max(1, min(step, MASK_BUDGET // (H * (step + window.span(T)))))
+    outputs = []
+    for start in range(0, T, block):
+        end = min(start + block, T)
+        lo = window.first_key(start)
+        query = torch.arange(start, end, device=q.device)[:, None]
+        key = torch.arange(lo, end, device=q.device)
+        mask = window.visible(query, key)
+        if scheme.adds_bias:
+            bias = scheme.query_bias(query, query - key)
+            mask = bias.masked_fill(~mask, float("-inf")).to(q.dtype)[None]
+        outputs.append(attend(q[:, :, start:end], k[:, :, lo:end], v[:, :, lo:end], mask=mask))
+    return torch.cat(outputs, dim=2)
 
 
 def dense_bias(scheme: PositionalScheme, positions: torch.Tensor) -> torch.Tensor:

@@ -12,24 +12,33 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc_cli.core.device import ATTENTION_IN_FP32
-from posenc_cli.model.attention import biased_causal_attention, cached_attention
+from posenc_cli.model.attention import biased_causal_attention, cached_attention, windowed_attention
 from posenc_cli.model.positional import PositionalScheme, build_scheme
 from posenc_cli.model.shape import ModelConfig
+from posenc_cli.model.window import FULL, AttentionWindow
 
 
 class LayerCache:
-    """One layer's keys and values for the tokens seen so far (positions 0..L-1)."""
+    """One layer's keys and values for the tokens seen so far that a later query can still see: the
+    last W under a sliding window, the current chunk's under chunked attention, else all of them."""
 
     def __init__(self) -> None:
         self.keys: torch.Tensor | None = None
         self.values: torch.Tensor | None = None
+        self.length = 0  # tokens seen, the kept keys' last ones
 
-    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append the new tokens' (B, H, T, D) keys and values; returns every token's."""
+    def extend(
+        self, k: torch.Tensor, v: torch.Tensor, window: AttentionWindow
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Append the new tokens' (B, H, T, D) keys and values; returns the kept and new ones, and the
+        token index of the first. Keeps from then on only those the next token's query sees."""
+        start = self.length - (0 if self.keys is None else self.keys.size(2))
         if self.keys is not None and self.values is not None:
             k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
-        self.keys, self.values = k, v
-        return k, v
+        self.length += k.size(2) - (self.length - start)
+        dropped = window.first_key(self.length) - start
+        self.keys, self.values = k[:, :, dropped:], v[:, :, dropped:]
+        return k, v, start
 
 
 class KVCache:
@@ -44,8 +53,7 @@ class KVCache:
 
     @property
     def length(self) -> int:
-        keys = self.layers[0].keys
-        return 0 if keys is None else keys.size(2)
+        return self.layers[0].length
 
 
 def rotate_with_context(
@@ -80,29 +88,36 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (
             t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2)
         )
+        first = 0  # the token index of k's first key
         if cache is not None and scheme.rotation_reads_context:
-            k, v = cache.extend(k, v)
+            k, v, first = cache.extend(k, v, FULL)  # every key kept: the whole context is rotated again
             q, k = rotate_with_context(q, k, scheme)
         else:
             q, k = scheme.rotate(q, k, positions)
             if cache is not None:
-                k, v = cache.extend(k, v)
+                k, v, first = cache.extend(k, v, scheme.window)
+        q = scheme.scale_queries(q, positions)
         if ATTENTION_IN_FP32.get():  # bf16 autocast around fp32 attention (core.device.AUTOCAST_PRECISIONS)
             with torch.autocast(x.device.type, enabled=False):
-                y = self.attend(q.float(), k.float(), v.float(), scheme=scheme, given=given)
+                y = self.attend(q.float(), k.float(), v.float(), scheme=scheme, given=given, first=first)
         else:
-            y = self.attend(q, k, v, scheme=scheme, given=given)
+            y = self.attend(q, k, v, scheme=scheme, given=given, first=first)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
     @staticmethod
-    def attend(q, k, v, *, scheme: PositionalScheme, given: torch.Tensor | None) -> torch.Tensor:
-        """(B, H, T, D) queries against (B, H, L, D) keys and values: causal, with the scheme's bias, or
-        as the scheme computes it (a context extension)."""
+    def attend(
+        q, k, v, *, scheme: PositionalScheme, given: torch.Tensor | None, first: int = 0
+    ) -> torch.Tensor:
+        """(B, H, T, D) queries against (B, H, L, D) keys and values, the first at token `first`: causal
+        within the layer's window, with the scheme's bias, or as the scheme computes it (a context
+        extension)."""
         own = scheme.attend(q, k, v)
         if own is not None:
             return own
-        if k.size(2) > q.size(2):  # new queries after cached keys
-            return cached_attention(q, k, v, scheme=scheme)
+        if k.size(2) > q.size(2) or first:  # new queries after cached keys
+            return cached_attention(q, k, v, scheme=scheme, first=first)
+        if scheme.window.limits(q.size(2)):
+            return windowed_attention(q, k, v, scheme=scheme, positions=given)
         if scheme.adds_bias:
             return biased_causal_attention(q, k, v, scheme=scheme, positions=given)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from posenc_cli.model.extension.blocked import remapped_attention, remapped_bytes
-from posenc_cli.model.extension.logn import logn_factors
 from posenc_cli.model.extension.remap import PositionRemap
 from posenc_cli.model.extension.rotation import Rotation
+from posenc_cli.model.temperature import logn_factors
 
 
 @dataclass(frozen=True)

@@ -18,19 +18,35 @@ from posenc_cli.model.positional.fire import FIRE
 from posenc_cli.model.positional.kerple import Kerple
 from posenc_cli.model.positional.learned import Learned
 from posenc_cli.model.positional.rope import RoPE
+from posenc_cli.model.positional.schedule import IRoPE, LayerSchedule, LocalGlobal, RNoPESWA
 from posenc_cli.model.positional.sinusoidal import Sinusoidal
 from posenc_cli.model.positional.t5 import T5Bias
 from posenc_cli.model.positional.xpos import XPos
+from posenc_cli.model.temperature import build_temperature
+from posenc_cli.model.window import AttentionWindow
 
 SCHEMES: dict[str, type[PositionalScheme]] = {
-    cls.name: cls for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple, FIRE)
+    cls.name: cls
+    for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple, FIRE)
+    + (LayerSchedule, IRoPE, RNoPESWA, LocalGlobal)
 }
-MODEL_SIZES = ("self", "n_embd", "n_head", "block_size")
+# a scheme class's __init__ arguments that are not options: the model's sizes, and the builder a layer
+# schedule builds its layers' schemes with (given by build_scheme)
+NOT_OPTIONS = ("self", "n_embd", "n_head", "block_size", "build")
+
+
+# options of every scheme, for the layer it serves (build_scheme), unless its class takes them itself
+LAYER_OPTIONS = ("window", "chunk", "temperature", "temperature_beta", "temperature_floor")
 
 
 def scheme_options(name: str | None = None) -> list[str]:
     """The option names of one scheme (or of any scheme): its __init__'s arguments past the model sizes,
-    and its parent's where it passes **options on."""
+    and its parent's where it passes **options on, and the layer options every scheme takes."""
+    return sorted(set(class_options(name)) | set(LAYER_OPTIONS))
+
+
+def class_options(name: str | None = None) -> list[str]:
+    """The options a scheme's class takes itself (see scheme_options)."""
     options: set[str] = set()
     for cls in [SCHEMES[name]] if name else SCHEMES.values():
         for klass in cls.__mro__:
@@ -40,7 +56,7 @@ def scheme_options(name: str | None = None) -> list[str]:
             }
             if not any(v.kind == v.VAR_KEYWORD for v in params.values()):
                 break
-    return sorted(options - set(MODEL_SIZES))
+    return sorted(options - set(NOT_OPTIONS))
 
 
 def claim_for(label: str) -> Claim:
@@ -49,7 +65,26 @@ def claim_for(label: str) -> Claim:
 
 
 def build_scheme(name: str, n_embd: int, n_head: int, *, block_size: int, **options: Any) -> PositionalScheme:
-    """One scheme by name; `A+B` is the composite of A and B, its options per part in `parts`."""
+    """One scheme by name; `A+B` is the composite of A and B, its options per part in `parts`. The layer
+    options (LAYER_OPTIONS) set its window and temperature, where its class does not take them itself."""
+    own = class_options(name) if name in SCHEMES else []
+    layer = {key: options.pop(key) for key in LAYER_OPTIONS if key in options and key not in own}
+    scheme = scheme_alone(name, n_embd, n_head, block_size=block_size, **options)
+    if layer:
+        scheme.window = AttentionWindow(layer.pop("window", None), layer.pop("chunk", None))
+        scheme.temperature = build_temperature(
+            layer.pop("temperature", "none"), n_head=n_head, train_len=block_size, **option_keywords(layer)
+        )
+    return scheme
+
+
+def option_keywords(layer: dict[str, Any]) -> dict[str, Any]:
+    """temperature_beta, temperature_floor -> build_temperature's beta, floor."""
+    return {key.removeprefix("temperature_"): value for key, value in layer.items()}
+
+
+def scheme_alone(name: str, n_embd: int, n_head: int, *, block_size: int, **options: Any) -> PositionalScheme:
+    """build_scheme without the layer options."""
     if "+" in name:
         parts = options.pop("parts", None) or name.split("+")
         if options:
@@ -68,7 +103,9 @@ def build_scheme(name: str, n_embd: int, n_head: int, *, block_size: int, **opti
                 f"scheme.{option} is not an option of scheme={name}"
                 f"{nearest(option, known) if known else '; it takes no options'}"
             )
-    return SCHEMES[name](n_embd, n_head, block_size, **options)
+    cls = SCHEMES[name]
+    builder = {"build": build_scheme} if "build" in inspect.signature(cls.__init__).parameters else {}
+    return cls(n_embd, n_head, block_size, **options, **builder)
 
 
 __all__ = [

@@ -16,6 +16,8 @@ from torch import nn
 
 from posenc_cli.core.errors import UsageError, require_bool
 from posenc_cli.model.extension import ContextExtension
+from posenc_cli.model.temperature import QueryTemperature
+from posenc_cli.model.window import FULL, AttentionWindow
 
 # Bounds of scheme options (each constructor checks its own; the pre-flight builds the scheme): every option
 # is finite and inside a range where the maths holds in float32 and the value still means something.
@@ -68,11 +70,16 @@ class PositionalScheme(nn.Module):
     scales_embeddings: ClassVar[bool | None] = None  # additive schemes: the default of scale_embeddings
     # the training-free context extension `attend` computes with (RoPE only: extend_context); None: none
     extension: ContextExtension | None = None
+    # Properties of the layer a scheme instance serves, options of every scheme (build_scheme sets them):
+    # the keys its queries see, and the factor its queries are multiplied by (model/temperature.py)
+    window: AttentionWindow = FULL
+    temperature: QueryTemperature | None  # a submodule (SSMax learns), so set per instance in __init__
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
         super().__init__()
         self.n_embd, self.n_head, self.block_size = n_embd, n_head, block_size
         self.head_dim = n_embd // n_head
+        self.temperature = None
 
     @property
     def max_len(self) -> int | None:
@@ -82,7 +89,13 @@ class PositionalScheme(nn.Module):
     @property
     def label(self) -> str:
         """The name reports show: the scheme's name, plus any option that changes what it computes."""
-        return "+".join((self.name, *self.label_options, *filter(None, [self.scaling_method])))
+        return "+".join((self.name, *self.column_options, *filter(None, [self.scaling_method])))
+
+    @property
+    def column_options(self) -> tuple[str, ...]:
+        """label_options, then the layer's window and temperature: what `label` names after the scheme."""
+        temperature = self.temperature.options if self.temperature is not None else ()
+        return self.label_options + self.window.options + temperature
 
     @property
     def label_options(self) -> tuple[str, ...]:
@@ -134,6 +147,10 @@ class PositionalScheme(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q, k: (B, H, T, D) -> rotated q, k."""
         return q, k
+
+    def scale_queries(self, q: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """q: (B, H, T, D) rotated queries at `positions` -> as the layer's temperature scales them."""
+        return q if self.temperature is None else self.temperature.scale(q, positions)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
         """The attention the scheme computes itself, or None: the model's causal kernels (plus `bias`).
