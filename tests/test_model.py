@@ -56,7 +56,9 @@ def random_model(scheme: str, **options) -> GPT:
         ModelConfig(
             vocab_size=13,
             block_size=16,
-            size=ModelSize(n_layer=2, n_head=2, n_embd=16),
+            size=ModelSize(
+                n_layer=max(2, SCHEMES[scheme].layers_needed if scheme in SCHEMES else 1), n_head=2, n_embd=16
+            ),
             scheme=scheme,
             scheme_options=options,
         )
@@ -154,6 +156,6 @@ def test_bf16_autocast_with_fp32_attention_gives_every_schemes_attention_fp32_in
         assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
         model.zero_grad(set_to_none=True)
         if expected:
-            assert seen == [expected] * 2
+            assert seen == [expected] * len(model.blocks)
         else:
-            assert all(autocast_on for *_, autocast_on in seen) and len(seen) == 2
+            assert all(autocast_on for *_, autocast_on in seen) and len(seen) == len(model.blocks)

@@ -34,7 +34,10 @@ def interleaved_order(head_dim: int) -> torch.Tensor:
 
 DIM, HEADS, LENGTH = 32, 4, 24
 POSITIONS = torch.arange(LENGTH)
-CASES = [*SCHEMES, "sinusoidal+learned", "rope+alibi"]  # every scheme, and composites of each hook kind
+# every scheme with hooks of its own, and composites of each hook kind; a layer schedule's hooks are its
+# layers' (tests/test_layer_schedules.py), so it joins only the laws of a whole model (MODEL_CASES)
+CASES = [*(n for n in SCHEMES if SCHEMES[n].kind != "schedule"), "sinusoidal+learned", "rope+alibi"]
+MODEL_CASES = [*CASES, *(n for n in SCHEMES if SCHEMES[n].kind == "schedule")]
 
 
 def fresh(name: str, dim: int = DIM, heads: int = HEADS, length: int = LENGTH, **options):
@@ -61,7 +64,8 @@ def reaching(name: str, length: int) -> dict:
 def tiny_model(name: str, block_size: int = 16, reach: int | None = None, **sizes) -> GPT:
     torch.manual_seed(1)
     options = reaching(name, reach) if reach else {}
-    config = dict(vocab_size=11, block_size=block_size, n_layer=2, n_head=2, n_embd=16, **sizes)
+    depth = max(2, SCHEMES[name].layers_needed if name in SCHEMES else 1)
+    config = dict(vocab_size=11, block_size=block_size, n_layer=depth, n_head=2, n_embd=16, **sizes)
     return GPT(ModelConfig.from_dict({**config, "scheme": name, "scheme_options": options})).eval()
 
 
@@ -198,7 +202,7 @@ def test_bounded_schemes_refuse_positions_past_max_len_and_unbounded_ones_reach_
         scheme.embed(torch.zeros(1, scheme.max_len + 1, DIM), torch.arange(scheme.max_len + 1))
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", MODEL_CASES)
 def test_positional_parameters_are_the_declared_formula(name):
     """param_formula (shown in comparison.md) evaluated at this model's sizes is the parameter count, and
     the model's count is the scheme's. The chapters' four fixed schemes have none."""
@@ -211,7 +215,7 @@ def test_positional_parameters_are_the_declared_formula(name):
     assert model(torch.randint(0, 11, (2, 16))).shape == (2, 16, 11)
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", MODEL_CASES)
 def test_the_model_is_causal_for_every_scheme(name):
     """Changing a later token never changes earlier logits."""
     model = tiny_model(name)
@@ -221,7 +225,7 @@ def test_the_model_is_causal_for_every_scheme(name):
     assert torch.allclose(model(idx)[0, :10], model(changed)[0, :10], atol=1e-5)
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", MODEL_CASES)
 def test_eval_past_training_length_does_not_depend_on_the_query_block_size(name, monkeypatch):
     """4x the training length, one query block vs blocks of 5 queries: the same logits."""
     model = tiny_model(name, reach=64)
@@ -233,7 +237,7 @@ def test_eval_past_training_length_does_not_depend_on_the_query_block_size(name,
     torch.testing.assert_close(blocked, whole, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", MODEL_CASES)
 def test_blocked_attention_is_causal(name, monkeypatch):
     """Changing the last tokens changes no logit before them, with several query blocks in play."""
     monkeypatch.setattr(attention_module, "MASK_BUDGET", 2 * 32 * 4)

@@ -107,10 +107,10 @@ class TrainCommand(TyperCommand):
 def train(ctx: typer.Context) -> None:
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.cli.completion import hydra_shell_completion
-    from posenc_cli.config.hydra_args import check_first_point
+    from posenc_cli.config.hydra_args import check_first_point, with_layer_options
     from posenc_cli.rundir.claim import resuming
 
-    args = list(ctx.args)
+    args = with_layer_options(list(ctx.args))
     if hydra_shell_completion(args):
         return
     # the first job composed before torch is imported, so that a typo answers in a second (a resume's

@@ -24,6 +24,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from posenc_cli.config import composite_schemes  # noqa: F401 - registers scheme=A+B with Hydra
 from posenc_cli.config.location import config_dir
 from posenc_cli.config.schema import DATA, PosencConfig, TrainConfig
+from posenc_cli.core.choices import LAYER_OPTIONS
 from posenc_cli.core.errors import (
     UsageError,
     nearest,
@@ -129,6 +130,13 @@ def check_first_point(args: list[str]) -> DictConfig | None:
         return compose_point(
             sweep_points(parsed.overrides)[0] if parsed.multirun else parsed.overrides, select=""
         )
+
+
+def with_layer_options(args: list[str]) -> list[str]:
+    """`scheme.window=64` and the other options every scheme takes (LAYER_OPTIONS) as `++scheme.window=64`:
+    a scheme's yaml lists its own options only, and Hydra refuses a key it lacks unless told to add it."""
+    pattern = re.compile(rf"scheme\.(?:{'|'.join(LAYER_OPTIONS)})=")
+    return [f"++{arg}" if pattern.match(arg) else arg for arg in args]
 
 
 def parse_hydra_args(args: list[str]):

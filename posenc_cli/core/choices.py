@@ -29,3 +29,7 @@ TOKENIZERS = ("char", "byte", "bpe")  # data.tokenizer's kinds (data.tokenizers 
 MAX_LENGTH = 10**12
 PPL_TOLERANCE = 0.10  # perplexity at most 10 % above its value at the reference length
 RETRIEVAL_THRESHOLD = 0.50  # at least half the keys retrieved, where probed
+
+# options every positional scheme takes, for the attention layer it serves (model/positional build_scheme):
+# which keys its queries see (model/window.py) and their temperature (model/temperature.py)
+LAYER_OPTIONS = ("window", "chunk", "temperature", "temperature_beta", "temperature_floor")

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from posenc_cli.core.choices import MAX_LENGTH
 from posenc_cli.core.errors import UsageError, require_int, require_number
 
 # Llama4TextConfig's defaults: attn_scale (β) and floor_scale (F, at its 8,192-token attention chunks)
@@ -75,8 +76,6 @@ class Llama4Temperature(QueryTemperature):
 
     def __init__(self, beta: float, floor: int):
         super().__init__()
-        require_number("scheme.temperature_beta", beta, at_least=0, at_most=100)
-        require_int("scheme.temperature_floor", floor, at_least=1)
         self.beta, self.floor = beta, floor
 
     def factors(self, positions):
@@ -110,6 +109,9 @@ def build_temperature(
     floor is its attention chunk."""
     if name not in TEMPERATURES:
         raise UsageError(f"scheme.temperature={name} is not known; choose one of: {', '.join(TEMPERATURES)}")
+    require_number("scheme.temperature_beta", beta, at_least=0, at_most=100)
+    if floor is not None:
+        require_int("scheme.temperature_floor", floor, at_least=1, at_most=MAX_LENGTH)
     if name != Llama4Temperature.name and (beta != LLAMA4_BETA or floor is not None):
         raise UsageError(
             f"scheme.temperature_beta and scheme.temperature_floor apply to scheme.temperature=llama4 only, "

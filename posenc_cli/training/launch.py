@@ -14,6 +14,7 @@ from posenc_cli.config.hydra_args import (
     composing,
     first_sweep_point,
     parse_hydra_args,
+    with_layer_options,
     print_sweep,
     sweep_points,
 )
@@ -33,6 +34,7 @@ def train_with(args: list[str], first: DictConfig | None = None) -> Path | None:
     """`posenc train ARGS`: the run or sweep directory it trained into; None when nothing trained (--cfg,
     --info). `first`: the first job's composition where the command made it before importing torch
     (check_first_point), which is then that job's."""
+    args = with_layer_options(args)
     given, args = args, [*resume_args(args), *distributed.rank_overrides()]
     checked = preflight(args, first=first if args == given else None)
     parsed = parse_hydra_args(args)

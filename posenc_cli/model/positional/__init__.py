@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from posenc_cli.core.choices import LAYER_OPTIONS
 from posenc_cli.core.errors import UsageError, nearest
 from posenc_cli.model.positional.alibi import ALiBi
 from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme, past_max_len
@@ -35,8 +36,6 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
 NOT_OPTIONS = ("self", "n_embd", "n_head", "block_size", "build")
 
 
-# options of every scheme, for the layer it serves (build_scheme), unless its class takes them itself
-LAYER_OPTIONS = ("window", "chunk", "temperature", "temperature_beta", "temperature_floor")
 
 
 def scheme_options(name: str | None = None) -> list[str]:

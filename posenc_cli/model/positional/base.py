@@ -67,6 +67,9 @@ class PositionalScheme(nn.Module):
     # True: the constructor takes RoPE context extension (scaling, scaling_factor, scaling_len,
     # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
     scalable: ClassVar[bool] = False
+    # the model depth the scheme needs at its defaults (a layer schedule's interval): what tests and
+    # benchmarks build it at; a shallower model is refused by for_layers
+    layers_needed: ClassVar[int] = 1
     scales_embeddings: ClassVar[bool | None] = None  # additive schemes: the default of scale_embeddings
     # the training-free context extension `attend` computes with (RoPE only: extend_context); None: none
     extension: ContextExtension | None = None

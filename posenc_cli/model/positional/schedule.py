@@ -20,8 +20,9 @@ from typing import Any
 
 from torch import nn
 
-from posenc_cli.core.errors import UsageError, require_int
-from posenc_cli.model.positional.base import Claim, PositionalScheme
+from posenc_cli.core.errors import UsageError, require_int, require_number
+from posenc_cli.model.positional.base import MAX_BASE, Claim, PositionalScheme
+from posenc_cli.model.shape import MAX_MODEL_SIZE
 from posenc_cli.model.positional.composite import RELATIVE_STRENGTH, part_spec
 from posenc_cli.model.temperature import LLAMA4_BETA
 
@@ -51,6 +52,8 @@ class LayerSchedule(PositionalScheme):
         self.pattern = [part_spec(entry) for entry in pattern]
         self.build = build
         self.layers = nn.ModuleList()  # built by for_layers, which knows the depth
+        for index, spec in enumerate(self.pattern):  # a bad entry is refused when the scheme is built
+            self.layer(index, spec)
 
     def layer_specs(self, n_layer: int) -> list[LayerSpec]:
         """Each layer's scheme and options, first layer first."""
@@ -114,12 +117,17 @@ class IntervalSchedule(LayerSchedule):
     """A preset: every `every`-th layer (the 4th, 8th, ...) is the special one (`special`), the others
     `usual`; a model with fewer layers than `every` has none, and is refused naming the depth it needs."""
 
-    every_default = 4
+    layers_needed = 4  # the default interval: a model needs that many layers to hold one special layer
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, *, every: int, build: Callable[..., Any]):
         super().__init__(n_embd, n_head, block_size, build=build)
-        require_int(f"scheme.every (scheme={self.name})", every, at_least=1, at_most=1 << 20)
+        require_int(f"scheme.every (scheme={self.name})", every, at_least=1, at_most=MAX_MODEL_SIZE)
         self.every = every
+
+    def check_layers(self) -> None:
+        """Build one usual and one special layer, so a bad option is refused when the scheme is built."""
+        for index, spec in ((0, self.usual()), (self.every - 1, self.special())):
+            self.layer(index, spec)
 
     def usual(self) -> LayerSpec:
         raise NotImplementedError
@@ -130,14 +138,15 @@ class IntervalSchedule(LayerSchedule):
     def layer_specs(self, n_layer: int) -> list[LayerSpec]:
         if n_layer < self.every:
             raise UsageError(
-                f"scheme={self.name} makes every {nth(self.every)} layer {self.special()[0]}, but "
-                f"model.n_layer={n_layer} has none; use model.n_layer>={self.every} or a smaller scheme.every"
+                f"scheme={self.name} needs model.n_layer>={self.every}: its every {nth(self.every)} layer "
+                f"(scheme.every={self.every}) is {self.special()[0]}, and model.n_layer={n_layer} has none; "
+                f"use model.n_layer>={self.every} or a smaller scheme.every"
             )
         return [self.special() if (i + 1) % self.every == 0 else self.usual() for i in range(n_layer)]
 
     @property
     def label_options(self) -> tuple[str, ...]:
-        return (f"every={self.every}",) if self.every != self.every_default else ()
+        return (f"every={self.every}",) if self.every != self.layers_needed else ()
 
 
 def nth(n: int) -> str:
@@ -176,6 +185,7 @@ class IRoPE(IntervalSchedule):
         self.nope = {"temperature": temperature}
         if temperature_beta != LLAMA4_BETA or temperature_floor is not None:
             self.nope |= {"temperature_beta": temperature_beta, "temperature_floor": temperature_floor}
+        self.check_layers()
 
     def usual(self) -> LayerSpec:
         return "rope", self.rope
@@ -216,6 +226,7 @@ class RNoPESWA(IntervalSchedule):
         super().__init__(n_embd, n_head, block_size, every=every, build=build)
         self.window_size = max(1, block_size // 2) if window is None else window
         self.base = base
+        self.check_layers()
 
     def usual(self) -> LayerSpec:
         return "rope", {"base": self.base, "window": self.window_size}
@@ -234,7 +245,7 @@ class LocalGlobal(IntervalSchedule):
 
     name = "local_global"
     claim = Claim(used_by="Gemma 3 (5 local : 1 global)")
-    every_default = 6
+    layers_needed = 6
 
     def __init__(
         self,
@@ -250,7 +261,10 @@ class LocalGlobal(IntervalSchedule):
     ):
         super().__init__(n_embd, n_head, block_size, every=every, build=build)
         self.window_size = max(1, block_size // 4) if window is None else window
+        for key, base in (("local_base", local_base), ("global_base", global_base)):
+            require_number(f"scheme.{key}", base, above=1, at_most=MAX_BASE)
         self.local_base, self.global_base = local_base, global_base
+        self.check_layers()
 
     def usual(self) -> LayerSpec:
         return "rope", {"base": self.local_base, "window": self.window_size}
