@@ -17,13 +17,14 @@ from posenc_cli.model.positional.composite import Composite
 from posenc_cli.model.positional.fire import FIRE
 from posenc_cli.model.positional.kerple import Kerple
 from posenc_cli.model.positional.learned import Learned
+from posenc_cli.model.positional.p_rope import PRoPE
 from posenc_cli.model.positional.rope import RoPE
 from posenc_cli.model.positional.sinusoidal import Sinusoidal
 from posenc_cli.model.positional.t5 import T5Bias
 from posenc_cli.model.positional.xpos import XPos
 
 SCHEMES: dict[str, type[PositionalScheme]] = {
-    cls.name: cls for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple, FIRE)
+    cls.name: cls for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple, FIRE, PRoPE)
 }
 MODEL_SIZES = ("self", "n_embd", "n_head", "block_size")
 
