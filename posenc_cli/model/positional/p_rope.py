@@ -24,7 +24,13 @@ class PRoPE(RoPE):
     claim = Claim(used_by="Gemma 4 global layers (p-RoPE, Barbero et al. 2025)")
 
     def __init__(
-        self, n_embd: int, n_head: int, block_size: int, *, keep_fraction: float = DEFAULT_KEEP, **rope_options
+        self,
+        n_embd: int,
+        n_head: int,
+        block_size: int,
+        *,
+        keep_fraction: float = DEFAULT_KEEP,
+        **rope_options,
     ):
         fraction = rope_options.get("rotary_fraction", 1.0)
         if fraction != 1:
@@ -53,4 +59,6 @@ class PRoPE(RoPE):
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         inv_freq, factor = super().frequencies(seq_len)
-        return torch.cat((inv_freq[: self.kept_pairs], inv_freq.new_zeros(len(inv_freq) - self.kept_pairs))), factor
+        return torch.cat(
+            (inv_freq[: self.kept_pairs], inv_freq.new_zeros(len(inv_freq) - self.kept_pairs))
+        ), factor

@@ -114,7 +114,9 @@ class RoPE(PositionalScheme):
             scaling, block_size, scaling_factor, original_len=scaling_len, alpha=yarn_alpha, beta=yarn_beta
         )
         if self.scaling is not None:
-            self.scaling.frequencies(self.rotary_dims, base, block_size)  # refused now if it cannot, not mid-run
+            self.scaling.frequencies(
+                self.rotary_dims, base, block_size
+            )  # refused now if it cannot, not mid-run
         # dynamic NTK, or a factor taken from the length (none given): the frequencies follow the context
         self.rotation_reads_length = self.scaling is not None and (
             self.scaling.method == "dynamic" or self.scaling.factor is None
