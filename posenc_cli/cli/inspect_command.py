@@ -60,12 +60,7 @@ def inspect_command(
     from posenc_cli.inspection.inspect_scheme import inspect_scheme, print_report
     from posenc_cli.rundir.destinations import checked_out
 
-    given = {
-        "layout": layout,
-        "slopes": slopes,
-        "rotary_fraction": rotary_fraction,
-        "keep_fraction": keep_fraction,
-    }
+    given = dict(layout=layout, slopes=slopes, rotary_fraction=rotary_fraction, keep_fraction=keep_fraction)
     options = {key: value for key, value in given.items() if value is not None}
     check_options(dim, heads, length, run=run, layer=layer, head=head)
     print_report(
