@@ -133,7 +133,7 @@ def test_a_bad_run_length_or_corpus_for_a_trained_run_is_one_line(smoke_sweep, w
 TRAIN_CASES = {
     "unknown scheme lists the options": (
         ["scheme=fourier"],
-        ["scheme/fourier", "alibi, fire, kerple, learned, none, rope, sinusoidal, t5, xpos"],
+        ["scheme/fourier", "alibi, fire, kerple, learned, none, p_rope, rope, sinusoidal, t5, xpos"],
     ),
     "unknown group option": (["model=huge"], ["model/huge", "medium, small, tiny"]),
     "unknown override key": (["train.lrate=1e-3"], ["train.lrate"]),
@@ -167,6 +167,30 @@ TRAIN_CASES = {
         ["train.resume=notarun", "not a run"],
     ),
     "unknown flag": (["--epochs", "3"], ["--epochs"]),
+    "rotary_fraction of 0": (
+        ["scheme=rope", "scheme.rotary_fraction=0"],
+        ["scheme.rotary_fraction", "> 0", "got 0"],
+    ),
+    "rotary_fraction past 1": (
+        ["scheme=rope", "scheme.rotary_fraction=1.5"],
+        ["scheme.rotary_fraction", "<= 1", "got 1.5"],
+    ),
+    "rotary_fraction not a number": (
+        ["scheme=rope", "scheme.rotary_fraction=x"],
+        ["scheme.rotary_fraction", "'x'"],
+    ),
+    "rotary_fraction leaving an odd number of dimensions": (
+        ["scheme=rope", "model.n_embd=128", "model.n_head=4", "scheme.rotary_fraction=0.3"],
+        ["scheme.rotary_fraction=0.3", "= 9 of head_dim 32", "multiple of 0.0625"],
+    ),
+    "keep_fraction below 0": (
+        ["scheme=p_rope", "scheme.keep_fraction=-0.1"],
+        ["scheme.keep_fraction", "got -0.1"],
+    ),
+    "keep_fraction past 1": (
+        ["scheme=p_rope", "scheme.keep_fraction=2"],
+        ["scheme.keep_fraction", "<= 1", "got 2"],
+    ),
 }
 
 

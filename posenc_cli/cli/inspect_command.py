@@ -11,8 +11,10 @@ from posenc_cli.cli.app import app, choice
 from posenc_cli.core.choices import ALIBI_SLOPES, ROPE_LAYOUTS
 from posenc_cli.core.errors import UsageError, require_int
 
-LAYOUT_HELP = "rope, xpos: half (default) or interleaved, the chapter's pairs (2i, 2i+1)."
+LAYOUT_HELP = "rope, xpos, p_rope: half (default) or interleaved, the chapter's pairs (2i, 2i+1)."
 SLOPES_HELP = "alibi: paper (default, 2^(-8h/H)) or chapter (1/2^h)."
+ROTARY_HELP = "rope: rotate the first int(p·head_dim) dimensions only (GPT-NeoX's rotary_pct; default 1)."
+KEEP_HELP = "p_rope: the share of pairs, highest frequencies first, that turn (default 0.75)."
 
 
 @app.command("inspect")
@@ -39,6 +41,8 @@ def inspect_command(
     ),
     layout: Optional[str] = choice(None, ROPE_LAYOUTS, LAYOUT_HELP, "--layout"),
     slopes: Optional[str] = choice(None, ALIBI_SLOPES, SLOPES_HELP, "--slopes"),
+    rotary_fraction: Optional[float] = typer.Option(None, help=ROTARY_HELP),
+    keep_fraction: Optional[float] = typer.Option(None, help=KEEP_HELP),
 ) -> None:
     """Check the chapters' claims about one scheme (PASS/FAIL with the measured number) and draw it.
 
@@ -56,7 +60,8 @@ def inspect_command(
     from posenc_cli.inspection.inspect_scheme import inspect_scheme, print_report
     from posenc_cli.rundir.destinations import checked_out
 
-    options = {key: value for key, value in (("layout", layout), ("slopes", slopes)) if value is not None}
+    given = dict(layout=layout, slopes=slopes, rotary_fraction=rotary_fraction, keep_fraction=keep_fraction)
+    options = {key: value for key, value in given.items() if value is not None}
     check_options(dim, heads, length, run=run, layer=layer, head=head)
     print_report(
         inspect_scheme(

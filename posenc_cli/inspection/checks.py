@@ -16,6 +16,7 @@ from posenc_cli.core.errors import PositionOutOfRange
 from posenc_cli.model.attention import biased_causal_attention
 from posenc_cli.model.positional import PositionalScheme
 from posenc_cli.model.positional.alibi import SLOPE_RULES
+from posenc_cli.model.positional.rope import RoPE
 
 TOL = 1e-4  # float32 round-off, relative to the size of the compared values
 SEED = 0
@@ -194,6 +195,20 @@ def check_relative(scheme: PositionalScheme, length: int) -> Check:
     return below("q·k depends on m − n only: max|q_m·k_n − q_{m+s}·k_{n+s}| / ‖q‖‖k‖", error)
 
 
+@torch.no_grad()
+def check_unrotated(scheme: RoPE, length: int) -> Check:
+    """A partial rotation (rotary_fraction, p-RoPE) leaves what it states as it is: the dimensions whose
+    value no position changes, counted on a random q per head at every position."""
+    q_m = rotated_pairs(scheme, length, generator())[0]
+    still = int((q_m == q_m[:, :, :1]).all(dim=2).all(dim=1).sum())
+    return Check(
+        f"leaves unrotated what it states ({scheme.unrotated}): dimensions no position turns",
+        still == scheme.unrotated_dims,
+        str(still),
+        f"= {scheme.unrotated_dims}",
+    )
+
+
 def bias_matrix(scheme: PositionalScheme, length: int) -> torch.Tensor:
     positions = torch.arange(length)
     return scheme.bias(positions[:, None] - positions[None, :]).detach().float()
@@ -298,6 +313,9 @@ def run_checks(scheme: PositionalScheme, length: int) -> list[Check]:
     if scheme.kind == "rotary":
         checks += [check_norms(scheme, length)] if scheme.preserves_norms else []
         checks += [check_relative(scheme, length), check_farther_differs_more(scheme, length)]
+        checks += (
+            [check_unrotated(scheme, length)] if isinstance(scheme, RoPE) and scheme.unrotated_dims else []
+        )
     if scheme.adds_bias:
         checks.append(check_bias_attention(scheme, length))
         slopes = check_linear_slopes(scheme, length)

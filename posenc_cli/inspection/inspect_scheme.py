@@ -15,6 +15,7 @@ from posenc_cli.inspection.checks import SEED, Check, bias_by_distance, rotary_d
 from posenc_cli.inspection.figures import figure_attention, write_figures
 from posenc_cli.model.positional import SCHEMES, PositionalScheme, build_scheme, scheme_options
 from posenc_cli.model.positional.alibi import SLOPE_RULES
+from posenc_cli.model.positional.rope import RoPE
 from posenc_cli.rundir.claim import warn_if_training
 from posenc_cli.rundir.loading import load_run
 
@@ -36,7 +37,7 @@ def validated_length(length: int) -> int:
 
 
 def fresh_scheme(
-    name: str, dim: int, heads: int, *, length: int, options: dict[str, str]
+    name: str, dim: int, heads: int, *, length: int, options: dict[str, str | float]
 ) -> PositionalScheme:
     if dim < 1 or heads < 1 or dim % heads:
         raise UsageError(
@@ -45,9 +46,10 @@ def fresh_scheme(
     known = scheme_options(name) if name in SCHEMES else list(options)  # build_scheme names the rest
     unknown = {key: value for key, value in options.items() if key not in known}
     if unknown:
-        given = " ".join(f"--{key} {value}" for key, value in unknown.items())
+        given = " ".join(f"--{key.replace('_', '-')} {value}" for key, value in unknown.items())
         raise UsageError(
-            f"{given}: scheme {name} has no such option; --layout is for rope and xpos, --slopes for alibi"
+            f"{given}: scheme {name} has no such option; --layout is for rope, xpos and p_rope, "
+            "--rotary-fraction for rope, --keep-fraction for p_rope, --slopes for alibi"
         )
     torch.manual_seed(SEED)  # a learned table's initial vectors, so the report repeats exactly
     return build_scheme(name, dim, heads, block_size=validated_length(length), **options)
@@ -63,7 +65,7 @@ def inspect_scheme(
     run_dir: Path | None = None,
     layer: int = 0,
     head: int = 0,
-    options: dict[str, str] | None = None,
+    options: dict[str, str | float] | None = None,
 ) -> Inspection:
     """Checks and figures for a fresh scheme (built with `options`, e.g. layout=interleaved), or for
     the trained scheme of `run_dir`."""
@@ -76,7 +78,8 @@ def inspect_scheme(
         label = name + "".join(f" ({key}={value})" for key, value in options.items())
     elif options:
         raise UsageError(
-            f"--{next(iter(options))} applies to a fresh scheme; --run's scheme keeps its trained options"
+            f"--{next(iter(options)).replace('_', '-')} applies to a fresh scheme; --run's scheme keeps its "
+            "trained options"
         )
     else:
         run = load_run(run_dir)
@@ -121,6 +124,8 @@ def print_report(result: Inspection) -> None:
         f"positional parameters {params} (d={s.n_embd}, heads={s.n_head}, length={result.length})",
         highlight=False,
     )
+    if isinstance(s, RoPE) and s.unrotated:
+        ui.out.print(f"Partial rotation: {s.unrotated}", markup=False, highlight=False)
     table = Table(title="The chapters' claims, measured", box=box.SIMPLE_HEAD)
     for column in ("", "claim", "measured", "needs"):
         table.add_column(column, overflow="fold")

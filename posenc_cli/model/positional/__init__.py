@@ -18,6 +18,7 @@ from posenc_cli.model.positional.composite import Composite
 from posenc_cli.model.positional.fire import FIRE
 from posenc_cli.model.positional.kerple import Kerple
 from posenc_cli.model.positional.learned import Learned
+from posenc_cli.model.positional.p_rope import PRoPE
 from posenc_cli.model.positional.rope import RoPE
 from posenc_cli.model.positional.schedule import IRoPE, LayerSchedule, LocalGlobal, RNoPESWA
 from posenc_cli.model.positional.sinusoidal import Sinusoidal
@@ -28,7 +29,7 @@ from posenc_cli.model.window import AttentionWindow
 
 SCHEMES: dict[str, type[PositionalScheme]] = {
     cls.name: cls
-    for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple, FIRE)
+    for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple, FIRE, PRoPE)
     + (LayerSchedule, IRoPE, RNoPESWA, LocalGlobal)
 }
 # a scheme class's __init__ arguments that are not options: the model's sizes, and the builder a layer

@@ -45,6 +45,11 @@ class XPos(RoPE):
         **rope_options,
     ):
         super().__init__(n_embd, n_head, block_size, base=base, **rope_options)
+        if self.unrotated_dims:
+            raise UsageError(
+                f"scheme=xpos needs scheme.rotary_fraction=1, got {self.rotary_fraction:g}: its decay scales "
+                "every pair; a partial rotation is scheme=rope's"
+            )
         # every ζ_j in (0, 1]
         require_number("scheme.gamma", gamma, at_least=GAMMA_RANGE[0], at_most=GAMMA_RANGE[1])
         require_number("scheme.scale_base", scale_base, at_least=1, at_most=MAX_LENGTH)  # B, in positions
