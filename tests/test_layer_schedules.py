@@ -231,3 +231,27 @@ def test_a_bad_schedule_window_or_temperature_is_refused_in_one_line(scheme, opt
     with pytest.raises(UsageError) as refused:
         gpt(scheme, n_layer=n_layer, **options)
     assert needle in str(refused.value) and "\n" not in str(refused.value)
+
+
+# ---- Training-free extensions reach the full-attention RoPE layers only --------------------------------
+
+
+def test_an_extension_applies_to_a_schedules_full_attention_rope_layers_only():
+    from posenc_cli.model.extension.method import ExtensionSettings, parse_method
+
+    model = gpt("local_global", n_layer=6, every=3, block_size=16)
+    plain, plain_within = logits(model), logits(model, TOKENS[:, :16])
+    model.scheme.extend_context(parse_method("self_extend", ExtensionSettings()).extension(16))
+    extended = [layer.extension is not None for layer in model.layer_schemes]
+    assert extended == [False, False, True, False, False, True]
+    within = logits(model, TOKENS[:, :16])
+    assert torch.equal(within, plain_within) and not torch.allclose(logits(model), plain, atol=1e-4)
+
+
+@pytest.mark.parametrize("scheme", ["rnope_swa", "schedule"])
+def test_a_schedule_without_a_full_attention_rope_layer_refuses_an_extension_in_one_line(scheme):
+    options = (
+        {"pattern": [{"name": "rope", "chunk": 8}, "none", "alibi", "none"]} if scheme == "schedule" else {}
+    )
+    with pytest.raises(UsageError, match="has no full-attention RoPE layer to extend"):
+        gpt(scheme, **options).scheme.check_takes_extension()

@@ -119,7 +119,7 @@ class RunTarget(LoadedRun):
         'none': the run as trained); any other run once, as it is. A run trained with a scaling has it
         built in: a second one on top is refused rather than composed, while an extension applies on top."""
         scheme = self.model.scheme
-        if not scheme.scalable or [m.text for m in methods] == ["none"]:
+        if [m.text for m in methods] == ["none"] or not (scheme.scalable or extends_only(scheme, methods)):
             return [RunVariant()]
         scaled = [m.text for m in methods if m.scaling != "none"]
         if scheme.scaling is not None and scaled:
@@ -165,6 +165,18 @@ class RunTarget(LoadedRun):
             cache[filler], self.tokenizer, length, depth=depth, trials=trials, seed=seed, task=task
         )
         return [(sequences, key_tokens)]
+
+
+def extends_only(scheme: PositionalScheme, methods: list[ContextMethod]) -> bool:
+    """Whether a scheme that takes no frequency scaling (a layer schedule) is asked for training-free
+    extensions alone, and has layers that take them: then it is scored once per method."""
+    if any(method.scaling != "none" for method in methods):
+        return False
+    try:
+        scheme.check_takes_extension()
+    except UsageError:
+        return False
+    return True
 
 
 def variant_of(run: RunTarget, method: ContextMethod, *, factor: float | None) -> RunVariant:

@@ -169,7 +169,14 @@ class RoPE(PositionalScheme):
         return Rotation(inv_freq, turn, partial(spread_first, spread=self.spread, head_dim=self.head_dim))
 
     def check_takes_extension(self) -> None:
-        """RoPE takes any: an extension moves its rotated rows by more turns of the same frequencies."""
+        """RoPE takes any: an extension moves its rotated rows by more turns of the same frequencies. A
+        windowed layer is refused: its window already bounds the distances, and the extension's attention
+        would drop it."""
+        if not self.window.full:
+            raise UsageError(
+                f"scheme {self.label} attends within a window ({', '.join(self.window.options)}), which "
+                "already bounds its distances; the training-free extensions apply to full-attention RoPE"
+            )
 
     def attend(self, q, k, v):
         return (

@@ -101,6 +101,31 @@ class LayerSchedule(PositionalScheme):
             )
         return built
 
+    def extended_layers(self) -> list[PositionalScheme]:
+        """The layers a training-free context extension applies to: those that take one (full-attention
+        RoPE); the others (NoPE, windowed, biased) compute as trained."""
+        takers = []
+        for layer in self.layers:
+            try:
+                layer.check_takes_extension()
+            except UsageError:
+                continue
+            takers.append(layer)
+        return takers
+
+    def check_takes_extension(self) -> None:
+        if not self.extended_layers():
+            raise UsageError(
+                f"scheme {self.label} has no full-attention RoPE layer to extend; self_extend, rerope, "
+                "leaky_rerope, dca and logn apply to the full-attention RoPE layers of a schedule"
+            )
+
+    def extend_context(self, extension) -> None:
+        self.check_takes_extension()
+        self.extension = extension
+        for layer in self.extended_layers():
+            layer.extend_context(extension)
+
     @property
     def max_len(self) -> int | None:
         bounded = [layer.max_len for layer in self.layers if layer.max_len is not None]
