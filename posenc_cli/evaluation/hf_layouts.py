@@ -105,7 +105,7 @@ def frequency_buffer(rotary: torch.nn.Module) -> str:
     return f"{FULL}_inv_freq" if hasattr(rotary, f"{FULL}_inv_freq") else "inv_freq"
 
 
-def layer_attention(config, index: int, module: torch.nn.Module, layout: Layout) -> LayerAttention:
+def layer_attention(config, module: torch.nn.Module, *, index: int, layout: Layout) -> LayerAttention:
     """Layer `index` of `config`: its layer type (layer_types; a Mistral with sliding_window has none and
     slides on every layer) and whether its modeling code rotates it."""
     types = getattr(config, "layer_types", None)
@@ -144,7 +144,7 @@ def extended_layers(model, rotary: dict, *, name: str, method: str) -> ExtendedL
             f"{refused} caps its attention scores (attn_logit_softcapping {config.attn_logit_softcapping}), "
             "which the extension does not compute; give a model without attention softcapping"
         )
-    layers = [layer_attention(config, m.layer_idx, m, layout) for m in modules]
+    layers = [layer_attention(config, m, index=m.layer_idx, layout=layout) for m in modules]
     rotating = [layer for layer in layers if layer.rotates]
     extended = tuple(layer.module for layer in rotating if not layer.span)
     if not extended:

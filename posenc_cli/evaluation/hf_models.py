@@ -283,7 +283,7 @@ class HFModel:
             module = (
                 original
                 if self.scaling is None
-                else type(original)(config=config).to(original.inv_freq.device)
+                else type(original)(config=config).to(next(original.buffers()).device)
             )
             parent, _, attr = name.rpartition(".")
             setattr(self.model.get_submodule(parent), attr, module)

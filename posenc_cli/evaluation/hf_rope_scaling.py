@@ -33,7 +33,7 @@ def scaled_config(config, method: str, factor: float, *, train_len: int):
     nested = bool(own) and all(isinstance(v, dict) for v in own.values())
     if nested and FULL not in own:
         raise UsageError(f"--rope-scaling {method}: the model has no {FULL} layers' RoPE to scale")
-    params = scaled_parameters(config, own[FULL] if nested else own, method, factor)
+    params = scaled_parameters(config, own[FULL] if nested else own, method=method, factor=factor)
     if method == "dynamic":
         config.max_position_embeddings = train_len  # where transformers' dynamic NTK starts to scale
     elif method in ("yarn", "llama3"):
@@ -42,7 +42,7 @@ def scaled_config(config, method: str, factor: float, *, train_len: int):
     return config
 
 
-def scaled_parameters(config, own: dict, method: str, factor: float) -> dict:
+def scaled_parameters(config, own: dict, *, method: str, factor: float) -> dict:
     """One set of rope_parameters for `method` at `factor`, from the model's own set `own`."""
     params = {"rope_theta": own["rope_theta"]}
     if "partial_rotary_factor" in own:
