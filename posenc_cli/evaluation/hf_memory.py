@@ -13,11 +13,24 @@ LOGITS_CHUNK = 1024  # positions whose logits exist at once
 
 def forward_bytes(config, length: int, *, weights: int, element: int, eager: bool) -> int:
     """Bytes a forward over `length` tokens needs, batch 1, without gradients: the weights, a layer's
-    activations, the chunk of logits, and the T x T scores where attention is eager (ALiBi in BLOOM)."""
+    activations (a mixture of experts' routed copies included: Llama 4 runs each token through every
+    expert's weights, weighted by its router), the chunk of logits, the T x T scores where attention is
+    eager (ALiBi in BLOOM), and one T x T mask per layer type (full, sliding, chunked: each built whole,
+    so a window or chunk never needs more than full attention)."""
     hidden = config.hidden_size
-    inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
-    activations = length * (8 * hidden + 2 * inner) * element
-    scores = 3 * config.num_attention_heads * length * length * element if eager else length * length  # mask
+    inner = max(
+        getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden,
+        getattr(config, "intermediate_size_mlp", None) or 0,  # Llama 4's dense layers
+    )
+    heads = config.num_attention_heads
+    width = max(hidden, heads * (getattr(config, "head_dim", None) or hidden // heads))  # Gemma 3's q wider
+    activations = length * (8 * width + 2 * inner) * element
+    experts = getattr(config, "num_local_experts", None) or 0
+    if experts:
+        activations += experts * length * (2 * hidden + 4 * config.intermediate_size) * element
+    masks = len(set(getattr(config, "layer_types", None) or ["full_attention"]))
+    scores = 3 * heads * length * length * element if eager else 0
+    scores += masks * length * length * (element if eager else 1)
     logits = 2 * LOGITS_CHUNK * config.vocab_size * 4
     return weights + activations + scores + logits
 

@@ -24,15 +24,21 @@ from posenc_cli.core.install import install_hint
 from posenc_cli.data import needles
 from posenc_cli.data.needles import ENGLISH, Episode, NeedleTask
 from posenc_cli.evaluation.export import MODEL_TYPE
-from posenc_cli.evaluation.hf_extension import ActiveExtension, HFVariant, check_extendable, use_extension
+from posenc_cli.evaluation.hf_extension import HFVariant, use_extension
+from posenc_cli.evaluation.hf_layouts import (
+    ExtendedLayers,
+    decoder,
+    extended_layers,
+    output_logits,
+    rotary_modules,
+)
 from posenc_cli.evaluation.hf_memory import LOGITS_CHUNK, extended_bytes, forward_bytes
 from posenc_cli.evaluation.hf_rope_scaling import scaled_config
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.model_files import local_path
 from posenc_cli.model import token_nll
-from posenc_cli.model.extension import ContextExtension, Rotation
+from posenc_cli.model.extension import ContextExtension
 from posenc_cli.model.extension.method import ContextMethod
-from posenc_cli.model.positional.rope import rotate_half, spread_half
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 from posenc_cli.rundir.record import TrainedText
 
@@ -49,6 +55,10 @@ MODEL_TYPE_SCHEMES = {
     "mistral": "rope",
     "gpt_neox": "rope",
     "olmo": "rope",
+    "smollm3": "rope",  # and NoPE layers: the layers are read by hf_layouts
+    "llama4_text": "rope",
+    "gemma3_text": "rope",
+    "cohere2": "rope",
     "bloom": "alibi",
     "mpt": "alibi",
 }
@@ -116,9 +126,8 @@ class HFModel:
         self.config = model.config
         self.base_scheme = model_scheme(self.config)
         self.tokenizer_name = name
-        self.rotary = {
-            n: m for n, m in model.named_modules() if hasattr(m, "rope_type") and hasattr(m, "inv_freq")
-        }
+        self.rotary = rotary_modules(model)
+        self.layers: ExtendedLayers | None = None  # the layers an extension computes (variants)
         self.scaling: RopeScaling | None = None
         self.built: tuple[str, float] | None = None  # (method, factor) the rotary modules now hold
         self.extensions: list[ContextExtension] = []  # the asked columns' extensions (memory_needed)
@@ -200,13 +209,12 @@ class HFModel:
 
     def hidden_states(self, inputs: torch.Tensor) -> torch.Tensor:
         self.build_rotary(inputs.size(1))
-        out = self.model.base_model(input_ids=inputs.to(self.device), use_cache=False)
+        out = decoder(self.model)(input_ids=inputs.to(self.device), use_cache=False)
         return out.last_hidden_state
 
     def chunked_logits(self, hidden: torch.Tensor):
-        head = self.model.get_output_embeddings()
         for start in range(0, hidden.size(1), LOGITS_CHUNK):
-            yield start, head(hidden[:, start : start + LOGITS_CHUNK]).float()
+            yield start, output_logits(self.model, hidden[:, start : start + LOGITS_CHUNK]).float()
 
     @torch.no_grad()
     def token_nll(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -222,7 +230,7 @@ class HFModel:
     @torch.no_grad()
     def last_logits(self, inputs: torch.Tensor, n: int) -> torch.Tensor:
         hidden = self.hidden_states(inputs)[:, -n:]
-        return self.model.get_output_embeddings()(hidden).float()
+        return output_logits(self.model, hidden).float()
 
     # -- RoPE scaling -----------------------------------------------------------------------------
     @property
@@ -244,7 +252,7 @@ class HFModel:
         scaling = None if method.scaling == "none" else RopeScaling(method.scaling, self.train_len, factor)
         extension = None
         if method.extends:
-            check_extendable(self.model, self.rotary, name=self.path, method=method.text)
+            self.layers = extended_layers(self.model, self.rotary, name=self.path, method=method.text)
             extension = method.extension(self.train_len)
         return None if scaling is None and extension is None else HFVariant(scaling, extension)
 
@@ -254,16 +262,10 @@ class HFModel:
         self.scaling = variant.scaling if variant is not None else None
         if self.rotary:  # the attention of a model that takes no extension is never switched
             extension = variant.extension if variant is not None else None
-            active = None if extension is None else ActiveExtension(extension, self.rotation)
-            interface = transformers_module().AttentionInterface
-            use_extension(self.model, active, plain=self.attention, interface=interface)
+            use_extension(
+                self.model, extension, layers=self.layers, plain=self.attention, tf=transformers_module()
+            )
         return self.label if variant is None else replace(self.label, variant=variant.variant)
-
-    def rotation(self) -> Rotation:
-        """How the model's rotary module turns queries and keys now (after build_rotary, and after a
-        dynamic NTK update in the forward that calls this)."""
-        (name,) = self.rotary  # one: check_extendable
-        return Rotation(self.model.get_submodule(name).inv_freq, rotate_half, spread_half)
 
     def build_rotary(self, seq_len: int) -> None:
         """Give every rotary module the frequencies of the current scaling at this sequence length."""
@@ -281,7 +283,7 @@ class HFModel:
             module = (
                 original
                 if self.scaling is None
-                else type(original)(config=config).to(original.inv_freq.device)
+                else type(original)(config=config).to(next(original.buffers()).device)
             )
             parent, _, attr = name.rpartition(".")
             setattr(self.model.get_submodule(parent), attr, module)

@@ -10,6 +10,9 @@ or --hf-context):
     dynamic  rope_type "dynamic", factor s (default 1), max_position_embeddings L
     yarn     rope_type "yarn", factor s, original_max_position_embeddings L
     llama3   rope_type "llama3", factor s, original_max_position_embeddings L, low/high_freq_factor 1/4
+
+A config with one set per layer type (Gemma 3) has only its full-attention set scaled, as transformers
+does with a `rope_scaling` given to that config.
 """
 
 from __future__ import annotations
@@ -17,12 +20,30 @@ from __future__ import annotations
 import copy
 
 from posenc_cli.core.errors import UsageError
+from posenc_cli.evaluation.hf_layouts import FULL
 
 
 def scaled_config(config, method: str, factor: float, *, train_len: int):
-    """A copy of `config` whose rope_parameters ask transformers for `method` (see the module docstring)."""
+    """A copy of `config` whose rope_parameters ask transformers for `method` (see the module docstring).
+    A config with one set per layer type (Gemma 3: sliding_attention, full_attention) has its
+    full-attention layers' set scaled, where transformers puts a config's rope_scaling; the local layers
+    keep theirs."""
     config = copy.deepcopy(config)
     own = dict(config.rope_parameters)
+    nested = bool(own) and all(isinstance(v, dict) for v in own.values())
+    if nested and FULL not in own:
+        raise UsageError(f"--rope-scaling {method}: the model has no {FULL} layers' RoPE to scale")
+    params = scaled_parameters(config, own[FULL] if nested else own, method=method, factor=factor)
+    if method == "dynamic":
+        config.max_position_embeddings = train_len  # where transformers' dynamic NTK starts to scale
+    elif method in ("yarn", "llama3"):
+        params.update(original_max_position_embeddings=train_len)
+    config.rope_parameters = {**own, FULL: params} if nested else params
+    return config
+
+
+def scaled_parameters(config, own: dict, *, method: str, factor: float) -> dict:
+    """One set of rope_parameters for `method` at `factor`, from the model's own set `own`."""
     params = {"rope_theta": own["rope_theta"]}
     if "partial_rotary_factor" in own:
         params["partial_rotary_factor"] = own["partial_rotary_factor"]
@@ -32,16 +53,10 @@ def scaled_config(config, method: str, factor: float, *, train_len: int):
         if dim <= 2:
             raise UsageError(f"--rope-scaling ntk needs a rotary dim above 2, the model has {dim}")
         params.update(rope_type="default", rope_theta=own["rope_theta"] * factor ** (dim / (dim - 2)))
-    elif method == "linear":
+    elif method in ("linear", "dynamic", "yarn", "llama3"):
         params.update(rope_type=method, factor=float(factor))
-    elif method == "dynamic":
-        params.update(rope_type=method, factor=float(factor))
-        config.max_position_embeddings = train_len  # where transformers' dynamic NTK starts to scale
-    elif method in ("yarn", "llama3"):
-        params.update(rope_type=method, factor=float(factor), original_max_position_embeddings=train_len)
         if method == "llama3":
             params.update(low_freq_factor=1.0, high_freq_factor=4.0)
     else:
         raise UsageError(f"--rope-scaling {method} has no transformers counterpart")
-    config.rope_parameters = params
-    return config
+    return params
