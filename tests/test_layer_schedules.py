@@ -240,11 +240,11 @@ def test_an_extension_applies_to_a_schedules_full_attention_rope_layers_only():
     from posenc_cli.model.extension.method import ExtensionSettings, parse_method
 
     model = gpt("local_global", n_layer=6, every=3, block_size=16)
-    plain, plain_within = logits(model), logits(model, TOKENS[:, :16])
+    plain, plain_within = logits(model), logits(model, TOKENS[:, :4])  # within W = L/4
     model.scheme.extend_context(parse_method("self_extend", ExtensionSettings()).extension(16))
     extended = [layer.extension is not None for layer in model.layer_schemes]
     assert extended == [False, False, True, False, False, True]
-    within = logits(model, TOKENS[:, :16])
+    within = logits(model, TOKENS[:, :4])
     assert torch.equal(within, plain_within) and not torch.allclose(logits(model), plain, atol=1e-4)
 
 
