@@ -77,8 +77,10 @@ def test_cope_and_fox_equal_their_papers_equations_written_pair_by_pair(name, wi
     scheme = scheme_with_random_parameters(name)
     scheme.window = window
     q, k, v, x = inputs()
-    got = content_attention(q, k, v, x, scheme=scheme)
-    torch.testing.assert_close(got.double(), loop_reference(name, scheme, q, k, v, x, window), rtol=1e-5, atol=1e-5)
+    got = content_attention(q, k, v, inputs=x, scheme=scheme)
+    torch.testing.assert_close(
+        got.double(), loop_reference(name, scheme, q, k, v, x, window), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("name", CONTENT)
@@ -87,11 +89,13 @@ def test_new_queries_after_cached_keys_get_the_rows_of_the_whole_context(name):
     tokens 4.. (a window of 6), equal those rows of the whole forward."""
     scheme = scheme_with_random_parameters(name)
     q, k, v, x = inputs()
-    whole = content_attention(q, k, v, x, scheme=scheme)
-    torch.testing.assert_close(content_attention(q[:, :, -3:], k, v, x, scheme=scheme), whole[:, :, -3:])
+    whole = content_attention(q, k, v, inputs=x, scheme=scheme)
+    torch.testing.assert_close(
+        content_attention(q[:, :, -3:], k, v, inputs=x, scheme=scheme), whole[:, :, -3:]
+    )
     scheme.window = AttentionWindow(size=6)
-    whole = content_attention(q, k, v, x, scheme=scheme)
-    kept = content_attention(q[:, :, -3:], k[:, :, 4:], v[:, :, 4:], x[:, 4:], scheme=scheme, first=4)
+    whole = content_attention(q, k, v, inputs=x, scheme=scheme)
+    kept = content_attention(q[:, :, -3:], k[:, :, 4:], v[:, :, 4:], inputs=x[:, 4:], scheme=scheme, first=4)
     torch.testing.assert_close(kept, whole[:, :, -3:])
 
 
@@ -128,7 +132,7 @@ def test_query_blocks_give_the_dense_references_values_and_gradients(name, block
     q, k, v, x = inputs(requires_grad=True)
     monkeypatch.setattr(attention_module, "MASK_BUDGET", H * T * block)
     leaves = [q, k, v, x, *scheme.parameters()]
-    got, want = content_attention(q, k, v, x, scheme=scheme), dense_reference(name, scheme, q, k, v, x)
+    got, want = content_attention(q, k, v, inputs=x, scheme=scheme), dense_reference(name, scheme, q, k, v, x)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     weights = torch.randn(got.shape, generator=torch.Generator().manual_seed(2))
     got_grads = torch.autograd.grad((got * weights).sum(), leaves, allow_unused=True)
@@ -144,7 +148,9 @@ def test_query_blocks_give_the_dense_references_values_and_gradients(name, block
 def tiny(scheme: str, **options) -> GPT:
     torch.manual_seed(0)
     size = ModelSize(n_layer=2, n_head=2, n_embd=16)
-    return GPT(ModelConfig(vocab_size=13, block_size=16, size=size, scheme=scheme, scheme_options=options)).eval()
+    return GPT(
+        ModelConfig(vocab_size=13, block_size=16, size=size, scheme=scheme, scheme_options=options)
+    ).eval()
 
 
 def test_fox_with_its_forget_gate_held_at_one_is_nope():
@@ -231,7 +237,7 @@ def test_the_memory_model_counts_what_training_keeps_for_the_content_bias(name):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        content_attention(q, k, v, x, scheme=scheme)
+        content_attention(q, k, v, inputs=x, scheme=scheme)
     per_token = sum(t.numel() * 4 for t in (q, k, v, x))
     measured = sum(kept.values()) - per_token
     declared = 4 * B * scheme.bias_activations(length)
@@ -247,4 +253,6 @@ def test_a_longer_training_length_grows_copes_table_and_keeps_its_scores():
     q, k, v, x = inputs()
     seen = torch.ones(T, T, dtype=torch.bool).tril()
     assert longer.table.size(0) == 21
-    torch.testing.assert_close(longer.content_bias(q, k, x, seen=seen), short.content_bias(q, k, x, seen=seen))
+    torch.testing.assert_close(
+        longer.content_bias(q, k, x, seen=seen), short.content_bias(q, k, x, seen=seen)
+    )

@@ -134,13 +134,13 @@ def content_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    x: torch.Tensor,
     *,
+    inputs: torch.Tensor,
     scheme: PositionalScheme,
     first: int = 0,
 ) -> torch.Tensor:
     """The newest Tq queries (B, H, Tq, D) against Tk keys and values of tokens first..first+Tk-1, whose
-    layer inputs are x (B, Tk, C): scores plus what the scheme reads from content (`content_bias`, CoPE,
+    layer inputs are `inputs` (B, Tk, C): scores plus what the scheme reads from content (`content_bias`, CoPE,
     FoX), causal within the layer's window. One query block at a time, its mask within MASK_BUDGET, so
     memory grows linearly with length; a block's keys run from its first query's first key to its last
     query. Positions are never read (a content scheme has none; a composite's bias parts get token
@@ -156,7 +156,7 @@ def content_attention(
         key = torch.arange(first + lo, first + hi, device=q.device)
         seen = window.visible(query, key)
         queries, keys = q[:, :, start:end], k[:, :, lo:hi]
-        bias = scheme.content_bias(queries, keys, x[:, lo:hi], seen=seen)
+        bias = scheme.content_bias(queries, keys, inputs[:, lo:hi], seen=seen)
         if scheme.adds_bias:  # a composite's bias parts too, at token distances
             bias = bias + scheme.query_bias(query, query - key).to(bias.dtype)
         mask = bias.masked_fill(~seen, float("-inf")).to(q.dtype)

@@ -35,7 +35,7 @@ class LayerCache:
         self.length = 0  # tokens seen, the kept keys' last ones
 
     def extend(
-        self, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor | None, window: AttentionWindow
+        self, k: torch.Tensor, v: torch.Tensor, window: AttentionWindow, *, x: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]:
         """Append the new tokens' (B, H, T, D) keys and values and (B, T, C) inputs (None: not kept);
         returns the kept and new ones, and the token index of the first. Keeps from then on only those
@@ -102,12 +102,12 @@ class CausalSelfAttention(nn.Module):
         first = 0  # the token index of k's first key
         inputs = x if scheme.reads_content else None  # the layer inputs at k's tokens, where read
         if cache is not None and scheme.rotation_reads_context:
-            k, v, inputs, first = cache.extend(k, v, inputs, FULL)  # every key kept: all rotated again
+            k, v, inputs, first = cache.extend(k, v, FULL, x=inputs)  # every key kept: all rotated again
             q, k = rotate_with_context(q, k, scheme)
         else:
             q, k = scheme.rotate(q, k, positions)
             if cache is not None:
-                k, v, inputs, first = cache.extend(k, v, inputs, scheme.window)
+                k, v, inputs, first = cache.extend(k, v, scheme.window, x=inputs)
         q = scheme.scale_queries(q, positions)
         if ATTENTION_IN_FP32.get():  # bf16 autocast around fp32 attention (core.device.AUTOCAST_PRECISIONS)
             with torch.autocast(x.device.type, enabled=False):
@@ -137,7 +137,7 @@ class CausalSelfAttention(nn.Module):
         if own is not None:
             return own
         if scheme.reads_content:  # no positions read: randomized ones change nothing
-            return content_attention(q, k, v, inputs, scheme=scheme, first=first)
+            return content_attention(q, k, v, inputs=inputs, scheme=scheme, first=first)
         if k.size(2) > q.size(2) or first:  # new queries after cached keys
             return cached_attention(q, k, v, scheme=scheme, first=first)
         if scheme.window.limits(q.size(2)):
