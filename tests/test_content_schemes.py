@@ -256,3 +256,15 @@ def test_a_longer_training_length_grows_copes_table_and_keeps_its_scores():
     torch.testing.assert_close(
         longer.content_bias(q, k, x, seen=seen), short.content_bias(q, k, x, seen=seen)
     )
+
+
+def test_cope_and_fox_serve_as_layers_of_a_schedule_with_their_own_window_and_cache():
+    model = tiny("schedule", pattern=["cope", {"name": "fox", "window": 5}])
+    assert [layer.name for layer in model.layer_schemes] == ["cope", "fox"]
+    idx = torch.randint(0, 13, (1, 20), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        cache = model.new_cache()
+        model(idx[:, :4], cache=cache)
+        steps = torch.cat([model(idx[:, t : t + 1], cache=cache)[:, -1] for t in range(4, 20)])
+        uncached = torch.cat([model(idx[:, : t + 1])[:, -1] for t in range(4, 20)])
+    torch.testing.assert_close(steps, uncached, rtol=0, atol=1e-5)
