@@ -481,3 +481,28 @@ def test_an_output_of_the_longest_legal_name_is_written_and_posencs_temporary_na
         assert_refused(*posenc(*command, "--out", f"o/{TMP_PREFIX}x"), "are posenc's temporaries")
     assert_refused(*posenc("sample", "r", "--prompt", "a", "--out", f"{TMP_PREFIX}x.txt"), "temporaries")
     assert files_under(workdir) == {workdir / p for p in ("empty.txt", "binary.txt", "latin1.txt", "notarun")}
+
+
+# CoPE's and FoX's options (test_content_schemes.py has their maths)
+CONTENT_SCHEME_REFUSALS = {
+    "a CoPE table smaller than the training length": (
+        ["scheme=cope", "scheme.npos=64", "train.block_size=128"],
+        ["scheme.npos=64", "train.block_size=128", "scheme.npos >= 129"],
+    ),
+    "a CoPE table of no rows": (["scheme=cope", "scheme.npos=0"], ["scheme.npos", "got 0"]),
+    "a CoPE table of x rows": (["scheme=cope", "scheme.npos=x"], ["scheme.npos", "got 'x'"]),
+    "an option FoX does not take": (
+        ["scheme=fox", "+scheme.npos=8"],
+        ["npos is not an option of scheme=fox"],
+    ),
+    "FoX's gates per layer in a composite": (["scheme=fox+rope"], ["fox keeps its own instance per layer"]),
+}
+
+
+@pytest.mark.parametrize(
+    "args, needles", CONTENT_SCHEME_REFUSALS.values(), ids=CONTENT_SCHEME_REFUSALS.keys()
+)
+def test_a_bad_cope_or_fox_option_is_one_line_and_no_run_starts(workdir, args, needles):
+    before = files_under(workdir)
+    assert_refused(*posenc("train", *args), *needles)
+    assert files_under(workdir) == before

@@ -70,11 +70,16 @@ def tiny_model(name: str, block_size: int = 16, reach: int | None = None, **size
 
 
 def scores(scheme, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Attention logits before the mask: rotated q·kᵀ plus the scheme's bias at p_i − p_j."""
+    """Attention logits before the mask: rotated q·kᵀ plus the scheme's bias at p_i − p_j, plus what it
+    reads from content (every key seen; the heads' queries, joined, stand for the layer's input)."""
     rq, rk = scheme.rotate(q, k, positions)
     logits = rq @ rk.transpose(-1, -2)
     if scheme.adds_bias:
         logits = logits + pair_bias(scheme, positions).to(logits.dtype)
+    if scheme.reads_content:
+        seen = torch.ones(q.size(2), k.size(2), dtype=torch.bool)
+        x = q.transpose(1, 2).flatten(2)
+        logits = logits + scheme.content_bias(rq, rk, x.to(torch.float32), seen=seen).to(logits.dtype)
     return logits
 
 
@@ -108,7 +113,7 @@ def test_a_scheme_breaks_the_permutation_symmetry_unless_it_has_no_hooks(name):
         return (scores(scheme, heads, heads, POSITIONS) / 8**0.5).softmax(-1) @ heads
 
     equivariant = torch.allclose(attend(x[:, perm]), attend(x)[:, :, perm], atol=1e-5)
-    assert equivariant == (scheme.kind == "none" and not scheme.adds_bias)
+    assert equivariant == (scheme.kind == "none" and not scheme.adds_bias and not scheme.reads_content)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -208,6 +213,7 @@ def test_positional_parameters_are_the_declared_formula(name):
     the model's count is the scheme's. The chapters' four fixed schemes have none."""
     scheme = fresh(name)
     sizes = {"d": DIM, "h": HEADS, "max_len": scheme.max_len, "buckets": getattr(scheme, "n_buckets", None)}
+    sizes["npos"] = getattr(scheme, "npos", None)  # CoPE's table rows
     assert scheme.positional_params == eval(scheme.param_formula.replace("·", "*"), {}, sizes)
     model = tiny_model(name)
     assert model.n_positional_params == sum(p.numel() for p in model.scheme.parameters())

@@ -15,15 +15,16 @@ from posenc_cli.core.errors import (
 )
 from posenc_cli.model.positional import build_scheme
 
-_scheme_footprints: dict[str, tuple[int | None, int, int]] = {}  # a sweep's points share a few schemes
+_scheme_footprints: dict[str, tuple[int | None, int, int, bool]] = {}  # a sweep's points share a few schemes
 
 
 def scheme_footprint(
     scheme: dict[str, Any], n_embd: int, n_head: int, *, block_size: int, n_layer: int
-) -> tuple[int | None, int, int]:
-    """(max_len, parameter and buffer elements, bias activations per layer at block_size) of the
-    scheme spread over the model's layers, built on the meta device: its constructor checks every
-    option. Memoised, so a 10,000-point sweep builds each distinct scheme once."""
+) -> tuple[int | None, int, int, bool]:
+    """(max_len, parameter and buffer elements, bias activations per layer at block_size, whether those
+    are per sequence: a bias read from content) of the scheme spread over the model's layers, built on
+    the meta device: its constructor checks every option. Memoised, so a 10,000-point sweep builds each
+    distinct scheme once."""
     key = repr((sorted(scheme.items()), n_embd, n_head, block_size, n_layer))
     if key not in _scheme_footprints:
         options = dict(scheme)
@@ -35,7 +36,7 @@ def scheme_footprint(
             except TypeError as err:
                 raise UsageError(f"scheme={name}: {one_line(err)}") from None
         size = sum(t.numel() for t in [*built.parameters(), *built.buffers()])
-        _scheme_footprints[key] = built.max_len, size, built.bias_activations(block_size)
+        _scheme_footprints[key] = built.max_len, size, built.bias_activations(block_size), built.reads_content
     return _scheme_footprints[key]
 
 
@@ -43,11 +44,12 @@ BYTES_PER_CORPUS_CHAR = 40  # a generated corpus: its text, the ids made while e
 
 
 def memory_needed(
-    cfg: PosencConfig, n_chars: int | None, *, positional: int = 0, bias: int = 0
+    cfg: PosencConfig, n_chars: int | None, *, positional: int = 0, bias: int = 0, per_sequence: bool = False
 ) -> dict[str, float]:
     """A rough lower bound of the bytes a run holds at once, by what holds them (fp32, char vocabulary);
     `positional`: the scheme's own parameters and buffers (a learned table of max_len rows); `bias`: the
-    floats a layer keeps for its bias (FIRE's MLP over every pair), per sequence with randomized positions."""
+    floats a layer keeps for its bias (FIRE's MLP over every pair), per sequence with randomized positions
+    or where `per_sequence` (a bias read from content: CoPE, FoX)."""
     tc, mc = cfg.train, cfg.model
     d, layers, vocab, tokens = mc.n_embd, mc.n_layer, 256, tc.batch_size * tc.block_size
     params = vocab * d + layers * (12 * d * d + 13 * d)
@@ -58,7 +60,7 @@ def memory_needed(
         "the scheme's bias over every pair (its MLP's width and depth)": 4.0
         * layers
         * bias
-        * (tc.batch_size if tc.positions == "randomized" else 1),
+        * (tc.batch_size if per_sequence or tc.positions == "randomized" else 1),
         "train.eval_batches (validation batches)": 16.0
         * tc.eval_batches
         * tc.batch_size
@@ -72,10 +74,16 @@ def memory_needed(
 
 
 def check_run_memory(
-    cfg: PosencConfig, n_chars: int | None, device: torch.device, *, positional: int = 0, bias: int = 0
+    cfg: PosencConfig,
+    n_chars: int | None,
+    device: torch.device,
+    *,
+    positional: int = 0,
+    bias: int = 0,
+    per_sequence: bool = False,
 ) -> None:
     free = free_memory(device)
-    needed = memory_needed(cfg, n_chars, positional=positional, bias=bias)
+    needed = memory_needed(cfg, n_chars, positional=positional, bias=bias, per_sequence=per_sequence)
     if free is not None and sum(needed.values()) > free:
         biggest = max(needed, key=needed.get)
         raise UsageError(

@@ -48,13 +48,21 @@ def diagonal_spread(m: torch.Tensor, offsets: range) -> float:
 # ---- attention, as the model computes it ------------------------------------------------------
 
 
-def attention_probs(q, k, positions, *, scheme: PositionalScheme, causal: bool = True) -> torch.Tensor:
-    """(B, H, T, T) weights: the scheme rotates q and k, scores q·k/√D plus its bias, causal mask, softmax."""
+def attention_probs(
+    q, k, positions, *, scheme: PositionalScheme, causal: bool = True, x: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(B, H, T, T) weights: the scheme rotates q and k, scores q·k/√D plus its bias, plus what it reads
+    from content (x: the layer's input (B, T, C), read where `reads_content`), causal mask, softmax."""
     q, k = scheme.rotate(q, k, positions)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if scheme.adds_bias:
         distance = positions[:, None] - positions[None, :]
         scores = scores + scheme.query_bias(positions[:, None], distance).to(scores.dtype)
+    if scheme.reads_content:
+        seen = (
+            positions[None, :] <= positions[:, None] if causal else torch.ones_like(scores[0, 0], dtype=bool)
+        )
+        scores = scores + scheme.content_bias(q, k, x, seen=seen).to(scores.dtype)
     if causal:
         scores = scores.masked_fill(positions[None, :] > positions[:, None], float("-inf"))
     return scores.softmax(-1)
@@ -74,11 +82,11 @@ def layer_attention(model, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor,
     for block, scheme in zip(model.blocks[:layer], model.layer_schemes):
         x = block(x, positions, scheme)
     block = model.blocks[layer]
+    x = block.ln_1(x)
     q, k, v = (
-        split_heads(t, model.cfg.size.n_head)
-        for t in block.attn.qkv(block.ln_1(x)).split(model.cfg.size.n_embd, dim=2)
+        split_heads(t, model.cfg.size.n_head) for t in block.attn.qkv(x).split(model.cfg.size.n_embd, dim=2)
     )
-    return attention_probs(q, k, positions, scheme=model.layer_schemes[layer]), v
+    return attention_probs(q, k, positions, scheme=model.layer_schemes[layer], x=x), v
 
 
 # ---- checks -----------------------------------------------------------------------------------
@@ -92,7 +100,7 @@ def unmasked_attention(
     positions = torch.arange(x.size(1))
     x = scheme.embed(x, positions)
     q, k, v = (split_heads(x @ w, scheme.n_head) for w in weights)
-    return attention_probs(q, k, positions, scheme=scheme, causal=False) @ v
+    return attention_probs(q, k, positions, scheme=scheme, causal=False, x=x) @ v
 
 
 @torch.no_grad()

@@ -6,7 +6,8 @@ Two facts shape it:
   (H, Tq, Tk) mask is a strided view (`unfold`) of the bias evaluated once per distance, -inf for
   future keys included. Attention does not depend on the order of the keys (softmax sums over them),
   so reversing k and v once replaces building a T×T mask per layer. A bias that also reads the
-  query's position (FIRE, `bias_reads_query`) has no such vector: it is built per query block.
+  query's position (FIRE, `bias_reads_query`) has no such vector: it is built per query block, as is
+  a score read from content (CoPE, FoX, `content_attention`).
 - SDPA's CPU flash kernel takes a float mask but gives it no gradient: a mask that needs one (a
   learned bias) sends SDPA to its math path, which stores B×H×T×T probabilities.
   `MaskGradAttention` keeps the flash forward and computes the backward itself.
@@ -126,6 +127,40 @@ def windowed_attention(
             bias = scheme.query_bias(query, query - key)
             mask = bias.masked_fill(~mask, float("-inf")).to(q.dtype)[None]
         outputs.append(attend(q[:, :, start:end], k[:, :, lo:end], v[:, :, lo:end], mask=mask))
+    return torch.cat(outputs, dim=2)
+
+
+def content_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    inputs: torch.Tensor,
+    scheme: PositionalScheme,
+    first: int = 0,
+) -> torch.Tensor:
+    """The newest Tq queries (B, H, Tq, D) against Tk keys and values of tokens first..first+Tk-1, whose
+    layer inputs are `inputs` (B, Tk, C): scores plus what the scheme reads from content (`content_bias`, CoPE,
+    FoX), causal within the layer's window. One query block at a time, its mask within MASK_BUDGET, so
+    memory grows linearly with length; a block's keys run from its first query's first key to its last
+    query. Positions are never read (a content scheme has none; a composite's bias parts get token
+    distances), so randomized ones change nothing."""
+    window, (H, Tq), Tk = scheme.window, q.shape[1:3], k.size(2)
+    span, offset = window.span(Tk), first + Tk - Tq  # the most keys a query sees; the first query's token
+    block = max(1, min(Tq, span, MASK_BUDGET // (H * min(Tk, 2 * span))))
+    outputs = []
+    for start in range(0, Tq, block):
+        end = min(start + block, Tq)
+        lo, hi = window.first_key(offset + start) - first, offset + end - first  # the block's keys
+        query = torch.arange(offset + start, offset + end, device=q.device)[:, None]
+        key = torch.arange(first + lo, first + hi, device=q.device)
+        seen = window.visible(query, key)
+        queries, keys = q[:, :, start:end], k[:, :, lo:hi]
+        bias = scheme.content_bias(queries, keys, inputs[:, lo:hi], seen=seen)
+        if scheme.adds_bias:  # a composite's bias parts too, at token distances
+            bias = bias + scheme.query_bias(query, query - key).to(bias.dtype)
+        mask = bias.masked_fill(~seen, float("-inf")).to(q.dtype)
+        outputs.append(attend(queries, keys, v[:, :, lo:hi], mask=mask))
     return torch.cat(outputs, dim=2)
 
 

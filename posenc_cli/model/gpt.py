@@ -1,4 +1,4 @@
-"""A small decoder-only GPT. It knows positional schemes only through their three hooks.
+"""A small decoder-only GPT. It knows positional schemes only through their hooks.
 
 Read top to bottom: attention, MLP, block, GPT (its config: model/shape.py).
 """
@@ -12,7 +12,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc_cli.core.device import ATTENTION_IN_FP32
-from posenc_cli.model.attention import biased_causal_attention, cached_attention, windowed_attention
+from posenc_cli.model.attention import (
+    biased_causal_attention,
+    cached_attention,
+    content_attention,
+    windowed_attention,
+)
 from posenc_cli.model.positional import PositionalScheme, build_scheme
 from posenc_cli.model.shape import ModelConfig
 from posenc_cli.model.window import FULL, AttentionWindow
@@ -20,25 +25,31 @@ from posenc_cli.model.window import FULL, AttentionWindow
 
 class LayerCache:
     """One layer's keys and values for the tokens seen so far that a later query can still see: the
-    last W under a sliding window, the current chunk's under chunked attention, else all of them."""
+    last W under a sliding window, the current chunk's under chunked attention, else all of them. For a
+    scheme that reads content, their layer inputs too (FoX's forget gates read them)."""
 
     def __init__(self) -> None:
         self.keys: torch.Tensor | None = None
         self.values: torch.Tensor | None = None
+        self.inputs: torch.Tensor | None = None
         self.length = 0  # tokens seen, the kept keys' last ones
 
     def extend(
-        self, k: torch.Tensor, v: torch.Tensor, window: AttentionWindow
-    ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Append the new tokens' (B, H, T, D) keys and values; returns the kept and new ones, and the
-        token index of the first. Keeps from then on only those the next token's query sees."""
+        self, k: torch.Tensor, v: torch.Tensor, window: AttentionWindow, *, x: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]:
+        """Append the new tokens' (B, H, T, D) keys and values and (B, T, C) inputs (None: not kept);
+        returns the kept and new ones, and the token index of the first. Keeps from then on only those
+        the next token's query sees."""
         start = self.length - (0 if self.keys is None else self.keys.size(2))
         if self.keys is not None and self.values is not None:
             k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
+        if self.inputs is not None and x is not None:
+            x = torch.cat([self.inputs, x], dim=1)
         self.length += k.size(2) - (self.length - start)
         dropped = window.first_key(self.length) - start
         self.keys, self.values = k[:, :, dropped:], v[:, :, dropped:]
-        return k, v, start
+        self.inputs = None if x is None else x[:, dropped:]
+        return k, v, x, start
 
 
 class KVCache:
@@ -89,31 +100,44 @@ class CausalSelfAttention(nn.Module):
             t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2)
         )
         first = 0  # the token index of k's first key
+        inputs = x if scheme.reads_content else None  # the layer inputs at k's tokens, where read
         if cache is not None and scheme.rotation_reads_context:
-            k, v, first = cache.extend(k, v, FULL)  # every key kept: the whole context is rotated again
+            k, v, inputs, first = cache.extend(k, v, FULL, x=inputs)  # every key kept: all rotated again
             q, k = rotate_with_context(q, k, scheme)
         else:
             q, k = scheme.rotate(q, k, positions)
             if cache is not None:
-                k, v, first = cache.extend(k, v, scheme.window)
+                k, v, inputs, first = cache.extend(k, v, scheme.window, x=inputs)
         q = scheme.scale_queries(q, positions)
         if ATTENTION_IN_FP32.get():  # bf16 autocast around fp32 attention (core.device.AUTOCAST_PRECISIONS)
             with torch.autocast(x.device.type, enabled=False):
-                y = self.attend(q.float(), k.float(), v.float(), scheme=scheme, given=given, first=first)
+                q, k, v = q.float(), k.float(), v.float()
+                inputs = None if inputs is None else inputs.float()
+                y = self.attend(q, k, v, scheme=scheme, given=given, first=first, inputs=inputs)
         else:
-            y = self.attend(q, k, v, scheme=scheme, given=given, first=first)
+            y = self.attend(q, k, v, scheme=scheme, given=given, first=first, inputs=inputs)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
     @staticmethod
     def attend(
-        q, k, v, *, scheme: PositionalScheme, given: torch.Tensor | None, first: int = 0
+        q,
+        k,
+        v,
+        *,
+        scheme: PositionalScheme,
+        given: torch.Tensor | None,
+        first: int = 0,
+        inputs: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(B, H, T, D) queries against (B, H, L, D) keys and values, the first at token `first`: causal
-        within the layer's window, with the scheme's bias, or as the scheme computes it (a context
+        within the layer's window, with the scheme's bias or the scores it reads from content (`inputs`:
+        the (B, L, C) layer inputs at the keys' tokens), or as the scheme computes it (a context
         extension)."""
         own = scheme.attend(q, k, v)
         if own is not None:
             return own
+        if scheme.reads_content:  # no positions read: randomized ones change nothing
+            return content_attention(q, k, v, inputs=inputs, scheme=scheme, first=first)
         if k.size(2) > q.size(2) or first:  # new queries after cached keys
             return cached_attention(q, k, v, scheme=scheme, first=first)
         if scheme.window.limits(q.size(2)):

@@ -47,7 +47,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
     cfg = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
     typed_cfg = check_keys(cfg)
     tc, mc = typed_cfg.train, typed_cfg.model
-    max_len, positional, bias = scheme_footprint(
+    max_len, positional, bias, per_sequence = scheme_footprint(
         typed_cfg.scheme, mc.n_embd, mc.n_head, block_size=tc.block_size, n_layer=mc.n_layer
     )
     trained_positions = tc.max_position or tc.block_size  # positions 0 .. this - 1 are trained on
@@ -74,7 +74,14 @@ def validate(cfg: DictConfig | dict[str, Any]) -> PosencConfig:
         if Path(writable_place("data.cache_dir", cache_dir)).is_file():
             raise UsageError(f"data.cache_dir={cache_dir} is a file; give a directory for the token cache")
     in_memory = isinstance(typed_cfg.data, SyntheticData)  # the others stream into a memory-mapped cache
-    check_run_memory(typed_cfg, n_chars if in_memory else None, device, positional=positional, bias=bias)
+    check_run_memory(
+        typed_cfg,
+        n_chars if in_memory else None,
+        device,
+        positional=positional,
+        bias=bias,
+        per_sequence=per_sequence,
+    )
     if tc.init_from:
         validate_init_from(typed_cfg)
     if tc.resume and (Path(tc.resume) / SUMMARY).is_file():  # a changed corpus: before tokenizing

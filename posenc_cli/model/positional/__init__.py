@@ -15,7 +15,9 @@ from posenc_cli.core.errors import UsageError, nearest
 from posenc_cli.model.positional.alibi import ALiBi
 from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme, past_max_len
 from posenc_cli.model.positional.composite import Composite
+from posenc_cli.model.positional.cope import CoPE
 from posenc_cli.model.positional.fire import FIRE
+from posenc_cli.model.positional.fox import FoX
 from posenc_cli.model.positional.kerple import Kerple
 from posenc_cli.model.positional.learned import Learned
 from posenc_cli.model.positional.p_rope import PRoPE
@@ -31,6 +33,7 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
     cls.name: cls
     for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple, FIRE, PRoPE)
     + (LayerSchedule, IRoPE, RNoPESWA, LocalGlobal)
+    + (CoPE, FoX)
 }
 # a scheme class's __init__ arguments that are not options: the model's sizes, and the builder a layer
 # schedule builds its layers' schemes with (given by build_scheme)

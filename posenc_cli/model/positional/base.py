@@ -1,9 +1,10 @@
 """The one seam between the GPT and a positional scheme.
 
-A scheme may add to the token embeddings (`embed`), rotate queries and keys (`rotate`), or add a
-bias to the attention scores (`bias`). Every hook defaults to "do nothing", so NoPE is the empty
-subclass. The model calls `embed` and `rotate` always and `bias` when `adds_bias` is set, without
-ever asking which scheme it holds.
+A scheme may add to the token embeddings (`embed`), rotate queries and keys (`rotate`), add a bias
+to the attention scores (`bias`), or add scores it reads from the queries' and keys' content
+(`content_bias`). Every hook defaults to "do nothing", so NoPE is the empty subclass. The model calls
+`embed` and `rotate` always, `bias` when `adds_bias` is set and `content_bias` when `reads_content` is,
+without ever asking which scheme it holds.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class PositionalScheme(nn.Module):
     # True: the bias depends on the query's position as well as the distance (FIRE), so the attention
     # builds it per query block with `query_bias` instead of once per distance
     bias_reads_query: ClassVar[bool] = False
+    # True: the model calls `content_bias`, per query block: what the scheme adds to a score reads the
+    # content of the query and of the keys up to it, not positions (CoPE, FoX), so positions are unread
+    reads_content: ClassVar[bool] = False
     claim: ClassVar[Claim] = Claim()
     # True: `rotate` depends on how many positions it is given (dynamic NTK scaling), so every hidden
     # state changes as the context grows and a KV cache of earlier tokens would be stale
@@ -124,7 +128,7 @@ class PositionalScheme(nn.Module):
     def bias_activations(self, length: int) -> int:
         """Floats one attention layer keeps for the backward of this scheme's bias at `length`, beyond
         the (H, 2T - 1) vector per distance every bias scheme costs: what the memory model adds. Most
-        schemes keep none."""
+        schemes keep none; one that reads content keeps them per sequence, as its bias is."""
         return 0
 
     def for_layers(self, n_layer: int) -> list[PositionalScheme]:
@@ -187,6 +191,15 @@ class PositionalScheme(nn.Module):
         broadcast together. The model calls it only where `bias_reads_query`; for every other scheme it
         is `bias(distance)`, the query's position unread."""
         return self.bias(distance)
+
+    def content_bias(
+        self, q: torch.Tensor, k: torch.Tensor, x: torch.Tensor, *, seen: torch.Tensor
+    ) -> torch.Tensor | None:
+        """(B, H, Tq, Tk): what a head adds to the score of each key for each query, read from content, or
+        None. q (B, H, Tq, D): the queries of the newest Tq of Tk tokens, k (B, H, Tk, D) their keys, as
+        they are scored (rotated, scaled); x (B, Tk, C): the layer's input at those tokens; seen (Tq, Tk)
+        bool: the keys each query sees (causal, in the window); the caller masks the others."""
+        return None
 
 
 class AdditiveScheme(PositionalScheme):

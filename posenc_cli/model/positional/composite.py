@@ -4,7 +4,8 @@ Each hook combines the parts' hooks, so the model still sees one scheme through 
 - embed: what each part adds to the token embeddings is added, x + Σ (part.embed(x) − x), so the
   order of additive parts does not matter and a part that rescales x (sinusoidal's √d) still does;
 - rotate: the parts' rotations applied in order;
-- bias: the parts' biases summed (query_bias too, where a part's bias reads the query's position).
+- bias: the parts' biases summed (query_bias too, where a part's bias reads the query's position), and
+  content_bias the same way.
 The facts follow the parts: positional parameters are their sum, max_len the tightest bounded part's,
 the relative-position kind the strongest of theirs.
 """
@@ -62,6 +63,7 @@ class Composite(PositionalScheme):
         self.preserves_norms = all(p.preserves_norms for p in self.parts)
         self.adds_bias = any(p.adds_bias for p in self.parts)
         self.bias_reads_query = any(p.bias_reads_query for p in self.parts)
+        self.reads_content = any(p.reads_content for p in self.parts)
         self.rotation_reads_length = any(p.rotation_reads_length for p in self.parts)
         self.rotation_reads_context = any(p.rotation_reads_context for p in self.parts)
 
@@ -96,6 +98,10 @@ class Composite(PositionalScheme):
 
     def bias(self, distance):
         biases = [part.bias(distance) for part in self.parts if part.adds_bias]
+        return torch.stack(biases).sum(0) if biases else None
+
+    def content_bias(self, q, k, x, *, seen):
+        biases = [part.content_bias(q, k, x, seen=seen) for part in self.parts if part.reads_content]
         return torch.stack(biases).sum(0) if biases else None
 
     def query_bias(self, query, distance):
