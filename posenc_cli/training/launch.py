@@ -14,9 +14,9 @@ from posenc_cli.config.hydra_args import (
     composing,
     first_sweep_point,
     parse_hydra_args,
-    with_layer_options,
     print_sweep,
     sweep_points,
+    with_layer_options,
 )
 from posenc_cli.config.hydra_jobs import launched, runs_jobs_here
 from posenc_cli.core import ui

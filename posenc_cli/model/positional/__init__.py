@@ -40,8 +40,6 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
 NOT_OPTIONS = ("self", "n_embd", "n_head", "block_size", "build")
 
 
-
-
 def scheme_options(name: str | None = None) -> list[str]:
     """The option names of one scheme (or of any scheme): its __init__'s arguments past the model sizes,
     and its parent's where it passes **options on, and the layer options every scheme takes."""

@@ -22,8 +22,8 @@ from torch import nn
 
 from posenc_cli.core.errors import UsageError, require_int, require_number
 from posenc_cli.model.positional.base import MAX_BASE, Claim, PositionalScheme
-from posenc_cli.model.shape import MAX_MODEL_SIZE
 from posenc_cli.model.positional.composite import RELATIVE_STRENGTH, part_spec
+from posenc_cli.model.shape import MAX_MODEL_SIZE
 from posenc_cli.model.temperature import LLAMA4_BETA
 
 LayerSpec = tuple[str, dict[str, Any]]  # a layer's scheme by name, and its options
@@ -82,7 +82,12 @@ class LayerSchedule(PositionalScheme):
             self.adds_bias = any(layer.adds_bias for layer in self.layers)
             self.rotation_reads_length = any(layer.rotation_reads_length for layer in self.layers)
             self.rotation_reads_context = any(layer.rotation_reads_context for layer in self.layers)
+            self.reads_content = any(layer.reads_content for layer in self.layers)
         return list(self.layers)
+
+    def bias_activations(self, length: int) -> int:
+        """The layers' mean: the memory model counts this per layer, so their sum in all."""
+        return sum(layer.bias_activations(length) for layer in self.layers) // max(1, len(self.layers))
 
     @property
     def own_options(self) -> list[str]:
