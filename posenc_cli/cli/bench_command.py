@@ -41,6 +41,11 @@ def bench(
     startup: bool = flag(
         "Only the start-up figures: whole processes, alternated and repeated (seconds).", "--startup"
     ),
+    costs: bool = flag(
+        "Only each scheme's training step and evaluation at 8x the training length, time and peak memory, "
+        "against rope alternated (a few minutes; with --startup, both).",
+        "--costs",
+    ),
     out: Optional[str] = typer.Option(
         None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."
     ),
@@ -54,6 +59,7 @@ def bench(
     Training: `posenc train`'s own training function per scheme (median eval interval), MFU against
     the GEMM peak of the precision it computes in; `posenc train` beside nanoGPT's CPU recipe as whole
     processes, alternated; evaluation tokens/s and peak memory at 1x/8x/32x the training length;
+    each scheme's step and 8x evaluation, time and peak memory, against rope alternated at the same depth;
     `posenc sample`'s tokens/s with and without the KV cache; start-up as whole processes; the
     README's main job (`make demo`'s commands) as whole processes. Writes bench.csv and bench.md. The numbers are this machine's, now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
     # imported when the command runs, so that --help leaves torch unimported
@@ -72,6 +78,7 @@ def bench(
         peer=peer,
         peer_steps=peer_steps,
         startup_only=startup,
+        costs_only=costs,
     )
     out = out_dir or default_out("bench")
     ui.out.print(write_bench(df, info, out), markup=False, highlight=False, soft_wrap=True)
