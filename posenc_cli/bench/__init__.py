@@ -62,7 +62,9 @@ class Effort:
     sample_tokens: int = 1000  # tokens generated per sampling measurement
     sample_pairs: int = 3  # alternated (cached, uncached) pairs per scheme; the median speed-up is reported
     startup_repeats: int = 3  # alternated rounds of the start-up cases; each case's fastest is reported
-    cost_pairs: int = 5  # alternated (scheme, rope) calls per phase of the cost table; the medians are reported
+    cost_pairs: int = (
+        5  # alternated (scheme, rope) calls per phase of the cost table; the medians are reported
+    )
     overrides: tuple[str, ...] = ()  # on top of each benchmarked configuration
 
 
@@ -117,7 +119,9 @@ def run_bench(
             rows += bench_startup(effort.startup_repeats) if startup_only else []
         else:
             startup = bench_startup(effort.startup_repeats)
-            speed = speed_rows(effort, schemes, peer, info=info, levers=levers, main_job=main_job, quick=quick)
+            speed = speed_rows(
+                effort, schemes, peer, info=info, levers=levers, main_job=main_job, quick=quick
+            )
             rows = [*speed, *startup]
     info["load_avg_1min_at_end"] = round(os.getloadavg()[0], 2)
     df = pd.DataFrame(rows)

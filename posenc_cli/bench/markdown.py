@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from posenc_cli.bench.bench_targets import TARGETS_FILE, mfu_text, targets
+from posenc_cli.bench.bench_targets import mfu_text, targets_section
 from posenc_cli.bench.peer import RECIPE, speedup
 from posenc_cli.bench.scheme_costs import costs_section
 from posenc_cli.core.atomic import write_text, write_with
@@ -267,7 +267,7 @@ def eval_section(df: pd.DataFrame) -> list[str]:
         "note",
     ]
     evals = df[df["section"] == "eval"]
-    usual = evals["n_layer"].min()  # the default model's; a preset that needs more layers is named with its own
+    usual = evals["n_layer"].min()  # the default model's; a preset needing more layers is named with its own
     rows = [
         [
             r.scheme if r.n_layer == usual else f"{r.scheme} (n_layer={int(r.n_layer)})",
@@ -336,19 +336,6 @@ def main_job_section(df: pd.DataFrame) -> list[str]:
         for r in main.itertuples()
     ]
     return ["## README main job", "", markdown_table(["command", "seconds"], rows)]
-
-
-def targets_section(df: pd.DataFrame) -> list[str]:
-    checked = targets(df)
-    if not checked:  # --costs: no section with a target
-        return []
-    return [
-        "## Targets",
-        "",
-        f"From configs/{TARGETS_FILE}.",
-        "",
-        markdown_table(["target", "measured", "met"], checked),
-    ]
 
 
 def write_outputs(df: pd.DataFrame, info: dict[str, Any], out: Path) -> str:

@@ -130,7 +130,11 @@ def measure(ours: Contender, theirs: Contender, effort) -> dict[str, float]:
 
 
 def peaks(phase: str, ours: float, theirs: float) -> dict[str, float]:
-    return {f"{phase}_peak_mib": ours, f"rope_{phase}_peak_mib": theirs, f"{phase}_peak_vs_rope": ours / theirs}
+    return {
+        f"{phase}_peak_mib": ours,
+        f"rope_{phase}_peak_mib": theirs,
+        f"{phase}_peak_vs_rope": ours / theirs,
+    }
 
 
 def bench_costs(schemes: list[str], effort) -> list[dict]:
@@ -172,7 +176,14 @@ def costs_section(df: pd.DataFrame) -> list[str]:
     if not len(found):
         return []
     first = found.iloc[0]
-    columns = ["scheme", "step ms", "vs rope", "train peak MiB", "vs rope", f"eval @ {int(first.eval_length)} ms"]
+    columns = [
+        "scheme",
+        "step ms",
+        "vs rope",
+        "train peak MiB",
+        "vs rope",
+        f"eval @ {int(first.eval_length)} ms",
+    ]
     columns += ["vs rope", "eval peak MiB", "vs rope", "note"]
     rows = [
         [
