@@ -129,6 +129,13 @@ def measure(ours: Contender, theirs: Contender, effort) -> dict[str, float]:
     return found
 
 
+MEASURED = (
+    *("ms_per_step", "rope_ms_per_step", "step_vs_rope", "eval_ms", "rope_eval_ms", "eval_vs_rope"),
+    *(f"{who}{phase}_peak_mib" for phase in ("train", "eval") for who in ("", "rope_")),
+    *("train_peak_vs_rope", "eval_peak_vs_rope"),
+)  # a row's measured columns
+
+
 def peaks(phase: str, ours: float, theirs: float) -> dict[str, float]:
     return {
         f"{phase}_peak_mib": ours,
@@ -175,6 +182,7 @@ def costs_section(df: pd.DataFrame) -> list[str]:
     found = df[df["section"] == "cost"]
     if not len(found):
         return []
+    found = found.reindex(columns=list(dict.fromkeys([*found.columns, *MEASURED])))  # none read past 8×
     first = found.iloc[0]
     columns = [
         "scheme",
