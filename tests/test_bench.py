@@ -75,6 +75,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
         "startup",
         "main_job",
         "step_profile",
+        "cost",
     }
     main_job = df[df["section"] == "main_job"]
     assert main_job["config"].tolist()[-1] == "total" and (main_job["seconds"] > 0).all()
@@ -106,6 +107,8 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     assert sorted(evals["multiple"].unique()) == [1, 8, 32]
     assert (evals["peak_rss_mib"] > evals["eval_rss_mib"]).all()
     assert (df.loc[(df["scheme"] == "rope") & df["section"].isin(["train", "eval"]), "vs_rope"] == 1).all()
+    costs = df[df["section"] == "cost"]
+    assert costs["scheme"].tolist() == ["rope", "alibi"] and (costs["step_vs_rope"] > 0).all()
     sample = df[df["section"] == "sample"]
     assert sorted(sample["config"]) == ["kv cache", "kv cache", "whole context", "whole context"]
     assert (sample["tokens_per_s"] > 0).all() and (
@@ -119,6 +122,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
         "## Precision: what auto chose, beside every pinned precision",
         "## Beside nanoGPT",
         "## Evaluation",
+        "## Each scheme against rope: time and peak memory",
         "## Sampling",
         "## Start-up",
         "## Targets",
