@@ -1,8 +1,9 @@
 """What scripts/gpu_evidence.py runs (issue #50): three parts as posenc commands, each a job of the schedule.
 
-- needles: RULER's multikey, multivalue, multiquery x the five chapter schemes x seeds, trained as
-  scripts/reproduce_needles.sh trains them (length 512), probed at 2x-8x, the rope runs also under NTK
-  and YaRN;
+- needles: RULER's multikey, multivalue, multiquery x the five chapter schemes and issue #54's (p_rope at
+  keep_fraction 0.75, cope, fox) x seeds, trained as scripts/reproduce_needles.sh trains them (length
+  512), probed at 2x-8x, the rope runs also under NTK and YaRN; and issue #54's layer schedules (irope,
+  rnope_swa, local_global) with rope and none beside them at DEEP_LAYERS, the depth they build at;
 - tasks: reverse, parity, addition (reversed digits), copy x none, learned, rope, alibi, fire and
   learned and rope with randomized positions x seeds, scripts/reproduce_tasks.sh's recipe at many more
   steps, scored at 1x-8x;
@@ -19,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import Enum
+
+from posenc_cli.model.positional import SCHEMES
 
 
 class Kind(Enum):
@@ -59,6 +62,7 @@ class Plan:
     base_steps: int
     needle_tasks: tuple[str, ...]
     needle_schemes: tuple[str, ...]
+    deep_schemes: tuple[str, ...]  # trained at DEEP_LAYERS, probed as a table of their own
     task_names: tuple[str, ...]
     variants: tuple[str, ...]
     trials: int
@@ -91,6 +95,21 @@ class Job:
     val_every: int = 1
     units: float = 0.0
     sweep: str | None = None
+    step_scale: float = 1.0  # a step's cost over its kind's measured one (a deeper model's layers)
+
+
+# issue #54's schemes, each where this checkout's SCHEMES has it (some land in parallel): at the needle
+# recipe's depth, and the layer schedules at DEEP_LAYERS (local_global's every 6th layer; irope's and
+# rnope_swa's every 4th), with rope and none as their references there
+WANTED_NEEDLES = ("p_rope", "cope", "fox")
+WANTED_DEEP = ("none", "rope", "irope", "rnope_swa", "local_global")
+NEEDLE_OPTIONS = {"p_rope": ("scheme.keep_fraction=0.75",)}  # Barbero et al.'s 0.75-p-RoPE
+DEEP_LAYERS = 6
+NEEDLE_LAYERS = {False: 4, True: 1}  # the needle recipe's depth (experiment=probe: model=small), the smoke's
+
+
+def present(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(name for name in names if name in SCHEMES)
 
 
 FULL = Plan(
@@ -99,7 +118,8 @@ FULL = Plan(
     fine_tune=Sizes(seeds=(0, 1), min_seeds=1, steps=1000, min_steps=200),  # PI's paper: 1,000 steps
     base_steps=600,  # the default recipe's rope run (docs/extension.md's base)
     needle_tasks=("multikey", "multivalue", "multiquery"),
-    needle_schemes=("none", "sinusoidal", "learned", "rope", "alibi"),
+    needle_schemes=("none", "sinusoidal", "learned", "rope", "alibi", *present(WANTED_NEEDLES)),
+    deep_schemes=present(WANTED_DEEP),
     task_names=("reverse", "parity", "addition", "copy"),
     variants=("none", "learned", "rope", "alibi", "fire", "learned+randomized", "rope+randomized"),
     trials=20,
@@ -117,6 +137,7 @@ SMOKE = dataclasses.replace(
     base_steps=6,
     needle_tasks=("multikey",),
     needle_schemes=("rope",),
+    deep_schemes=present(("irope",)),
     task_names=("reverse",),
     variants=("rope+randomized",),
     trials=2,
@@ -150,13 +171,19 @@ def joined(values) -> str:
     return ",".join(map(str, values))
 
 
-def needle_args(plan: Plan, task: str, scheme: str, *, steps: int) -> list[str]:
-    """scripts/reproduce_needles.sh's recipe for one task and scheme."""
+def needle_args(plan: Plan, task: str, scheme: str, *, steps: int, deep: bool = False) -> list[str]:
+    """scripts/reproduce_needles.sh's recipe for one task and scheme (its options, NEEDLE_OPTIONS), at
+    DEEP_LAYERS if `deep`."""
     args = f"experiment=probe train.block_size={NEEDLE_TRAIN_LEN} data.passkey_min_distance=16 "
     args += f"data.passkey_max_distance=160 data.probe_task={task} scheme={scheme} train.max_steps={steps} "
     args += "train.threads=1"
     tiny = " model.n_layer=1 model.n_head=2 model.n_embd=32 train.batch_size=2 data.n_chars=60000"
-    return (args + (tiny + " train.eval_batches=1 device=cpu" if plan.smoke else "")).split()
+    args += tiny + " train.eval_batches=1 device=cpu" if plan.smoke else ""
+    return [
+        *args.split(),
+        *NEEDLE_OPTIONS.get(scheme, ()),
+        *([f"model.n_layer={DEEP_LAYERS}"] if deep else []),
+    ]
 
 
 def task_args(plan: Plan, task: str, variant: str, *, steps: int) -> list[str]:
@@ -199,45 +226,59 @@ def jobs(plan: Plan) -> list[Job]:
 
 
 def needle_jobs(plan: Plan) -> list[Job]:
-    sizes, out = plan.needles, []
-    # trial tokens a run: probe's 3 default depths x trials x the lengths, its training length added
-    tokens = 3 * plan.trials * (sum(plan.probe_lengths) + NEEDLE_TRAIN_LEN)
+    out = []
     for task in plan.needle_tasks:
-        trained = [
-            train_job(
-                f"needles-{task}-{scheme}",
-                Kind.NEEDLE,
-                f"needles/{task}/{scheme}",
-                sizes=sizes,
-                args=needle_args(plan, task, scheme, steps=sizes.steps),
-                steps=sizes.steps,
-                val_every=250,
-            )
-            for scheme in plan.needle_schemes
-        ]
-        probe = f"probe --task {task} --lengths {joined(plan.probe_lengths)} --trials {plan.trials}".split()
-        out += trained + [
+        out += needle_group(plan, task, deep=False)
+        out += needle_group(plan, task, deep=True) if plan.deep_schemes else []
+    return out
+
+
+def needle_group(plan: Plan, task: str, *, deep: bool) -> list[Job]:
+    """One task's runs of a group (the recipe's schemes, or the deep ones at DEEP_LAYERS) and its probe;
+    the recipe's rope runs probed under NTK and YaRN too."""
+    sizes, schemes = plan.needles, plan.deep_schemes if deep else plan.needle_schemes
+    scale = DEEP_LAYERS / NEEDLE_LAYERS[plan.smoke] if deep else 1.0  # a step's cost ~ the layers
+    where, name = (
+        (f"needles/deep/{task}", f"{task}_{DEEP_LAYERS}_layers") if deep else (f"needles/{task}", task)
+    )
+    # trial tokens a run: probe's 3 default depths x trials x the lengths, its training length added
+    tokens = 3 * plan.trials * (sum(plan.probe_lengths) + NEEDLE_TRAIN_LEN) * scale
+    trained = [
+        train_job(
+            f"needles-{name}-{scheme}",
+            Kind.NEEDLE,
+            f"{where}/{scheme}",
+            sizes=sizes,
+            args=needle_args(plan, task, scheme, steps=sizes.steps, deep=deep),
+            steps=sizes.steps,
+            val_every=250,
+            step_scale=scale,
+        )
+        for scheme in schemes
+    ]
+    probe = f"probe --task {task} --lengths {joined(plan.probe_lengths)} --trials {plan.trials}".split()
+    out = trained + [
+        eval_job(
+            plan,
+            f"probe-{name}",
+            Kind.PROBE,
+            args=[*probe, where, "--out", f"needles/probe/{name}"],
+            deps=tuple(j.name for j in trained),
+            units=len(trained) * len(sizes.seeds) * tokens,
+        )
+    ]
+    if "rope" in schemes and not deep:  # each rope run three times: plain, NTK, YaRN
+        scaled = [*probe, "--rope-scaling", "none,ntk,yarn", f"{where}/rope"]
+        out.append(
             eval_job(
                 plan,
-                f"probe-{task}",
+                f"probe-{task}-scaled",
                 Kind.PROBE,
-                args=[*probe, f"needles/{task}", "--out", f"needles/probe/{task}"],
-                deps=tuple(j.name for j in trained),
-                units=len(trained) * len(sizes.seeds) * tokens,
+                args=[*scaled, "--out", f"needles/probe/{task}_scaled"],
+                deps=(f"needles-{task}-rope",),
+                units=3 * len(sizes.seeds) * tokens,
             )
-        ]
-        if "rope" in plan.needle_schemes:  # each rope run three times: plain, NTK, YaRN
-            scaled = [*probe, "--rope-scaling", "none,ntk,yarn", f"needles/{task}/rope"]
-            out.append(
-                eval_job(
-                    plan,
-                    f"probe-{task}-scaled",
-                    Kind.PROBE,
-                    args=[*scaled, "--out", f"needles/probe/{task}_scaled"],
-                    deps=(f"needles-{task}-rope",),
-                    units=3 * len(sizes.seeds) * tokens,
-                )
-            )
+        )
     return out
 
 

@@ -67,7 +67,8 @@ def duration(job: Job, profile: Profile, slots: int) -> float:
     """The predicted wall time of one job with `slots` processes side by side."""
     if job.kind.trains:
         c = profile.levels[slots][job.kind]
-        per_run = c.startup_s + job.steps * c.step_s + math.ceil(job.steps / job.val_every) * c.val_s
+        stepping = job.steps * c.step_s + math.ceil(job.steps / job.val_every) * c.val_s
+        per_run = c.startup_s + job.step_scale * stepping
         return job.runs * per_run
     return profile.eval_startup_s + job.units * profile.unit_s[job.kind]
 

@@ -1,6 +1,7 @@
 """`posenc bench --quick` runs end to end on the real training path and writes its tables; MFU is
 against the peak of the run's own precision and never printed above 100 %; the FLOP count is the
-stated formula; the nanoGPT side-by-side says when its peer is absent."""
+stated formula; the nanoGPT side-by-side says when its peer is absent; each scheme's step and evaluation
+are measured against rope at the depth the scheme builds at."""
 
 from __future__ import annotations
 
@@ -17,16 +18,21 @@ from conftest import assert_refused, posenc, run_cli
 from posenc_cli.bench import peak as peak_module
 from posenc_cli.bench import peer as peer_module
 from posenc_cli.bench import sampling as sampling_module
+from posenc_cli.bench import scheme_costs
 from posenc_cli.bench import train_speed as train_speed_module
 from posenc_cli.bench.bench_targets import STARTUP_TARGETS, load_targets, mfu_text, precision_auto, targets
 from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands, step_gemms
 from posenc_cli.bench.peer import side_by_side, speedup
+from posenc_cli.bench.processes import TINY_MODEL
 from posenc_cli.bench.startup import startup_cases
 from posenc_cli.bench.step_profile import category
+from posenc_cli.bench.train_speed import at_depth, compose
+from posenc_cli.config.schema import check_keys
 from posenc_cli.core.choices import PRECISIONS
+from posenc_cli.core.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig, ModelSize
-
-pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
+from posenc_cli.model.positional import SCHEMES
+from posenc_cli.training.session import model_config
 
 
 def fake_peer(root):
@@ -39,6 +45,7 @@ def fake_peer(root):
     return peer
 
 
+@pytest.mark.slow
 def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     result = run_cli(
         "bench",
@@ -68,6 +75,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
         "startup",
         "main_job",
         "step_profile",
+        "cost",
     }
     main_job = df[df["section"] == "main_job"]
     assert main_job["config"].tolist()[-1] == "total" and (main_job["seconds"] > 0).all()
@@ -99,6 +107,8 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     assert sorted(evals["multiple"].unique()) == [1, 8, 32]
     assert (evals["peak_rss_mib"] > evals["eval_rss_mib"]).all()
     assert (df.loc[(df["scheme"] == "rope") & df["section"].isin(["train", "eval"]), "vs_rope"] == 1).all()
+    costs = df[df["section"] == "cost"]
+    assert costs["scheme"].tolist() == ["rope", "alibi"] and (costs["step_vs_rope"] > 0).all()
     sample = df[df["section"] == "sample"]
     assert sorted(sample["config"]) == ["kv cache", "kv cache", "whole context", "whole context"]
     assert (sample["tokens_per_s"] > 0).all() and (
@@ -112,6 +122,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
         "## Precision: what auto chose, beside every pinned precision",
         "## Beside nanoGPT",
         "## Evaluation",
+        "## Each scheme against rope: time and peak memory",
         "## Sampling",
         "## Start-up",
         "## Targets",
@@ -122,6 +133,7 @@ def test_bench_quick_times_posenc_train_and_writes_csv_and_markdown(tmp_path):
     assert "## Targets" in result.stdout
 
 
+@pytest.mark.slow
 def test_mfu_is_against_the_peak_of_the_runs_precision_and_never_shown_above_100_percent():
     peak = Peak(size=4, repeats=1)
     peak.flops = {"fp32": 100.0, "bf16": 400.0}
@@ -132,6 +144,7 @@ def test_mfu_is_against_the_peak_of_the_runs_precision_and_never_shown_above_100
     assert "%" not in mfu_text(1.2)
 
 
+@pytest.mark.slow
 def test_mfu_at_the_step_shapes_is_against_the_step_shape_peak_of_the_runs_precision():
     peak = Peak(size=4, repeats=1)
     peak.flops, peak.step_flops = {"fp32": 400.0, "bf16": 800.0}, {"fp32": 200.0}
@@ -140,6 +153,7 @@ def test_mfu_at_the_step_shapes_is_against_the_step_shape_peak_of_the_runs_preci
     assert math.isnan(peak.with_mfu({**row, "precision": "bf16"})["mfu_step"])  # not measured: no MFU
 
 
+@pytest.mark.slow
 def test_the_step_gemms_are_every_linear_forward_and_its_two_backward_gemms():
     mc = ModelConfig(vocab_size=50, block_size=16, size=ModelSize(n_layer=2, n_head=2, n_embd=8))
     rows = 4 * 16
@@ -157,6 +171,7 @@ def event(name, parent=None):
     return SimpleNamespace(name=name, cpu_parent=parent)
 
 
+@pytest.mark.slow
 def test_an_op_is_in_the_category_its_call_stack_names_innermost_first():
     step = event("Optimizer.step#AdamW.step")
     backward = event("autograd::engine::evaluate_function: MmBackward0")
@@ -169,6 +184,7 @@ def test_an_op_is_in_the_category_its_call_stack_names_innermost_first():
     assert category(event("aten::gelu_backward", event("GeluBackward0"))) == "other ops"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gflops, expected", [(100.0, 512), (1.0, 256)])
 def test_a_slow_precision_is_timed_on_a_smaller_matmul(monkeypatch, gflops, expected):
     # one matmul's time at `gflops`: at 1 GFLOP/s (bf16 emulated on an AVX2 CPU) 512 would take 0.27 s
@@ -177,6 +193,7 @@ def test_a_slow_precision_is_timed_on_a_smaller_matmul(monkeypatch, gflops, expe
     assert a.shape == b.shape == (expected, expected) and a.dtype == torch.bfloat16
 
 
+@pytest.mark.slow
 def test_a_peer_that_fails_costs_its_own_section_and_keeps_its_whole_pairs(tmp_path):
     """A nanoGPT run that fails (once: a relative peer path run from another directory, a traceback that
     lost every section measured before it) ends the side-by-side with a line saying why."""
@@ -201,6 +218,7 @@ def test_a_peer_that_fails_costs_its_own_section_and_keeps_its_whole_pairs(tmp_p
     )
 
 
+@pytest.mark.slow
 def test_side_by_side_says_when_the_peer_is_absent(tmp_path):
     info = {}
     assert side_by_side(tmp_path / "nanogpt", effort=None, info=info) == []
@@ -215,6 +233,7 @@ def test_side_by_side_says_when_the_peer_is_absent(tmp_path):
     assert speedup(walls) == 2.0  # median of 2.0, 1.5, 3.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["learned", "rope"])
 def test_flops_per_token_counts_non_positional_parameters_once(scheme):
     V, L, d, T = 11, 3, 16, 24
@@ -227,6 +246,7 @@ def test_flops_per_token_counts_non_positional_parameters_once(scheme):
     assert flops_per_token(non_positional_params=n, n_layer=L, n_embd=d, seq_len=T) == 6 * n + 12 * L * d * T
 
 
+@pytest.mark.slow
 def test_every_startup_case_is_checked_against_its_target_and_a_slow_one_is_not_met(tmp_path):
     goal = load_targets()
     assert set(startup_cases(tmp_path)) == set(STARTUP_TARGETS) and set(STARTUP_TARGETS.values()) <= set(goal)
@@ -253,6 +273,7 @@ def test_every_startup_case_is_checked_against_its_target_and_a_slow_one_is_not_
     assert [met for *_, met in checked] == ["**no**"] * len(STARTUP_TARGETS)
 
 
+@pytest.mark.slow
 def test_sampling_reports_the_pair_with_the_median_speed_up(monkeypatch):
     """Three alternated (cached, uncached) pairs with speed-ups 4×, 12× and 20×: the 12× pair is shown,
     not the one a busy moment bent either way."""
@@ -264,6 +285,7 @@ def test_sampling_reports_the_pair_with_the_median_speed_up(monkeypatch):
     assert [r["vs_baseline"] for r in cached] == [12.0, 12.0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fastest_pinned", "met"), [("bf16-autocast-fp32-attention", True), ("fp32", False)])
 def test_auto_meets_its_target_when_it_computed_in_the_fastest_pinned_precision_whatever_the_noise(
     fastest_pinned, met
@@ -278,6 +300,7 @@ def test_auto_meets_its_target_when_it_computed_in_the_fastest_pinned_precision_
     assert precision_auto(df, {"precision_auto_slack": 0.05})[2] is met
 
 
+@pytest.mark.slow
 def test_the_benchmark_keeps_autos_choices_in_a_cache_of_its_own_never_the_users(monkeypatch, tmp_path):
     import posenc_cli.bench as bench
     from posenc_cli.training.precision_choice import CACHE_ENV, cache_path
@@ -296,6 +319,7 @@ def test_the_benchmark_keeps_autos_choices_in_a_cache_of_its_own_never_the_users
     assert cache_path() == tmp_path / "users.json" and not cache_path().exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cpu", ["emulated", "native"])
 def test_pinned_bf16_trains_a_few_steps_only_where_bf16_is_emulated(monkeypatch, tmp_path, cpu):
     """An AVX2 CPU's bf16 is ~100x slower than its fp32: three eval intervals of the default config there
@@ -317,6 +341,7 @@ def test_pinned_bf16_trains_a_few_steps_only_where_bf16_is_emulated(monkeypatch,
     assert all(extra in ((), train_speed_module.EMULATED_BF16_RUN) for _, extra in asked)
 
 
+@pytest.mark.slow
 def test_a_named_peer_without_nanogpt_and_a_bad_cpu_bf16_are_refused_before_any_work(tmp_path, monkeypatch):
     """The default peer may be absent (users have no ../shared: the report says so); one named on the
     command line must be there. Neither refusal writes --out."""
@@ -328,6 +353,7 @@ def test_a_named_peer_without_nanogpt_and_a_bad_cpu_bf16_are_refused_before_any_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["peer"]
 
 
+@pytest.mark.slow
 def test_a_benchmark_training_stopped_by_a_signal_ends_the_benchmark_as_ctrl_c(monkeypatch):
     """train() answers SIGTERM/SIGINT by saving and exiting 130 with a resume hint; inside the benchmark
     the run is a temporary one, so the benchmark stops as at Ctrl-C instead (posenc: interrupted)."""
@@ -342,6 +368,7 @@ def test_a_benchmark_training_stopped_by_a_signal_ends_the_benchmark_as_ctrl_c(m
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("bf16_steps", "said"), [(6, True), (300, False)])
 def test_the_precision_table_says_bf16_was_shortened_only_when_it_was(bf16_steps, said):
     from posenc_cli.bench.markdown import precision_section
@@ -361,3 +388,103 @@ def test_the_precision_table_says_bf16_was_shortened_only_when_it_was(bf16_steps
         precision_section(pd.DataFrame([{**r, "section": "precision", "config": "d"} for r in rows]))
     )
     assert ("pinned bf16 trained a few steps only" in text) is said
+
+
+# ---- each scheme against rope (bench/scheme_costs.py): fast, on the tiny model, measurements faked
+
+
+def test_every_scheme_is_benchmarked_at_a_depth_it_builds_at_and_a_preset_at_the_one_it_needs():
+    """The default model has 2 layers: irope's every 4th layer needs 4, local_global's every 6th needs 6;
+    any other scheme (new ones included, being in SCHEMES) keeps the default depth if it builds there."""
+    for scheme in SCHEMES:
+        overrides = at_depth([f"scheme={scheme}"])
+        cfg = check_keys(compose(overrides))
+        with torch.device("meta"):
+            GPT(model_config(cfg, 32))  # builds: no refusal for its depth
+        if cfg.model.n_layer != 2:
+            assert overrides[-1] == f"model.n_layer={cfg.model.n_layer}"
+            with pytest.raises(UsageError, match="model.n_layer"):
+                GPT(model_config(check_keys(compose([f"scheme={scheme}"])), 32))
+    assert check_keys(compose(at_depth(["scheme=irope"]))).model.n_layer == 4
+    assert check_keys(compose(at_depth(["scheme=local_global"]))).model.n_layer == 6
+    assert at_depth(["scheme=rope"]) == ["scheme=rope"]
+
+
+def test_the_cost_table_has_one_row_per_scheme_each_against_rope_at_the_schemes_depth(monkeypatch):
+    measured = []
+
+    def measure(ours, theirs, effort):
+        measured.append(
+            (ours.cfg.scheme_name, ours.cfg.model.n_layer, theirs.cfg.scheme_name, theirs.cfg.model.n_layer)
+        )
+        return {"ms_per_step": 2.0, "rope_ms_per_step": 1.0, "step_vs_rope": 2.0}
+
+    monkeypatch.setattr(scheme_costs, "measure", measure)
+    effort = SimpleNamespace(overrides=TINY_MODEL, cost_pairs=1)
+    rows = scheme_costs.bench_costs(["rope", "learned", "irope"], effort)
+    assert measured == [("rope", 1, "rope", 1), ("learned", 1, "rope", 1), ("irope", 4, "rope", 4)]
+    assert [(r["scheme"], r["n_layer"], r["deeper"]) for r in rows] == [
+        ("rope", 1, False),
+        ("learned", 1, False),
+        ("irope", 4, True),
+    ]
+    assert rows[1]["note"].startswith("eval: cannot represent positions")  # learned past its table at 8×
+    table = "\n".join(scheme_costs.costs_section(pd.DataFrame(rows)))
+    body = [line for line in table.splitlines() if line.startswith("| ") and "step ms" not in line]
+    assert [line.split(" | ")[0] for line in body] == ["| rope", "| learned", "| irope (n_layer=4)"]
+    assert all(" | 2.00× | " in line for line in body)
+
+
+def test_alternated_calls_flip_their_order_pair_by_pair_and_report_the_median_pair_ratio(monkeypatch):
+    calls, clock = [], iter([3.0, 1.0, 2.0, 2.0, 9.0, 1.0])  # per pair: the first call's time, the second's
+
+    def seconds(call):
+        call()
+        return next(clock)
+
+    monkeypatch.setattr(scheme_costs, "seconds", seconds)
+    ms, rope_ms, vs_rope = scheme_costs.alternated(
+        lambda: calls.append("ours"), lambda: calls.append("rope"), pairs=3, warm_up=1
+    )
+    assert calls == ["ours", "rope", "ours", "rope", "rope", "ours", "ours", "rope"]
+    # pairs (ours, rope): (3, 1), (2, 2) flipped, (9, 1): ratios 3, 1, 9
+    assert (ms, rope_ms, vs_rope) == (3000.0, 1000.0, 3.0)
+
+
+def test_peak_tensor_memory_is_the_most_alive_at_once_during_the_call_not_the_sum():
+    def work():
+        big = torch.ones(4 * 2**20, dtype=torch.uint8)  # 4 MiB
+        del big
+        return torch.ones(2 * 2**20, dtype=torch.uint8)  # then 2 MiB
+
+    assert 4.0 <= scheme_costs.peak_tensor_mib(work) < 4.1
+
+
+@pytest.mark.slow
+def test_bench_costs_alone_measures_each_scheme_and_its_rope_in_one_run(tmp_path):
+    result = run_cli(
+        "bench",
+        "--quick",
+        "--costs",
+        "--scheme",
+        "alibi",
+        "--scheme",
+        "irope",
+        "--out",
+        "b",
+        cwd=tmp_path,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr
+    df = pd.read_csv(tmp_path / "b" / "bench.csv")
+    assert set(df["section"]) == {"cost"} and df["scheme"].tolist() == ["alibi", "irope"]
+    assert df["n_layer"].tolist() == [1, 4]  # --quick's 1-layer model; irope at the depth it needs
+    for column in ("step_vs_rope", "train_peak_vs_rope", "eval_vs_rope", "eval_peak_vs_rope"):
+        assert (df[column] > 0).all(), column
+    markdown = (tmp_path / "b" / "bench.md").read_text(encoding="utf-8")
+    assert (
+        "## Each scheme against rope: time and peak memory" in markdown
+        and "| irope (n_layer=4) |" in markdown
+    )
+    assert "Command: `posenc bench --quick --costs" in markdown and "torch " in markdown
+    assert "## Targets" not in markdown and "## Beside nanoGPT" not in markdown

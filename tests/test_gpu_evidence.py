@@ -13,14 +13,29 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import gpu_evidence  # noqa: E402
-from gpu_evidence_plan import FULL, SMOKE, TRAIN_KINDS, Job, Kind, jobs  # noqa: E402
+from gpu_evidence_plan import (  # noqa: E402
+    DEEP_LAYERS,
+    FULL,
+    SMOKE,
+    TRAIN_KINDS,
+    WANTED_DEEP,
+    WANTED_NEEDLES,
+    Job,
+    Kind,
+    cut,
+    jobs,
+    present,
+)
 from gpu_evidence_run import Launcher, run_schedule  # noqa: E402
 from gpu_evidence_time import MARGIN, Profile, StepCost, fit, makespan, predict  # noqa: E402
+
+from posenc_cli.model.positional import SCHEMES  # noqa: E402
 
 
 def profile(step_s: float = 0.02, *, levels=(16,)) -> Profile:
@@ -33,8 +48,10 @@ def profile(step_s: float = 0.02, *, levels=(16,)) -> Profile:
 def test_a_plan_that_fits_is_not_cut_and_one_that_does_not_is_cut_in_steps_to_fit_the_budget():
     roomy = fit(FULL, profile(1e-5), available_s=1e6, may_cut=frozenset({"steps"}))
     assert roomy.fits and roomy.fraction == 1.0 and roomy.plan == FULL
-    tight = fit(FULL, profile(), available_s=480, may_cut=frozenset({"steps"}))
-    assert tight.fits and 0 < tight.fraction < 1 and tight.predicted_s <= 480 * MARGIN
+    # half again the least the plan can take: the budget a plan of any size (SCHEMES decides it) must cut into
+    budget = 1.5 * predict(cut(FULL, fraction=0.0), profile(), 16) / MARGIN
+    tight = fit(FULL, profile(), available_s=budget, may_cut=frozenset({"steps"}))
+    assert tight.fits and 0 < tight.fraction < 1 and tight.predicted_s <= budget * MARGIN
     assert tight.plan.tasks.steps < FULL.tasks.steps and tight.plan.tasks.seeds == FULL.tasks.seeds
     assert (
         predict(
@@ -69,7 +86,8 @@ def test_the_schedule_packs_the_slots_and_waits_for_what_a_job_depends_on():
 def test_the_plan_trains_what_the_issue_asks_and_every_evaluation_reads_its_own_runs():
     plan_jobs = jobs(FULL)
     runs = {part: sum(j.runs for j in plan_jobs if j.part == part and j.kind.trains) for part in FULL.parts}
-    assert runs == {"needles": 3 * 5 * 2, "tasks": 4 * 7 * 3, "extension": 1 + 3 * 2}
+    needle_schemes = 5 + len(present(WANTED_NEEDLES)) + len(present(WANTED_DEEP))  # issue #54's where present
+    assert runs == {"needles": 3 * needle_schemes * 2, "tasks": 4 * 7 * 3, "extension": 1 + 3 * 2}
     trained = {j.name: str(j.sweep) for j in plan_jobs if j.kind.trains}
     for job in (j for j in plan_jobs if not j.kind.trains):
         out = job.args[job.args.index("--out") + 1]
@@ -108,7 +126,10 @@ def test_plan_only_with_an_earlier_profile_prints_the_plan_and_its_prediction_an
     }
     assert gpu_evidence.run(gpu_evidence.Settings.from_env(env)) == 0
     printed = capsys.readouterr().out
-    assert "needles: 2 runs in 1 processes, seeds 0,1 (of 0,1), 4 steps a run (of 4)" in printed
+    runs = 2 * (len(SMOKE.needle_schemes) + len(SMOKE.deep_schemes))  # the deep group's irope, where present
+    assert (
+        f"needles: {runs} runs in {runs // 2} processes, seeds 0,1 (of 0,1), 4 steps a run (of 4)" in printed
+    )
     assert "predicted:" in printed and ": fits" in printed
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["profile.json"]
     (tmp_path / "profile.json").write_text(json.dumps(replace(earlier, device="NVIDIA H200").to_json()))
@@ -177,6 +198,31 @@ def test_the_cpu_smoke_runs_every_part_end_to_end_and_its_summary_agrees_with_th
     assert at_1x[0].isdigit() and at_2x.startswith("(") == (learned == "no")  # not learned at 1x: not judged
     measured = json.loads((out / "profile.json").read_text())
     assert measured["smoke"] and set(measured["levels"]["2"]) == {k.value for k in TRAIN_KINDS}
+
+
+def test_issue_54s_schemes_join_the_needle_table_and_the_layer_schedules_train_at_a_depth_they_build_at():
+    """p_rope (at 0.75), cope and fox beside the chapter schemes where SCHEMES has them; irope, rnope_swa and
+    local_global with rope and none at DEEP_LAYERS, in a probe of their own, their steps predicted deeper."""
+    from posenc_cli.bench.train_speed import compose
+    from posenc_cli.config.schema import check_keys
+    from posenc_cli.model import GPT
+    from posenc_cli.training.session import model_config
+
+    plan_jobs = {j.name: j for j in jobs(FULL)}
+    assert set(present(WANTED_NEEDLES)) <= set(FULL.needle_schemes) and set(FULL.needle_schemes) <= set(
+        SCHEMES
+    )
+    assert {"irope", "rnope_swa", "local_global", "rope", "none"} == set(FULL.deep_schemes)
+    for task in FULL.needle_tasks:
+        deep = [plan_jobs[f"needles-{task}_{DEEP_LAYERS}_layers-{s}"] for s in FULL.deep_schemes]
+        for job in deep:
+            assert job.args[-1] == f"model.n_layer={DEEP_LAYERS}" and job.step_scale > 1
+            with torch.device("meta"):  # builds at that depth: the preset is not refused
+                GPT(model_config(check_keys(compose(list(job.args[4:]))), 32))
+        probe = plan_jobs[f"probe-{task}_{DEEP_LAYERS}_layers"]
+        assert set(probe.deps) == {j.name for j in deep} and f"needles/deep/{task}" in probe.args
+    if "p_rope" in SCHEMES:
+        assert "scheme.keep_fraction=0.75" in plan_jobs["needles-multikey-p_rope"].args
 
 
 def rows(path: Path) -> list[dict[str, str]]:

@@ -8,6 +8,8 @@
 - peer.py: whole `posenc train` processes side by side with nanoGPT's CPU recipe, alternated.
 - eval_memory.py: evaluation speed and peak memory, each case in a fresh process.
 - sampling.py: `posenc sample`'s tokens/s with and without the KV cache, alternated.
+- scheme_costs.py: each scheme's training step and evaluation at 8x, time and peak tensor memory, against
+  rope at the same depth, alternated call by call.
 - startup.py: whole processes a user waits on (a refused override, --help, a completion, a tiny run).
 - main_job.py: wall time of the README's main job.
 - markdown.py: bench.md and bench.csv; bench_targets.py: the targets of configs/bench_targets.yaml.
@@ -34,6 +36,7 @@ from posenc_cli.bench.peak import Peak
 from posenc_cli.bench.peer import side_by_side
 from posenc_cli.bench.processes import TINY_MODEL
 from posenc_cli.bench.sampling import bench_sampling
+from posenc_cli.bench.scheme_costs import bench_costs
 from posenc_cli.bench.startup import bench_startup
 from posenc_cli.bench.step_profile import bench_step
 from posenc_cli.bench.train_speed import bench_levers, bench_precision, bench_training
@@ -59,6 +62,9 @@ class Effort:
     sample_tokens: int = 1000  # tokens generated per sampling measurement
     sample_pairs: int = 3  # alternated (cached, uncached) pairs per scheme; the median speed-up is reported
     startup_repeats: int = 3  # alternated rounds of the start-up cases; each case's fastest is reported
+    cost_pairs: int = (
+        5  # alternated (scheme, rope) calls per phase of the cost table; the medians are reported
+    )
     overrides: tuple[str, ...] = ()  # on top of each benchmarked configuration
 
 
@@ -74,6 +80,7 @@ QUICK = Effort(
     sample_tokens=20,
     sample_pairs=1,
     startup_repeats=1,
+    cost_pairs=1,
     overrides=(
         *TINY_MODEL,
         "train.eval_interval=2",
@@ -93,11 +100,13 @@ def run_bench(
     peer: Path | None = None,
     peer_steps: int | None = None,
     startup_only: bool = False,
+    costs_only: bool = False,
 ) -> tuple[pd.DataFrame, dict]:
     """Every section of the benchmark as tidy rows, and the machine it ran on. `peer`: nanoGPT's
     peer directory (with run.sh); None or absent: the side-by-side is skipped and says so.
     `peer_steps`: steps of each side-by-side run (default: the effort's). `startup_only`: the
-    start-up section alone (seconds, not minutes)."""
+    start-up section alone (seconds, not minutes); `costs_only`: the per-scheme cost table alone (minutes);
+    both: those two."""
 
     effort = QUICK if quick else FULL
     if peer_steps is not None:
@@ -105,17 +114,18 @@ def run_bench(
     schemes = schemes or list(SCHEMES)
     info = machine()
     with terminate_as_interrupt(), own_precision_cache():  # SIGTERM as Ctrl-C: temporary files go
-        startup = bench_startup(effort.startup_repeats)
-        rows = (
-            startup
-            if startup_only
-            else [
-                *speed_rows(effort, schemes, peer, info=info, levers=levers, main_job=main_job, quick=quick),
-                *startup,
-            ]
-        )
+        if startup_only or costs_only:
+            rows = bench_costs(schemes, effort) if costs_only else []
+            rows += bench_startup(effort.startup_repeats) if startup_only else []
+        else:
+            startup = bench_startup(effort.startup_repeats)
+            speed = speed_rows(
+                effort, schemes, peer, info=info, levers=levers, main_job=main_job, quick=quick
+            )
+            rows = [*speed, *startup]
     info["load_avg_1min_at_end"] = round(os.getloadavg()[0], 2)
-    return (pd.DataFrame(rows) if startup_only else add_ratios(pd.DataFrame(rows))), info
+    df = pd.DataFrame(rows)
+    return (df if startup_only or costs_only else add_ratios(df)), info
 
 
 @contextlib.contextmanager
@@ -149,6 +159,7 @@ def speed_rows(
         rows += bench_precision(effort, Path(cache) / "precision.json")
     rows += side_by_side(peer, effort, info)
     rows += bench_eval(schemes, effort)
+    rows += bench_costs(schemes, effort)
     rows += bench_sampling(effort)
     if main_job:
         rows += bench_main_job(quick)
@@ -156,11 +167,12 @@ def speed_rows(
 
 
 def add_ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """tokens/s of each scheme over rope's at the same config and length."""
+    """tokens/s of each scheme over rope's at the same config, depth and length (a preset measured deeper
+    than the default model has no rope here: the cost table holds its ratios)."""
     df = df.copy()
     df["vs_rope"] = float("nan")
     compared = df[df["section"].isin(["train", "eval"]) & df["tokens_per_s"].notna()]
-    for _, group in compared.groupby(["section", "config", "length"]):
+    for _, group in compared.groupby(["section", "config", "length", "n_layer"]):
         rope = group[group["scheme"] == "rope"]["tokens_per_s"]
         if len(rope):
             df.loc[group.index, "vs_rope"] = group["tokens_per_s"] / rope.iloc[0]

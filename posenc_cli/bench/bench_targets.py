@@ -8,6 +8,7 @@ from posenc_cli.bench.eval_memory import EVAL_MULTIPLES
 from posenc_cli.bench.peer import speedup
 from posenc_cli.config.location import config_dir
 from posenc_cli.model.positional import SCHEMES
+from posenc_cli.report.cells import markdown_table
 
 TARGETS_FILE = "bench_targets.yaml"
 
@@ -40,6 +41,20 @@ def targets(df: pd.DataFrame) -> list[list[str]]:
     checks += (main_job,)
     rows = [row for check in checks if (row := check(df, goal)) is not None] + startup_times(df, goal)
     return [[target, measured, "yes" if met else "**no**"] for target, measured, met in rows]
+
+
+def targets_section(df: pd.DataFrame) -> list[str]:
+    """bench.md's last section: each target this run measured, met or not."""
+    checked = targets(df)
+    if not checked:  # --costs: no section with a target
+        return []
+    return [
+        "## Targets",
+        "",
+        f"From configs/{TARGETS_FILE}.",
+        "",
+        markdown_table(["target", "measured", "met"], checked),
+    ]
 
 
 def train_mfu(df: pd.DataFrame, goal: dict[str, float]) -> list | None:

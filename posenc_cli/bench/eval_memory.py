@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from posenc_cli.bench.processes import child_env, timed
-from posenc_cli.bench.train_speed import compose
+from posenc_cli.bench.train_speed import at_depth, compose
 from posenc_cli.config.schema import check_keys
 from posenc_cli.core import ui
 from posenc_cli.data import load_corpus
@@ -83,7 +83,8 @@ def bench_eval(schemes: list[str], effort) -> list[dict]:
     """Evaluation tokens/s and peak RSS per scheme at 1x, 8x, 32x the default training length."""
 
     rows = []
-    cfgs = {s: compose([f"scheme={s}", *effort.overrides]) for s in schemes}  # for the cases' processes
+    # for the cases' processes; a preset deeper than the default model, at the depth it builds at
+    cfgs = {s: compose(at_depth([f"scheme={s}", *effort.overrides])) for s in schemes}
     typed = {s: check_keys(cfg) for s, cfg in cfgs.items()}
     vocab_size = len(load_corpus(typed[schemes[0]].data).tokenizer)
     with ui.progress() as bar:
@@ -101,6 +102,7 @@ def bench_eval(schemes: list[str], effort) -> list[dict]:
                     "section": "eval",
                     "config": "default",
                     "scheme": scheme,
+                    "n_layer": size.n_layer,
                     "length": length,
                     "multiple": multiple,
                 }

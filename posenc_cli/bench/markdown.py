@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import datetime
 import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
 
-from posenc_cli.bench.bench_targets import TARGETS_FILE, mfu_text, targets
+from posenc_cli.bench.bench_targets import mfu_text, targets_section
 from posenc_cli.bench.peer import RECIPE, speedup
+from posenc_cli.bench.scheme_costs import costs_section
 from posenc_cli.core.atomic import write_text, write_with
 from posenc_cli.core.device import cpu_model
 from posenc_cli.report.cells import markdown_table
@@ -46,6 +49,7 @@ COLUMNS = (
 
 def machine() -> dict[str, Any]:
     return {
+        "command": shlex.join(["posenc", *sys.argv[1:]]),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
@@ -71,22 +75,33 @@ def render(df: pd.DataFrame, info: dict[str, Any]) -> str:
         precision_section(df),
         peer_section(df, info),
         eval_section(df),
+        costs_section(df),
         sampling_section(df),
         startup_section(df),
         main_job_section(df),
-        [
-            "## Targets",
-            "",
-            f"From configs/{TARGETS_FILE}.",
-            "",
-            markdown_table(["target", "measured", "met"], targets(df)),
-        ],
+        targets_section(df),
     )
     return "\n".join(line for section in sections for line in section)
 
 
 def header(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
-    gemm = df[df["section"] == "gemm"]
+    return [
+        f"# posenc bench, {info['date']}",
+        "",
+        f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['isa']}), "
+        f"{info['torch_threads']} threads, OMP_WAIT_POLICY {info['omp_wait_policy']}; 1-min load average "
+        f"{info['load_avg_1min_at_start']} at start, {info['load_avg_1min_at_end']} at end.",
+        "",
+        f"Command: `{info['command']}`.",
+        "",
+        *gemm_lines(df[df["section"] == "gemm"]),
+    ]
+
+
+def gemm_lines(gemm: pd.DataFrame) -> list[str]:
+    """The GEMM peaks, where this run measured them (not --startup, --costs)."""
+    if not len(gemm):
+        return []
     step = gemm["config"].str.startswith("step shapes")
     peaks = ", ".join(
         f"{r.precision} **{r.gflops:.1f} GFLOP/s** ({r.config.split()[0]})" for r in gemm[~step].itertuples()
@@ -99,12 +114,6 @@ def header(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
         "",
     ]
     return [
-        f"# posenc bench, {info['date']}",
-        "",
-        f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['isa']}), "
-        f"{info['torch_threads']} threads, OMP_WAIT_POLICY {info['omp_wait_policy']}; 1-min load average "
-        f"{info['load_avg_1min_at_start']} at start, {info['load_avg_1min_at_end']} at end.",
-        "",
         f"GEMM peaks (best square matmul of the run, smaller where one would take over a second): {peaks}.",
         "",
         *(at_step if step.any() else []),
@@ -212,6 +221,8 @@ def precision_section(df: pd.DataFrame) -> list[str]:
 
 def peer_section(df: pd.DataFrame, info: dict[str, Any]) -> list[str]:
     peer = df[df["section"] == "peer"]
+    if not len(peer) and not (df["section"] == "train").any():  # --startup, --costs
+        return []
     if not len(peer):
         said = info.get("peer_stopped") or info.get("peer", "Not run (--nanogpt none).")
         return ["## Beside nanoGPT", "", said, ""]
@@ -255,9 +266,11 @@ def eval_section(df: pd.DataFrame) -> list[str]:
         "RSS growth (MiB)",
         "note",
     ]
+    evals = df[df["section"] == "eval"]
+    usual = evals["n_layer"].min()  # the default model's; a preset needing more layers is named with its own
     rows = [
         [
-            r.scheme,
+            r.scheme if r.n_layer == usual else f"{r.scheme} (n_layer={int(r.n_layer)})",
             int(r.length),
             int(r.multiple),
             num(r.tokens_per_s, ",.0f"),
@@ -266,7 +279,7 @@ def eval_section(df: pd.DataFrame) -> list[str]:
             num(r.eval_rss_mib, ",.0f"),
             "" if pd.isna(r.note) else r.note,
         ]
-        for r in df[df["section"] == "eval"].itertuples()
+        for r in evals.itertuples()
     ]
     return [
         "## Evaluation",

@@ -20,16 +20,19 @@ import torch
 from posenc_cli.bench.peak import Peak, flops_per_token
 from posenc_cli.bench.peer import RECIPE
 from posenc_cli.config.hydra_args import composing, parse_hydra_args
-from posenc_cli.config.schema import check_keys
+from posenc_cli.config.schema import PosencConfig, check_keys
 from posenc_cli.core import ui
 from posenc_cli.core.choices import PRECISIONS
 from posenc_cli.core.device import cpu_bf16
+from posenc_cli.core.errors import UsageError
+from posenc_cli.model.positional import build_scheme
 from posenc_cli.rundir.summary import PrecisionFacts, RunStatus, read_metrics
 from posenc_cli.training.loop import train
 from posenc_cli.training.precision_choice import CACHE_ENV
 
 CONFIG = "default"  # the training configuration every scheme is timed at: posenc's defaults
 LEVERS = {"baseline": [], "threads=1": ["train.threads=1"], "fp32": ["train.precision=fp32"]}
+DEPTH_SEARCH = 64  # layers past the configured model's a scheme's pattern may need before it is a mistake
 
 
 def compose(overrides: list[str]) -> dict[str, Any]:
@@ -39,11 +42,36 @@ def compose(overrides: list[str]) -> dict[str, Any]:
         return compose_point(list(overrides))
 
 
+def least_depth(cfg: PosencConfig) -> int:
+    """The fewest layers, from the configured model's own, at which its scheme builds: the default model's,
+    or the depth a preset's interval needs (irope's every 4th layer: 4 on the 2-layer default model). A
+    scheme that builds at no depth is refused as at the configured one."""
+    size, refusals = cfg.model, []
+    scheme = build_scheme(
+        cfg.scheme_name, size.n_embd, size.n_head, block_size=cfg.train.block_size, **cfg.scheme_options
+    )
+    for n_layer in range(size.n_layer, size.n_layer + DEPTH_SEARCH):
+        try:
+            scheme.for_layers(n_layer)
+            return n_layer
+        except UsageError as refused:
+            refusals.append(refused)
+    raise refusals[0]
+
+
+def at_depth(overrides: list[str]) -> list[str]:
+    """OVERRIDES, with model.n_layer raised last to the least depth their scheme builds at where the
+    configured model is too shallow for it: the config each scheme is benchmarked at."""
+    cfg = check_keys(compose(overrides))
+    depth = least_depth(cfg)
+    return overrides if depth == cfg.model.n_layer else [*overrides, f"model.n_layer={depth}"]
+
+
 def timed_training(overrides: list[str], effort) -> dict[str, Any]:
     """Run `posenc train OVERRIDES` in-process for effort.train_intervals eval intervals, in a
     temporary run directory; a row of what it measured."""
 
-    composed = check_keys(compose([*overrides, *effort.overrides]))
+    composed = check_keys(compose(at_depth([*overrides, *effort.overrides])))
     tc = replace(composed.train, max_steps=composed.train.eval_interval * effort.train_intervals)
     cfg = replace(composed, train=tc)
     threads, work = torch.get_num_threads(), Path(tempfile.mkdtemp(prefix="posenc-bench-"))

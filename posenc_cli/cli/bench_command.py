@@ -13,6 +13,10 @@ from posenc_cli.core.errors import UsageError, require_positive_int
 from posenc_cli.core.file_sets import SetKind
 
 DEFAULT_PEER = "../shared/peers/nanogpt"  # beside this repository's checkout; users have none
+COSTS_HELP = (
+    "Only each scheme's training step and evaluation at 8x the training length, time and peak memory, "
+    "against rope alternated at the same depth (a few minutes; with --startup, both)."
+)
 
 
 @app.command()
@@ -41,6 +45,7 @@ def bench(
     startup: bool = flag(
         "Only the start-up figures: whole processes, alternated and repeated (seconds).", "--startup"
     ),
+    costs: bool = flag(COSTS_HELP, "--costs"),
     out: Optional[str] = typer.Option(
         None, help="Output directory for bench.csv and bench.md (default: outputs/bench/<time>)."
     ),
@@ -57,9 +62,9 @@ def bench(
     `posenc sample`'s tokens/s with and without the KV cache; start-up as whole processes; the
     README's main job (`make demo`'s commands) as whole processes. Writes bench.csv and bench.md. The numbers are this machine's, now: on a busy machine compare the ratios (MFU, vs rope, vs nanoGPT) rather than the absolute tokens/s."""
     # imported when the command runs, so that --help leaves torch unimported
-    from posenc_cli.bench import run_bench, write_bench
+    from posenc_cli.bench import run_bench
     from posenc_cli.core.device import cpu_bf16
-    from posenc_cli.rundir.destinations import default_out, owned_out
+    from posenc_cli.rundir.destinations import owned_out
 
     schemes, peer = known_schemes(scheme), peer_directory(nanogpt, peer_steps)
     cpu_bf16()  # a bad POSENC_CPU_BF16 is refused here, not by the first training minutes in
@@ -72,8 +77,17 @@ def bench(
         peer=peer,
         peer_steps=peer_steps,
         startup_only=startup,
+        costs_only=costs,
     )
-    out = out_dir or default_out("bench")
+    show(df, info, out_dir)
+
+
+def show(df, info: dict, out: Path | None) -> None:
+    """bench.csv and bench.md written to `out` (default: outputs/bench/<time>), bench.md printed."""
+    from posenc_cli.bench import write_bench
+    from posenc_cli.rundir.destinations import default_out
+
+    out = out or default_out("bench")
     ui.out.print(write_bench(df, info, out), markup=False, highlight=False, soft_wrap=True)
     ui.err.print(f"wrote bench.csv, bench.md to {out}")
 
