@@ -133,7 +133,11 @@ def test_a_bad_run_length_or_corpus_for_a_trained_run_is_one_line(smoke_sweep, w
 TRAIN_CASES = {
     "unknown scheme lists the options": (
         ["scheme=fourier"],
-        ["scheme/fourier", "alibi, fire, kerple, learned, none, p_rope, rope, sinusoidal, t5, xpos"],
+        [
+            "scheme/fourier",
+            "alibi, cope, fire, fox, irope, kerple, learned, local_global, none, p_rope, rnope_swa, rope, "
+            "schedule, sinusoidal, t5, xpos",
+        ],
     ),
     "unknown group option": (["model=huge"], ["model/huge", "medium, small, tiny"]),
     "unknown override key": (["train.lrate=1e-3"], ["train.lrate"]),
