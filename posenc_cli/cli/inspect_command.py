@@ -31,7 +31,8 @@ def inspect_command(
         None, "--run", help="A trained run directory: inspect its trained scheme and draw its attention."
     ),
     layer: Optional[int] = typer.Option(
-        None, help="With --run: the layer whose attention is drawn (default 0)."
+        None,
+        help="With --run: the layer whose attention is drawn; of a layer schedule: the layer inspected (default 0).",
     ),
     head: Optional[int] = typer.Option(
         None, help="With --run: the head whose attention is drawn (default 0)."
@@ -62,7 +63,7 @@ def inspect_command(
 
     given = dict(layout=layout, slopes=slopes, rotary_fraction=rotary_fraction, keep_fraction=keep_fraction)
     options = {key: value for key, value in given.items() if value is not None}
-    check_options(dim, heads, length, run=run, layer=layer, head=head)
+    check_options(dim, heads, length, run=run, layer=layer if run else None, head=head)
     print_report(
         inspect_scheme(
             name=scheme,

@@ -55,6 +55,15 @@ def fresh_scheme(
     return build_scheme(name, dim, heads, block_size=validated_length(length), **options)
 
 
+def schedule_layer(schedule: PositionalScheme, layer: int, label: str) -> tuple[PositionalScheme, str]:
+    """A fresh layer schedule's `layer`-th scheme, at the least depth that holds its whole pattern."""
+    layers = schedule.for_layers(schedule.least_depth)
+    if not 0 <= layer < len(layers):
+        raise UsageError(f"--layer {layer}: {label} has layers 0..{len(layers) - 1} at its least depth")
+    chosen = layers[layer]
+    return chosen, f"{label}, layer {layer} of {len(layers)}: {chosen.label}"
+
+
 def inspect_scheme(
     *,
     name: str | None = None,
@@ -76,6 +85,8 @@ def inspect_scheme(
         length = length or 128
         scheme = fresh_scheme(name, dim or 128, heads or 4, length=length, options=options)
         label = name + "".join(f" ({key}={value})" for key, value in options.items())
+        if scheme.kind == "schedule":  # its layers hold the hooks: --layer's is inspected
+            scheme, label = schedule_layer(scheme, layer, label)
     elif options:
         raise UsageError(
             f"--{next(iter(options)).replace('_', '-')} applies to a fresh scheme; --run's scheme keeps its "

@@ -68,6 +68,11 @@ class LayerSchedule(PositionalScheme):
     def label_options(self) -> tuple[str, ...]:
         return (",".join(name for name, _ in self.pattern),) if self.pattern else ()
 
+    @property
+    def least_depth(self) -> int:
+        """The fewest layers the schedule builds at: its pattern's length."""
+        return len(self.pattern)
+
     def for_layers(self, n_layer: int) -> list[PositionalScheme]:
         if not self.window.full or self.temperature is not None:
             raise UsageError(
@@ -158,6 +163,10 @@ class IntervalSchedule(LayerSchedule):
         """Build one usual and one special layer, so a bad option is refused when the scheme is built."""
         for index, spec in ((0, self.usual()), (self.every - 1, self.special())):
             self.layer(index, spec)
+
+    @property
+    def least_depth(self) -> int:
+        return self.every
 
     def usual(self) -> LayerSpec:
         raise NotImplementedError
