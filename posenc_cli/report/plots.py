@@ -28,6 +28,14 @@ SCHEME_STYLES = {
     "xpos": ("#CC79A7", "X"),
     "kerple": ("#999999", "*"),
     "fire": ("#882255", "p"),  # Tol's wine: Okabe & Ito's yellow is too faint on white
+    # the schemes of models since 2024, from Paul Tol's "bright" palette, apart from MODEL_COLOURS
+    "p_rope": ("#66CCEE", "<"),
+    "schedule": ("#AA3377", ">"),
+    "irope": ("#228833", "d"),
+    "rnope_swa": ("#4477AA", "8"),
+    "local_global": ("#CCBB44", "H"),
+    "cope": ("#EE6677", "x"),
+    "fox": ("#994455", "+"),
 }
 
 
