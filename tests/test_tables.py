@@ -25,3 +25,12 @@ def test_one_count_everywhere_is_said_once_and_seeds_of_one_column_are_not_repea
     assert scored_tokens(df) == "512 validation tokens"
     df = pd.DataFrame(rows("rope", {64: 512, 128: 500}) * 2)
     assert scored_tokens(df) == "validation tokens per length: rope 512 @ 64, 500 @ 128"
+
+
+def test_a_scheme_with_options_of_its_own_keeps_its_users_but_a_scaled_one_does_not():
+    from posenc_cli.evaluation.labels import Label, Variant
+    from posenc_cli.report.tables import used_by
+
+    assert "cohere2" in used_by(Label(("rnope_swa",), Variant(("window=32",))))
+    assert used_by(Label(("rope",), Variant(("interleaved",)))) == "LLaMA/Qwen/Mistral"
+    assert used_by(Label(("rope",), Variant(scaling="yarn"))) == "—"

@@ -12,7 +12,7 @@ from typing import Sequence
 import pandas as pd
 
 from posenc_cli.evaluation.labels import Label, scheme_order
-from posenc_cli.model.positional import SCHEMES, claim_for
+from posenc_cli.model.positional import SCHEMES, Claim, claim_for
 from posenc_cli.report.cells import (
     BEYOND_TABLE,
     markdown_table,
@@ -183,10 +183,16 @@ def claim_rows(
     )
     relative = [info.get(s, {}).get("relative", relative_kind(s.positional)) for s in schemes]
     rows.append(["relative position", *relative])
-    rows.append(
-        ["used by"] + [info.get(s, {}).get("used_by", claim.used_by) for s, claim in zip(schemes, claims)]
-    )
+    rows.append(["used by"] + [info.get(s, {}).get("used_by", used_by(s)) for s in schemes])
     return rows
+
+
+def used_by(label: Label) -> str:
+    """Who uses a column's scheme: its own claim's, or for a scheme with options of its own (a preset's
+    window, a rope's layout) but no scaling or extension, its scheme's."""
+    own = claim_for(label.positional).used_by
+    plain = not (label.variant.scaling or label.variant.extension) and len(label.scheme) == 1
+    return claim_for(label.scheme[0]).used_by if own == Claim().used_by and plain else own
 
 
 def length_relation(df: pd.DataFrame, length: int) -> str:
