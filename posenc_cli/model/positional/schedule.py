@@ -66,7 +66,14 @@ class LayerSchedule(PositionalScheme):
 
     @property
     def label_options(self) -> tuple[str, ...]:
-        return (",".join(name for name, _ in self.pattern),) if self.pattern else ()
+        """The layers, first to last, each with its options once built: `rope,alibi(window=8)`."""
+        if not self.layers:
+            return (",".join(name for name, _ in self.pattern),)
+        shown = [
+            f"{layer.name}({','.join(layer.column_options)})" if layer.column_options else layer.name
+            for layer in self.layers
+        ]
+        return (",".join(shown),)
 
     @property
     def least_depth(self) -> int:
