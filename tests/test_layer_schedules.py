@@ -255,3 +255,27 @@ def test_a_schedule_without_a_full_attention_rope_layer_refuses_an_extension_in_
     )
     with pytest.raises(UsageError, match="has no full-attention RoPE layer to extend"):
         gpt(scheme, **options).scheme.check_takes_extension()
+
+
+# ---- End to end, as a user runs it ---------------------------------------------------------------
+
+
+@pytest.mark.slow  # trains
+def test_a_scheduled_run_trains_evaluates_samples_and_exports_with_its_layers(tmp_path):
+    from conftest import evaluate, invoke, train
+    from posenc_cli.evaluation.export_loading import load_export
+    from posenc_cli.rundir.loading import load_run
+
+    run = train(tmp_path, "scheme=irope", "model.n_layer=4", "scheme.chunk=16", "scheme.temperature=llama4")
+    table = evaluate(tmp_path, str(run), "--lengths", "64,256", "--rope-scaling", "none,self_extend")
+    assert set(table["scheme"]) == {"irope+chunk=16+temperature=llama4"}  # chunked RoPE layers: scored once
+    assert table["ppl"].notna().all() and len(table) == 2
+    sampled = invoke("sample", str(run), "--tokens", "40", "--seed", "1")
+    assert sampled.code == 0, sampled.stderr
+    exported = invoke("export", str(run), "--out", str(tmp_path / "export"))
+    assert exported.code == 0, exported.stderr
+    (model, _, _), trained = load_export(tmp_path / "export"), load_run(run).model
+    tokens = torch.randint(0, trained.cfg.vocab_size, (1, 80))
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), trained(tokens), rtol=0, atol=0)
+    assert [s.window.chunk for s in model.layer_schemes] == [16, 16, 16, None]
