@@ -184,13 +184,7 @@ def test_a_windowed_kv_cache_keeps_the_inputs_fox_reads_and_gives_the_whole_cont
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.5)
-    idx = torch.randint(0, 13, (1, 20), generator=torch.Generator().manual_seed(1))
-    with torch.inference_mode():
-        cache = model.new_cache()
-        model(idx[:, :4], cache=cache)
-        steps = torch.cat([model(idx[:, t : t + 1], cache=cache)[:, -1] for t in range(4, 20)])
-        uncached = torch.cat([model(idx[:, : t + 1])[:, -1] for t in range(4, 20)])
-    torch.testing.assert_close(steps, uncached, rtol=0, atol=1e-5)
+    cache = assert_cached_steps_are_the_full_forward(model)
     assert all(layer.inputs.size(1) <= 6 for layer in cache.layers)  # only the tokens still in view
 
 
@@ -258,9 +252,8 @@ def test_a_longer_training_length_grows_copes_table_and_keeps_its_scores():
     )
 
 
-def test_cope_and_fox_serve_as_layers_of_a_schedule_with_their_own_window_and_cache():
-    model = tiny("schedule", pattern=["cope", {"name": "fox", "window": 5}])
-    assert [layer.name for layer in model.layer_schemes] == ["cope", "fox"]
+def assert_cached_steps_are_the_full_forward(model):
+    """A 4-token prompt, then one token at a time to 20: each step's logits are the full forward's."""
     idx = torch.randint(0, 13, (1, 20), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         cache = model.new_cache()
@@ -268,3 +261,10 @@ def test_cope_and_fox_serve_as_layers_of_a_schedule_with_their_own_window_and_ca
         steps = torch.cat([model(idx[:, t : t + 1], cache=cache)[:, -1] for t in range(4, 20)])
         uncached = torch.cat([model(idx[:, : t + 1])[:, -1] for t in range(4, 20)])
     torch.testing.assert_close(steps, uncached, rtol=0, atol=1e-5)
+    return cache
+
+
+def test_cope_and_fox_serve_as_layers_of_a_schedule_with_their_own_window_and_cache():
+    model = tiny("schedule", pattern=["cope", {"name": "fox", "window": 5}])
+    assert [layer.name for layer in model.layer_schemes] == ["cope", "fox"]
+    assert_cached_steps_are_the_full_forward(model)
