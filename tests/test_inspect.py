@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import invoke
+from posenc_cli.cli.schemes_command import scheme_rows
 from posenc_cli.core.errors import UsageError
 from posenc_cli.inspection import checks as ins
 from posenc_cli.inspection.figures import rotation_angles
@@ -386,6 +387,10 @@ def test_cli_schemes_fits_80_columns():
     assert max(len(line) for line in lines) <= 80 and "…" not in result.stdout
     for name, cls in SCHEMES.items():
         assert any(line.split()[:2] == [name, cls.kind] for line in lines if line.split()), name
+    shown = set(result.stdout.split())  # a word folded mid-way ("extrapolat", "ion") is not among them
+    texts = [text for row in scheme_rows() for text in row.values() if isinstance(text, str)]
+    split = [word for text in texts for word in text.split() if word not in shown]
+    assert split == []
 
 
 @pytest.mark.slow  # trains a run

@@ -85,3 +85,10 @@ def test_no_install_hint_is_spelled_by_hand_in_the_code():
 def test_export_help_says_how_its_packages_come(monkeypatch):
     result = invoke("export", "--help")
     assert result.code == 0 and "Needs safetensors and tokenizers (the hf extra, installed)" in result.stdout
+
+
+def test_train_help_spells_both_installs_since_a_help_is_read_before_knowing_which_one_is_there():
+    helped = " ".join(invoke("train", "--help").stdout.split())
+    for extra in ("track", "data", "cluster"):
+        assert f"pip install 'posenc[{extra}]', or in a checkout pip install -e '.[{extra}]'" in helped
+    assert str(ROOT) not in helped  # no path of this machine's checkout

@@ -157,6 +157,10 @@ def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     probed = invoke("probe", "--lengths", "128", "--depths", "0.2,0.8", "--trials", "3", "--out", str(out))
     assert probed.code == 0, probed.stderr
+    wrote = re.search(r"wrote (.*) to ", " ".join(probed.stderr.split()))
+    named = {re.sub(r"^probe_(?!summary)\w+\.", "probe_<scheme>.", n) for n in wrote[1].split(", ")}
+    helped = " ".join(invoke("probe", "--help").stdout.split())
+    assert {"passkey.md", "results.json"} <= named and [n for n in named if n not in helped] == []
     df = pd.read_csv(out / "probe.csv")
     assert list(df.columns) == [
         "run",

@@ -89,9 +89,11 @@ def probe(
 
     Filler comes from each run's own validation text; the phrasing is the one the synthetic corpus
     teaches with data.passkey_rate>0 and data.probe_task (see experiment=probe). hf: models get the
-    task in English (Mohtashami & Jaggi's prompt for the passkey: "The grass is green. …") in their own tokenizer, whole sentences up to L tokens. Writes probe.csv, a heatmap per
-    scheme (probe_<scheme>.png), probe_summary.png, and rewrites comparison.md with "passkey @ L" rows (the task's name @ L)
-    when the output directory also holds eval's ppl.csv. Runs are chosen as in eval.
+    task in English (Mohtashami & Jaggi's prompt for the passkey: "The grass is green. …") in their own tokenizer, whole sentences up to L tokens. Writes probe.csv,
+    passkey.md (retrieval by depth and length), a heatmap per scheme (probe_<scheme>.png, probe_<scheme>.svg),
+    probe_summary.png, probe_summary.svg, results.json (how it was made: command, versions, machine) and
+    manifest.json, and rewrites comparison.md with "passkey @ L" rows (the task's name @ L) when the output
+    directory also holds eval's ppl.csv. Runs are chosen as in eval.
     """
     given = dict(locals())  # every option as given and defaulted: results.json records them
     # imported when the command runs, so that --help leaves torch unimported

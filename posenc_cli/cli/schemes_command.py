@@ -42,12 +42,16 @@ def schemes() -> None:
     """List every positional scheme: how it plugs in, what it costs, and what the chapters claim."""
     from rich import box
 
-    table = Table(title="Positional schemes", box=box.SIMPLE_HEAD)
-    for key, column in COLUMNS.items():
-        table.add_column(column, overflow="fold", no_wrap=key in ("scheme", "kind", "scales_embeddings"))
     scaling = {None: "—", True: "yes", False: "no"}
-    for row in scheme_rows():
-        table.add_row(*(scaling[v] if k == "scales_embeddings" else v for k, v in row.items()))
+    rows = [[scaling[v] if k == "scales_embeddings" else v for k, v in row.items()] for row in scheme_rows()]
+    # each column as wide as its longest word and "used by" the rest, one space between columns: the
+    # table fits 80 columns and wraps only between words
+    table = Table(title="Positional schemes", box=box.SIMPLE_HEAD, padding=0, show_edge=False)
+    for i, column in enumerate(COLUMNS.values()):
+        longest = max(len(word) for text in [column, *(row[i] for row in rows)] for word in text.split())
+        table.add_column(column, width=longest if i < len(COLUMNS) - 1 else None, min_width=longest)
+    for row in rows:
+        table.add_row(*row)
     ui.out.print(table)
     ui.out.print(
         "×√d: the default of scheme.scale_embeddings=true|false, an option of every additive "

@@ -9,7 +9,7 @@ from typer.core import TyperCommand
 
 from posenc_cli.cli.app import app, reflow
 from posenc_cli.core.choices import CHAPTER_SCHEMES, TOKENIZERS
-from posenc_cli.core.install import install_hint
+from posenc_cli.core.install import both_hints
 
 TRAIN_HELP = """Train one model (or a sweep with -m) with Hydra overrides.
 
@@ -82,7 +82,7 @@ class TrainCommand(TyperCommand):
                 loggers=yaml_options("logger"),
                 experiments=yaml_options("experiment"),
                 chapter_schemes=",".join(CHAPTER_SCHEMES),
-                **{f"install_{extra}": escape(install_hint(extra)) for extra in ("track", "data", "cluster")},
+                **{f"install_{extra}": escape(both_hints(extra)) for extra in ("track", "data", "cluster")},
             )
         )
 

@@ -34,6 +34,13 @@ def install_hint(extra: str) -> str:
     return f"pip install -e '{where}[{extra}]'"
 
 
+def both_hints(extra: str) -> str:
+    """Both spellings, for a help text that is read before anyone knows how posenc was installed."""
+    if extra not in EXTRAS:
+        raise ValueError(f"{extra!r} is not one of posenc's extras {EXTRAS}")
+    return f"pip install 'posenc[{extra}]', or in a checkout pip install -e '.[{extra}]'"
+
+
 def needs(extra: str, *modules: str) -> str:
     """What a help text says of an extra: its install hint while one of `modules` is missing, else that it
     is installed (a hint for what is already there misleads)."""

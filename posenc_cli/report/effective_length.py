@@ -145,3 +145,14 @@ def with_effective_length(
     held = {s: math.nan if e.held is None else e.held for s, e in found.items()}
     bound = {s: e.failed is None for s, e in found.items()}
     return df.assign(**{column: df["scheme"].map(held), f"{column}_at_least": df["scheme"].map(bound)})
+
+
+def with_ppl_length(ppl: pd.DataFrame, rule: LengthRule) -> pd.DataFrame:
+    """ppl.csv's rows: eval's rows with each column's effective length by perplexity."""
+    return with_effective_length(ppl, effective_lengths(ppl, None, rule), column="effective_len_ppl")
+
+
+def with_retrieval_length(passkey: pd.DataFrame, rule: LengthRule) -> pd.DataFrame:
+    """probe.csv's rows: probe's rows with each column's effective length by retrieval."""
+    found = effective_lengths(None, passkey, rule)
+    return with_effective_length(passkey, found, column="effective_len_retrieval")

@@ -21,7 +21,7 @@ from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.probe_run import ProbeResult
 from posenc_cli.report.cells import markdown_table
 from posenc_cli.report.comparison_notes import skipped_text
-from posenc_cli.report.effective_length import effective_lengths, rule_of, with_effective_length
+from posenc_cli.report.effective_length import rule_of, with_ppl_length, with_retrieval_length
 from posenc_cli.report.passkey_tables import passkey_by_depth, probe_columns
 from posenc_cli.report.plots import (
     plot_loss_by_position,
@@ -66,8 +66,7 @@ def write_probe_outputs(
     """probe.csv, passkey.md, one heatmap per scheme, the summary plot; comparison.md again if eval's
     ppl.csv of the same runs is here; results.json. The set is complete once manifest.json is written."""
     rule = rule_of(made)
-    found = effective_lengths(None, passkey, rule)
-    passkey = with_effective_length(passkey, found, column="effective_len_retrieval")
+    passkey = with_retrieval_length(passkey, rule)
     with output_set(out, list(passkey["model_id"].unique())) as result:
         write_with(out / "probe.csv", lambda p: passkey.to_csv(p, index=False))
         written = [out / "probe.csv"]
@@ -126,7 +125,7 @@ def write_eval_outputs(
         out / f"{name}.{ext}" for name in figures for ext in ("png", "svg")
     ]
     rule = rule_of(made)
-    df = with_effective_length(df, effective_lengths(df, None, rule), column="effective_len_ppl")
+    df = with_ppl_length(df, rule)
     with output_set(out, list(df["model_id"].unique())) as result:
         write_with(out / "ppl.csv", lambda p: df.to_csv(p, index=False))
         write_with(out / "loss_by_position.csv", lambda p: positions.to_csv(p, index=False))

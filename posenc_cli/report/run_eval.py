@@ -36,7 +36,7 @@ from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
 from posenc_cli.evaluation.targets import load_targets, named_runs
 from posenc_cli.evaluation.task_accuracy import task_accuracy, task_targets
 from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings
-from posenc_cli.report.effective_length import LengthRule
+from posenc_cli.report.effective_length import LengthRule, with_ppl_length
 from posenc_cli.report.output_sets import write_eval_outputs
 from posenc_cli.report.results_file import provenance
 from posenc_cli.report.task_tables import write_task_outputs
@@ -212,6 +212,7 @@ def run_eval(options: EvalOptions, *, write: bool = True) -> Evaluation:
         learned_overflow=c.overflows,
         add_context=o.add_context,
     )
+    df = with_ppl_length(df, LengthRule.of(asdict(o)))  # ppl.csv's rows, written or not
     out = c.out or (default_out("eval") if write else None)  # made only once the work is done
     if out is None:
         return Evaluation(df, positions, info, None)

@@ -19,7 +19,7 @@ from posenc_cli.evaluation.perplexity import parse_lengths
 from posenc_cli.evaluation.probe import parse_depths
 from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
 from posenc_cli.evaluation.targets import exports_as_hf
-from posenc_cli.report.effective_length import LengthRule
+from posenc_cli.report.effective_length import LengthRule, with_retrieval_length
 from posenc_cli.report.output_sets import write_probe_result
 from posenc_cli.report.run_eval import (
     check_choices,
@@ -89,8 +89,9 @@ def probe_options(options: ProbeOptions, *, write: bool = True) -> Probing:
     device = resolve_device(o.device)
     loading = hf_options(o.hf_context, device, o.dtype, device_map=o.device_map)
     result = run_probe(names, spec, lengths=wanted, device=device, hf=loading, add_context=o.add_context)
+    rows = with_retrieval_length(result.rows, rule)  # probe.csv's rows, written or not
     out = out_dir or (default_out("probe") if write else None)  # made only once the work is done
     if out is None:
-        return Probing(result.rows, rule, None)
+        return Probing(rows, rule, None)
     written = write_probe_result(result, out, options=asdict(o), device=device, lang=o.lang)
-    return Probing(result.rows, rule, out, written)
+    return Probing(rows, rule, out, written)
