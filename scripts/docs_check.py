@@ -1,7 +1,8 @@
 """The docs name only what exists: every `tests/F.py::test`, every repo path, every option of a
 `posenc CMD ... --option` in code, every config key written `group.key=`, every `[link](doc.md#heading)`'s
-heading. Run by `make lint`; prints one line per name that does not exist (FILE:LINE: what) and exits 1
-if there is any.
+heading. And they read as a user's pages: no development-log talk (PROCESS_TALK), and each figure that a
+later measurement changes stated in its one home only (ONE_HOME). Run by `make lint`; prints one line
+per problem (FILE:LINE: what) and exits 1 if there is any.
 
     python scripts/docs_check.py [DOC.md ...]   # default: README.md, docs/*.md, data/README.md, benchmarks/README.md
 """
@@ -36,6 +37,25 @@ SETEXT_UNDERLINE = re.compile(r"^ {0,3}(=+|-+)\s*$")
 HTML_ID = re.compile(r"<[^>]*\s(?:id|name)=\"([^\"]+)\"")
 # Hydra's own flags, which `posenc train` passes through (its other arguments are overrides)
 HYDRA_FLAGS = {"--cfg", "--info", "--multirun", "--resolve", "--package", "--hydra-help"}
+# The words of a development log, not of a user's page: which issue, work session, person, branch or
+# machine of the project made a figure. A reader needs a figure's date, CPU, versions and command.
+PROCESS_TALK = {
+    "an issue number": re.compile(r"\bissues? #?\d+\b|(?<![\w&/(])#\d+\b", re.I),
+    "a work session": re.compile(r"\bsessions?\d*\b", re.I),
+    "whose jobs": re.compile(r"\banother engineer|\bother (?:engineers|agents)\b", re.I),
+    "a branch": re.compile(r"\b(?:this|of) branch\b|\bbranch `", re.I),
+    "this project's machine": re.compile(r"\bthis project(?:'s| runs on)\b", re.I),
+}
+# Figures a later measurement changes live in one file; a copy elsewhere would go stale, so other pages
+# link to FIGURE_HOME's heading instead. NEAR: within one paragraph and one sentence.
+FIGURE_HOME = "docs/performance.md"
+NEAR = r"(?:[^.\n]|\n(?![ \t]*\n)){0,200}?"
+ONE_HOME = {
+    "make demo's wall time": re.compile(rf"make demo(?!`?'s)`?{NEAR}\b\d+ min \d+ s"),
+    "the suite's size": re.compile(r"\b\d[\d,]* tests\b"),
+    "the suite's time": re.compile(rf"make test(?:-\w+)?`?{NEAR}\b\d+ min \d+ s"),
+    "the AVX2 demo's projection": re.compile(rf"(?:AVX2|project(?:ed|ion)){NEAR}\b\d+½?\s?[–-]\s?\d+½? min"),
+}
 
 
 def command_options() -> dict[str, set[str]]:
@@ -164,6 +184,32 @@ def broken_links(text: str, doc: Path, root: Path) -> list[tuple[int, str]]:
     return found
 
 
+def process_talk(text: str) -> list[tuple[int, str]]:
+    """(line, what) for each PROCESS_TALK phrase in text's prose: code blocks and code spans' insides
+    are left out (a module named session.py is no dev log), a span's backticks kept."""
+    found = []
+    for number, line in enumerate(unfenced_lines(text), 1):
+        prose = re.sub(r"`[^`]*`", "``", line)
+        found += [
+            (number, f"process talk ({what}): {m[0]!r}")
+            for what, rule in PROCESS_TALK.items()
+            for m in rule.finditer(prose)
+        ]
+    return found
+
+
+def figures_off_home(text: str) -> list[tuple[int, str]]:
+    """(line, what) for each ONE_HOME figure text states: only FIGURE_HOME may."""
+    return [
+        (
+            text.count("\n", 0, m.start()) + 1,
+            f"states {what}: its one home is {FIGURE_HOME}#current-figures, link there",
+        )
+        for what, rule in ONE_HOME.items()
+        for m in rule.finditer(text)
+    ]
+
+
 def wrong_options(code: str, options: dict[str, set[str]]) -> list[str]:
     """The options a `posenc CMD ...` in this code names that CMD does not have."""
     found = []
@@ -215,7 +261,8 @@ def check(doc: Path, *, root: Path, options: dict[str, set[str]], keys: dict[str
     """One "DOC:LINE: what" per name in doc that does not exist."""
     text = doc.read_text()
     found = [(n, what) for n, line in enumerate(text.splitlines(), 1) for what in missing_names(line, root)]
-    found += broken_links(text, doc, root)
+    found += broken_links(text, doc, root) + process_talk(text)
+    found += figures_off_home(text) if doc.resolve() != (root / FIGURE_HOME).resolve() else []
     found += [
         (n, what)
         for n, code in code_pieces(text)
@@ -234,7 +281,8 @@ def main(argv: list[str]) -> int:
     problems = [p for doc in docs for p in check(doc, root=ROOT, options=options, keys=keys)]
     print(
         "\n".join(problems)
-        or f"docs_check: {len(docs)} docs, every test, path, option, key and heading link they name exists"
+        or f"docs_check: {len(docs)} docs, every test, path, option, key and heading link they name exists;"
+        " no process talk, each changing figure in its one home"
     )
     return 1 if problems else 0
 

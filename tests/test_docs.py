@@ -1,14 +1,22 @@
 """The docs hold as written: every command in a ```bash runnable block runs and exits as documented,
-and scripts/docs_check.py (run by `make lint`) reports every test, path and option that does not exist."""
+the README's everyday commands and Python example run, and scripts/docs_check.py (run by `make lint`)
+reports every test, path and option that does not exist, process talk, and a copy of a changing figure."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
-from conftest import ROOT, invoke, run_cli
+import pandas as pd
+import pytest
+
+from conftest import ROOT, SMOKE, invoke, run_cli
 from posenc_cli.bench.main_job import main_job
 from posenc_cli.core.cores import sweep_launcher
 
@@ -22,6 +30,9 @@ def load_docs_check():
 
 docs_check = load_docs_check()
 RUNNABLE = re.compile(r"^```bash runnable\n(.*?)^```", re.S | re.M)
+# a block whose trainings run at experiment=smoke in the tests (the README's everyday commands)
+RUNNABLE_SMOKE = re.compile(r"^```bash runnable smoke\n(.*?)^```", re.S | re.M)
+PYTHON = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 EXIT = re.compile(r"#.*\bexit (\d+)")
 
 
@@ -136,3 +147,81 @@ def test_the_benchmarks_main_job_is_make_demos_commands():
             for c in commands
         ]
         assert expanded == main_job(cores)
+
+
+def test_the_docs_checker_refuses_process_talk_in_prose_but_not_a_module_named_in_code(tmp_path, capsys):
+    doc = tmp_path / "talk.md"
+    doc.write_text(
+        "Measured for issue #33 in session 8, beside another engineer's jobs.\n"
+        "This branch does not do that; commit 880f0c3 of branch `hf`, and branch `main`.\n"
+        "On the 2-core Intel Xeon this project runs on, and on this project's AVX2 machine.\n"
+        "The loop calls `training/session.py`; see [chapter 1](#1-sinusoidal).\n## 1. Sinusoidal\n"
+        "```\nthe session and its step\n```\n"
+    )
+    assert docs_check.main([str(doc)]) == 1
+    found = [line.split(": ", 1)[1] for line in capsys.readouterr().out.splitlines()]
+    assert found == [
+        "process talk (an issue number): 'issue #33'",
+        "process talk (a work session): 'session'",
+        "process talk (whose jobs): 'another engineer'",
+        "process talk (a branch): 'This branch'",
+        "process talk (a branch): 'of branch'",
+        "process talk (a branch): 'branch `'",
+        "process talk (this project's machine): 'this project runs on'",
+        "process talk (this project's machine): \"this project's\"",
+    ]
+
+
+def test_a_changing_figure_is_refused_anywhere_but_its_one_home(tmp_path):
+    text = (
+        "make demo   # train all five: 2 min 14 s on a 2-core EPYC\n"
+        "`make test` runs 846 tests in 1 min 26 s.\n"
+        "An AVX2-only CPU is projected at 5½–7½ minutes for the demo.\n"
+        "`make demo`'s rope run, evaluated in 1 min 38 s, and 3 seeds.\n"
+    )
+    found = sorted(docs_check.figures_off_home(text))
+    assert [(line, what.split(":")[0]) for line, what in found] == [
+        (1, "states make demo's wall time"),
+        (2, "states the suite's size"),
+        (2, "states the suite's time"),
+        (3, "states the AVX2 demo's projection"),
+    ]
+    home = ROOT / docs_check.FIGURE_HOME
+    assert home.is_file() and docs_check.FIGURE_HOME in found[0][1]
+
+
+def smoke_commands(doc: Path) -> list[list[str]]:
+    """posenc's arguments for each line of doc's ```bash runnable smoke blocks; a training gets
+    experiment=smoke first, so the overrides the line names still win."""
+    found = []
+    for block in RUNNABLE_SMOKE.findall(doc.read_text()):
+        for line in block.replace("\\\n", " ").splitlines():
+            args = shlex.split(line, comments=True)[1:]
+            trains = args[:1] == ["train"] and "--cfg" not in args
+            found.append(["train", *SMOKE, *args[1:]] if trains else args)
+    return found
+
+
+@pytest.mark.slow  # trains a run, a smaller one, a sweep of 15 and a tracked run, at the smoke budget
+def test_the_readmes_everyday_commands_run_as_written_at_the_smoke_budget(tmp_path):
+    commands = smoke_commands(ROOT / "README.md")
+    assert len(commands) >= 10 and ["train", *SMOKE, "scheme=rope"] in commands, commands
+    for args in commands:
+        done = run_cli(*args, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done.stderr)
+    assert (tmp_path / "my_model" / "modeling_posenc.py").is_file()
+
+
+@pytest.mark.slow  # trains a smoke run
+def test_the_readmes_python_example_runs_as_written_and_its_frame_is_ppl_csvs_rows(tmp_path):
+    (block,) = PYTHON.findall((ROOT / "README.md").read_text())
+    columns = "import json\njson.dump(list(result.ppl.columns), open('columns.json', 'w'))\n"
+    (tmp_path / "example.py").write_text(block + columns)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    written = pd.read_csv(tmp_path / "eval" / "ppl.csv")
+    assert json.loads((tmp_path / "columns.json").read_text()) == list(written.columns)
+    assert "effective_len_ppl" in written.columns and (tmp_path / "eval" / "probe.csv").is_file()
