@@ -2,7 +2,7 @@
 pyproject.toml, and scripts/import_cycles.py), no internal import hides in a function body outside cli/,
 functions and modules keep to their sizes (scripts/function_sizes.py),
 no two modules share a basename, and the docs that describe the code are generated from it or checked
-against it (the README's Layout, docs/reference/config.md)."""
+against it (the package list of docs/development.md, docs/reference/config.md)."""
 
 from __future__ import annotations
 
@@ -178,9 +178,9 @@ def test_no_two_modules_share_a_basename():
     assert sorted(names.keys() & packages) == []  # a module named like a package reads as that package
 
 
-def test_the_readme_layout_lists_exactly_the_packages_of_posenc_cli():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    listed = set(re.findall(r"^- `posenc_cli/(\w+)/`", readme, flags=re.M))
+def test_the_development_pages_package_list_names_exactly_the_packages_of_posenc_cli():
+    page = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^- `posenc_cli/(\w+)/`", page, flags=re.M))
     present = {p.parent.name for p in PACKAGE.glob("*/__init__.py")} - {"configs"}
     assert listed == present
 
