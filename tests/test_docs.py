@@ -188,6 +188,10 @@ def test_a_changing_figure_is_refused_anywhere_but_its_one_home(tmp_path):
     ]
     home = ROOT / docs_check.FIGURE_HOME
     assert home.is_file() and docs_check.FIGURE_HOME in found[0][1]
+    assert docs_check.figures_may_live_in(home, ROOT) and docs_check.figures_may_live_in(
+        ROOT / "benchmarks/README.md", ROOT
+    )
+    assert not docs_check.figures_may_live_in(ROOT / "README.md", ROOT)
 
 
 def smoke_commands(doc: Path) -> list[list[str]]:
