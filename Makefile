@@ -37,7 +37,7 @@ lint: $(VENV)/.installed
 	$(BIN)/python scripts/import_cycles.py   # and no cycle inside a layer, imports in functions counted
 	$(BIN)/python scripts/function_sizes.py   # no function over 60 lines, keyword-only past the third; no module over 350
 	$(BIN)/mypy --follow-imports=silent --ignore-missing-imports scripts/eval_targets_conform.py   # eval targets
-	$(BIN)/python scripts/docs_check.py   # every test, path, option, config key and heading link the docs name exists
+	$(BIN)/python scripts/docs_check.py   # every test, path, option, config key and heading link the docs name exists; no process talk; each changing figure in its one home
 
 install: $(VENV)/.installed
 
