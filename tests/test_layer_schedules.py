@@ -279,3 +279,13 @@ def test_a_scheduled_run_trains_evaluates_samples_and_exports_with_its_layers(tm
     with torch.no_grad():
         torch.testing.assert_close(model(tokens), trained(tokens), rtol=0, atol=0)
     assert [s.window.chunk for s in model.layer_schemes] == [16, 16, 16, None]
+
+
+def test_inspect_picks_a_layer_of_a_schedule_but_refuses_layer_for_a_plain_scheme(tmp_path):
+    from conftest import invoke
+
+    inspected = invoke("inspect", "local_global", "--layer", "5", "--out", str(tmp_path / "lg"))
+    assert inspected.code == 0 and "layer 5 of 6: rope" in inspected.stdout, inspected.stderr
+    refused = invoke("inspect", "rope", "--layer", "1", "--out", str(tmp_path / "r"))
+    assert refused.code == 2 and "--layer 1 applies only with --run" in refused.stderr
+    assert not (tmp_path / "r").exists()

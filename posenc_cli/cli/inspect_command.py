@@ -63,7 +63,10 @@ def inspect_command(
 
     given = dict(layout=layout, slopes=slopes, rotary_fraction=rotary_fraction, keep_fraction=keep_fraction)
     options = {key: value for key, value in given.items() if value is not None}
-    check_options(dim, heads, length, run=run, layer=layer if run else None, head=head)
+    from posenc_cli.model.positional import SCHEMES
+
+    schedule = scheme in SCHEMES and SCHEMES[scheme].kind == "schedule"  # --layer picks one of its layers
+    check_options(dim, heads, length, run=run, layer=None if schedule and run is None else layer, head=head)
     print_report(
         inspect_scheme(
             name=scheme,
@@ -95,6 +98,9 @@ def check_options(
             require_int(option, value, at_least=2 if option != "--heads" else 1, at_most=most)
     for option, value in (("--layer", layer), ("--head", head)):
         if value is not None and run is None:
-            raise UsageError(f"{option} {value} applies only with --run RUN_DIR; add --run or drop {option}")
+            raise UsageError(
+                f"{option} {value} applies only with --run RUN_DIR (--layer also to a layer schedule); "
+                f"add --run or drop {option}"
+            )
     if dim is not None and dim % 2:
         raise UsageError(f"--dim {dim} must be even (positions are encoded in pairs of dimensions)")
