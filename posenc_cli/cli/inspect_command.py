@@ -63,10 +63,7 @@ def inspect_command(
 
     given = dict(layout=layout, slopes=slopes, rotary_fraction=rotary_fraction, keep_fraction=keep_fraction)
     options = {key: value for key, value in given.items() if value is not None}
-    from posenc_cli.model.positional import SCHEMES
-
-    schedule = scheme in SCHEMES and SCHEMES[scheme].kind == "schedule"  # --layer picks one of its layers
-    check_options(dim, heads, length, run=run, layer=None if schedule and run is None else layer, head=head)
+    check_options(dim, heads, length, run=run, layer=layer, head=head, scheme=scheme)
     print_report(
         inspect_scheme(
             name=scheme,
@@ -90,13 +87,17 @@ def check_options(
     run: Path | None,
     layer: int | None,
     head: int | None,
+    scheme: str | None = None,
 ) -> None:
     """Sizes bounded so the checks' length x length matrices fit, --layer and --head only with --run,
     and an even width (positions are encoded in pairs of dimensions)."""
     for option, value, most in (("--dim", dim, 8192), ("--heads", heads, 256), ("--length", length, 8192)):
         if value is not None:
             require_int(option, value, at_least=2 if option != "--heads" else 1, at_most=most)
-    for option, value in (("--layer", layer), ("--head", head)):
+    from posenc_cli.model.positional import SCHEMES
+
+    schedule = scheme in SCHEMES and SCHEMES[scheme].kind == "schedule"  # --layer picks one of its layers
+    for option, value in (("--layer", None if schedule else layer), ("--head", head)):
         if value is not None and run is None:
             raise UsageError(
                 f"{option} {value} applies only with --run RUN_DIR (--layer also to a layer schedule); "
