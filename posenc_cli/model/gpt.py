@@ -45,7 +45,7 @@ class LayerCache:
             k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
         if self.inputs is not None and x is not None:
             x = torch.cat([self.inputs, x], dim=1)
-        self.length += k.size(2) - (self.length - start)
+        self.length = start + k.size(2)  # k now holds tokens start..: the kept and the new
         dropped = window.first_key(self.length) - start
         self.keys, self.values = k[:, :, dropped:], v[:, :, dropped:]
         self.inputs = None if x is None else x[:, dropped:]
