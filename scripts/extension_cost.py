@@ -28,7 +28,9 @@ def one_case(method: str, length: int, repeats: int) -> dict:
     import torch.nn.functional as F
 
     from posenc_cli.bench.eval_memory import peak_rss_kib
+    from posenc_cli.model.attention import attend
     from posenc_cli.model.extension.method import ExtensionSettings, parse_method
+    from posenc_cli.model.layer_attention import LayerAttention
     from posenc_cli.model.positional.rope import RoPE
 
     torch.manual_seed(0)
@@ -43,7 +45,7 @@ def one_case(method: str, length: int, repeats: int) -> dict:
         if extension is None:
             F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            extension.attend(q, k, v, rotation=rotation)
+            attend(q, k, v, layer=LayerAttention.of_extension(extension), rotation=rotation)
         best = min(best, time.perf_counter() - start)
     extra = extension.extra_bytes(batch=1, heads=HEADS, length=length, head_dim=HEAD_DIM) if extension else 0
     return {"seconds": best, "peak_mib": (peak_rss_kib() - idle) / 1024, "extra_mib": extra / 2**20}

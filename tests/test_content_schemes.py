@@ -16,13 +16,19 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from posenc_cli.model import GPT, ModelConfig, ModelSize
-from posenc_cli.model import attention as attention_module
-from posenc_cli.model.attention import content_attention
+from posenc_cli.model import blocks as attention_module
+from posenc_cli.model.attention import attend
+from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.window import AttentionWindow
 
 B, H, T, D = 2, 2, 13, 4  # T prime: the last query block is shorter than the others
 CONTENT = ["cope", "fox"]
+
+
+def content_attention(q, k, v, *, inputs, scheme, first=0):
+    """The executor on a content scheme's layer, within the window the scheme was given."""
+    return attend(q, k, v, layer=LayerAttention(scheme, scheme.window), inputs=inputs, first=first)
 
 
 def scheme_with_random_parameters(name: str, **options):

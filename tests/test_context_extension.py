@@ -16,11 +16,18 @@ import torch.nn.functional as F
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig
-from posenc_cli.model.extension import blocked
+from posenc_cli.model import blocks as blocks_module
+from posenc_cli.model.attention import attend
 from posenc_cli.model.extension.method import ExtensionSettings, parse_method, parse_methods
+from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.positional.rope import LAYOUTS, RoPE
 
 B, H, D, L = 2, 3, 8, 32  # batch, heads, head dim, the training length the methods are built for
+
+
+def extended(extension, q, k, v, *, rotation):
+    """A transformers model's rotary layer under `extension`, as the executor computes it."""
+    return attend(q, k, v, layer=LayerAttention.of_extension(extension), rotation=rotation)
 
 
 def relative(name: str, p, i: int, j: int) -> float:
@@ -93,7 +100,7 @@ def rotated(layout: str, T: int):
 def test_each_method_is_its_papers_relative_positions_for_every_pair(text, layout):
     (q, k, v), (qr, kr), rope = rotated(layout, 40)  # 40 > every window, and > L for log-n
     extension = parse_method(text, settings_for(text)).extension(L)
-    got = extension.attend(qr, kr, v, rotation=rope.rotation(40))
+    got = extended(extension, qr, kr, v, rotation=rope.rotation(40))
     want = reference(q, k, v, layout=layout, extension=extension)
     assert (got - want).abs().max() < 1e-5
 
@@ -116,7 +123,7 @@ def test_within_its_window_each_method_is_plain_attention_exactly(text, options)
     _, _, v = rotated("half", 24)[0]
     extension = parse_method(text, ExtensionSettings(**options)).extension(L)
     plain = F.scaled_dot_product_attention(qr, kr, v, is_causal=True)
-    assert torch.equal(extension.attend(qr, kr, v, rotation=rope.rotation(24)), plain)
+    assert torch.equal(extended(extension, qr, kr, v, rotation=rope.rotation(24)), plain)
 
 
 @pytest.mark.parametrize("text", ["self_extend", "rerope", "dca", "logn"])
@@ -129,8 +136,7 @@ def test_a_model_within_the_window_gives_the_same_logits_as_without_the_method(t
     idx = torch.randint(0, 11, (2, 32))
     with torch.no_grad():
         plain = model(idx)
-        model.scheme.extend_context(parse_method(text, ExtensionSettings()).extension(32 * 8))
-        extended = model(idx)
+        extended = model.with_extension(parse_method(text, ExtensionSettings()).extension(32 * 8))(idx)
     assert torch.equal(plain, extended)
 
 
@@ -139,9 +145,9 @@ def test_blocks_of_queries_give_what_one_block_gives(text, monkeypatch):
     _, (qr, kr), rope = rotated("half", 40)
     v = rotated("half", 40)[0][2]
     extension = parse_method(text, settings_for(text)).extension(L)
-    whole = extension.attend(qr, kr, v, rotation=rope.rotation(40))
-    monkeypatch.setattr(blocked, "SCORE_BUDGET", B * H * 40 * 3)  # three queries per block
-    assert (extension.attend(qr, kr, v, rotation=rope.rotation(40)) - whole).abs().max() < 1e-12
+    whole = extended(extension, qr, kr, v, rotation=rope.rotation(40))
+    monkeypatch.setattr(blocks_module, "MASK_BUDGET", 3 * 40 * 3)  # a few queries per block
+    assert (extended(extension, qr, kr, v, rotation=rope.rotation(40)) - whole).abs().max() < 1e-12
 
 
 @pytest.mark.parametrize("text", ["self_extend", "dca", "logn"])
@@ -150,8 +156,8 @@ def test_the_newest_queries_against_every_key_are_the_last_rows_of_the_whole(tex
     _, (qr, kr), rope = rotated("half", 40)
     v = rotated("half", 40)[0][2]
     extension = parse_method(text, settings_for(text)).extension(L)
-    whole = extension.attend(qr, kr, v, rotation=rope.rotation(40))
-    newest = extension.attend(qr[:, :, -4:], kr, v, rotation=rope.rotation(40))
+    whole = extended(extension, qr, kr, v, rotation=rope.rotation(40))
+    newest = extended(extension, qr[:, :, -4:], kr, v, rotation=rope.rotation(40))
     assert (newest - whole[:, :, -4:]).abs().max() < 1e-12
 
 
@@ -243,7 +249,7 @@ def test_a_scheme_without_a_plain_rope_rotation_refuses_an_extension(scheme):
         )
     )
     with pytest.raises(UsageError, match="has no RoPE rotation to extend"):
-        model.scheme.extend_context(parse_method("self_extend", ExtensionSettings()).extension(32))
+        model.with_extension(parse_method("self_extend", ExtensionSettings()).extension(32))
 
 
 @pytest.mark.parametrize("text", ["self_extend", "dca", "logn"])

@@ -14,9 +14,11 @@ import posenc
 from conftest import evaluate
 from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.labels import Label, Variant
-from posenc_cli.evaluation.run_target import RunTarget
+from posenc_cli.evaluation.run_target import RunTarget, RunVariant
+from posenc_cli.evaluation.target import RefusedColumn
+from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model.extension.method import ExtensionSettings, parse_methods
-from posenc_cli.model.positional import build_scheme
+from posenc_cli.model.shape import ModelSize
 from posenc_cli.report.results_file import read_label, read_results_file
 
 SETTINGS = ExtensionSettings(self_extend_window=16)
@@ -31,10 +33,10 @@ def test_a_methods_text_parses_back_to_the_same_method():
     assert parse_methods(",".join(texts), ExtensionSettings()) == methods
 
 
-def rotary_run(scheme: str, train_len: int = 64, **options) -> SimpleNamespace:
-    """What RunTarget.variants reads of a run: its scheme, training length and path."""
-    built = build_scheme(scheme, 32, 2, block_size=train_len, **options)
-    return SimpleNamespace(model=SimpleNamespace(scheme=built), train_len=train_len, path=f"{scheme}_run")
+def rotary_run(scheme: str, train_len: int = 64, **options) -> RunTarget:
+    """What RunTarget.variants reads of a run: its model, training length and path."""
+    cfg = ModelConfig(11, train_len, ModelSize(n_layer=1, n_head=2, n_embd=32), scheme, options)
+    return RunTarget(Path(f"{scheme}_run"), GPT(cfg), None, train_len, SimpleNamespace(), SimpleNamespace())
 
 
 def test_an_extension_past_the_runs_context_is_refused_naming_the_run_and_the_method():
@@ -46,13 +48,13 @@ def test_an_extension_past_the_runs_context_is_refused_naming_the_run_and_the_me
         RunTarget.variants(rotary_run("rope"), [dca], None)
 
 
-def test_a_scalable_scheme_without_a_plain_rotation_refuses_an_extension_and_is_left_unchanged():
+def test_a_scalable_scheme_without_a_plain_rotation_refuses_an_extensions_column_with_its_reason():
     xpos = rotary_run("xpos")
-    with pytest.raises(
-        UsageError, match="--rope-scaling rerope for xpos_run: scheme xpos has no RoPE rotation"
-    ):
-        RunTarget.variants(xpos, parse_methods("none,rerope", ExtensionSettings()), None)
-    assert xpos.model.scheme.extension is None
+    none, rerope = RunTarget.variants(xpos, parse_methods("none,rerope", ExtensionSettings()), None)
+    assert isinstance(none, RunVariant) and none.extension is None
+    assert isinstance(rerope, RefusedColumn) and rerope.why == "scheme xpos has no RoPE rotation to extend"
+    assert xpos.use_variant(rerope).variant.extension == ("rerope",)
+    assert xpos.active is None  # a refused column changes nothing
 
 
 def test_a_run_trained_with_a_scaling_takes_an_extension_on_top_but_no_second_scaling():
@@ -61,9 +63,10 @@ def test_a_run_trained_with_a_scaling_takes_an_extension_on_top_but_no_second_sc
     assert none.options == {} and none.extension is None
     assert logn.options == {} and logn.extension.names == ("self_extend", "logn")
     assert logn.extension.marks == (("G", "8"), ("W", "32"))  # the defaults at 128 tokens: G = 8, W = L/4
-    assert run.model.scheme.extension is None  # the dry run that checked it left the trained scheme as it was
-    with pytest.raises(UsageError, match="scheme.scaling=linear.*do not compose"):
-        RunTarget.variants(run, parse_methods("yarn+logn", ExtensionSettings()), None)
+    assert all(layer.remap is None for layer in run.model.attention)  # the check left the model as trained
+    trained, second = RunTarget.variants(run, parse_methods("yarn+logn", ExtensionSettings()), None)
+    assert trained == RunVariant()  # scored as trained beside the refused column
+    assert isinstance(second, RefusedColumn) and "scalings do not compose" in second.why
 
 
 def test_an_extension_of_the_api_that_is_not_a_whole_number_is_refused_before_any_run_is_read(

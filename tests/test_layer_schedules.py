@@ -10,8 +10,9 @@ import torch
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig, ModelSize
-from posenc_cli.model import attention as attention_module
-from posenc_cli.model.gpt import CausalSelfAttention
+from posenc_cli.model import blocks as blocks_module
+from posenc_cli.model.attention import attend
+from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.temperature import Llama4Temperature, logn_factors
 from posenc_cli.model.window import AttentionWindow
@@ -45,7 +46,7 @@ def test_a_schedule_of_rope_and_alibi_layers_gives_each_layer_its_own_scheme():
     model = gpt("schedule", pattern=["rope", "alibi", {"name": "rope", "base": 500.0}, "none"])
     names = [layer.name for layer in model.layer_schemes]
     assert names == ["rope", "alibi", "rope", "none"] and model.layer_schemes[2].base == 500.0
-    assert model.scheme.adds_bias and model.scheme.label == "schedule+rope,alibi,rope,none"
+    assert model.scheme.adds_bias and model.scheme.label == "schedule+rope,alibi,rope(base=500),none"
 
 
 @pytest.mark.parametrize("scheme", ["rope", "alibi", "fire", "none"])
@@ -67,10 +68,8 @@ def test_ssmax_with_s_ln_n_equal_to_one_is_plain_attention_for_that_query():
     with torch.no_grad():
         scheme.temperature.s.fill_(1 / math.log(n))
     q, k, v = torch.randn(3, 2, 2, n, 8, generator=torch.Generator().manual_seed(4))
-    plain = CausalSelfAttention.attend(q, k, v, scheme=scheme, given=None)
-    scaled = CausalSelfAttention.attend(
-        scheme.scale_queries(q, torch.arange(n)), k, v, scheme=scheme, given=None
-    )
+    plain = attend(q, k, v, layer=LayerAttention(scheme))
+    scaled = attend(q, k, v, layer=LayerAttention(scheme, temperature=scheme.temperature))
     torch.testing.assert_close(scaled[:, :, -1], plain[:, :, -1], rtol=0, atol=1e-6)
     assert (scaled[:, :, 1:-1] - plain[:, :, 1:-1]).abs().amax(-1).min() > 1e-4
 
@@ -120,12 +119,12 @@ def test_windowed_attention_is_the_per_pair_softmax_over_the_keys_in_view(
 ):
     """Sliding, chunked and both, with and without a bias, in one block and in blocks of a few queries."""
     if budget:
-        monkeypatch.setattr(attention_module, "MASK_BUDGET", budget)
+        monkeypatch.setattr(blocks_module, "MASK_BUDGET", budget)
     built = build_scheme(scheme, 16, 2, block_size=8, window=size, chunk=chunk)
     g = torch.Generator().manual_seed(3)
     q, k, v = torch.randn(3, 2, 2, 21, 8, generator=g)
     bias = built.bias(torch.arange(21)) if built.adds_bias else None
-    got = CausalSelfAttention.attend(q, k, v, scheme=built, given=None)
+    got = attend(q, k, v, layer=LayerAttention(built, built.window))
     torch.testing.assert_close(
         got.double(), reference_attention(q, k, v, visible=visible, bias=bias), rtol=0, atol=1e-5
     )
@@ -241,11 +240,18 @@ def test_an_extension_applies_to_a_schedules_full_attention_rope_layers_only():
 
     model = gpt("local_global", n_layer=6, every=3, block_size=16)
     plain, plain_within = logits(model), logits(model, TOKENS[:, :4])  # within W = L/4
-    model.scheme.extend_context(parse_method("self_extend", ExtensionSettings()).extension(16))
-    extended = [layer.extension is not None for layer in model.layer_schemes]
-    assert extended == [False, False, True, False, False, True]
-    within = logits(model, TOKENS[:, :4])
-    assert torch.equal(within, plain_within) and (logits(model) - plain).abs().max() > 1e-5
+    extended = model.with_extension(parse_method("self_extend", ExtensionSettings()).extension(16))
+    assert [layer.remap is not None for layer in extended.attention] == [
+        False,
+        False,
+        True,
+        False,
+        False,
+        True,
+    ]
+    within = logits(extended, TOKENS[:, :4])
+    assert torch.equal(within, plain_within) and (logits(extended) - plain).abs().max() > 1e-5
+    assert torch.equal(logits(model), plain)  # the trained model is left as it was
 
 
 @pytest.mark.parametrize("scheme", ["rnope_swa", "schedule"])
@@ -253,8 +259,12 @@ def test_a_schedule_without_a_full_attention_rope_layer_refuses_an_extension_in_
     options = (
         {"pattern": [{"name": "rope", "chunk": 8}, "none", "alibi", "none"]} if scheme == "schedule" else {}
     )
-    with pytest.raises(UsageError, match="has no full-attention RoPE layer to extend"):
-        gpt(scheme, **options).scheme.check_takes_extension()
+    from posenc_cli.model.extension.method import ExtensionSettings, parse_method
+
+    extension = parse_method("self_extend", ExtensionSettings()).extension(16)
+    with pytest.raises(UsageError, match="has no layer that takes it") as refused:
+        gpt(scheme, **options).with_extension(extension)
+    assert "\n" not in str(refused.value) and "within a window" in str(refused.value)
 
 
 # ---- End to end, as a user runs it ---------------------------------------------------------------

@@ -8,7 +8,7 @@ import torch
 from posenc_cli.core.device import autocast
 from posenc_cli.core.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig, ModelSize
-from posenc_cli.model.gpt import CausalSelfAttention
+from posenc_cli.model import gpt as gpt_module
 from posenc_cli.model.positional import SCHEMES
 
 
@@ -135,13 +135,13 @@ def test_bf16_autocast_with_fp32_attention_gives_every_schemes_attention_fp32_in
     the rest under bf16 autocast; plain bf16-autocast leaves the attention to autocast. Gradients
     reach every parameter either way."""
     seen = []
-    attend = CausalSelfAttention.attend
+    attend = gpt_module.attend
 
     def spy(q, k, v, **options):
         seen.append((q.dtype, k.dtype, v.dtype, torch.is_autocast_enabled("cpu")))
         return attend(q, k, v, **options)
 
-    monkeypatch.setattr(CausalSelfAttention, "attend", staticmethod(spy))
+    monkeypatch.setattr(gpt_module, "attend", spy)
     model = random_model(scheme).train()
     idx = torch.randint(0, 13, (2, 12), generator=torch.Generator().manual_seed(2))
     for effective, expected in (

@@ -16,7 +16,9 @@ from test_context_extension import SMALL, relative
 from conftest import invoke
 from posenc_cli.core.errors import UsageError
 from posenc_cli.model import GPT, ModelConfig, ModelSize
+from posenc_cli.model.attention import attend
 from posenc_cli.model.extension.method import parse_method
+from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.positional import build_scheme
 
 D, H, T, BASE = 32, 2, 24, 10000.0  # head dim, heads, positions, RoPE base
@@ -251,8 +253,8 @@ def test_self_extend_on_a_partial_rotation_is_the_per_pair_reference(name, optio
     q, k, v = (torch.randn(2, H, length, D, dtype=torch.float64) for _ in range(3))
     rope = build_scheme(name, D * H, H, block_size=T, layout=layout, **options).double()
     extension = parse_method("self_extend", SMALL).extension(T)
-    rope.extend_context(extension)
-    got = rope.attend(*rope.rotate(q, k, torch.arange(length)), v)
+    layer = LayerAttention(rope).extended(extension)
+    got = attend(*rope.rotate(q, k, torch.arange(length)), v, layer=layer, rotation=rope.rotation(length))
     want = self_extend_reference(q, k, v, theta=theta, layout=layout, remap=extension.remap)
     assert (got - want).abs().max() < 1e-5
 

@@ -18,8 +18,9 @@ import torch.nn.functional as F
 
 from posenc_cli.core.errors import PositionOutOfRange, UsageError
 from posenc_cli.model import GPT, ModelConfig, ModelSize
-from posenc_cli.model import attention as attention_module
-from posenc_cli.model.attention import biased_causal_attention
+from posenc_cli.model import blocks as blocks_module
+from posenc_cli.model.attention import attend
+from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.positional import SCHEMES, build_scheme, scheme_options
 from posenc_cli.model.positional.alibi import alibi_slopes
 from posenc_cli.model.positional.composite import Composite
@@ -238,7 +239,7 @@ def test_eval_past_training_length_does_not_depend_on_the_query_block_size(name,
     idx = torch.randint(11, (2, 64))
     with torch.no_grad():
         whole = model(idx)
-        monkeypatch.setattr(attention_module, "MASK_BUDGET", 2 * 64 * 5)
+        monkeypatch.setattr(blocks_module, "MASK_BUDGET", 2 * 64 * 5)
         blocked = model(idx)
     torch.testing.assert_close(blocked, whole, rtol=1e-5, atol=1e-5)
 
@@ -246,7 +247,7 @@ def test_eval_past_training_length_does_not_depend_on_the_query_block_size(name,
 @pytest.mark.parametrize("name", MODEL_CASES)
 def test_blocked_attention_is_causal(name, monkeypatch):
     """Changing the last tokens changes no logit before them, with several query blocks in play."""
-    monkeypatch.setattr(attention_module, "MASK_BUDGET", 2 * 32 * 4)
+    monkeypatch.setattr(blocks_module, "MASK_BUDGET", 2 * 32 * 4)
     model = tiny_model(name, block_size=32)
     idx = torch.randint(11, (1, 32))
     changed = idx.clone()
@@ -666,8 +667,8 @@ def test_query_blocks_equal_the_plain_reference(name, block, monkeypatch):
     B, H, T, D = 2, 4, 37, 8  # T prime: the last query block is shorter than the others
     scheme = build_scheme(name, H * D, H, block_size=T // 4)  # queries past FIRE's threshold too
     q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
-    monkeypatch.setattr(attention_module, "MASK_BUDGET", H * T * block)  # forces blocks of `block` queries
-    got = biased_causal_attention(q, k, v, scheme=scheme)
+    monkeypatch.setattr(blocks_module, "MASK_BUDGET", H * T * block)  # forces blocks of `block` queries
+    got = attend(q, k, v, layer=LayerAttention(scheme))
     torch.testing.assert_close(
         got, reference_attention(q, k, v, torch.arange(T), scheme), rtol=1e-5, atol=1e-5
     )
@@ -692,8 +693,8 @@ def test_learned_bias_gradients_equal_the_reference(name, block, monkeypatch):
     for p in scheme.parameters():
         torch.nn.init.normal_(p)
     q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
-    monkeypatch.setattr(attention_module, "MASK_BUDGET", H * T * block)
-    got = gradients(lambda q, k, v: biased_causal_attention(q, k, v, scheme=scheme), scheme, q, k, v)
+    monkeypatch.setattr(blocks_module, "MASK_BUDGET", H * T * block)
+    got = gradients(lambda q, k, v: attend(q, k, v, layer=LayerAttention(scheme)), scheme, q, k, v)
     expected = gradients(
         lambda q, k, v: reference_attention(q, k, v, torch.arange(T), scheme), scheme, q, k, v
     )
@@ -722,7 +723,7 @@ def test_learned_bias_gradients_under_bf16_autocast_stay_close(name):
     def reference(q, k, v):
         return reference_attention(q, k, v, torch.arange(T), scheme)
 
-    got = bf16(lambda q, k, v: biased_causal_attention(q, k, v, scheme=scheme))
+    got = bf16(lambda q, k, v: attend(q, k, v, layer=LayerAttention(scheme)))
     autograd_bf16 = bf16(reference)
     expected = gradients(reference, scheme, q, k, v)
     largest = max(e.norm() for e in expected)
@@ -742,7 +743,7 @@ def test_per_sequence_positions_bias_by_their_differences(name):
     scheme = build_scheme(name, H * D, H, block_size=T)
     positions = torch.stack([torch.randperm(200)[:T].sort().values for _ in range(B)])
     q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
-    got = biased_causal_attention(q, k, v, scheme=scheme, positions=positions)
+    got = attend(q, k, v, layer=LayerAttention(scheme), positions=positions)
     want = torch.stack([reference_attention(q[b], k[b], v[b], positions[b], scheme) for b in range(B)])
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     weights = torch.randn_like(want)

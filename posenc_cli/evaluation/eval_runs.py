@@ -13,7 +13,7 @@ from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError, require_number, require_positive_int
 from posenc_cli.core.ui import announce
 from posenc_cli.evaluation.eval_plan import RunPlan, Scoring, plan_runs
-from posenc_cli.evaluation.eval_scoring import score_variant
+from posenc_cli.evaluation.eval_scoring import score_variant, unscored_row
 from posenc_cli.evaluation.eval_text import EvalText
 from posenc_cli.evaluation.labels import (
     Label,
@@ -22,7 +22,7 @@ from posenc_cli.evaluation.labels import (
     pretended_context,
     with_tokenizer,
 )
-from posenc_cli.evaluation.target import EvalTarget
+from posenc_cli.evaluation.target import EvalTarget, RefusedColumn
 from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings, parse_methods
 from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, METHODS
 
@@ -130,7 +130,7 @@ def evaluate_runs(
     apart = distinctions(runs, mixed)  # runs pool as seeds only when equal but the seed
     announce([run.path for run in runs], why, "evaluating")
     rows, position_rows, info = [], [], {}
-    jobs = [
+    jobs = [  # each column of each run
         (run, variant, overflow, context)
         for run in runs
         for variant in plans[id(run)].variants
@@ -143,15 +143,28 @@ def evaluate_runs(
                 run, variant, overflow, distinct=apart[id(run)].within, rope_factor=rope_factor, mixed=mixed
             )
             info[scheme] = run.facts()
-            scored, positions = score_variant(
-                run, scheme, plans[id(run)], context=context, scoring=scoring, bar=bar, task=task
-            )
-            note = column_note(run, scheme, plans[id(run)], methods=methods, merged=merged)
+            scored, positions = score_column(
+                run, scheme, plan := plans[id(run)], variant=variant, context=context, scoring=scoring, bar=bar, task=task
+            )  # fmt: skip
+            note = column_note(run, scheme, plan, methods=methods, merged=merged)
             rows += [
                 {**row, "note": row["note"] or note, "differs": apart[id(run)].differs} for row in scored
             ]
             position_rows += positions
     return pd.DataFrame(rows), pd.DataFrame(position_rows), info
+
+
+def score_column(
+    run: EvalTarget, column: Label, plan: RunPlan, *, variant, context, scoring: Scoring, bar, task
+) -> tuple[list[dict], list[dict]]:
+    """One column's ppl.csv and per-position rows: scored, or for a refused column one unscored row per
+    length, its note saying why (shown, never dropped)."""
+    if not isinstance(variant, RefusedColumn):
+        return score_variant(run, column, plan, context=context, scoring=scoring, bar=bar, task=task)
+    note = f"{column} not computed: --rope-scaling {variant.method.text}: {variant.why}"
+    bar.advance(task, len(plan.lengths))
+    rows = [unscored_row(run, column, plan, length=length, mode=scoring.mode) for length in plan.lengths]
+    return [{**row, "note": note} for row in rows], []
 
 
 def column_note(

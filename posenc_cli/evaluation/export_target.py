@@ -9,7 +9,9 @@ import torch
 from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.hf_extension import HFVariant
 from posenc_cli.evaluation.hf_models import HFModel, short_name
-from posenc_cli.evaluation.labels import Label
+from posenc_cli.evaluation.labels import Label, Variant
+from posenc_cli.evaluation.run_target import computed_columns, has_rope
+from posenc_cli.evaluation.target import RefusedColumn
 from posenc_cli.model import token_nll
 from posenc_cli.model.extension.method import ContextMethod
 
@@ -25,8 +27,10 @@ class ExportModel(HFModel):
 
     @property
     def label(self) -> Label:
-        """The export's scheme by its parts (a composite's too), as the run it was exported from names it."""
-        return Label(self.gpt.scheme.part_names, model=short_name(self.path))
+        """The export's scheme by its parts (a composite's too) and the options its label names, as the run
+        it was exported from names it."""
+        scheme = self.trained.scheme
+        return Label(scheme.part_names, Variant(scheme.column_options), model=short_name(self.path))
 
     @property
     def max_len(self) -> int | None:
@@ -47,9 +51,13 @@ class ExportModel(HFModel):
     def last_logits(self, inputs: torch.Tensor, n: int) -> torch.Tensor:
         return self.model(input_ids=inputs.to(self.device)).logits[:, -n:].float()
 
-    def variants(self, methods: list[ContextMethod], factor: float | None) -> list[HFVariant | None]:
+    def variants(
+        self, methods: list[ContextMethod], factor: float | None
+    ) -> list[HFVariant | RefusedColumn | None]:
         """Once, as exported, unless a method extends the context: posenc applies a RoPE scaling to its own
-        runs, so one is refused here, but its scheme computes a training-free extension (extend_context)."""
+        runs, so one is refused here, while the exported model's layers compute a training-free
+        extension (GPT.with_extension). A column the export cannot compute is a RefusedColumn, as for the
+        run it was exported from."""
         scaled = [m.text for m in methods if m.scaling != "none"]
         if scaled and self.gpt.scheme.scalable:
             raise UsageError(
@@ -58,21 +66,35 @@ class ExportModel(HFModel):
             )
         if not any(m.extends for m in methods):
             return [None]
-        extensions = [m.extension(self.train_len) for m in methods]
-        for method, extension in zip(methods, extensions):
-            if extension is None:
-                continue
-            try:
-                self.gpt.scheme.check_takes_extension()
-            except UsageError as refused:
-                raise UsageError(f"--rope-scaling {method.text}: {self.path}: {refused}") from None
-        self.extensions = [e for e in extensions if e is not None]
-        return [None if e is None else HFVariant(None, e) for e in extensions]
+        columns = [self.column(method) for method in methods]
+        self.extensions = [c.extension for c in columns if isinstance(c, HFVariant) and c.extension]
+        return computed_columns(columns, None, rotary=has_rope(self.gpt.scheme))
 
-    def use_variant(self, variant: HFVariant | None) -> Label:
-        """Score with the variant's extension from now on, computed by the exported scheme itself."""
-        if variant is None:
-            self.gpt.scheme.extension = None  # the scheme's default: its own attention
-            return self.label
-        self.gpt.scheme.extend_context(variant.extension)
-        return replace(self.label, variant=variant.variant)
+    def column(self, method: ContextMethod) -> HFVariant | RefusedColumn | None:
+        if method.scaling != "none":
+            return RefusedColumn(
+                method, f"{self.gpt.scheme.label} has no RoPE frequencies of its own to scale"
+            )
+        extension = method.extension(self.train_len)
+        if extension is None:
+            return None
+        try:
+            self.trained.with_extension(extension)
+        except UsageError as refused:
+            return RefusedColumn(method, str(refused))
+        return HFVariant(None, extension)
+
+    @property
+    def trained(self):
+        """The exported GPT as trained, whatever column is scored now."""
+        if not hasattr(self, "_trained"):
+            self._trained = self.gpt
+        return self._trained
+
+    def use_variant(self, variant: HFVariant | RefusedColumn | None) -> Label:
+        """Score with the variant's extension from now on: the exported model, its weights shared, its
+        layers extended (GPT.with_extension); None: as exported. A refused column changes nothing."""
+        if isinstance(variant, RefusedColumn):
+            return replace(self.label, variant=variant.variant(self.label.variant))
+        self.model.gpt = self.trained.with_extension(None if variant is None else variant.extension)
+        return self.label if variant is None else replace(self.label, variant=variant.variant)

@@ -23,7 +23,9 @@ import torch
 from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.hf_layouts import ExtendedLayers, attention_modules
 from posenc_cli.evaluation.labels import Variant
+from posenc_cli.model.attention import attend
 from posenc_cli.model.extension import ContextExtension, Rotation
+from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 
 ATTENTION = "posenc_extension"  # the name extended_attention is registered under in transformers
@@ -52,6 +54,11 @@ class ActiveExtension:
 
     extension: ContextExtension
     rotation: Callable[[], Rotation]
+
+    @property
+    def layer(self) -> LayerAttention:
+        """How an extended layer attends: plain scores, the extension's remap and log-n."""
+        return LayerAttention.of_extension(self.extension)
 
 
 def use_extension(
@@ -102,5 +109,5 @@ def extended_attention(module, query, key, value, attention_mask, **kwargs):
     scaling = kwargs.get("scaling")
     if scaling is not None and scaling != q.size(-1) ** -0.5:
         q = q * (scaling * q.size(-1) ** 0.5)
-    out = active.extension.attend(q, k, v, rotation=active.rotation())
+    out = attend(q, k, v, layer=active.layer, rotation=active.rotation())
     return out.to(query.dtype).transpose(1, 2).contiguous(), None

@@ -17,7 +17,7 @@ from posenc_cli.evaluation.eval_runs import as_trained, column_label
 from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers
 from posenc_cli.evaluation.perplexity import target_lengths
 from posenc_cli.evaluation.probe import COLUMNS, check_trials, score
-from posenc_cli.evaluation.target import EvalTarget
+from posenc_cli.evaluation.target import EvalTarget, RefusedColumn
 from posenc_cli.evaluation.targets import load_targets
 from posenc_cli.model.extension.method import ContextMethod
 from posenc_cli.model.positional import past_max_len
@@ -121,6 +121,10 @@ def probe_runs(runs: list[EvalTarget], spec: ProbeSpec, *, lengths: dict, varian
                     mixed=mixed,
                 )
                 info[scheme] = run.facts()
+                if isinstance(variant, RefusedColumn):
+                    ui.err.print(
+                        f"{scheme} not computed: --rope-scaling {method.text}: {variant.why}", highlight=False
+                    )
                 # as trained (no rotary scheme to scale): "none"; else the method as --rope-scaling names it
                 asked = "none" if as_trained(run, scheme) else method.text
                 scorer = run.scorer(device)
@@ -130,9 +134,11 @@ def probe_runs(runs: list[EvalTarget], spec: ProbeSpec, *, lengths: dict, varian
                         row = {"run": str(run.path), "model_id": run.model_id, "scheme": scheme}
                         row |= {"rope_scaling": asked, "task": spec.task.name, "seed": run.seed}
                         row |= {"train_len": run.train_len, "length": length, "depth": depth}
-                        rows.append(
-                            row | probe_cell(run, scorer, spec, length=length, depth=depth, cache=fillers)
-                        )
+                        if isinstance(variant, RefusedColumn):  # shown as "—", never scored: noted once
+                            cell = {"trials": 0, "accuracy": math.nan, "key_nll": math.nan}
+                        else:
+                            cell = probe_cell(run, scorer, spec, length=length, depth=depth, cache=fillers)
+                        rows.append(row | cell)
                         bar.advance(task)
     return pd.DataFrame(rows, columns=COLUMNS), info
 

@@ -17,6 +17,7 @@ from posenc_cli.data.needles import NeedleTask
 from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.evaluation.perplexity import TOKENS_PER_FORWARD, LogitsScorer
 from posenc_cli.evaluation.probe import check_vocab, make_trials, overhead, without_episodes
+from posenc_cli.evaluation.target import RefusedColumn
 from posenc_cli.model import GPT
 from posenc_cli.model.extension import ContextExtension
 from posenc_cli.model.extension.method import ContextMethod
@@ -25,10 +26,12 @@ from posenc_cli.model.positional.rope_scaling import METHODS
 from posenc_cli.rundir.loading import LoadedRun, require_text_run, run_corpus
 
 
-def scheme_label(scheme: PositionalScheme, *, randomized: bool = False) -> Label:
+def scheme_label(
+    scheme: PositionalScheme, *, extension: ContextExtension | None = None, randomized: bool = False
+) -> Label:
     """A posenc scheme's column, from what the scheme says of itself: its parts, the options its label
-    names, its RoPE scaling; `randomized`: trained with randomized positions."""
-    extension = scheme.extension
+    names, its RoPE scaling; the eval-time `extension` it is computed with; `randomized`: trained with
+    randomized positions."""
     variant = Variant(
         scheme.column_options,
         scheme.scaling_method,
@@ -42,7 +45,8 @@ def scheme_label(scheme: PositionalScheme, *, randomized: bool = False) -> Label
 @dataclass(frozen=True)
 class RunVariant:
     """What a posenc run is evaluated as (RunTarget.variants): scheme options (a RoPE scaling; none: as
-    trained) and a training-free context extension (None: none)."""
+    trained) and a training-free context extension (None: none), which the model's layers that take it
+    compute with (GPT.with_extension)."""
 
     options: dict[str, Any] = field(default_factory=dict)
     extension: ContextExtension | None = None
@@ -76,10 +80,9 @@ class RunTarget(LoadedRun):
         one trained off its scale_embeddings default."""
         return scheme_label(self.model.scheme)
 
-    def model_with(self, *, fresh: bool = False, **scheme_options: Any) -> GPT:
-        """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none
-        and not `fresh` (a copy an extension may change)."""
-        if not scheme_options and not fresh:
+    def model_with(self, **scheme_options: Any) -> GPT:
+        """This run's model, rebuilt with scheme options changed (eval's --rope-scaling); itself if none."""
+        if not scheme_options:
             return self.model
         cfg = self.model.cfg
         model = GPT(replace(cfg, scheme_options={**cfg.scheme_options, **scheme_options}))
@@ -113,37 +116,60 @@ class RunTarget(LoadedRun):
     def scorer(self, device):
         return LogitsScorer((self.active or self.model).to(device), device)
 
-    def variants(self, methods: list[ContextMethod], factor: float | None) -> list[RunVariant]:
-        """What to evaluate this run as: for a scheme that takes RoPE scaling, one RunVariant per method
-        (its frequency scaling as scheme options, its extension built for the run's training length;
-        'none': the run as trained); any other run once, as it is. A run trained with a scaling has it
-        built in: a second one on top is refused rather than composed, while an extension applies on top."""
-        scheme = self.model.scheme
-        if [m.text for m in methods] == ["none"] or not (scheme.scalable or extends_only(scheme, methods)):
+    def variants(
+        self, methods: list[ContextMethod], factor: float | None
+    ) -> list[RunVariant | RefusedColumn]:
+        """What to evaluate this run as, one item per method: a RunVariant (its frequency scaling as
+        scheme options, its extension built for the run's training length; 'none': the run as trained),
+        or a RefusedColumn saying why the run cannot compute it (a scaling on a scheme without RoPE
+        frequencies, an extension no layer takes). A run trained with a scaling has it built in: a second
+        one is refused rather than composed, while an extension applies on top. A run that computes no
+        asked method is scored once, as trained: alone where it has no RoPE at all (the note says so),
+        else beside the refused columns."""
+        if [m.text for m in methods] == ["none"]:
             return [RunVariant()]
-        scaled = [m.text for m in methods if m.scaling != "none"]
-        if scheme.scaling is not None and scaled:
-            raise UsageError(
-                f"--rope-scaling {','.join(scaled)}: {self.path} was trained with scheme.scaling={scheme.scaling.method}, "
-                "which its evaluation always applies; evaluate it without a frequency scaling (scalings do not "
-                "compose; self_extend, rerope, leaky_rerope, dca and logn alone apply on top of it)"
-            )
-        for method in methods:
+        columns = [self.column(method, factor) for method in methods]
+        self.extensions = [c.extension for c in columns if isinstance(c, RunVariant) and c.extension]
+        return computed_columns(columns, RunVariant(), rotary=has_rope(self.model.scheme))
+
+    def column(self, method: ContextMethod, factor: float | None) -> RunVariant | RefusedColumn:
+        """One method's column: its RunVariant, checked against the run before any scoring, or why not."""
+        scheme = self.model.scheme
+        if method.scaling != "none":
+            if not scheme.scalable:
+                return RefusedColumn(method, unscaled_reason(scheme))
+            if scheme.scaling_method:
+                return RefusedColumn(
+                    method,
+                    f"{self.path} was trained with scheme.scaling={scheme.scaling_method}, which its evaluation "
+                    "always applies; scalings do not compose (self_extend, rerope, leaky_rerope, dca and logn "
+                    "apply on top of it)",
+                )
             if method.scaling not in METHODS:
                 raise UsageError(
                     f"--rope-scaling {method.text}: {method.scaling} exists for hf: models only; posenc's own "
                     f"rotary runs take {', '.join(METHODS)}"
                 )
-        variants = [variant_of(self, method, factor=factor) for method in methods]
-        self.extensions = [v.extension for v in variants if v.extension is not None]
-        return variants
+        options = {} if method.scaling == "none" else {"scaling": method.scaling, "scaling_factor": factor}
+        options |= {"scaling_len": self.train_len} if options else {}
+        try:
+            extension = method.extension(self.train_len)  # its parameters checked against the run's context
+        except UsageError as refused:
+            raise UsageError(f"--rope-scaling {method.text} for {self.path}: {refused}") from None
+        if extension is not None:
+            try:
+                self.model.with_extension(extension)  # a view: the trained model is left as it is
+            except UsageError as refused:
+                return RefusedColumn(method, str(refused))
+        return RunVariant(options, extension)
 
-    def use_variant(self, variant: RunVariant) -> Label:
-        """Evaluate as `variant` from now on (the checkpoint is untouched); its label."""
-        self.active = self.model_with(fresh=variant.extension is not None, **variant.options)
-        if variant.extension is not None:
-            self.active.scheme.extend_context(variant.extension)
-        return scheme_label(self.active.scheme)
+    def use_variant(self, variant: RunVariant | RefusedColumn) -> Label:
+        """Evaluate as `variant` from now on (the checkpoint is untouched); its label. A refused column
+        changes nothing and is named as asked."""
+        if isinstance(variant, RefusedColumn):
+            return replace(self.label, variant=variant.variant(self.label.variant))
+        self.active = self.model_with(**variant.options).with_extension(variant.extension)
+        return scheme_label(self.active.scheme, extension=variant.extension)
 
     def check_probe(self, task: NeedleTask) -> None:
         require_text_run(self)
@@ -167,30 +193,30 @@ class RunTarget(LoadedRun):
         return [(sequences, key_tokens)]
 
 
-def extends_only(scheme: PositionalScheme, methods: list[ContextMethod]) -> bool:
-    """Whether a scheme that takes no frequency scaling (a layer schedule) is asked for training-free
-    extensions alone, and has layers that take them: then it is scored once per method."""
-    if any(method.scaling != "none" for method in methods):
-        return False
-    try:
-        scheme.check_takes_extension()
-    except UsageError:
-        return False
-    return True
+def has_rope(scheme: PositionalScheme) -> bool:
+    """Whether the scheme, or a part or layer of it, rotates by RoPE (a scaling or an extension could
+    apply to it)."""
+    return scheme.scalable or any(member.rotation(1) is not None for member in scheme.members)
 
 
-def variant_of(run: RunTarget, method: ContextMethod, *, factor: float | None) -> RunVariant:
-    """One method's RunVariant for a rotary run, its extension checked against the run's scheme and
-    context before any scoring."""
-    options = {} if method.scaling == "none" else {"scaling": method.scaling, "scaling_factor": factor}
-    options |= {"scaling_len": run.train_len} if options else {}
-    try:
-        extension = method.extension(run.train_len)  # its parameters checked against the run's context
-        if extension is not None:
-            run.model.scheme.check_takes_extension()
-    except UsageError as refused:
-        raise UsageError(f"--rope-scaling {method.text} for {run.path}: {refused}") from None
-    return RunVariant(options, extension)
+def computed_columns(columns: list, as_trained: Any, *, rotary: bool) -> list:
+    """The columns to score: a model with no RoPE at all `as_trained` once (the table's note says it
+    takes no scaling); else as asked, with `as_trained` first where no asked column computes."""
+    if not rotary:
+        return [as_trained]
+    if any(not isinstance(column, RefusedColumn) for column in columns):
+        return columns
+    return [as_trained, *columns]
+
+
+def unscaled_reason(scheme: PositionalScheme) -> str:
+    """Why a frequency scaling cannot apply to a posenc scheme that is not RoPE alone."""
+    if has_rope(scheme):
+        return (
+            f"{scheme.label} fixes its RoPE layers' frequencies per layer; a frequency scaling applies to "
+            "scheme=rope runs (self_extend, rerope, leaky_rerope, dca and logn apply to its full-attention RoPE layers)"
+        )
+    return f"{scheme.label} has no RoPE frequencies to scale"
 
 
 def memory_short(run: RunTarget, tokens: int, device: torch.device) -> str | None:

@@ -4,15 +4,33 @@ scored by the same code. A new kind of model implements this and is loaded in ev
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
 from posenc_cli.data.needles import NeedleTask
-from posenc_cli.evaluation.labels import Label
+from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.model.extension.method import ContextMethod
 from posenc_cli.rundir.record import TrainedText
+
+
+@dataclass(frozen=True)
+class RefusedColumn:
+    """A --rope-scaling column a model cannot compute, as its `variants` gives it: the column is shown,
+    with `why`, and never scored; a requested column is never dropped without a word."""
+
+    method: ContextMethod
+    why: str
+
+    def variant(self, trained: Variant) -> Variant:
+        """The column's Variant: the model's own, with the method's scaling and extensions named."""
+        extension = ((self.method.remap.name,) if self.method.remap is not None else ()) + (
+            ("logn",) if self.method.logn else ()
+        )
+        scaling = "" if self.method.scaling == "none" else self.method.scaling
+        return replace(trained, scaling=scaling or trained.scaling, extension=trained.extension + extension)
 
 
 @runtime_checkable
@@ -52,7 +70,8 @@ class EvalTarget(Protocol):
     def variants(self, methods: list[ContextMethod], factor: float | None) -> list[Any]:
         """What it is evaluated as, one item per --rope-scaling method (opaque: given back to use_variant;
         `factor`: --rope-factor, for a method's frequency scaling); a model that takes no scaling once.
-        Refuses, in one line naming it and the method, a method it cannot apply."""
+        A method it cannot apply is a RefusedColumn (shown with its reason, never scored); one whose
+        options cannot fit it is refused in one line naming it and the method."""
         ...
 
     def use_variant(self, variant: Any) -> Label:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from posenc_cli.core.errors import PositionOutOfRange
-from posenc_cli.model.attention import biased_causal_attention
+from posenc_cli.model.attention import attend, reference_weights
+from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.positional import PositionalScheme
 from posenc_cli.model.positional.alibi import SLOPE_RULES
 from posenc_cli.model.positional.rope import RoPE
@@ -76,17 +77,21 @@ def split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
 @torch.no_grad()
 def layer_attention(model, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention weights (B, H, T, T) of a trained GPT's `layer` on tokens idx, recomputed from the
-    block's own qkv weights, and that layer's values v (B, H, T, D)."""
+    block's own qkv weights by the executor's per-pair reference (its window, temperature and any
+    remap included: what the model computes), and that layer's values v (B, H, T, D)."""
     positions = torch.arange(idx.size(1))
     x = model.scheme.embed(model.tok(idx), positions)
-    for block, scheme in zip(model.blocks[:layer], model.layer_schemes):
-        x = block(x, positions, scheme)
+    for block, scheme, attention in zip(model.blocks[:layer], model.layer_schemes, model.attention):
+        x = block(x, positions, scheme, attention)
     block = model.blocks[layer]
     x = block.ln_1(x)
     q, k, v = (
         split_heads(t, model.cfg.size.n_head) for t in block.attn.qkv(x).split(model.cfg.size.n_embd, dim=2)
     )
-    return attention_probs(q, k, positions, scheme=model.layer_schemes[layer], x=x), v
+    scheme, attention = model.layer_schemes[layer], model.attention[layer]
+    q, k = scheme.rotate(q, k, positions)
+    rotation = attention.rotation(idx.size(1)) if attention.remap is not None else None
+    return reference_weights(q, k, attention, inputs=x, rotation=rotation), v
 
 
 # ---- checks -----------------------------------------------------------------------------------
@@ -235,7 +240,7 @@ def check_bias_attention(scheme: PositionalScheme, length: int) -> Check:
     q, k, v = (torch.randn(1, scheme.n_head, length, 16, generator=g) for _ in range(3))
     expected = attention_probs(q, k, torch.arange(length), scheme=scheme) @ v
     error = float(
-        (biased_causal_attention(q, k, v, scheme=scheme) - expected).abs().max() / expected.abs().max()
+        (attend(q, k, v, layer=LayerAttention(scheme)) - expected).abs().max() / expected.abs().max()
     )
     return below(
         "attention with the bias built per distance = the pair-by-pair formula: max rel. error", error

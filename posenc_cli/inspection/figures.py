@@ -169,6 +169,13 @@ def write_figures(scheme: PositionalScheme, length: int, *, out: Path, label: st
     return written
 
 
+def attends(model, layer: int) -> str:
+    """What a figure's title says of how the layer attends: ` (window=16)`, or nothing (full)."""
+    attention = model.attention[layer]
+    options = attention.window.options + (attention.temperature.options if attention.temperature else ())
+    return f" ({', '.join(options)})" if options else ""
+
+
 def figure_attention(run, layer: int, head: int, *, length: int, out: Path) -> Path:
     """The attention pattern of one head on the first `length` tokens of the run's validation text."""
 
@@ -184,7 +191,7 @@ def figure_attention(run, layer: int, head: int, *, length: int, out: Path) -> P
     ax.set(
         xlabel="key position",
         ylabel="query position",
-        title=f"{run.scheme} (trained): attention, layer {layer} head {head}",
+        title=f"{run.scheme} (trained): attention, layer {layer}{attends(run.model, layer)} head {head}",
     )
     if len(tokens) <= 48:
         chars = [repr(run.tokenizer.decode([t]))[1:-1] for t in tokens.tolist()]

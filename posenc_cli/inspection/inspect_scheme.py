@@ -12,7 +12,7 @@ from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.paths import OUTPUTS
 from posenc_cli.inspection.checks import SEED, Check, bias_by_distance, rotary_demo, run_checks
-from posenc_cli.inspection.figures import figure_attention, write_figures
+from posenc_cli.inspection.figures import attends, figure_attention, write_figures
 from posenc_cli.model.positional import SCHEMES, PositionalScheme, build_scheme, scheme_options
 from posenc_cli.model.positional.alibi import SLOPE_RULES
 from posenc_cli.model.positional.rope import RoPE
@@ -113,6 +113,7 @@ def inspect_scheme(
         scheme, label = run.model.layer_schemes[layer], f"{run.scheme} (trained, step {run.checkpoint.step})"
         if len({id(s) for s in run.model.layer_schemes}) > 1:  # one per layer (FIRE per_layer): --layer's
             label += f", layer {layer}"
+        label += attends(run.model, layer)  # the window and temperature the drawn attention has
     out = out or OUTPUTS / "inspect" / (run.path.name if run_dir else name)
     length = min(length, scheme.max_len or length)  # a learned table has no rows past max_len
     result = Inspection(scheme, label, length, run_checks(scheme, length))

@@ -1,190 +1,279 @@
-"""Causal attention with an additive score bias (ALiBi, T5, KERPLE, FIRE), fast in evaluation and training.
+"""The one executor of attention: every scheme, window, temperature, extension and KV cache.
 
-Two facts shape it:
-- A bias that depends only on the distance d = i - j is a Toeplitz matrix; read with the keys in
-  reverse order it is a Hankel matrix, whose rows are overlapping windows of one vector. So the
-  (H, Tq, Tk) mask is a strided view (`unfold`) of the bias evaluated once per distance, -inf for
-  future keys included. Attention does not depend on the order of the keys (softmax sums over them),
-  so reversing k and v once replaces building a T×T mask per layer. A bias that also reads the
-  query's position (FIRE, `bias_reads_query`) has no such vector: it is built per query block, as is
-  a score read from content (CoPE, FoX, `content_attention`).
-- SDPA's CPU flash kernel takes a float mask but gives it no gradient: a mask that needs one (a
-  learned bias) sends SDPA to its math path, which stores B×H×T×T probabilities.
-  `MaskGradAttention` keeps the flash forward and computes the backward itself.
+`attend` takes a layer's attention (model/layer_attention.py) and rotated queries, keys and values,
+and picks one of three ways to compute it from the layer's properties alone:
+- plain causal attention, the kernel's own causal mask: nothing is added to a score, every earlier key
+  is seen, no remap reaches;
+- a bias of the distance alone (ALiBi, T5, KERPLE) over full attention: a Toeplitz matrix, which read
+  with the keys in reverse order is a Hankel matrix whose rows are overlapping windows of one vector,
+  so each block's (H, Tq, Tk) mask is a strided view (`unfold`) of the bias evaluated once per distance;
+- everything else, one block of queries at a time (model/blocks.py): a block meets only the keys its
+  queries can see, its mask holds the window, the bias (per pair, or per sequence under randomized
+  positions), the content score (CoPE, FoX), and a remap's parts, merged by their log-sum-exps. A KV
+  cache is the same loop with an offset: the queries are the newest of the tokens the keys hold.
+`reference_weights` is the same attention per pair, from the definitions, for tests and inspect.
+
+SDPA's CPU flash kernel takes a float mask but gives it no gradient: a mask that needs one (a learned
+bias) goes through `MaskGradAttention`, which keeps the flash forward and computes the backward itself.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
-from posenc_cli.model.positional import PositionalScheme
+from posenc_cli.model.blocks import in_query_blocks, query_block
+from posenc_cli.model.extension.remap import PositionRemap
+from posenc_cli.model.extension.rotation import Rotation
+from posenc_cli.model.layer_attention import LayerAttention
+from posenc_cli.model.window import FULL
 
-# Queries are attended one block at a time so a block's (H, Tq, Tk) mask stays below this many floats:
-# evaluation memory then grows linearly with length instead of quadratically.
-MASK_BUDGET = 1 << 22
 # Batch elements per step of MaskGradAttention's backward: their H×T×T probabilities stay in cache.
 GRAD_CHUNK = 2
 
+Parts = list[tuple[torch.Tensor, torch.Tensor]]  # per part of a remap: the queries and keys moved there
 
-def biased_causal_attention(
+
+def attend(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    scheme: PositionalScheme,
+    layer: LayerAttention,
+    first: int = 0,
     positions: torch.Tensor | None = None,
+    inputs: torch.Tensor | None = None,
+    rotation: Rotation | None = None,
 ) -> torch.Tensor:
-    """q, k, v: (B, H, T, D) -> (B, H, T, D), scores plus scheme.bias(p_i - p_j), keys j <= i only.
-    positions None: p_i = i, the strided fast path below."""
-    if positions is not None:
-        return attend(q, k, v, mask=dense_bias(scheme, positions))
-    if scheme.bias_reads_query:
-        return query_block_attention(q, k, v, scheme=scheme)
+    """q: (B, H, Tq, D), the newest Tq of the Tk tokens first..first+Tk-1 whose keys and values k, v
+    (B, H, Tk, D) hold, rotated to their own positions -> (B, H, Tq, D). `positions`: (B, Tk) the
+    positions the caller gave (randomized training; only a bias reads them); `inputs`: (B, Tk, C) the
+    layer's inputs at the keys' tokens (a content score reads them); `rotation`: how q and k were
+    rotated (what a remap moves them by)."""
+    Tq, Tk = q.size(2), k.size(2)
+    end = first + Tk
+    if layer.temperature is not None:
+        q = layer.temperature.scale(q, torch.arange(end - Tq, end, device=q.device))
+    remap = layer.remap if layer.remap is not None and layer.remap.reaches(end) else None
+    whole = Tq == Tk and not first and remap is None and not layer.window.limits(end)
+    if whole and not layer.adds_bias and not layer.reads_content:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if whole and layer.distance_bias and positions is None and not layer.reads_content:
+        return toeplitz_attention(q, k, v, bias=layer.scores.bias)  # type: ignore[union-attr]
+    parts = moved_parts(q, k, remap=remap, rotation=rotation, first=first) if remap is not None else [(q, k)]
+    return blocked_attention(
+        q, v, parts, layer=layer, first=first, positions=positions, inputs=inputs, remap=remap
+    )
+
+
+def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias) -> torch.Tensor:
+    """Full causal attention plus `bias`(distance) (H, 2T - 1), keys and values read in reverse order."""
     H, T = q.size(1), q.size(2)
     distance = torch.arange(-(T - 1), T, device=q.device)
-    by_distance = scheme.bias(distance).masked_fill(distance < 0, float("-inf")).to(q.dtype)  # (H, 2T - 1)
+    by_distance = bias(distance).masked_fill(distance < 0, float("-inf")).to(q.dtype)  # (H, 2T - 1)
     k, v = k.flip(2), v.flip(2)  # key j now sits at T - 1 - j
-    block = max(1, min(T, MASK_BUDGET // (H * T)))
-    outputs = []
-    for start in range(0, T, block):
-        end = min(start + block, T)
+
+    def rows(start: int, end: int) -> torch.Tensor:
         # queries start..end-1 see keys 0..end-1, the last `end` reversed keys; query start + a and
         # reversed key c are d = a + c + start - end + 1 apart: by_distance[a + c + T + start - end]
-        window = by_distance[:, T + start - end : T + end - 1]
-        mask = window.unfold(1, end, 1)[None]  # (1, H, end - start, end), a view
-        outputs.append(attend(q[:, :, start:end], k[:, :, T - end :], v[:, :, T - end :], mask=mask))
-    return torch.cat(outputs, dim=2)
+        mask = by_distance[:, T + start - end : T + end - 1].unfold(1, end, 1)[None]  # a view
+        return kernel(q[:, :, start:end], k[:, :, T - end :], v[:, :, T - end :], mask=mask)
+
+    return in_query_blocks(T, query_block(T, T, planes=H, window=FULL), rows)
 
 
-def query_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scheme: PositionalScheme):
-    """Positions 0..T-1 and a bias that reads the query's position too (FIRE): no one vector per
-    distance to view, so each query block's (H, Tq, Tk) mask is built from its own pairs, within
-    MASK_BUDGET like the blocks above: memory stays linear in the length."""
-    H, T = q.size(1), q.size(2)
-    block = max(1, min(T, MASK_BUDGET // (H * T)))
-    outputs = []
-    for start in range(0, T, block):
-        end = min(start + block, T)
-        query = torch.arange(start, end, device=q.device)[:, None]
-        distance = query - torch.arange(end, device=q.device)
-        mask = scheme.query_bias(query, distance).masked_fill(distance < 0, float("-inf")).to(q.dtype)
-        outputs.append(attend(q[:, :, start:end], k[:, :, :end], v[:, :, :end], mask=mask[None]))
-    return torch.cat(outputs, dim=2)
+def moved_parts(
+    q: torch.Tensor, k: torch.Tensor, *, remap: PositionRemap, rotation: Rotation | None, first: int
+) -> Parts:
+    """Per part of the remap, the queries and keys moved from their own positions to the part's."""
+    if rotation is None:
+        raise ValueError("a remap moves rotated queries and keys: the executor needs their rotation")
+    Tq, Tk = q.size(2), k.size(2)
+    tokens = torch.arange(first, first + Tk, device=q.device)
+    return [
+        (rotation.move(q, at_query[Tk - Tq :], tokens[Tk - Tq :]), rotation.move(k, at_key, tokens))
+        for at_query, at_key in remap.positions(tokens)
+    ]
 
 
-def cached_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scheme: PositionalScheme, first: int = 0
-) -> torch.Tensor:
-    """The T newest queries (B, H, T, D) against the L keys a KV cache holds, of tokens first..first+L-1
-    (generation): each query's own row of the causal mask within the layer's window, plus of the bias
-    where the scheme adds one."""
-    T, L = q.size(2), k.size(2)
-    query = torch.arange(first + L - T, first + L, device=q.device)[:, None]
-    key = torch.arange(first, first + L, device=q.device)
-    seen = scheme.window.visible(query, key)
-    if not scheme.adds_bias:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=seen)
-    distance = query - key
-    bias = scheme.query_bias(query, distance) if scheme.bias_reads_query else scheme.bias(distance)
-    mask = bias.masked_fill(~seen, float("-inf")).to(q.dtype)
-    return attend(q, k, v, mask=mask[None])
-
-
-def windowed_attention(
+def blocked_attention(
     q: torch.Tensor,
-    k: torch.Tensor,
     v: torch.Tensor,
+    parts: Parts,
     *,
-    scheme: PositionalScheme,
-    positions: torch.Tensor | None = None,
+    layer: LayerAttention,
+    first: int,
+    positions: torch.Tensor | None,
+    inputs: torch.Tensor | None,
+    remap: PositionRemap | None,
 ) -> torch.Tensor:
-    """q, k, v: (B, H, T, D) -> (B, H, T, D), causal attention within scheme.window (plus its bias). A
-    query block meets only the keys its queries can see, so memory and time grow with T·W, not T².
-    positions (randomized training, (B, T)): one dense mask, at training lengths."""
-    window, (H, T) = scheme.window, q.shape[1:3]
-    if positions is not None:
-        index = torch.arange(T, device=q.device)
-        seen = window.visible(index[:, None], index)
-        return attend(
-            q,
-            k,
-            v,
-            mask=dense_bias(scheme, positions).masked_fill(~seen, float("-inf"))
-            if scheme.adds_bias
-            else seen,
+    """The general path, a block of queries at a time: `parts` holds the queries and keys as scored (one
+    part, their own, without a remap)."""
+    (B, H, Tq, _), Tk = q.shape, v.size(2)
+    offset = Tk - Tq  # the first query's index among the keys
+    tokens = torch.arange(first, first + Tk, device=q.device)
+    per_sequence = positions is not None or layer.reads_content
+    planes = len(parts) * (H if layer.adds_bias or layer.reads_content else 1) * (B if per_sequence else 1)
+    keys = parts[0][1]
+
+    def rows(start: int, end: int) -> torch.Tensor:
+        query = tokens[offset + start : offset + end]
+        lo, hi = max(layer.window.first_key(int(query[0])) - first, 0), offset + end
+        seen = layer.window.visible(query[:, None], tokens[lo:hi])
+        given = (
+            None if positions is None else (positions[:, offset + start : offset + end], positions[:, lo:hi])
         )
-    step = min(v for v in (window.chunk, window.size) if v is not None)
-    block = max(1, min(step, MASK_BUDGET // (H * (step + window.span(T)))))
-    outputs = []
-    for start in range(0, T, block):
-        end = min(start + block, T)
-        lo = window.first_key(start)
-        query = torch.arange(start, end, device=q.device)[:, None]
-        key = torch.arange(lo, end, device=q.device)
-        mask = window.visible(query, key)
-        if scheme.adds_bias:
-            bias = scheme.query_bias(query, query - key)
-            mask = bias.masked_fill(~mask, float("-inf")).to(q.dtype)[None]
-        outputs.append(attend(q[:, :, start:end], k[:, :, lo:end], v[:, :, lo:end], mask=mask))
-    return torch.cat(outputs, dim=2)
+        added = added_scores(
+            layer, q[:, :, start:end], keys[:, :, lo:hi], query=query, key=tokens[lo:hi], seen=seen, positions=given,
+            inputs=None if inputs is None else inputs[:, lo:hi],
+        )  # fmt: skip
+        if remap is None:
+            mask = seen if added is None else added
+            return kernel(q[:, :, start:end], keys[:, :, lo:hi], v[:, :, lo:hi], mask=mask)
+        return remapped_rows(
+            parts,
+            v,
+            remap,
+            rows=slice(start, end),
+            query=query,
+            keys=(lo, hi),
+            seen=seen,
+            added=added,
+            first=first,
+        )
+
+    return in_query_blocks(Tq, query_block(Tq, Tk, planes=planes, window=layer.window), rows)
 
 
-def content_attention(
+def remapped_rows(
+    parts: Parts,
+    v: torch.Tensor,
+    remap: PositionRemap,
+    *,
+    rows: slice,
+    query: torch.Tensor,
+    keys: tuple[int, int],
+    seen: torch.Tensor,
+    added: torch.Tensor | None,
+    first: int,
+) -> torch.Tensor:
+    """One block of queries (`rows`, at tokens `query`) against keys lo..hi-1: each part over the keys it
+    can meet, masked to its own pairs, then merged."""
+    lo, hi = keys
+    pieces = []
+    for part, (moved_q, moved_k) in enumerate(parts):
+        low, high = remap.keys(part, int(query[0]), int(query[-1]) + 1)
+        low, high = max(low - first, lo), min(high - first, hi)
+        if high <= low:
+            continue
+        key = torch.arange(first + low, first + high, device=v.device)
+        own = seen[:, low - lo : high - lo] & remap.region(query[:, None], key[None]).eq(part)
+        if added is None:
+            base = torch.zeros(own.shape, dtype=moved_q.dtype, device=v.device)
+        else:
+            base = added[..., low - lo : high - lo]
+        mask = base.masked_fill(~own, float("-inf"))
+        out, lse = kernel_with_lse(moved_q[:, :, rows], moved_k[:, :, low:high], v[:, :, low:high], mask=mask)
+        pieces.append((out, lse, own.any(-1)))
+    return merged(pieces)
+
+
+def added_scores(
+    layer: LayerAttention,
     q: torch.Tensor,
     k: torch.Tensor,
-    v: torch.Tensor,
     *,
-    inputs: torch.Tensor,
-    scheme: PositionalScheme,
-    first: int = 0,
-) -> torch.Tensor:
-    """The newest Tq queries (B, H, Tq, D) against Tk keys and values of tokens first..first+Tk-1, whose
-    layer inputs are `inputs` (B, Tk, C): scores plus what the scheme reads from content (`content_bias`, CoPE,
-    FoX), causal within the layer's window. One query block at a time, its mask within MASK_BUDGET, so
-    memory grows linearly with length; a block's keys run from its first query's first key to its last
-    query. Positions are never read (a content scheme has none; a composite's bias parts get token
-    distances), so randomized ones change nothing."""
-    window, (H, Tq), Tk = scheme.window, q.shape[1:3], k.size(2)
-    span, offset = window.span(Tk), first + Tk - Tq  # the most keys a query sees; the first query's token
-    block = max(1, min(Tq, span, MASK_BUDGET // (H * min(Tk, 2 * span))))
-    outputs = []
-    for start in range(0, Tq, block):
-        end = min(start + block, Tq)
-        lo, hi = window.first_key(offset + start) - first, offset + end - first  # the block's keys
-        query = torch.arange(offset + start, offset + end, device=q.device)[:, None]
-        key = torch.arange(first + lo, first + hi, device=q.device)
-        seen = window.visible(query, key)
-        queries, keys = q[:, :, start:end], k[:, :, lo:hi]
-        bias = scheme.content_bias(queries, keys, inputs[:, lo:hi], seen=seen)
-        if scheme.adds_bias:  # a composite's bias parts too, at token distances
-            bias = bias + scheme.query_bias(query, query - key).to(bias.dtype)
-        mask = bias.masked_fill(~seen, float("-inf")).to(q.dtype)
-        outputs.append(attend(queries, keys, v[:, :, lo:hi], mask=mask))
-    return torch.cat(outputs, dim=2)
+    query: torch.Tensor,
+    key: torch.Tensor,
+    seen: torch.Tensor,
+    positions: tuple[torch.Tensor, torch.Tensor] | None,
+    inputs: torch.Tensor | None,
+) -> torch.Tensor | None:
+    """(1 or B, H, Tq, Tk): what the layer adds to the scores of queries at tokens `query` (Tq,) for keys
+    at tokens `key` (Tk,), -inf where unseen; None where it adds nothing (the mask is `seen` alone).
+    `positions`: the (B, Tq) and (B, Tk) given positions of the queries and keys, which the bias reads
+    instead of the token indices."""
+    rule = layer.scores
+    if rule is None or not (layer.adds_bias or layer.reads_content):
+        return None
+    added = None
+    if layer.adds_bias:
+        if positions is None:
+            added = rule.query_bias(query[:, None], query[:, None] - key)[None]  # type: ignore[index]
+        else:
+            at_query, at_key = positions
+            distance = at_query[:, :, None] - at_key[:, None, :]
+            added = rule.query_bias(at_query[:, :, None], distance).movedim(0, 1)  # type: ignore[union-attr]
+    if layer.reads_content:
+        content = rule.content_bias(q, k, inputs, seen=seen)  # type: ignore[arg-type]
+        added = content if added is None else content + added.to(content.dtype)
+    return added.masked_fill(~seen, float("-inf")).to(q.dtype)  # type: ignore[union-attr]
 
 
-def dense_bias(scheme: PositionalScheme, positions: torch.Tensor) -> torch.Tensor:
-    """(B, T) increasing positions -> the (B, H, T, T) causal mask scheme.bias(p_i - p_j). Distances are no
-    longer a function of i - j, so the mask is built per pair: B×H×T×T floats, fine at training lengths
-    (train.positions=randomized), which is the only user."""
-    T = positions.size(-1)
-    distance = positions[:, :, None] - positions[:, None, :]
-    future = torch.ones(T, T, dtype=torch.bool, device=positions.device).triu(1)
-    bias = (
-        scheme.query_bias(positions[:, :, None], distance)
-        if scheme.bias_reads_query
-        else scheme.bias(distance)
-    )
-    return bias.movedim(0, 1).masked_fill(future, float("-inf"))
+def merged(pieces: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """The parts' outputs weighted by each part's share of the softmax, exp(lse_p - lse_all): one softmax
+    over every key, as if computed at once."""
+    lse = torch.stack([piece_lse.float().masked_fill(~has, float("-inf")) for _, piece_lse, has in pieces])
+    weights = (lse - lse.logsumexp(0)).exp().nan_to_num(0.0)  # a part no query of the block meets: 0
+    total = sum(w[..., None] * out.float().nan_to_num(0.0) for w, (out, _, _) in zip(weights, pieces))
+    return total.to(pieces[0][0].dtype)  # type: ignore[union-attr]
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+    """SDPA with a boolean (seen) or float (added, -inf unseen) mask: the one wrapper of the kernel."""
     if q.device.type != "cpu":  # GPU kernels want a dense mask, and give it a gradient themselves
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.contiguous())
     if mask.requires_grad:
         return MaskGradAttention.apply(q, k, v, mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def kernel_with_lse(q, k, v, *, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's output and the log-sum-exp of each query's scores (what `merged` weighs parts by)."""
+    if q.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask)
+        return out, lse
+    lse = ((q @ k.mT) * q.size(-1) ** -0.5 + mask).logsumexp(-1)  # other devices: the scores once more
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), lse
+
+
+def reference_weights(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    layer: LayerAttention,
+    *,
+    first: int = 0,
+    positions: torch.Tensor | None = None,
+    inputs: torch.Tensor | None = None,
+    rotation: Rotation | None = None,
+) -> torch.Tensor:
+    """(B, H, Tq, Tk): the weights `attend` computes, pair by pair from the definitions, with no block,
+    kernel or fast path: each pair scored at its part's positions, plus the bias and content score,
+    its query scaled by the temperature, within the window. What tests and `posenc inspect` use."""
+    Tq, Tk = q.size(2), k.size(2)
+    tokens = torch.arange(first, first + Tk, device=q.device)
+    query = tokens[Tk - Tq :]
+    if layer.temperature is not None:
+        q = layer.temperature.scale(q, query)
+    seen = layer.window.visible(query[:, None], tokens)
+    scores = q @ k.mT
+    if layer.remap is not None and layer.remap.reaches(first + Tk):
+        region = layer.remap.region(query[:, None], tokens[None])
+        for part, (moved_q, moved_k) in enumerate(
+            moved_parts(q, k, remap=layer.remap, rotation=rotation, first=first)
+        ):
+            scores = torch.where(region == part, moved_q @ moved_k.mT, scores)
+    scores = scores / math.sqrt(q.size(-1))
+    rule = layer.scores
+    if rule is not None and layer.adds_bias:
+        at = tokens[None] if positions is None else positions
+        distance = at[:, Tk - Tq :, None] - at[:, None, :]
+        scores = scores + rule.query_bias(at[:, Tk - Tq :, None], distance).movedim(0, 1).to(scores.dtype)  # type: ignore[union-attr]
+    if rule is not None and layer.reads_content:
+        scores = scores + rule.content_bias(q, k, inputs, seen=seen).to(scores.dtype)  # type: ignore[arg-type,union-attr]
+    return scores.masked_fill(~seen, float("-inf")).softmax(-1)
 
 
 class MaskGradAttention(torch.autograd.Function):
@@ -206,7 +295,7 @@ class MaskGradAttention(torch.autograd.Function):
         q, k, v, mask, out, logsumexp = ctx.saved_tensors
         scale = q.size(-1) ** -0.5
         bias = mask.float()
-        per_batch = mask.size(0) > 1  # one mask per sequence (randomized positions), else shared
+        per_batch = mask.size(0) > 1  # one mask per sequence (randomized positions, content), else shared
         grad_mask = torch.zeros_like(bias)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         for start in range(0, q.size(0), GRAD_CHUNK):

@@ -5,6 +5,7 @@ Read top to bottom: attention, MLP, block, GPT (its config: model/shape.py).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -12,12 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc_cli.core.device import ATTENTION_IN_FP32
-from posenc_cli.model.attention import (
-    biased_causal_attention,
-    cached_attention,
-    content_attention,
-    windowed_attention,
-)
+from posenc_cli.core.errors import UsageError
+from posenc_cli.model.attention import attend
+from posenc_cli.model.extension import ContextExtension
+from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.positional import PositionalScheme, build_scheme
 from posenc_cli.model.shape import ModelConfig
 from posenc_cli.model.window import FULL, AttentionWindow
@@ -90,61 +89,37 @@ class CausalSelfAttention(nn.Module):
         x: torch.Tensor,
         positions: torch.Tensor,
         scheme: PositionalScheme,
+        layer: LayerAttention,
         given: torch.Tensor | None = None,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        """`given`: the caller's (B, T) positions, None when they are 0..T-1 (then the bias is cheap).
+        """`scheme` rotates, `layer` says how the rotated queries attend (model/attention.py executes it).
+        `given`: the caller's (B, T) positions, None when they are 0..T-1 (then a bias is cheap).
         `cache`: x holds the newest tokens of a context whose earlier keys and values it keeps."""
         B, T, C = x.shape
         q, k, v = (
             t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2)
         )
         first = 0  # the token index of k's first key
-        inputs = x if scheme.reads_content else None  # the layer inputs at k's tokens, where read
+        inputs = x if layer.reads_content else None  # the layer inputs at k's tokens, where read
         if cache is not None and scheme.rotation_reads_context:
             k, v, inputs, first = cache.extend(k, v, FULL, x=inputs)  # every key kept: all rotated again
             q, k = rotate_with_context(q, k, scheme)
         else:
             q, k = scheme.rotate(q, k, positions)
             if cache is not None:
-                k, v, inputs, first = cache.extend(k, v, scheme.window, x=inputs)
-        q = scheme.scale_queries(q, positions)
+                k, v, inputs, first = cache.extend(k, v, layer.window, x=inputs)
+        rotation = layer.rotation(first + k.size(2)) if layer.remap is not None else None
         if ATTENTION_IN_FP32.get():  # bf16 autocast around fp32 attention (core.device.AUTOCAST_PRECISIONS)
             with torch.autocast(x.device.type, enabled=False):
                 q, k, v = q.float(), k.float(), v.float()
                 inputs = None if inputs is None else inputs.float()
-                y = self.attend(q, k, v, scheme=scheme, given=given, first=first, inputs=inputs)
+                y = attend(
+                    q, k, v, layer=layer, first=first, positions=given, inputs=inputs, rotation=rotation
+                )
         else:
-            y = self.attend(q, k, v, scheme=scheme, given=given, first=first, inputs=inputs)
+            y = attend(q, k, v, layer=layer, first=first, positions=given, inputs=inputs, rotation=rotation)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
-
-    @staticmethod
-    def attend(
-        q,
-        k,
-        v,
-        *,
-        scheme: PositionalScheme,
-        given: torch.Tensor | None,
-        first: int = 0,
-        inputs: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """(B, H, T, D) queries against (B, H, L, D) keys and values, the first at token `first`: causal
-        within the layer's window, with the scheme's bias or the scores it reads from content (`inputs`:
-        the (B, L, C) layer inputs at the keys' tokens), or as the scheme computes it (a context
-        extension)."""
-        own = scheme.attend(q, k, v)
-        if own is not None:
-            return own
-        if scheme.reads_content:  # no positions read: randomized ones change nothing
-            return content_attention(q, k, v, inputs=inputs, scheme=scheme, first=first)
-        if k.size(2) > q.size(2) or first:  # new queries after cached keys
-            return cached_attention(q, k, v, scheme=scheme, first=first)
-        if scheme.window.limits(q.size(2)):
-            return windowed_attention(q, k, v, scheme=scheme, positions=given)
-        if scheme.adds_bias:
-            return biased_causal_attention(q, k, v, scheme=scheme, positions=given)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class MLP(nn.Module):
@@ -165,8 +140,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.size.n_embd)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, scheme, given=None, cache=None):
-        x = x + self.attn(self.ln_1(x), positions, scheme, given, cache)
+    def forward(self, x, positions, scheme, layer, given=None, cache=None):
+        x = x + self.attn(self.ln_1(x), positions, scheme, layer, given, cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -180,6 +155,8 @@ class GPT(nn.Module):
         # the scheme each block calls: one shared instance, or the scheme's own per layer (FIRE per_layer);
         # a plain list, since the scheme already holds (and registers) every instance
         self.layer_schemes = self.scheme.for_layers(cfg.size.n_layer)
+        # how each block attends, built once from its scheme's options (with_extension builds others)
+        self.attention = [LayerAttention(s, s.window, s.temperature) for s in self.layer_schemes]
         self.tok = nn.Embedding(cfg.vocab_size, cfg.size.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.size.n_layer))
         self.ln_f = nn.LayerNorm(cfg.size.n_embd)
@@ -211,9 +188,25 @@ class GPT(nn.Module):
         elif cache is not None:
             raise ValueError("a KV cache continues positions 0..L-1; it takes no positions")
         x = self.scheme.embed(self.tok(idx), positions)
-        for i, (block, scheme) in enumerate(zip(self.blocks, self.layer_schemes)):
-            x = block(x, positions, scheme, given, None if cache is None else cache.layers[i])
+        layers = zip(self.blocks, self.layer_schemes, self.attention)
+        for i, (block, scheme, layer) in enumerate(layers):
+            x = block(x, positions, scheme, layer, given, None if cache is None else cache.layers[i])
         return self.head(self.ln_f(x))
+
+    def with_extension(self, extension: ContextExtension | None) -> GPT:
+        """This model, its weights shared, with `extension` on each layer that takes one (full-attention
+        RoPE) and every other layer as trained; None: every layer as trained. Nothing in `self` changes.
+        Refused in one line (UsageError) where no layer takes it."""
+        trained = [LayerAttention(s, s.window, s.temperature) for s in self.layer_schemes]
+        layers = trained
+        if extension is not None:
+            refusals = [layer.extension_refusal(extension) for layer in trained]
+            if all(refusals):
+                raise UsageError(f"scheme {self.scheme.label} {extension_refusal(refusals)}")
+            layers = [layer if why else layer.extended(extension) for layer, why in zip(trained, refusals)]
+        model = copy.copy(self)
+        model.attention = layers
+        return model
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.blocks))
@@ -225,6 +218,16 @@ class GPT(nn.Module):
     @property
     def n_positional_params(self) -> int:
         return self.scheme.positional_params
+
+
+def extension_refusal(refusals: list[str | None]) -> str:
+    """Why no layer takes an extension (each layer's reason given), each distinct reason once."""
+    reasons = dict.fromkeys(why for why in refusals if why)
+    if len(reasons) == 1:
+        why = next(iter(reasons))
+        return why if len(refusals) == 1 else f"has no layer that takes it: every layer {why}"
+    layers = {why: ",".join(str(i) for i, r in enumerate(refusals) if r == why) for why in reasons}
+    return "has no layer that takes it: " + "; ".join(f"layers {ids} {why}" for why, ids in layers.items())
 
 
 def rename_legacy_scheme_keys(module, state_dict, prefix, *_) -> None:

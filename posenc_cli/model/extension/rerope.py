@@ -50,7 +50,8 @@ class ReRoPE(ExactWithinWindow):
         return [(index, index), (far_query, index / self.leak)]
 
     def marks(self):
-        leak = (("k", f"{self.leak:g}"),) if self.leak is not None else ()
+        # every digit --rerope-leak was given: k=1.000001, never a rounded k=1 the option refuses
+        leak = (("k", f"{self.leak:.12g}"),) if self.leak is not None else ()
         return (("w", str(self.window)),) + leak
 
 

@@ -42,7 +42,6 @@ class ALiBi(PositionalScheme):
     name = "alibi"
     kind = "bias"
     relative = "explicit"
-    adds_bias = True
     claim = Claim("very strong", "极强", "BLOOM")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, *, slopes: str = "paper"):

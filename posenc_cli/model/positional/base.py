@@ -3,8 +3,9 @@
 A scheme may add to the token embeddings (`embed`), rotate queries and keys (`rotate`), add a bias
 to the attention scores (`bias`), or add scores it reads from the queries' and keys' content
 (`content_bias`). Every hook defaults to "do nothing", so NoPE is the empty subclass. The model calls
-`embed` and `rotate` always, `bias` when `adds_bias` is set and `content_bias` when `reads_content` is,
-without ever asking which scheme it holds.
+`embed` and `rotate` always; each layer's attention (model/layer_attention.py) calls `bias` and
+`content_bias` where the scheme overrides them: `adds_bias` and `reads_content` are derived from the
+hooks, never declared. The model never asks which scheme it holds.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from posenc_cli.core.errors import UsageError, require_bool
-from posenc_cli.model.extension import ContextExtension
+from posenc_cli.core.errors import require_bool
+from posenc_cli.model.extension.rotation import Rotation
 from posenc_cli.model.temperature import QueryTemperature
 from posenc_cli.model.window import FULL, AttentionWindow
 
@@ -54,13 +55,6 @@ class PositionalScheme(nn.Module):
     relative: ClassVar[str] = "none"  # none | implicit | explicit
     param_formula: ClassVar[str] = "0"
     preserves_norms: ClassVar[bool] = True  # rotary schemes: False where q and k are also rescaled (xPos)
-    adds_bias: ClassVar[bool] = False  # True: the model calls `bias` and cannot use the plain causal kernel
-    # True: the bias depends on the query's position as well as the distance (FIRE), so the attention
-    # builds it per query block with `query_bias` instead of once per distance
-    bias_reads_query: ClassVar[bool] = False
-    # True: the model calls `content_bias`, per query block: what the scheme adds to a score reads the
-    # content of the query and of the keys up to it, not positions (CoPE, FoX), so positions are unread
-    reads_content: ClassVar[bool] = False
     claim: ClassVar[Claim] = Claim()
     # True: `rotate` depends on how many positions it is given (dynamic NTK scaling), so every hidden
     # state changes as the context grows and a KV cache of earlier tokens would be stale
@@ -75,10 +69,9 @@ class PositionalScheme(nn.Module):
     # benchmarks build it at; a shallower model is refused by for_layers
     layers_needed: ClassVar[int] = 1
     scales_embeddings: ClassVar[bool | None] = None  # additive schemes: the default of scale_embeddings
-    # the training-free context extension `attend` computes with (RoPE only: extend_context); None: none
-    extension: ContextExtension | None = None
-    # Properties of the layer a scheme instance serves, options of every scheme (build_scheme sets them):
-    # the keys its queries see, and the factor its queries are multiplied by (model/temperature.py)
+    # The attention options the scheme was given for its layer (build_scheme sets them; the model reads
+    # them once into each layer's LayerAttention, model/layer_attention.py): the keys its queries see,
+    # and the factor its queries are multiplied by (model/temperature.py)
     window: AttentionWindow = FULL
     temperature: QueryTemperature | None  # a submodule (SSMax learns), so set per instance in __init__
 
@@ -122,6 +115,29 @@ class PositionalScheme(nn.Module):
         return ""
 
     @property
+    def members(self) -> tuple[PositionalScheme, ...]:
+        """The schemes whose hooks the model calls for this one: itself; a composite's parts, a schedule's
+        layers. What every derived capability below is read from."""
+        return (self,)
+
+    @property
+    def adds_bias(self) -> bool:
+        """The model adds `bias` (`query_bias`) to the scores, and cannot use the plain causal kernel:
+        derived from the hooks a member overrides, so no flag can disagree with them."""
+        return derived(self, ("bias", "query_bias"))
+
+    @property
+    def bias_reads_query(self) -> bool:
+        """The bias depends on the query's position as well as the distance (FIRE: `query_bias`), so the
+        attention builds it per query block instead of once per distance."""
+        return derived(self, ("query_bias",))
+
+    @property
+    def reads_content(self) -> bool:
+        """The model adds `content_bias`, read from the queries' and keys' content (CoPE, FoX)."""
+        return derived(self, ("content_bias",))
+
+    @property
     def positional_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -155,30 +171,11 @@ class PositionalScheme(nn.Module):
         """q, k: (B, H, T, D) -> rotated q, k."""
         return q, k
 
-    def scale_queries(self, q: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """q: (B, H, T, D) rotated queries at `positions` -> as the layer's temperature scales them."""
-        return q if self.temperature is None else self.temperature.scale(q, positions)
-
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
-        """The attention the scheme computes itself, or None: the model's causal kernels (plus `bias`).
-        q: (B, H, Tq, D) the newest Tq of Tk tokens, k, v: (B, H, Tk, D), after `rotate`. Only a rotary
-        scheme given a training-free context extension computes its own (model/extension): those
-        methods score a query–key pair at positions other than the tokens' own, which neither one
-        rotation per token nor an additive bias can say."""
+    def rotation(self, seq_len: int) -> Rotation | None:
+        """How `rotate` turns a sequence of `seq_len` tokens, where it is RoPE's turn per pair, which a
+        training-free extension can move queries and keys by (model/extension/rotation.py); None: no such
+        rotation, so no extension applies."""
         return None
-
-    def extend_context(self, extension: ContextExtension) -> None:
-        """Compute attention with `extension` (a model/extension ContextExtension) from now on."""
-        self.check_takes_extension()
-        self.extension = extension
-
-    def check_takes_extension(self) -> None:
-        """One line (UsageError) unless the scheme can take a context extension: only RoPE can, so
-        eval asks before any scoring, without changing the model."""
-        raise UsageError(
-            f"scheme {self.label} has no RoPE rotation to extend; self_extend, rerope, leaky_rerope, dca "
-            "and logn apply to rope runs and RoPE hf: models only"
-        )
 
     def bias(self, distance: torch.Tensor) -> torch.Tensor | None:
         """(H, *distance.shape): what a head adds to the score of a key `distance` = p_i - p_j positions
@@ -200,6 +197,32 @@ class PositionalScheme(nn.Module):
         they are scored (rotated, scaled); x (B, Tk, C): the layer's input at those tokens; seen (Tq, Tk)
         bool: the keys each query sees (causal, in the window); the caller masks the others."""
         return None
+
+
+def overrides(scheme: PositionalScheme, hook: str) -> bool:
+    return getattr(type(scheme), hook) is not getattr(PositionalScheme, hook)
+
+
+def derived(scheme: PositionalScheme, hooks: tuple[str, ...]) -> bool:
+    """Whether any member of `scheme` overrides one of `hooks`: the one rule every capability is read by,
+    for a scheme alone, a composite's parts and a schedule's layers alike."""
+    if scheme.members == (scheme,):
+        return any(overrides(scheme, hook) for hook in hooks)
+    return any(derived(member, hooks) for member in scheme.members)
+
+
+RELATIVE_STRENGTH = ("none", "implicit", "explicit")
+
+
+def join_facts(scheme: PositionalScheme) -> None:
+    """Set the facts of a scheme made of members (a composite's parts, a schedule's layers) from theirs:
+    the strongest relative-position kind, norms preserved where all preserve them, a rotation that reads
+    the length or the context where any does."""
+    members = scheme.members
+    scheme.relative = max((m.relative for m in members), key=RELATIVE_STRENGTH.index)
+    scheme.preserves_norms = all(m.preserves_norms for m in members)
+    scheme.rotation_reads_length = any(m.rotation_reads_length for m in members)
+    scheme.rotation_reads_context = any(m.rotation_reads_context for m in members)
 
 
 class AdditiveScheme(PositionalScheme):

@@ -7,7 +7,7 @@ Each hook combines the parts' hooks, so the model still sees one scheme through 
 - bias: the parts' biases summed (query_bias too, where a part's bias reads the query's position), and
   content_bias the same way.
 The facts follow the parts: positional parameters are their sum, max_len the tightest bounded part's,
-the relative-position kind the strongest of theirs.
+the rest as base.join_facts and the derived capabilities read them, the same way a schedule's layers.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ import torch
 from torch import nn
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.model.positional.base import PositionalScheme
-
-RELATIVE_STRENGTH = ("none", "implicit", "explicit")
+from posenc_cli.model.positional.base import PositionalScheme, join_facts
 
 
 def part_spec(part: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -58,14 +56,12 @@ class Composite(PositionalScheme):
         self.name = name
         kinds = {p.kind for p in self.parts} - {"none"}
         self.kind = kinds.pop() if len(kinds) == 1 else ("none" if not kinds else "composite")
-        self.relative = max((p.relative for p in self.parts), key=RELATIVE_STRENGTH.index)
         self.param_formula = " + ".join(p.param_formula for p in self.parts if p.param_formula != "0") or "0"
-        self.preserves_norms = all(p.preserves_norms for p in self.parts)
-        self.adds_bias = any(p.adds_bias for p in self.parts)
-        self.bias_reads_query = any(p.bias_reads_query for p in self.parts)
-        self.reads_content = any(p.reads_content for p in self.parts)
-        self.rotation_reads_length = any(p.rotation_reads_length for p in self.parts)
-        self.rotation_reads_context = any(p.rotation_reads_context for p in self.parts)
+        join_facts(self)
+
+    @property
+    def members(self) -> tuple[PositionalScheme, ...]:
+        return tuple(self.parts)
 
     @property
     def part_names(self) -> tuple[str, ...]:

@@ -20,7 +20,6 @@ class ContentScheme(PositionalScheme):
     # a score reads only the tokens from its key to its query, never where they sit: shifting the whole
     # sequence, or putting any text before it, leaves it as it was, as a bias of i − j would
     relative = "explicit"
-    reads_content = True
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
         super().__init__(n_embd, n_head, block_size)

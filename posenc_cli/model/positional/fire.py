@@ -35,8 +35,6 @@ class FIRE(PositionalScheme):
     kind = "bias"
     relative = "explicit"  # below the threshold L; past it the query's position joins in
     param_formula = "66 + 33·h"  # at the default width and depth; an instance states its own
-    adds_bias = True
-    bias_reads_query = True
     claim = Claim(used_by="research (Li et al. 2024; Zhou et al. 2024)")
 
     def __init__(

@@ -19,7 +19,6 @@ class Kerple(PositionalScheme):
     kind = "bias"
     relative = "explicit"
     param_formula = "2·h"
-    adds_bias = True
     claim = Claim(used_by="research (Chi et al. 2022)")
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):

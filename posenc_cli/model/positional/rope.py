@@ -19,7 +19,7 @@ from functools import partial
 import torch
 
 from posenc_cli.core.errors import UsageError, require_number
-from posenc_cli.model.extension import Rotation
+from posenc_cli.model.extension.rotation import Rotation
 from posenc_cli.model.positional.base import MAX_BASE, Claim, PositionalScheme
 from posenc_cli.model.positional.rope_scaling import rope_inv_freq, rope_scaling
 
@@ -73,6 +73,9 @@ def rotated_dims(head_dim: int, fraction: float) -> int:
     return dims
 
 
+DEFAULT_BASE = 10000.0  # RoFormer's and LLaMA's θ
+
+
 class RoPE(PositionalScheme):
     name = "rope"
     kind = "rotary"
@@ -86,7 +89,7 @@ class RoPE(PositionalScheme):
         n_head: int,
         block_size: int,
         *,
-        base: float = 10000.0,
+        base: float = DEFAULT_BASE,
         scaling: str = "none",
         scaling_factor: float | None = None,
         scaling_len: int | None = None,
@@ -125,7 +128,8 @@ class RoPE(PositionalScheme):
     @property
     def label_options(self) -> tuple[str, ...]:
         layout = () if self.layout == "half" else (self.layout,)
-        return layout + (() if self.rotary_fraction == 1 else (f"rotary={self.rotary_fraction:g}",))
+        base = () if self.base == DEFAULT_BASE else (f"base={self.base:g}",)
+        return layout + base + (() if self.rotary_fraction == 1 else (f"rotary={self.rotary_fraction:g}",))
 
     @property
     def unrotated_dims(self) -> int:
@@ -167,23 +171,6 @@ class RoPE(PositionalScheme):
             return Rotation(inv_freq, self.turn, self.spread)
         turn = partial(turn_first, turn=self.turn, rotated=self.rotary_dims)
         return Rotation(inv_freq, turn, partial(spread_first, spread=self.spread, head_dim=self.head_dim))
-
-    def check_takes_extension(self) -> None:
-        """RoPE takes any: an extension moves its rotated rows by more turns of the same frequencies. A
-        windowed layer is refused: its window already bounds the distances, and the extension's attention
-        would drop it."""
-        if not self.window.full:
-            raise UsageError(
-                f"scheme {self.label} attends within a window ({', '.join(self.window.options)}), which "
-                "already bounds its distances; the training-free extensions apply to full-attention RoPE"
-            )
-
-    def attend(self, q, k, v):
-        return (
-            None
-            if self.extension is None
-            else self.extension.attend(q, k, v, rotation=self.rotation(k.size(2)))
-        )
 
     def rotate(self, q, k, positions):
         cos, sin = self.cos_sin(positions)

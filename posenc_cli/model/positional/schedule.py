@@ -21,8 +21,8 @@ from typing import Any
 from torch import nn
 
 from posenc_cli.core.errors import UsageError, require_int, require_number
-from posenc_cli.model.positional.base import MAX_BASE, Claim, PositionalScheme
-from posenc_cli.model.positional.composite import RELATIVE_STRENGTH, part_spec
+from posenc_cli.model.positional.base import MAX_BASE, Claim, PositionalScheme, join_facts
+from posenc_cli.model.positional.composite import part_spec
 from posenc_cli.model.shape import MAX_MODEL_SIZE
 from posenc_cli.model.temperature import LLAMA4_BETA
 
@@ -90,12 +90,12 @@ class LayerSchedule(PositionalScheme):
             self.layers = nn.ModuleList(
                 self.layer(i, spec) for i, spec in enumerate(self.layer_specs(n_layer))
             )
-            self.relative = max((layer.relative for layer in self.layers), key=RELATIVE_STRENGTH.index)
-            self.adds_bias = any(layer.adds_bias for layer in self.layers)
-            self.rotation_reads_length = any(layer.rotation_reads_length for layer in self.layers)
-            self.rotation_reads_context = any(layer.rotation_reads_context for layer in self.layers)
-            self.reads_content = any(layer.reads_content for layer in self.layers)
+            join_facts(self)
         return list(self.layers)
+
+    @property
+    def members(self) -> tuple[PositionalScheme, ...]:
+        return tuple(self.layers)
 
     def bias_activations(self, length: int) -> int:
         """The layers' mean: the memory model counts this per layer, so their sum in all."""
@@ -117,31 +117,6 @@ class LayerSchedule(PositionalScheme):
                 "schedule takes schemes that act inside attention (rotary, bias, content or none)"
             )
         return built
-
-    def extended_layers(self) -> list[PositionalScheme]:
-        """The layers a training-free context extension applies to: those that take one (full-attention
-        RoPE); the others (NoPE, windowed, biased) compute as trained."""
-        takers = []
-        for layer in self.layers:
-            try:
-                layer.check_takes_extension()
-            except UsageError:
-                continue
-            takers.append(layer)
-        return takers
-
-    def check_takes_extension(self) -> None:
-        if not self.extended_layers():
-            raise UsageError(
-                f"scheme {self.label} has no full-attention RoPE layer to extend; self_extend, rerope, "
-                "leaky_rerope, dca and logn apply to the full-attention RoPE layers of a schedule"
-            )
-
-    def extend_context(self, extension) -> None:
-        self.check_takes_extension()
-        self.extension = extension
-        for layer in self.extended_layers():
-            layer.extend_context(extension)
 
     @property
     def max_len(self) -> int | None:
@@ -193,6 +168,11 @@ class IntervalSchedule(LayerSchedule):
     @property
     def label_options(self) -> tuple[str, ...]:
         return (f"every={self.every}",) if self.every != self.layers_needed else ()
+
+    @property
+    def local_window(self) -> tuple[str, ...]:
+        """`window=W` for a label, where some layer is the usual, windowed one (every > 1)."""
+        return (f"window={self.window_size}",) if self.every > 1 else ()
 
 
 def nth(n: int) -> str:
@@ -282,7 +262,7 @@ class RNoPESWA(IntervalSchedule):
 
     @property
     def label_options(self) -> tuple[str, ...]:
-        return super().label_options + (f"window={self.window_size}",) + shown("base", self.base, 10000.0)
+        return super().label_options + self.local_window + shown("base", self.base, 10000.0)
 
 
 class LocalGlobal(IntervalSchedule):
@@ -322,7 +302,7 @@ class LocalGlobal(IntervalSchedule):
     def label_options(self) -> tuple[str, ...]:
         return (
             super().label_options
-            + (f"window={self.window_size}",)
+            + self.local_window
             + shown("local_base", self.local_base, 10000.0)
             + shown("global_base", self.global_base, 1000000.0)
         )

@@ -32,7 +32,6 @@ class T5Bias(PositionalScheme):
     kind = "bias"
     relative = "explicit"
     param_formula = "buckets·h"
-    adds_bias = True
     claim = Claim(used_by="T5, Flan-T5")
 
     def __init__(

@@ -16,7 +16,7 @@ import torch
 
 from posenc_cli.core.choices import MAX_LENGTH
 from posenc_cli.core.errors import UsageError, require_number
-from posenc_cli.model.positional.base import Claim, PositionalScheme
+from posenc_cli.model.positional.base import Claim
 from posenc_cli.model.positional.rope import RoPE
 
 # γ, three decades either side of the paper's 0.4: below, the fastest pair's ζ ≈ γ leaves nothing of
@@ -58,8 +58,9 @@ class XPos(RoPE):
         zeta = (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim + gamma) / (1 + gamma)
         self.register_buffer("zeta", zeta, persistent=False)
 
-    def check_takes_extension(self) -> None:
-        PositionalScheme.check_takes_extension(self)  # its decay is tied to the tokens' own positions
+    def rotation(self, seq_len: int) -> None:
+        """None: its decay is tied to the tokens' own positions, so no extension can move them."""
+        return None
 
     def decay(self, positions: torch.Tensor) -> torch.Tensor:
         """(..., T, head_dim): ζ_j^(n/B) for each position n (centred) and each dimension's pair j."""
