@@ -752,3 +752,19 @@ def test_per_sequence_positions_bias_by_their_differences(name):
     want_grads = torch.autograd.grad((want * weights).sum(), inputs)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fires_evaluation_bias_is_its_one_hidden_layer_mlp_exactly(seed):
+    """A ReLU MLP of one scalar is linear between the points where its units turn on or off, so the
+    interpolation evaluation uses (no gradient) equals the MLP itself on every pair, whatever its weights."""
+    torch.manual_seed(seed)
+    fire = build_scheme("fire", 32, 4, block_size=64)
+    for parameter in fire.mlp.parameters():
+        torch.nn.init.normal_(parameter, std=2.0)
+    query = torch.arange(300)[:, None]
+    distance = query - torch.arange(300)
+    with torch.no_grad():
+        interpolated = fire.query_bias(query, distance)
+    run_through = fire.query_bias(query, distance).detach()  # grad enabled: the MLP on every pair
+    torch.testing.assert_close(interpolated, run_through, rtol=1e-5, atol=1e-5)

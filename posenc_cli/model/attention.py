@@ -116,6 +116,7 @@ def blocked_attention(
     tokens = torch.arange(first, first + Tk, device=q.device)
     per_sequence = positions is not None or layer.reads_content
     planes = len(parts) * (H if layer.adds_bias or layer.reads_content else 1) * (B if per_sequence else 1)
+    planes *= 1 if layer.distance_bias or not layer.adds_bias else 2  # a bias built per pair: its temporaries
     keys = parts[0][1]
 
     def rows(start: int, end: int) -> torch.Tensor:
@@ -171,10 +172,11 @@ def remapped_rows(
         key = torch.arange(first + low, first + high, device=v.device)
         own = seen[:, low - lo : high - lo] & remap.region(query[:, None], key[None]).eq(part)
         if added is None:
-            base = torch.zeros(own.shape, dtype=moved_q.dtype, device=v.device)
+            mask = torch.zeros(own.shape, dtype=moved_q.dtype, device=v.device).masked_fill_(
+                ~own, float("-inf")
+            )
         else:
-            base = added[..., low - lo : high - lo]
-        mask = base.masked_fill(~own, float("-inf"))
+            mask = added[..., low - lo : high - lo].masked_fill(~own, float("-inf"))
         out, lse = kernel_with_lse(moved_q[:, :, rows], moved_k[:, :, low:high], v[:, :, low:high], mask=mask)
         pieces.append((out, lse, own.any(-1)))
     return merged(pieces)

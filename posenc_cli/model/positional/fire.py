@@ -102,7 +102,25 @@ class FIRE(PositionalScheme):
     def query_bias(self, query, distance):
         # in fp32 under bf16 autocast: in bf16 the first layer's gradients were 5-7 % off (docs/tasks.md)
         with torch.autocast(distance.device.type, enabled=False):
-            return self.mlp(self.normalized_distance(query, distance)[..., None]).movedim(-1, 0)
+            x = self.normalized_distance(query, distance)
+            if len(self.mlp) == 3 and not torch.is_grad_enabled():  # one hidden layer, evaluation
+                return self.interpolated(x)
+            return self.mlp(x[..., None]).movedim(-1, 0)
+
+    def interpolated(self, x: torch.Tensor) -> torch.Tensor:
+        """The one-hidden-layer MLP at x in [0, 1], (H, ...), without running it on every pair: a ReLU
+        MLP of one scalar is linear between the points where a hidden unit turns on or off (−b/w), so
+        its values at those knots, interpolated, are the MLP's own, to float rounding. Evaluation of
+        every (query, key) pair then costs a search among w knots instead of a w-wide MLP."""
+        first = self.mlp[0]
+        weight, bias = first.weight[:, 0], first.bias
+        turns = -bias[weight != 0] / weight[weight != 0]
+        ends = torch.tensor([0.0, 1.0], dtype=x.dtype, device=x.device)
+        knots = torch.cat([turns[(turns > 0) & (turns < 1)].to(x.dtype), ends]).unique()  # sorted
+        values = self.mlp(knots[:, None]).T  # (H, K)
+        slopes = (values[:, 1:] - values[:, :-1]) / (knots[1:] - knots[:-1])  # (H, K - 1)
+        left = (torch.searchsorted(knots, x.contiguous()) - 1).clamp_(0, knots.numel() - 2)
+        return slopes[:, left].mul_(x - knots[left]).add_(values[:, left])
 
     def bias(self, distance):
         """The bias of queries within the threshold (i <= L, training's usual case), where FIRE is a
