@@ -14,8 +14,9 @@ import dataclasses
 import os
 from collections.abc import Iterable
 from dataclasses import asdict
+from inspect import Parameter, Signature, signature
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -24,12 +25,14 @@ from posenc_cli.cli.inspect_command import check_options
 from posenc_cli.cli.schemes_command import scheme_rows
 from posenc_cli.core.device import resolve_device
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.option_groups import EvalOptions, ProbeOptions
+from posenc_cli.core.options import Option, build, options_of
 from posenc_cli.evaluation.hf_loading import load_hf_model
 from posenc_cli.evaluation.hf_options import hf_options
 from posenc_cli.inspection.inspect_scheme import inspect_scheme
 from posenc_cli.report.results_file import labels_as_text
-from posenc_cli.report.run_eval import EvalOptions, Evaluation, run_eval
-from posenc_cli.report.run_probe import ProbeOptions, probe_options
+from posenc_cli.report.run_eval import Evaluation, run_eval
+from posenc_cli.report.run_probe import probe_options
 from posenc_cli.rundir import loading
 from posenc_cli.rundir.loading import LoadedRun
 from posenc_cli.training.launch import train_with
@@ -37,10 +40,10 @@ from posenc_cli.training.launch import train_with
 __all__ = ["Evaluation", "UsageError", "evaluate", "inspect", "load_hf", "load_run", "probe", "schemes"]
 __all__ += ["train", "__version__"]
 
-EVAL, PROBE = EvalOptions(runs=[]), ProbeOptions(runs=[])  # the commands' defaults: the keywords' too
-
-
 TARGETS = "a run directory, an hf: name or a loaded run, or a list of them"
+TARGET_TYPES = str | os.PathLike | LoadedRun | Iterable[str | os.PathLike | LoadedRun]
+LISTED = str | int | float | Iterable  # a comma list's keyword: the list, or the command's text
+PATH = str | os.PathLike | None
 VALUES = 'a value, a comma list ("a,b") or a list of values'
 INSPECT_OPTIONS = ("dim", "heads", "layout", "length", "slopes")  # inspect's keywords besides `out`
 
@@ -110,69 +113,49 @@ def load_hf(
     return load_hf_model(name, **options)
 
 
-def evaluate(
-    targets: str | Path | LoadedRun | Iterable[str | Path | LoadedRun],
-    *,
-    lengths: str | int | Iterable[int] = EVAL.lengths,
-    mode: str = EVAL.mode,
-    stride: int | None = EVAL.stride,
-    max_tokens: int = EVAL.max_tokens,
-    data: str | Path | None = EVAL.data,
-    device: str = EVAL.device,
-    rope_scaling: str | Iterable[str] = EVAL.rope_scaling,
-    rope_factor: float | None = EVAL.rope_factor,
-    self_extend_group: int | None = EVAL.self_extend_group,
-    self_extend_window: int | None = EVAL.self_extend_window,
-    rerope_window: int | None = EVAL.rerope_window,
-    rerope_leak: float | None = EVAL.rerope_leak,
-    dca_chunk: int | None = EVAL.dca_chunk,
-    dca_local: int | None = EVAL.dca_local,
-    learned_overflow: str | Iterable[str] = EVAL.learned_overflow,
-    add_context: bool = EVAL.add_context,
-    hf_context: int | None = EVAL.hf_context,
-    dtype: str = EVAL.dtype,
-    device_map: str | None = EVAL.device_map,
-    text_field: str = EVAL.text_field,
-    documents: bool = EVAL.documents,
-    lang: str = EVAL.lang,
-    ppl_tolerance: float = EVAL.ppl_tolerance,
-    retrieval_threshold: float = EVAL.retrieval_threshold,
-    out: str | Path | None = EVAL.out,
-    force: bool = EVAL.force,
-) -> Evaluation:
+def keyword(item: Option) -> Parameter:
+    """One option of a group (core.options) as the API's keyword: its name and default, its type widened
+    where the API takes more than the command's text (a list for a comma list, a Path for a path)."""
+    kind = LISTED if item.spec.listed else PATH if item.spec.path else item.type
+    return Parameter(item.name, Parameter.KEYWORD_ONLY, default=item.default, annotation=kind)
+
+
+def with_keywords(options: type) -> Callable[[Callable], Callable]:
+    """A call's signature made from a command's options class: the targets, then every option of its
+    groups as a keyword with the command's default, so the keywords are the command's by construction."""
+
+    def made(call: Callable) -> Callable:
+        first = Parameter("targets", Parameter.POSITIONAL_OR_KEYWORD, annotation=TARGET_TYPES)
+        call.__signature__ = Signature(
+            [first, *map(keyword, options_of(options))], return_annotation=call.__annotations__.get("return")
+        )
+        return call
+
+    return made
+
+
+def options_from(call: Callable, options: type, targets: Any, keywords: dict[str, Any]) -> Any:
+    """The command's options from a call's targets and keywords (an unknown keyword: Python's TypeError),
+    each spelled as the command line spells it, so that the command's own checks run on them."""
+    bound = signature(call).bind(targets, **keywords)
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    for item in options_of(options):
+        value = values[item.name]
+        if item.spec.listed:
+            values[item.name] = as_text(item.name, value)
+        elif item.spec.path:
+            values[item.name] = optional_text(item.name, value)
+    return build(options, values, runs=target_names(values["targets"]))
+
+
+@with_keywords(EvalOptions)
+def evaluate(targets: Any, **keywords: Any) -> Evaluation:
     """`posenc eval`, its options as keywords (lists or the command's comma lists), checked by the
     command's own checks: every target at every length (`.tasks` holds task runs' accuracy). With `out`,
     the output set (tables, figures, results.json) is written there too; without it, nothing is written."""
-    options = EvalOptions(
-        runs=target_names(targets),
-        lengths=as_text("lengths", lengths),
-        mode=mode,
-        stride=stride,
-        max_tokens=max_tokens,
-        out=optional_text("out", out),
-        data=optional_text("data", data),
-        text_field=text_field,
-        documents=documents,
-        device=device,
-        lang=lang,
-        rope_scaling=as_text("rope_scaling", rope_scaling),
-        rope_factor=rope_factor,
-        self_extend_group=self_extend_group,
-        self_extend_window=self_extend_window,
-        rerope_window=rerope_window,
-        rerope_leak=rerope_leak,
-        dca_chunk=dca_chunk,
-        dca_local=dca_local,
-        learned_overflow=as_text("learned_overflow", learned_overflow),
-        hf_context=hf_context,
-        dtype=dtype,
-        device_map=device_map,
-        add_context=add_context,
-        ppl_tolerance=ppl_tolerance,
-        retrieval_threshold=retrieval_threshold,
-        force=force,
-    )
-    result = run_eval(options, write=out is not None)
+    options = options_from(evaluate, EvalOptions, targets, keywords)
+    result = run_eval(options, write=options.outputs.out is not None)
     tasks = None if result.tasks is None else labels_as_text(result.tasks)
     return dataclasses.replace(  # each column as ppl.csv shows it, as a notebook selects it (info: by Label)
         result,
@@ -182,65 +165,13 @@ def evaluate(
     )
 
 
-def probe(
-    targets: str | Path | LoadedRun | Iterable[str | Path | LoadedRun],
-    *,
-    lengths: str | int | Iterable[int] = PROBE.lengths,
-    depths: str | float | Iterable[float] = PROBE.depths,
-    trials: int = PROBE.trials,
-    seed: int = PROBE.seed,
-    task: str = PROBE.task,
-    distractors: int | None = PROBE.distractors,
-    rope_scaling: str | Iterable[str] = PROBE.rope_scaling,
-    rope_factor: float | None = PROBE.rope_factor,
-    self_extend_group: int | None = PROBE.self_extend_group,
-    self_extend_window: int | None = PROBE.self_extend_window,
-    rerope_window: int | None = PROBE.rerope_window,
-    rerope_leak: float | None = PROBE.rerope_leak,
-    dca_chunk: int | None = PROBE.dca_chunk,
-    dca_local: int | None = PROBE.dca_local,
-    add_context: bool = PROBE.add_context,
-    device: str = PROBE.device,
-    hf_context: int | None = PROBE.hf_context,
-    dtype: str = PROBE.dtype,
-    device_map: str | None = PROBE.device_map,
-    lang: str = PROBE.lang,
-    ppl_tolerance: float = PROBE.ppl_tolerance,
-    retrieval_threshold: float = PROBE.retrieval_threshold,
-    out: str | Path | None = PROBE.out,
-    force: bool = PROBE.force,
-) -> pd.DataFrame:
+@with_keywords(ProbeOptions)
+def probe(targets: Any, **keywords: Any) -> pd.DataFrame:
     """`posenc probe`, its options as keywords, checked by the command's own checks: passkey or needle
     retrieval by length and depth, once per RoPE scaling method; probe.csv's rows (and its output set
     with `out`; without it, nothing is written)."""
-    options = ProbeOptions(
-        runs=target_names(targets),
-        lengths=as_text("lengths", lengths),
-        depths=as_text("depths", depths),
-        trials=trials,
-        seed=seed,
-        out=optional_text("out", out),
-        device=device,
-        lang=lang,
-        hf_context=hf_context,
-        dtype=dtype,
-        device_map=device_map,
-        add_context=add_context,
-        task=task,
-        distractors=distractors,
-        rope_scaling=as_text("rope_scaling", rope_scaling),
-        rope_factor=rope_factor,
-        self_extend_group=self_extend_group,
-        self_extend_window=self_extend_window,
-        rerope_window=rerope_window,
-        rerope_leak=rerope_leak,
-        dca_chunk=dca_chunk,
-        dca_local=dca_local,
-        retrieval_threshold=retrieval_threshold,
-        ppl_tolerance=ppl_tolerance,
-        force=force,
-    )
-    return labels_as_text(probe_options(options, write=out is not None).rows)
+    options = options_from(probe, ProbeOptions, targets, keywords)
+    return labels_as_text(probe_options(options, write=options.outputs.out is not None).rows)
 
 
 def schemes() -> pd.DataFrame:

@@ -18,14 +18,6 @@ MAX_MODULE_LINES = 350
 
 # "path:qualified name" -> why it is kept.
 EXCEPTIONS = {
-    "posenc_cli/cli/eval_command.py:eval_command": (
-        "Typer reads a command's options from its signature: eval's 14, with their --help text, are 48 "
-        "lines before the body (which hands its checks and output to helpers)"
-    ),
-    "posenc_cli/cli/probe_command.py:probe": (
-        "Typer reads a command's options from its signature: probe's 16, with their --help text, are "
-        "over 60 lines before the body (which hands its work to run_probe and its output to helpers)"
-    ),
     "posenc_cli/evaluation/hf_extension.py:extended_attention": (
         "transformers' AttentionInterface calls it with module, query, key, value, attention_mask positionally"
     ),

@@ -21,9 +21,9 @@ from conftest import ROOT
 from conftest import posenc as posenc_cli_command
 from posenc_cli.cli.schemes_command import scheme_rows
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.option_groups import EvalOptions, ProbeOptions
+from posenc_cli.core.options import given, options_of
 from posenc_cli.model.positional import SCHEMES
-from posenc_cli.report.run_eval import EvalOptions
-from posenc_cli.report.run_probe import ProbeOptions
 
 
 def refusal(*args: str) -> str:
@@ -69,7 +69,7 @@ def api_call(args: list[str]):
     value of the keyword's type (an int for --trials 0, True for a flag), RUNS as the targets."""
     command, *rest = args
     options = ProbeOptions if command == "probe" else EvalOptions
-    hints = typing.get_type_hints(options)
+    hints = {item.name: item.type for item in options_of(options)}
     targets, keywords, words = [], {}, iter(rest)
     for word in words:
         if not word.startswith("--"):
@@ -228,7 +228,7 @@ def test_a_single_length_depth_or_target_is_taken_as_a_list_of_one(call, field, 
     probing = SimpleNamespace(rows=pd.DataFrame())
     monkeypatch.setattr(posenc, "probe_options", lambda options, write: seen.append(options) or probing)
     call()
-    assert getattr(seen[0], field) == built
+    assert given(seen[0])[field] == built
 
 
 def test_one_override_string_is_one_override_never_its_characters(monkeypatch):

@@ -13,8 +13,8 @@ import pytest
 from conftest import BEYOND_CHAPTERS, ROOT, invoke, run_cli
 from posenc_cli import __version__
 from posenc_cli.cli import schemes_command
-from posenc_cli.cli.app import ROPE_METHOD_PARTS
 from posenc_cli.cli.completion import hydra_completions
+from posenc_cli.core.option_groups import ROPE_METHOD_PARTS
 
 COMMANDS = ("train", "eval", "probe", "sample", "export", "schemes", "inspect", "bench")
 
@@ -129,31 +129,6 @@ def test_a_bad_fixed_choice_is_refused_while_parsing_naming_what_is_allowed():
     ):
         result = invoke(*args)
         assert result.code == 2 and allowed in result.stderr and "Traceback" not in result.stderr, args
-
-
-def test_eval_and_probe_declare_their_options_with_the_defaults_and_choices_their_checks_hold():
-    """The command line's options of eval and probe are the fields of the options its work and the Python
-    API check (report.run_eval, report.run_probe): the same names, defaults and fixed choices."""
-    import dataclasses
-
-    from posenc_cli.cli.main import command
-    from posenc_cli.report.run_eval import CHOICES, EvalOptions
-    from posenc_cli.report.run_probe import ProbeOptions
-
-    for name, options in (("eval", EvalOptions), ("probe", ProbeOptions)):
-        params = {p.name: p for p in command().commands[name].params}
-        fields = {f.name: f.default for f in dataclasses.fields(options)}
-        assert set(params) == set(fields), name
-        for field, default in fields.items():
-            declared = params[field].default
-            assert declared == default or (declared is None and field == "runs"), (
-                name,
-                field,
-                declared,
-                default,
-            )
-            if field in CHOICES:
-                assert f"[{'|'.join(CHOICES[field].names)}]" in (params[field].metavar or ""), (name, field)
 
 
 def test_every_command_that_writes_an_output_set_takes_force():

@@ -14,15 +14,24 @@ from posenc_cli.config.schema import DATA, OPTIONS, PosencConfig, TrainConfig
 from posenc_cli.core.errors import UsageError
 from posenc_cli.model.shape import ModelSize
 from posenc_cli.rundir.claim import claim
+from posenc_cli.training.launch import train_request
 from posenc_cli.training.preflight import preflight, validate
 
 
 def test_scheme_a_plus_b_and_a_scheme_option_compose_from_the_command_line():
     """Composites take options per part; scale_embeddings is an option of every additive scheme."""
-    preflight(["scheme=sinusoidal+learned", "scheme.parts.1.max_len=512", "train.block_size=64"])
-    preflight(["scheme=rope+alibi", "scheme.parts.0.layout=interleaved", "scheme.parts.1.slopes=chapter"])
-    preflight(["scheme=sinusoidal+learned", "scheme.parts=[sinusoidal,{name:learned,max_len:300}]"])
-    preflight(["scheme=learned", "scheme.scale_embeddings=true"])
+    preflight(
+        train_request(["scheme=sinusoidal+learned", "scheme.parts.1.max_len=512", "train.block_size=64"])
+    )
+    preflight(
+        train_request(
+            ["scheme=rope+alibi", "scheme.parts.0.layout=interleaved", "scheme.parts.1.slopes=chapter"]
+        )
+    )
+    preflight(
+        train_request(["scheme=sinusoidal+learned", "scheme.parts=[sinusoidal,{name:learned,max_len:300}]"])
+    )
+    preflight(train_request(["scheme=learned", "scheme.scale_embeddings=true"]))
 
 
 BAD_VALUES = {  # override -> what the one line must name
@@ -93,7 +102,7 @@ TOO_BIG = [
 
 def refusal(args: str) -> str:
     with pytest.raises(UsageError) as caught:
-        preflight(args.split())
+        preflight(train_request(args.split()))
     return str(caught.value)
 
 
@@ -130,11 +139,20 @@ def test_what_hydra_composes_by_default_is_the_dataclasses_defaults():
     defaults, and the pre-flight turns it into those dataclasses."""
     from posenc_cli.config.hydra_args import composing, parse_hydra_args
 
-    preflight([])
+    preflight(train_request([]))
     # the layer schedules need more layers than 1 or 2 (tests/test_layer_schedules.py)
     schedules = "exclude=[schedule,irope,rnope_swa,local_global]"
     preflight(
-        ["-m", f"scheme=glob(*,{schedules})", "seed=range(0,3)", "model.n_layer=choice(1,2)", "--cfg", "job"]
+        train_request(
+            [
+                "-m",
+                f"scheme=glob(*,{schedules})",
+                "seed=range(0,3)",
+                "model.n_layer=choice(1,2)",
+                "--cfg",
+                "job",
+            ]
+        )
     )
     with composing(parse_hydra_args([])) as compose_point:
         composed = compose_point([])
@@ -167,7 +185,7 @@ def test_a_10000_point_sweep_checks_a_bounded_spread_of_points_with_every_small_
     assert len(points) == VALUES_CHECKED_PER_KEY  # not 30,000 compositions
     assert {"seed=0", "seed=9999"} <= seeds and len(seeds) == VALUES_CHECKED_PER_KEY
     assert schemes == {"scheme=rope", "scheme=alibi", "scheme=t5"}
-    preflight(["-m", "seed=range(0,10000)", "data.seed=range(0,100)", "experiment=smoke"])
+    preflight(train_request(["-m", "seed=range(0,10000)", "data.seed=range(0,100)", "experiment=smoke"]))
     message = refusal("-m seed=range(0,100) data.seed=range(-1,99)")  # one bad value among 10,000 points
     assert "data.seed" in message
 
@@ -205,10 +223,12 @@ def test_a_run_directory_named_by_hydra_s_own_interpolations_is_the_one_hydra_wr
     """${hydra:...} in hydra.run.dir, a Hydra habit, was once refused ("HydraConfig was not set"): the
     pre-flight resolves it as Hydra's run does, and the directory it claims reads back through Hydra's
     grammar whatever characters the name holds (an override_dirname's = and ,)."""
-    run = preflight([f"hydra.run.dir={tmp_path}/${{hydra:job.name}}_${{hydra:runtime.choices.scheme}}"])
+    run = preflight(
+        train_request([f"hydra.run.dir={tmp_path}/${{hydra:job.name}}_${{hydra:runtime.choices.scheme}}"])
+    )
     assert run.directory == tmp_path / "train_rope"
     named = tmp_path / "scheme=rope,seed=3"
-    args = ["-m", "scheme=rope,alibi", *claim(["-m", "scheme=rope,alibi"], named)]
+    args = ["-m", "scheme=rope,alibi", *claim(train_request(["-m", "scheme=rope,alibi"]), named)]
     assert parse_hydra_args(args).overrides[-1] == f'hydra.sweep.dir="{named}"' and named.is_dir()
     assert OverridesParser.create().parse_overrides([args[-1]])[0].value() == str(named)
 
@@ -220,7 +240,7 @@ def test_a_sweep_directory_named_by_one_job_s_values_is_refused(tmp_path):
         message = refusal(f"-m scheme=rope,alibi hydra.sweep.dir={tmp_path}/{named}")
         assert "names one job's value" in message and "hydra.sweep.subdir" in message, message
     assert preflight(
-        ["-m", "scheme=rope,alibi", f"hydra.sweep.dir={tmp_path}/${{hydra.job.name}}"]
+        train_request(["-m", "scheme=rope,alibi", f"hydra.sweep.dir={tmp_path}/${{hydra.job.name}}"])
     ).directory == (tmp_path / "train")
 
 
@@ -239,9 +259,11 @@ def test_a_sweep_with_cfg_prints_every_job_and_with_info_describes_the_first(cap
     from posenc_cli.config.hydra_args import print_sweep
 
     with mock.patch.object(hydra_args, "compose", wraps=hydra_args.compose) as compose:
-        preflight(["-m", "--cfg", "job", "seed=range(0,10000)"])
+        preflight(train_request(["-m", "--cfg", "job", "seed=range(0,10000)"]))
     assert compose.call_count == 1  # one composition, not 10,000
-    print_sweep(["-m", "--cfg", "job", "experiment=smoke", "scheme=glob(ro*)", "seed=range(0,2)"])
+    print_sweep(
+        parse_hydra_args(["-m", "--cfg", "job", "experiment=smoke", "scheme=glob(ro*)", "seed=range(0,2)"])
+    )
     printed = capsys.readouterr().out
     assert printed.count("# job ") == 2 and "# job 1: experiment=smoke scheme=rope seed=1" in printed
     from conftest import posenc

@@ -499,7 +499,7 @@ def drawn_colours(df, monkeypatch):
 
 
 def test_each_scheme_keeps_one_colour_blind_safe_colour_in_every_figure(monkeypatch):
-    from posenc_cli.report.plots import SCHEME_STYLES, scheme_style
+    from posenc_cli.report.styles import SCHEME_STYLES, scheme_style
 
     assert len({colour for colour, _ in SCHEME_STYLES.values()}) == len(SCHEME_STYLES)  # distinct per scheme
     everything = pd.DataFrame(sum((ppl_rows(s, {256: 3.0, 1024: 4.0}) for s in SCHEME_STYLES), []))
@@ -514,6 +514,20 @@ def test_each_scheme_keeps_one_colour_blind_safe_colour_in_every_figure(monkeypa
     )  # a variant: its base's colour,
     yarn, rope = scheme_style(column("rope", "yarn")), scheme_style(column("rope"))
     assert yarn["linestyle"] != rope["linestyle"]  # another line style
+
+
+def test_a_scheme_registered_without_a_style_line_takes_a_palette_colour_by_registry_order_never_grey(
+    monkeypatch,
+):
+    from posenc_cli.model import positional
+    from posenc_cli.report.styles import SCHEME_STYLES, SPARE_STYLES, UNKNOWN_STYLE, scheme_style
+
+    assert not {c for c, _ in SPARE_STYLES} & {c for c, _ in (*SCHEME_STYLES.values(), UNKNOWN_STYLE)}
+    monkeypatch.setitem(positional.SCHEMES, "newer", positional.SCHEMES["rope"])
+    monkeypatch.setitem(positional.SCHEMES, "newest", positional.SCHEMES["rope"])
+    newer, newest = scheme_style(column("newer")), scheme_style(column("newest"))
+    assert newer["color"] != newest["color"] and UNKNOWN_STYLE[0] not in (newer["color"], newest["color"])
+    assert newer["color"] not in {c for c, _ in SCHEME_STYLES.values()}
 
 
 MIXED_COLUMNS = [
@@ -544,7 +558,7 @@ def mixed_results() -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_every_line_of_a_mixed_figure_is_told_apart_by_colour_line_style_or_marker():
     """Colour by scheme for posenc's runs and by model for pretrained ones (never grey), line style by
     variant, marker by tokenizer: no two columns share all three."""
-    from posenc_cli.report.plots import UNKNOWN_STYLE, figure_styles
+    from posenc_cli.report.styles import UNKNOWN_STYLE, figure_styles
 
     columns = [label for label, _, _ in MIXED_COLUMNS]
     styles = figure_styles(columns, {label: tokenizer for label, tokenizer, _ in MIXED_COLUMNS})

@@ -21,6 +21,7 @@ from posenc_cli.model.positional.rope_scaling import RopeScaling
 from posenc_cli.rundir.layout import CHECKPOINT
 from posenc_cli.rundir.lineage import initial_state, lineage, source_checkpoint
 from posenc_cli.rundir.record import Checkpoint, RunRecord, save_checkpoint
+from posenc_cli.training.launch import train_request
 from posenc_cli.training.preflight import preflight
 
 pytestmark = pytest.mark.slow  # trains or starts real processes: `make test-fast` leaves it out
@@ -157,7 +158,7 @@ def test_randomized_positions_are_sorted_distinct_in_range_and_seeded():
 )
 def test_bad_extension_overrides_are_refused_before_training(overrides, needle):
     with pytest.raises(UsageError, match=needle.replace(".", r"\.")):
-        preflight([*SMOKE, *overrides])
+        preflight(train_request([*SMOKE, *overrides]))
 
 
 @pytest.mark.parametrize(
@@ -175,14 +176,16 @@ def test_init_from_refuses_another_model_or_vocabulary(scheme, overrides, needle
     (tmp_path / "other.txt").write_text("abcd efgh " * 300, encoding="utf-8")
     with pytest.raises(UsageError, match=needle):
         preflight(
-            [
-                *SMOKE,
-                "model.n_layer=1",
-                "model.n_head=2",
-                "model.n_embd=32",
-                f"train.init_from={run}",
-                *overrides,
-            ]
+            train_request(
+                [
+                    *SMOKE,
+                    "model.n_layer=1",
+                    "model.n_head=2",
+                    "model.n_embd=32",
+                    f"train.init_from={run}",
+                    *overrides,
+                ]
+            )
         )
 
 

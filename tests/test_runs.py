@@ -98,16 +98,17 @@ def test_the_run_directory_is_claimed_without_composing_the_config_again(tmp_pat
 
     from posenc_cli.config import hydra_args
     from posenc_cli.rundir.claim import claim
+    from posenc_cli.training.launch import train_request
     from posenc_cli.training.preflight import preflight
 
     monkeypatch.chdir(tmp_path)
     composed = []
     monkeypatch.setattr(hydra_args, "compose", lambda *a, **k: composed.append(k) or hydra.compose(*a, **k))
-    directory = preflight([*args, *SMOKE]).directory
+    directory = preflight(train_request([*args, *SMOKE])).directory
     checked = len(composed)  # one composition per job
     assert checked == (2 if args[:1] == ["-m"] else 1)
     assert directory == Path("mine") if where == "mine" else directory.parent == Path(where)
-    claimed = claim([*args, *SMOKE], directory)
+    claimed = claim(train_request([*args, *SMOKE]), directory)
     assert len(composed) == checked and (tmp_path / directory).is_dir()
     key = "hydra.sweep.dir" if args[:1] == ["-m"] else "hydra.run.dir"
     assert claimed == [] if where == "mine" else claimed == [f"{key}={directory}"]
@@ -360,11 +361,11 @@ def test_a_resume_never_trusts_a_checkpoint_with_wrong_field_types(run, field, v
 
 
 def test_a_resume_may_restate_the_runs_own_values_and_a_change_names_both(run):
-    from posenc_cli.rundir.resume import resume_args
+    from posenc_cli.training.launch import train_request
     from posenc_cli.training.preflight import preflight
 
     restated = [f"train.resume={run}", *SMOKE, "scheme=rope", "seed=0", "train.max_steps=30"]
-    assert preflight(resume_args(restated)).directory == run
+    assert preflight(train_request(restated)).directory == run
     before = snapshot(run)
     assert_refused(
         *posenc("train", f"train.resume={run}", "scheme=rope", "scheme.base=500"),

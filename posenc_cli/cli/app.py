@@ -5,23 +5,15 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Any
+from typing import Any, Callable, List
 
 import typer
 
 from posenc_cli.core import ui
-from posenc_cli.core.choices import (
-    CHAPTER_SCHEMES,
-    CONTEXT_REMAPS,
-    DEVICES,
-    HF_ROPE_SCALING,
-    INDEXED_DEVICE,
-    LOGN,
-    PPL_TOLERANCE,
-    RETRIEVAL_THRESHOLD,
-    ROPE_SCALING,
-)
+from posenc_cli.core.choices import CHAPTER_SCHEMES, DEVICES, INDEXED_DEVICE
 from posenc_cli.core.errors import require_choice
+from posenc_cli.core.option_groups import DEVICE_HELP, FORCE_HELP
+from posenc_cli.core.options import Option, options_of
 
 HELP_OPTION_NAMES = ["-h", "--help"]
 app = typer.Typer(
@@ -89,11 +81,8 @@ def posenc(
     """Train small GPTs with different positional encodings and measure how far past their training length each one holds up."""
 
 
-DEVICE_HELP = "Where the model runs (auto: cuda, then mps, then cpu; cuda:N also works)."
-
-
 def device_option() -> Any:
-    """--device, as every command that runs a model declares it."""
+    """--device, as every command that runs a model declares it (eval's and probe's: core.option_groups)."""
     return choice("auto", DEVICES, DEVICE_HELP, "--device", also=INDEXED_DEVICE)
 
 
@@ -106,94 +95,42 @@ def runs_argument(hf_note: str = "") -> Any:
     )
 
 
-def lengths_option(default: str, help: str) -> Any:
-    """--lengths (-l): a comma list of lengths, as eval and probe take it."""
-    return typer.Option(default, "--lengths", "-l", help=help)
-
-
-ROPE_METHOD_PARTS = ROPE_SCALING + HF_ROPE_SCALING + CONTEXT_REMAPS + (LOGN,)  # --rope-scaling's names
-
-
-def rope_scaling_option(scored: str) -> Any:
-    """--rope-scaling, as eval and probe take it: each RoPE-based run is `scored` once per method. --help
-    lists and shells complete its names; the names joined by + are checked by one parser, the one the
-    Python API runs too (model.extension.method.parse_methods, before any model is loaded)."""
-
-    def complete(incomplete: str) -> list[str]:
-        cut = max(incomplete.rfind(","), incomplete.rfind("+")) + 1
-        return [incomplete[:cut] + name for name in ROPE_METHOD_PARTS if name.startswith(incomplete[cut:])]
-
-    return typer.Option(
-        "none",
-        "--rope-scaling",
-        help=f"Comma list of RoPE context-extension methods: each RoPE-based run is {scored} once per method "
-        "(labelled rope+yarn, rope+self_extend (G=8, W=64) etc.), no retraining; a run without a rotary scheme "
-        f"once, as trained. A METHOD is a frequency scaling ({', '.join(ROPE_SCALING)}; "
-        f"{', '.join(HF_ROPE_SCALING)} for hf: models only, which go through transformers' own "
-        f"rope_parameters), a training-free extension of attention ({', '.join(CONTEXT_REMAPS)}) or {LOGN} "
-        "(log-n query scaling), or one of each joined by + (yarn+logn, ntk+dca).",
-        metavar="METHOD[+METHOD],...",
-        autocompletion=complete,
+def parameter(item: Option) -> inspect.Parameter:
+    """One option of a group (core.options) as the keyword parameter Typer reads: its names, default,
+    help, and for fixed names their check while parsing, metavar and completion."""
+    names, spec = (item.flag, *item.spec.short), item.spec
+    if item.type is bool:
+        declared = flag(spec.help, *names)
+    elif spec.choice is not None:
+        c = spec.choice
+        declared = choice(item.default, c.names, spec.help, *names, comma_list=c.comma_list, also=c.also)
+    else:
+        declared = typer.Option(
+            item.default, *names, help=spec.help, metavar=spec.metavar, autocompletion=spec.complete
+        )
+    return inspect.Parameter(
+        item.name, inspect.Parameter.KEYWORD_ONLY, default=declared, annotation=item.type
     )
 
 
-EXTENSION_HELP = {  # the training-free extensions' parameters (model/extension), as eval and probe take them
-    "--self-extend-group": "With --rope-scaling self_extend: the group size G, distant keys sharing positions "
-    "floor(pos/G) (default 8).",
-    "--self-extend-window": "With --rope-scaling self_extend: the neighbour window W, at most the training "
-    "length; nearer keys keep their exact positions (default: a quarter of the training length).",
-    "--rerope-window": "With --rope-scaling rerope or leaky_rerope: the window w, at most the training length; "
-    "farther distances are clipped at w (default: an eighth of the training length).",
-    "--rerope-leak": "With --rope-scaling leaky_rerope: k, above 1; past the window distances grow with slope "
-    "1/k (default 16).",
-    "--dca-chunk": "With --rope-scaling dca: Dual Chunk Attention's chunk size s (default: 5/8 of the training "
-    "length).",
-    "--dca-local": "With --rope-scaling dca: the local window w across neighbouring chunks; s + w at most the "
-    "training length (default: 1/8 of the training length).",
-}
+def with_options(options: type, runs: Any) -> Callable[[Callable], Callable]:
+    """A command's signature made from its options class (core.option_groups): RUNS, then every option of
+    its groups, so that the command line declares each option as its group defines it, and nothing else."""
 
+    def made(command: Callable) -> Callable:
+        first = inspect.Parameter(
+            "runs", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=runs, annotation=List[str]
+        )
+        command.__signature__ = inspect.Signature([first, *map(parameter, options_of(options))])
+        command.__annotations__ = {}
+        return command
 
-def extension_option(name: str) -> Any:
-    """One of EXTENSION_HELP's options, as eval and probe take it: refused without its method."""
-    return typer.Option(None, name, help=EXTENSION_HELP[name])
-
-
-def rope_factor_option(default: str) -> Any:
-    """--rope-factor, as eval and probe take it; `default` says what s is without it."""
-    return typer.Option(
-        None,
-        "--rope-factor",
-        help=f"Scale factor s for --rope-scaling, from 1 to 10,000 (default: {default}).",
-    )
-
-
-def ppl_tolerance_option(where: str = "") -> Any:
-    """--ppl-tolerance: the perplexity half of the effective-length rule (report.effective_length)."""
-    return typer.Option(
-        PPL_TOLERANCE,
-        "--ppl-tolerance",
-        help="Effective length (comparison.md): the longest length up to which perplexity stays within this "
-        f"fraction of its value at the reference length{where}.",
-    )
-
-
-def retrieval_threshold_option(where: str = "") -> Any:
-    """--retrieval-threshold: the retrieval half of the effective-length rule (report.effective_length)."""
-    return typer.Option(
-        RETRIEVAL_THRESHOLD,
-        "--retrieval-threshold",
-        help="Effective length (comparison.md): the longest length up to which at least this share of keys "
-        f"(0-1] is retrieved, depths and seeds averaged{where}.",
-    )
+    return made
 
 
 def force_option() -> Any:
-    """--force, as every command that writes an output set declares it."""
-    return flag(
-        "Write into --out even where it holds another kind of output set (an export, eval's tables, bench's): "
-        "the files that set's manifest.json lists are removed once the new set is written, and no other file.",
-        "--force",
-    )
+    """--force, as every command that writes an output set declares it (eval's and probe's: core.option_groups)."""
+    return flag(FORCE_HELP, "--force")
 
 
 def reflow(text: str) -> str:

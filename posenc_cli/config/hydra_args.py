@@ -92,13 +92,12 @@ def output_key(parsed) -> str:
     return "hydra.sweep.dir" if parsed.multirun else "hydra.run.dir"
 
 
-def print_sweep(args: list[str]) -> None:
-    """`posenc train -m ... --cfg job|hydra|all`, which Hydra itself refuses: each job's config in
-    sweep order, under a `# job N: overrides` line, printed as it is composed (a bad point stops it with
-    one line). --cfg's `--package` is not applied."""
+def print_sweep(parsed) -> None:
+    """`posenc train -m ... --cfg job|hydra|all` (`parsed` by Hydra's parser), which Hydra itself refuses:
+    each job's config in sweep order, under a `# job N: overrides` line, printed as it is composed (a bad
+    point stops it with one line). --cfg's `--package` is not applied."""
     import sys
 
-    parsed = parse_hydra_args(args)
     with composing(parsed) as compose_point:
         for n, point in enumerate(sweep_points(parsed.overrides, every=True)):
             part = {"job": None, "hydra": "hydra", "all": ""}[parsed.cfg]
@@ -111,9 +110,8 @@ def print_sweep(args: list[str]) -> None:
             sys.stdout.flush()
 
 
-def first_sweep_point(args: list[str]) -> list[str]:
-    """The overrides of a sweep's first job: what `-m --info` describes (Hydra refuses -m with --info)."""
-    parsed = parse_hydra_args(args)
+def first_sweep_point(parsed) -> list[str]:
+    """The overrides of a sweep's first job (`parsed` by Hydra's parser): what `-m --info` describes."""
     with composing(parsed):
         return sweep_points(parsed.overrides)[0]
 

@@ -3,7 +3,6 @@ The require_* checks are the only range checks: configs, schemes and CLI options
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import re
@@ -89,20 +88,3 @@ def require_choice(
         name = part.strip() if isinstance(part, str) else part
         if name not in choices and not (also and isinstance(name, str) and re.fullmatch(also, name)):
             raise UsageError(f"{option} {part!r} is not one of {', '.join(choices)}")
-
-
-def refuse_unread(options: Any, unread: Iterable[str], *, why: str) -> None:
-    """An option a command's path does not read (a field of the dataclass `options` named in `unread`),
-    given anyway (a value other than its default), is refused rather than silently ignored; `why` says
-    where it goes unread. A field is spelled as its option: max_tokens -> --max-tokens."""
-    unread = set(unread)
-    for item in dataclasses.fields(options):
-        value = getattr(options, item.name)
-        if item.name in unread and value != item.default:
-            shown = option_name(item.name) + ("" if isinstance(value, bool) else f" {value}")
-            raise UsageError(f"{shown} is not read {why}; drop it")
-
-
-def option_name(field_name: str) -> str:
-    """A command's option as its options dataclass names the field: rope_factor -> --rope-factor."""
-    return "--" + field_name.replace("_", "-")

@@ -1,7 +1,7 @@
 """Figures a paper reader can read, whatever targets they show: a colour per scheme (Okabe-Ito) for
 posenc's runs and per model for `hf:` models, a line style per variant, a marker per tokenizer, plain
 log axes with labelled ticks, every column's context marked, the legend outside the axes when it is
-long, PNG and SVG. Styles are read from each column's `Label`, never from its text."""
+long, PNG and SVG. Styles (report.styles) are read from each column's `Label`, never from its text."""
 
 from __future__ import annotations
 
@@ -16,49 +16,7 @@ from posenc_cli.core.plotting import pyplot, save_figure
 from posenc_cli.evaluation.labels import Label, scheme_order
 from posenc_cli.report.cells import BEYOND_TABLE
 from posenc_cli.report.passkey_tables import probe_columns, retrieval_by_length, tasks
-
-# Okabe & Ito's colour-blind-safe palette, one colour (and marker, for print) per scheme in every figure.
-SCHEME_STYLES = {
-    "none": ("#000000", "o"),
-    "sinusoidal": ("#E69F00", "s"),
-    "learned": ("#56B4E9", "D"),
-    "rope": ("#009E73", "^"),
-    "alibi": ("#0072B2", "v"),
-    "t5": ("#D55E00", "P"),
-    "xpos": ("#CC79A7", "X"),
-    "kerple": ("#999999", "*"),
-    "fire": ("#882255", "p"),  # Tol's wine: Okabe & Ito's yellow is too faint on white
-    # the schemes of models since 2024, from Paul Tol's "bright" palette, apart from MODEL_COLOURS
-    "p_rope": ("#66CCEE", "<"),
-    "schedule": ("#AA3377", ">"),
-    "irope": ("#228833", "d"),
-    "rnope_swa": ("#4477AA", "8"),
-    "local_global": ("#CCBB44", "H"),
-    "cope": ("#EE6677", "x"),
-    "fox": ("#994455", "+"),
-}
-
-
-UNKNOWN_STYLE = ("#666666", "h")
-
-
-# Paul Tol's "muted" palette: one colour per pretrained model, apart from the schemes' colours.
-MODEL_COLOURS = ("#332288", "#CC6677", "#117733", "#882255", "#999933", "#44AA99", "#AA4499", "#DDCC77")
-
-
-VARIANT_LINES = {  # by what a column adds to its family (Label.beyond_family)
-    (): "-",
-    ("linear",): "--",
-    ("ntk",): "-.",
-    ("dynamic",): ":",
-    ("yarn",): (0, (5, 1, 1, 1, 1, 1)),
-}
-OTHER_LINES = ((0, (1, 1)), (0, (3, 1, 1, 1)), (0, (5, 2)), (0, (2, 2, 6, 2)))  # variants beyond those
-
-
-TOKENIZER_MARKERS = {"char": "o", "byte": "s", "bpe": "^"}  # posenc's own tokenizers
-OTHER_MARKERS = ("D", "v", "P", "X", "*", "h", "p", "<")  # each pretrained model's tokenizer, in turn
-
+from posenc_cli.report.styles import figure_styles
 
 LEGEND_INSIDE = 6  # more entries than this go beside the axes, where they hide no line
 
@@ -136,37 +94,6 @@ def plot_ppl_vs_length(df: pd.DataFrame, path: Path) -> None:
         title="Perplexity past the training length",
         log_y=True,
     )
-
-
-def scheme_style(label: Label) -> dict:
-    """Colour and marker by scheme, line style by variant (`rope+yarn`, `sinusoidal+unscaled`): the same
-    in every figure whichever schemes it shows. figure_styles sets pretrained models and tokenizers apart."""
-    colour, marker = SCHEME_STYLES.get(label.family, UNKNOWN_STYLE)
-    return {"color": colour, "marker": marker, "linestyle": VARIANT_LINES.get(label.beyond_family, "--")}
-
-
-def figure_styles(labels: list[Label], tokenizers: dict) -> dict[Label, dict]:
-    """Per column: colour by scheme for posenc's runs and by model for pretrained ones,
-    line style by variant, marker by tokenizer (`tokenizers`: column -> its tokenizer's name), so that
-    no two columns of one figure share all three."""
-    models = list(dict.fromkeys(label.model for label in labels if label.model))
-    variants = sorted({label.beyond_family for label in labels} - set(VARIANT_LINES))
-    others = list(
-        dict.fromkeys(t for t in (tokenizers.get(c, "") for c in labels) if t not in TOKENIZER_MARKERS)
-    )
-    styles = {}
-    for label in labels:
-        style = scheme_style(label)
-        if label.model:
-            style["color"] = MODEL_COLOURS[models.index(label.model) % len(MODEL_COLOURS)]
-        if label.beyond_family in variants:
-            style["linestyle"] = OTHER_LINES[variants.index(label.beyond_family) % len(OTHER_LINES)]
-        tokenizer = tokenizers.get(label, "")
-        style["marker"] = (
-            TOKENIZER_MARKERS.get(tokenizer) or OTHER_MARKERS[others.index(tokenizer) % len(OTHER_MARKERS)]
-        )
-        styles[label] = style
-    return styles
 
 
 def column_tokenizers(df: pd.DataFrame) -> dict:

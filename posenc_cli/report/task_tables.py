@@ -17,8 +17,8 @@ from posenc_cli.core.plotting import pyplot, save_figure
 from posenc_cli.evaluation.labels import scheme_order
 from posenc_cli.report.cells import markdown_table, relative_length
 from posenc_cli.report.passkey_tables import seed_spread
-from posenc_cli.report.plots import SCHEME_STYLES, UNKNOWN_STYLE
 from posenc_cli.report.results_file import RESULTS, Provenance, ResultsSection, write_results_file
+from posenc_cli.report.styles import family_style
 from posenc_cli.report.tracked import send_to_trackers
 
 
@@ -55,7 +55,7 @@ def plot_task_accuracy(df: pd.DataFrame, path: Path) -> None:
         sub = df[df.task == task]
         ax.axvspan(1, int(sub["train_len"].min()), color="0.9", label="training lengths")
         for scheme in scheme_order(sub["scheme"].unique()):
-            colour, marker = SCHEME_STYLES.get(scheme.family, UNKNOWN_STYLE)
+            colour, marker = family_style(scheme.family)
             by_length = sub[sub.scheme == scheme].groupby("length")["accuracy"]
             mean, low, high = (by_length.agg(f) * 100 for f in ("mean", "min", "max"))
             style = "--" if scheme.variant.randomized else "-"

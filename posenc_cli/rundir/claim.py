@@ -11,13 +11,8 @@ import os
 import shlex
 from pathlib import Path
 
-from posenc_cli.config.hydra_args import (
-    hydra_quoted,
-    output_key,
-    override_key,
-    override_value,
-    parse_hydra_args,
-)
+from posenc_cli.config.hydra_args import hydra_quoted, output_key, override_key, override_value
+from posenc_cli.config.train_request import TrainRequest
 from posenc_cli.core import ui
 from posenc_cli.core.errors import UsageError
 from posenc_cli.rundir.layout import HYDRA_RECORD, LOCK, holds_run, never_started
@@ -123,14 +118,13 @@ def claim_new(path: Path, given: bool) -> Path:
     raise UsageError(f"could not find a free directory name next to {path}")
 
 
-def claim(args: list[str], path: Path) -> list[str]:
-    """The run (or sweep) directory of `posenc train ARGS`, `path` (as the pre-flight composed it), claimed
-    for this process: Hydra and the training write only there. Returns the override that sends Hydra
-    there (none where it is the one given). Single runs are locked from here until the process exits."""
-    parsed = parse_hydra_args(args)
-    key = output_key(parsed)
-    given = any(override_key(a) == key for a in args if "=" in a)
-    if parsed.multirun:
+def claim(request: TrainRequest, path: Path) -> list[str]:
+    """The run (or sweep) directory of `posenc train`'s request, `path` (as the pre-flight composed it),
+    claimed for this process: Hydra and the training write only there. Returns the override that sends
+    Hydra there (none where it is the one given). Single runs are locked from here until the process exits."""
+    key = output_key(request.parsed)
+    given = request.gives(key)
+    if request.multirun:
         refuse_current_directory(path)
         if given and path.is_dir() and any(holds_run(p) for p in path.iterdir() if p.is_dir()):
             raise UsageError(
@@ -138,9 +132,8 @@ def claim(args: list[str], path: Path) -> list[str]:
                 "hydra.sweep.dir or resume its runs one by one with train.resume=RUN"
             )
         return [f"{key}={hydra_quoted(str(claim_new(path, given)))}"]
-    if resuming(args):
-        run = Path(str(resume_value(args)))
-        hold_lock(run)
+    if request.resume is not None:
+        hold_lock(request.resume)
         return []
     run = claim_new(path, given)
     hold_lock(run)

@@ -16,13 +16,14 @@ from posenc_cli.rundir.record import check_own_checkpoint, load_checkpoint
 from posenc_cli.rundir.summary import RunStatus, RunSummary, read_summary
 
 
-def resume_args(args: list[str], outputs: Path = OUTPUTS) -> list[str]:
+def resume_args(args: list[str], outputs: Path = OUTPUTS) -> tuple[list[str], Path | None]:
     """`train.resume=RUN` continues RUN in place, as it was started: only RESUMABLE keys may change.
     `train.resume=true` means the newest run under outputs/runs. The directory is checked here, before
-    Hydra runs; Hydra then writes nothing into it but the log it appends to (no .hydra/)."""
+    Hydra runs; Hydra then writes nothing into it but the log it appends to (no .hydra/). Returns the
+    arguments as Hydra takes them, and the run continued (None: a fresh run)."""
     if not resuming(args):  # a fresh run: a false-like train.resume is spelt as the one null value
         given = [a for a in args if override_key(a) == "train.resume"]
-        return [a for a in args if a not in given] + (["train.resume=null"] if given else [])
+        return [a for a in args if a not in given] + (["train.resume=null"] if given else []), None
     if any(a in MULTIRUN_FLAGS for a in args):
         raise UsageError("train.resume continues one run; it cannot be part of a sweep (-m)")
     value = str(resume_value(args))
@@ -62,7 +63,7 @@ def resume_args(args: list[str], outputs: Path = OUTPUTS) -> list[str]:
         )
     kept = [a for a in args if override_key(a) != "train.resume"]
     where = hydra_quoted(str(run))
-    return [*kept, f"train.resume={where}", f"hydra.run.dir={where}", "hydra.output_subdir=null"]
+    return [*kept, f"train.resume={where}", f"hydra.run.dir={where}", "hydra.output_subdir=null"], run
 
 
 def stored_record(run: Path) -> tuple[dict[str, Any], str]:

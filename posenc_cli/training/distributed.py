@@ -21,7 +21,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from posenc_cli.core.choices import MULTIRUN_FLAGS
 from posenc_cli.core.cores import usable_cores
 from posenc_cli.core.errors import UsageError
 
@@ -54,12 +53,12 @@ def current() -> Context:
 
 
 @contextmanager
-def process_group(args: list[str]) -> Iterator[None]:
-    """Under torchrun: join the group for the duration. Elsewhere: nothing."""
+def process_group(*, sweep: bool) -> Iterator[None]:
+    """Under torchrun: join the group for the duration (a sweep is refused there). Elsewhere: nothing."""
     if not under_torchrun():
         yield
         return
-    if any(a in MULTIRUN_FLAGS for a in args):
+    if sweep:
         raise UsageError("-m (a sweep) cannot run under torchrun; start one torchrun per run instead")
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -71,10 +70,15 @@ def process_group(args: list[str]) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def rank_overrides() -> list[str]:
+def launched_rank() -> int | None:
+    """This process's rank as torchrun started it; None when not under torchrun."""
+    return int(os.environ.get("RANK", "0")) if under_torchrun() else None
+
+
+def rank_overrides(rank: int | None) -> list[str]:
     """The Hydra overrides of a rank > 0 under torchrun (no .hydra/, no train.log, warnings and errors
     only), composed into its job from the start; none elsewhere."""
-    if not under_torchrun() or int(os.environ.get("RANK", "0")) == 0:
+    if not rank:
         return []
     return [
         "hydra.output_subdir=null",

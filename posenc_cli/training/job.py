@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from posenc_cli.config.location import config_dir
 from posenc_cli.config.schema import PosencConfig, anchored_paths
+from posenc_cli.config.train_request import TrainRequest
 from posenc_cli.core.atomic import write_text
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.ui import fail
@@ -108,9 +109,10 @@ def run_hydra_job(job: Job, callbacks: Callbacks, *, sweep: bool) -> JobReturn:
         )
 
 
-def run_hydra_train(args: list[str]) -> None:
-    """Hydra's main over ARGS, for launchers that run each job elsewhere (joblib, submitit): each job
-    composes and validates its own config, then trains it."""
+def run_hydra_train(request: TrainRequest, claimed: tuple[str, ...] = ()) -> None:
+    """Hydra's main over the request's arguments (and the claim's override), for --cfg, --info and --help,
+    and for launchers that run each job elsewhere (joblib, submitit): each job composes and validates its
+    own config, then trains it."""
 
     def job(cfg: DictConfig) -> float | None:
         try:
@@ -120,7 +122,7 @@ def run_hydra_train(args: list[str]) -> None:
         return train_job(config)
 
     argv = sys.argv
-    sys.argv = ["posenc train", *args]
+    sys.argv = ["posenc train", *request.args, *claimed]
     try:
         with hydra_record_written_atomically():
             hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(job)()

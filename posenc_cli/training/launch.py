@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
+from typing import Sequence
 
 from omegaconf import DictConfig
 
@@ -19,8 +20,8 @@ from posenc_cli.config.hydra_args import (
     with_layer_options,
 )
 from posenc_cli.config.hydra_jobs import launched, runs_jobs_here
+from posenc_cli.config.train_request import TrainRequest
 from posenc_cli.core import ui
-from posenc_cli.core.choices import MULTIRUN_FLAGS
 from posenc_cli.rundir.claim import claim
 from posenc_cli.rundir.layout import holds_run
 from posenc_cli.rundir.resume import resume_args
@@ -30,29 +31,39 @@ from posenc_cli.training.job import run_here, run_hydra_train, sweep_here
 from posenc_cli.training.preflight import Job, Preflight, checked_job, preflight
 
 
-def train_with(args: list[str], first: DictConfig | None = None) -> Path | None:
+def train_request(args: Sequence[str]) -> TrainRequest:
+    """`posenc train ARGS` read once, into what everything past it takes: the layer options every scheme
+    takes made Hydra's additions, a resume's target checked and its run's directory named, a rank's
+    overrides under torchrun, and Hydra's parser run on the whole."""
+    args = with_layer_options(list(args))
+    args, resume = resume_args(args)
+    rank = distributed.launched_rank()
+    args = [*args, *distributed.rank_overrides(rank)]
+    return TrainRequest(tuple(args), parse_hydra_args(args), resume, rank)
+
+
+def train_with(args: Sequence[str], first: DictConfig | None = None) -> Path | None:
     """`posenc train ARGS`: the run or sweep directory it trained into; None when nothing trained (--cfg,
     --info). `first`: the first job's composition where the command made it before importing torch
     (check_first_point), which is then that job's."""
-    args = with_layer_options(args)
-    given, args = args, [*resume_args(args), *distributed.rank_overrides()]
-    checked = preflight(args, first=first if args == given else None)
-    parsed = parse_hydra_args(args)
+    request = train_request(args)
+    unchanged = list(request.args) == with_layer_options(list(args))
+    checked = preflight(request, first=first if unchanged else None)
+    parsed = request.parsed
     if parsed.multirun and parsed.cfg:  # Hydra refuses -m with --cfg/--info; posenc answers both
-        return print_sweep(args)
+        return print_sweep(parsed)
     if parsed.multirun and parsed.info:  # --info describes the app: the first job's composition
-        flags = [a for a in args if a not in MULTIRUN_FLAGS and a not in parsed.overrides]
-        args = [*first_sweep_point(args), *flags]
+        request = request.first_point(first_sweep_point(parsed))
     if checked.directory is None:  # --cfg, --info, --help: Hydra's main answers
-        run_hydra_train(args)
+        run_hydra_train(request)
         return None
-    with distributed.process_group(args):
-        claimed = distributed.decided_by_rank_zero(lambda: claim(args, checked.directory))
+    with distributed.process_group(sweep=request.multirun):
+        claimed = distributed.decided_by_rank_zero(lambda: claim(request, checked.directory))
         if checked.sweep is not None and not runs_jobs_here(checked.sweep):
-            run_hydra_train([*args, *claimed])  # joblib, submitit: each job composes in its own process
+            run_hydra_train(request, tuple(claimed))  # joblib, submitit: each job composes in its own process
         else:
             run_jobs(parsed, checked, claimed)
-    if parsed.multirun and not distributed.under_torchrun():
+    if request.multirun and request.rank is None:
         announce_sweep(checked.directory)
     return checked.directory
 

@@ -10,11 +10,12 @@ from typing import Any, Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from posenc_cli.config.hydra_args import composing, parse_hydra_args, sweep_points
+from posenc_cli.config.hydra_args import composing, sweep_points
 from posenc_cli.config.hydra_jobs import output_directory, refuse_per_job_sweep_dir, task_config
 from posenc_cli.config.memory_model import check_run_memory, scheme_footprint
 from posenc_cli.config.resumable import restated_values, resumed_config
 from posenc_cli.config.schema import PosencConfig, anchored_paths, check_keys
+from posenc_cli.config.train_request import TrainRequest
 from posenc_cli.core.device import cpu_bf16, resolve_device, resumed_precision
 from posenc_cli.core.errors import (
     UsageError,
@@ -25,7 +26,6 @@ from posenc_cli.data.binary import load_bin
 from posenc_cli.data.corpus_config import BinData, SyntheticData, TaskData, TextData
 from posenc_cli.data.hf_datasets import hf_source
 from posenc_cli.model import GPT
-from posenc_cli.rundir.claim import resume_value, resuming
 from posenc_cli.rundir.layout import SUMMARY
 from posenc_cli.rundir.lineage import (
     check_same_shape,
@@ -111,15 +111,14 @@ class Preflight:
     sweep: DictConfig | None = None  # a sweep's own composition: its launcher, directory and multirun.yaml
 
 
-def preflight(args: list[str], first: DictConfig | None = None) -> Preflight:
-    """Validate every job that `posenc train ARGS` would launch; raise UsageError on the first bad one.
+def preflight(request: TrainRequest, first: DictConfig | None = None) -> Preflight:
+    """Validate every job that `posenc train`'s request would launch; raise UsageError on the first bad one.
     The directory Hydra will write to is read from the first composition (a sweep's own), so that
     claiming it does not compose the config again. `first`: the first job's composition, Hydra's config
-    included, where check_first_point made it for ARGS."""
-    parsed = parse_hydra_args(args)
+    included, where check_first_point made it for the request's arguments."""
+    parsed, resume = request.parsed, request.resume
     if parsed.help or parsed.hydra_help or parsed.shell_completion:
         return Preflight(None)
-    resume = Path(str(resume_value(args))) if resuming(args) else None
     with composing(parsed) as compose_point:
         points = sweep_points(parsed.overrides) if parsed.multirun else [parsed.overrides]
         if parsed.cfg or parsed.info:  # nothing runs: the first point composes or is one line (with -m,
