@@ -45,6 +45,8 @@ def relative(name: str, p, i: int, j: int) -> float:
             return d
         query = min(i % s + s, s + w) if i // s == j // s + 1 else min(2 * s - 1, s + w)
         return query - j % s
+    if name == "string":  # An et al.: d past the offset S is read as d - S + W
+        return d if d < p.window else d - p.window + p.local
     return d
 
 
@@ -69,9 +71,16 @@ def reference(q, k, v, *, layout: str, extension) -> torch.Tensor:
 
 
 SMALL = ExtensionSettings(
-    self_extend_group=3, self_extend_window=5, rerope_window=6, rerope_leak=4.0, dca_chunk=7, dca_local=3
+    self_extend_group=3,
+    self_extend_window=5,
+    rerope_window=6,
+    rerope_leak=4.0,
+    dca_chunk=7,
+    dca_local=3,
+    string_offset=9,
+    string_window=2,
 )
-METHODS = ["self_extend", "rerope", "leaky_rerope", "dca", "logn", "self_extend+logn", "dca+logn"]
+METHODS = ["self_extend", "rerope", "leaky_rerope", "dca", "string", "logn", "self_extend+logn", "dca+logn"]
 
 
 def settings_for(text: str) -> ExtensionSettings:
@@ -81,6 +90,7 @@ def settings_for(text: str) -> ExtensionSettings:
         "leaky_rerope": "rerope_",
         "rerope": "rerope_window",
         "dca": "dca_",
+        "string": "string_",
     }
     prefix = next((reads[name] for name in reads if name in text), None)
     kept = {key: value for key, value in vars(SMALL).items() if prefix and key.startswith(prefix)}
@@ -112,6 +122,7 @@ def test_each_method_is_its_papers_relative_positions_for_every_pair(text, layou
         ("rerope", {"rerope_window": 24}),
         ("leaky_rerope", {"rerope_window": 24}),
         ("dca", {"dca_chunk": 24, "dca_local": 8}),
+        ("string", {"string_offset": 24}),
         ("logn", {}),
         ("dca+logn", {"dca_chunk": 24, "dca_local": 8}),
     ],

@@ -4,6 +4,7 @@ the columns they make in eval's and probe's tables and results.json, and what a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,12 +13,13 @@ import pytest
 
 import posenc
 from conftest import evaluate
+from posenc_cli.core.choices import CONTEXT_REMAPS
 from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.evaluation.run_target import RunTarget, RunVariant
 from posenc_cli.evaluation.target import RefusedColumn
 from posenc_cli.model import GPT, ModelConfig
-from posenc_cli.model.extension.method import ExtensionSettings, parse_methods
+from posenc_cli.model.extension.method import REMAPS, ExtensionSettings, parse_methods
 from posenc_cli.model.shape import ModelSize
 from posenc_cli.report.results_file import read_label, read_results_file
 
@@ -116,3 +118,11 @@ def test_a_results_json_of_version_2_reads_its_labels_with_no_extension():
         "context": None,
     }
     assert read_label(written) == Label(("rope",), Variant(scaling="yarn", factor=4.0))
+
+
+def test_the_command_lines_remap_names_are_the_model_layers_registry():
+    """core.choices.CONTEXT_REMAPS (which the torch-free command line reads) lists method.REMAPS, in order,
+    and each remap reads only options of the Extension group that ExtensionSettings is."""
+    assert CONTEXT_REMAPS == tuple(REMAPS)
+    options = {field.name for field in dataclasses.fields(ExtensionSettings)}
+    assert all(set(reads) <= options for reads, _ in REMAPS.values())

@@ -39,7 +39,9 @@ def test_the_commands_options_and_the_apis_keywords_are_the_option_groups_names_
     assert [k.default for k in keywords[1:]] == [item.default for item in defined]
 
 
-@pytest.mark.parametrize("group, settings", [(Extension, ExtensionSettings), (Rule, LengthRule)])
+@pytest.mark.parametrize(
+    "group, settings", [(Extension, ExtensionSettings), (Rule, LengthRule)]
+)  # the first: a subclass
 def test_a_group_the_work_builds_a_settings_object_from_has_its_fields_names_types_and_defaults(
     group, settings
 ):

@@ -8,7 +8,7 @@ LANGS = ("en", "zh")
 ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")  # posenc's own, for every rotary run
 HF_ROPE_SCALING = ("llama3",)  # transformers' own implementations, for `hf:` models only
 # training-free context extension beside a scaling (model/extension): at most one remap, and log-n
-CONTEXT_REMAPS = ("self_extend", "rerope", "leaky_rerope", "dca")
+CONTEXT_REMAPS = ("self_extend", "rerope", "leaky_rerope", "dca", "string")
 LOGN = "logn"
 HF_DTYPES = ("fp32", "bf16")  # the weights of `hf:` models
 HF_DEVICE_MAPS = ("auto",)  # accelerate's big-model placement of `hf:` models (GPUs, then CPU)

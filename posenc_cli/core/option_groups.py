@@ -105,6 +105,16 @@ class Extension:
         "With --rope-scaling dca: the local window w across neighbouring chunks; s + w at most the training "
         "length (default: 1/8 of the training length).",
     )
+    string_offset: int | None = option(
+        None,
+        "With --rope-scaling string: STRING's offset S, at most the training length; pairs S or more apart are "
+        "shifted down by S - W (default: a third of the training length).",
+    )
+    string_window: int | None = option(
+        None,
+        "With --rope-scaling string: the distance W a pair S apart is read at, at most S (default: 1/16 of the "
+        "training length, the paper's 128 at 2K).",
+    )
 
 
 @dataclass(frozen=True)

@@ -8,52 +8,53 @@ None until a model's training length gives the paper's default (ContextMethod.ex
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from posenc_cli.core.choices import CONTEXT_REMAPS as REMAPS
 from posenc_cli.core.choices import HF_ROPE_SCALING, LOGN, ROPE_SCALING
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.option_groups import Extension
 from posenc_cli.model.extension import ContextExtension
 from posenc_cli.model.extension.dual_chunk import DualChunk
 from posenc_cli.model.extension.remap import PositionRemap
 from posenc_cli.model.extension.rerope import ReRoPE
 from posenc_cli.model.extension.self_extend import SelfExtend
+from posenc_cli.model.extension.string import String
+
+# each remap by its --rope-scaling name: the options (ExtensionSettings' fields) it reads, and how it is
+# built from them; core.choices.CONTEXT_REMAPS lists the same names for the command line
+REMAPS: dict[str, tuple[tuple[str, ...], Callable[[Extension], PositionRemap]]] = {
+    "self_extend": (
+        ("self_extend_group", "self_extend_window"),
+        lambda s: SelfExtend(s.self_extend_group, s.self_extend_window),
+    ),
+    "rerope": (("rerope_window",), lambda s: ReRoPE(s.rerope_window)),
+    "leaky_rerope": (
+        ("rerope_window", "rerope_leak"),
+        lambda s: ReRoPE(s.rerope_window, s.rerope_leak, leaky=True),
+    ),
+    "dca": (("dca_chunk", "dca_local"), lambda s: DualChunk(s.dca_chunk, s.dca_local)),
+    "string": (("string_offset", "string_window"), lambda s: String(s.string_offset, s.string_window)),
+}
 
 
 @dataclass(frozen=True)
-class ExtensionSettings:
-    """The remaps' options as eval and probe take them (--self-extend-group, ...); None: the default."""
-
-    self_extend_group: int | None = None
-    self_extend_window: int | None = None
-    rerope_window: int | None = None
-    rerope_leak: float | None = None
-    dca_chunk: int | None = None
-    dca_local: int | None = None
+class ExtensionSettings(Extension):
+    """The remaps' options as eval and probe take them (--self-extend-group, ...; None: the default):
+    the command line's Extension group itself, so each option is defined once, there."""
 
     def remap(self, name: str) -> PositionRemap:
-        if name == "self_extend":
-            return SelfExtend(self.self_extend_group, self.self_extend_window)
-        if name == "dca":
-            return DualChunk(self.dca_chunk, self.dca_local)
-        return ReRoPE(self.rerope_window, self.rerope_leak, leaky=name == "leaky_rerope")
+        return REMAPS[name][1](self)
 
     def check_read(self, methods: list[ContextMethod]) -> None:
         """An option no asked method reads is refused by name (--dca-chunk without dca)."""
         used = {m.remap.name for m in methods if m.remap is not None}
-        readers = {
-            "self_extend_group": ("self_extend",),
-            "self_extend_window": ("self_extend",),
-            "rerope_window": ("rerope", "leaky_rerope"),
-            "rerope_leak": ("leaky_rerope",),
-            "dca_chunk": ("dca",),
-            "dca_local": ("dca",),
-        }
         for item in fields(self):
-            if getattr(self, item.name) is not None and not used & set(readers[item.name]):
+            readers = [name for name, (reads, _) in REMAPS.items() if item.name in reads]
+            if getattr(self, item.name) is not None and not used & set(readers):
                 option = "--" + item.name.replace("_", "-")
                 raise UsageError(
-                    f"{option} applies only with --rope-scaling {' or '.join(readers[item.name])}; add it or drop {option}"
+                    f"{option} applies only with --rope-scaling {' or '.join(readers)}; add it or drop {option}"
                 )
 
 
@@ -108,12 +109,16 @@ def parse_method(text: str, settings: ExtensionSettings) -> ContextMethod:
 
 def refused_part(part: str, scalings: tuple[str, ...]) -> str:
     """Why `part` cannot join its column: not a method, or a second of its kind."""
-    kinds = ((scalings, "frequency scaling"), (REMAPS, f"remap ({', '.join(REMAPS)})"), ((LOGN,), "logn"))
+    kinds = (
+        (scalings, "frequency scaling"),
+        (tuple(REMAPS), f"remap ({', '.join(REMAPS)})"),
+        ((LOGN,), "logn"),
+    )
     kind = next((what for names, what in kinds if part in names), None)
     if part == "none":
         return "'none' joins nothing with +: name the other parts alone (logn, not none+logn)"
     if kind is None:
-        known = ", ".join(scalings + REMAPS + (LOGN,))
+        known = ", ".join(scalings + tuple(REMAPS) + (LOGN,))
         return f"{part!r} is not a method to join with +; choose from: {known}"
     return f"{part!r} is a second {kind}; a column joins at most one scaling, one remap and logn"
 
