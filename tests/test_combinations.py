@@ -37,7 +37,12 @@ def scheme_cases() -> list[tuple[str, dict]]:
     schedule sets its windows per layer), and a composite."""
     cases = [(name, {}) for name in SCHEMES]
     cases += [(name, {"window": 4}) for name, cls in SCHEMES.items() if cls.kind != "schedule"]
-    return cases + [("rope+alibi", {}), ("irope", {"chunk": 8}), ("rope", {"temperature": "logn"})]
+    cases += [("rope+alibi", {}), ("irope", {"chunk": 8}), ("rope", {"temperature": "logn"})]
+    return cases + [
+        ("rope", {"sinks": True}),
+        ("alibi", {"sinks": True, "window": 4}),
+        ("rnope_swa", {"sinks": True}),
+    ]
 
 
 def method_texts(wide: bool) -> list[str]:

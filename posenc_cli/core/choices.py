@@ -32,4 +32,4 @@ RETRIEVAL_THRESHOLD = 0.50  # at least half the keys retrieved, where probed
 
 # options every positional scheme takes, for the attention layer it serves (model/positional build_scheme):
 # which keys its queries see (model/window.py) and their temperature (model/temperature.py)
-LAYER_OPTIONS = ("window", "chunk", "temperature", "temperature_beta", "temperature_floor")
+LAYER_OPTIONS = ("window", "chunk", "temperature", "temperature_beta", "temperature_floor", "sinks")

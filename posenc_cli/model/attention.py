@@ -57,7 +57,7 @@ def attend(
     if layer.temperature is not None:
         q = layer.temperature.scale(q, torch.arange(end - Tq, end, device=q.device))
     remap = layer.remap if layer.remap is not None and layer.remap.reaches(end) else None
-    whole = Tq == Tk and not first and remap is None and not layer.window.limits(end)
+    whole = Tq == Tk and not first and remap is None and layer.sinks is None and not layer.window.limits(end)
     if whole and not layer.adds_bias and not layer.reads_content:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if whole and layer.distance_bias and positions is None and not layer.reads_content:
@@ -115,7 +115,8 @@ def blocked_attention(
     offset = Tk - Tq  # the first query's index among the keys
     tokens = torch.arange(first, first + Tk, device=q.device)
     per_sequence = positions is not None or layer.reads_content
-    planes = len(parts) * (H if layer.adds_bias or layer.reads_content else 1) * (B if per_sequence else 1)
+    per_head = layer.adds_bias or layer.reads_content or layer.sinks is not None
+    planes = len(parts) * (H if per_head else 1) * (B if per_sequence else 1)
     planes *= 1 if layer.distance_bias or not layer.adds_bias else 2  # a bias built per pair: its temporaries
     keys = parts[0][1]
 
@@ -130,20 +131,17 @@ def blocked_attention(
             layer, q[:, :, start:end], keys[:, :, lo:hi], query=query, key=tokens[lo:hi], seen=seen, positions=given,
             inputs=None if inputs is None else inputs[:, lo:hi],
         )  # fmt: skip
-        if remap is None:
+        if remap is None and layer.sinks is None:
             mask = seen if added is None else added
             return kernel(q[:, :, start:end], keys[:, :, lo:hi], v[:, :, lo:hi], mask=mask)
+        if remap is None:
+            block = (q[:, :, start:end], keys[:, :, lo:hi], v[:, :, lo:hi])
+            return with_sinks(*block, layer.sinks.logits, seen=seen, added=added)  # type: ignore[union-attr]
+        sinks = None if layer.sinks is None else layer.sinks.logits
         return remapped_rows(
-            parts,
-            v,
-            remap,
-            rows=slice(start, end),
-            query=query,
-            keys=(lo, hi),
-            seen=seen,
-            added=added,
-            first=first,
-        )
+            parts, v, remap, rows=slice(start, end), query=query, keys=(lo, hi), seen=seen, added=added,
+            first=first, sinks=sinks,
+        )  # fmt: skip
 
     return in_query_blocks(Tq, query_block(Tq, Tk, planes=planes, window=layer.window), rows)
 
@@ -159,11 +157,17 @@ def remapped_rows(
     seen: torch.Tensor,
     added: torch.Tensor | None,
     first: int,
+    sinks: torch.Tensor | None,
 ) -> torch.Tensor:
     """One block of queries (`rows`, at tokens `query`) against keys lo..hi-1: each part over the keys it
-    can meet, masked to its own pairs, then merged."""
+    can meet, masked to its own pairs, then merged; the sinks' logits (H,) as one more piece, whose
+    value is zero."""
     lo, hi = keys
     pieces = []
+    if sinks is not None:
+        shape = (v.size(0), v.size(1), query.numel())
+        lse = sinks.to(v.dtype)[None, :, None].expand(shape)
+        pieces.append((v.new_zeros(*shape, v.size(-1)), lse, torch.ones(query.numel(), dtype=torch.bool)))
     for part, (moved_q, moved_k) in enumerate(parts):
         low, high = remap.keys(part, int(query[0]), int(query[-1]) + 1)
         low, high = max(low - first, lo), min(high - first, hi)
@@ -180,6 +184,22 @@ def remapped_rows(
         out, lse = kernel_with_lse(moved_q[:, :, rows], moved_k[:, :, low:high], v[:, :, low:high], mask=mask)
         pieces.append((out, lse, own.any(-1)))
     return merged(pieces)
+
+
+def with_sinks(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor, *, seen: torch.Tensor, added
+) -> torch.Tensor:
+    """The kernel with one more key in front: its value zero, its score the head's sink logit (H,), so
+    the sink joins every query's softmax denominator and adds nothing to the output."""
+    B, H, Tq, D = q.shape
+    if added is None:
+        added = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
+        added = added.expand(1, H, *seen.shape)
+    sink = sinks.to(q.dtype)[None, :, None, None].expand(added.size(0), H, Tq, 1)
+    zero = k.new_zeros(B, H, 1, D)
+    return kernel(
+        q, torch.cat([zero, k], dim=2), torch.cat([zero, v], dim=2), mask=torch.cat([sink, added], dim=-1)
+    )
 
 
 def added_scores(
@@ -275,7 +295,11 @@ def reference_weights(
         scores = scores + rule.query_bias(at[:, Tk - Tq :, None], distance).movedim(0, 1).to(scores.dtype)  # type: ignore[union-attr]
     if rule is not None and layer.reads_content:
         scores = scores + rule.content_bias(q, k, inputs, seen=seen).to(scores.dtype)  # type: ignore[arg-type,union-attr]
-    return scores.masked_fill(~seen, float("-inf")).softmax(-1)
+    scores = scores.masked_fill(~seen, float("-inf"))
+    if layer.sinks is None:
+        return scores.softmax(-1)
+    sink = layer.sinks.logits.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:3], 1)
+    return torch.cat([scores, sink], dim=-1).softmax(-1)[..., :-1]  # GptOssAttention's softmax
 
 
 class MaskGradAttention(torch.autograd.Function):

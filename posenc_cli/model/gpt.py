@@ -156,7 +156,7 @@ class GPT(nn.Module):
         # a plain list, since the scheme already holds (and registers) every instance
         self.layer_schemes = self.scheme.for_layers(cfg.size.n_layer)
         # how each block attends, built once from its scheme's options (with_extension builds others)
-        self.attention = [LayerAttention(s, s.window, s.temperature) for s in self.layer_schemes]
+        self.attention = [LayerAttention.of(s) for s in self.layer_schemes]
         self.tok = nn.Embedding(cfg.vocab_size, cfg.size.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.size.n_layer))
         self.ln_f = nn.LayerNorm(cfg.size.n_embd)
@@ -197,7 +197,7 @@ class GPT(nn.Module):
         """This model, its weights shared, with `extension` on each layer that takes one (full-attention
         RoPE) and every other layer as trained; None: every layer as trained. Nothing in `self` changes.
         Refused in one line (UsageError) where no layer takes it."""
-        trained = [LayerAttention(s, s.window, s.temperature) for s in self.layer_schemes]
+        trained = [LayerAttention.of(s) for s in self.layer_schemes]
         layers = trained
         if extension is not None:
             refusals = [layer.extension_refusal(extension) for layer in trained]

@@ -21,6 +21,7 @@ import torch
 from posenc_cli.model.extension import ContextExtension
 from posenc_cli.model.extension.remap import PositionRemap
 from posenc_cli.model.extension.rotation import Rotation
+from posenc_cli.model.sinks import AttentionSinks
 from posenc_cli.model.temperature import LogN, QueryTemperature
 from posenc_cli.model.window import FULL, AttentionWindow
 
@@ -53,12 +54,20 @@ class ScoreRule(Protocol):
 class LayerAttention:
     """`scores`: the layer's score rule (its scheme); None: q·k alone (a transformers model's layer).
     `window`: the keys a query sees. `temperature`: the factor on its queries (None: 1). `remap`: the
-    positions its query–key pairs meet at (None: their own)."""
+    positions its query–key pairs meet at (None: their own). `sinks`: a learned logit per head that
+    joins each softmax's denominator (None: none)."""
 
     scores: ScoreRule | None = None
     window: AttentionWindow = FULL
     temperature: QueryTemperature | None = None
     remap: PositionRemap | None = None
+    sinks: AttentionSinks | None = None
+
+    @classmethod
+    def of(cls, scheme) -> LayerAttention:
+        """A layer as its scheme was built for it: its score rule and the attention options it was given
+        (scheme.window, scheme.temperature, scheme.sinks)."""
+        return cls(scheme, scheme.window, scheme.temperature, sinks=scheme.sinks)
 
     @property
     def adds_bias(self) -> bool:

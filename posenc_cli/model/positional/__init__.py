@@ -11,7 +11,7 @@ import inspect
 from typing import Any
 
 from posenc_cli.core.choices import LAYER_OPTIONS
-from posenc_cli.core.errors import UsageError, nearest
+from posenc_cli.core.errors import UsageError, nearest, require_bool
 from posenc_cli.model.positional.alibi import ALiBi
 from posenc_cli.model.positional.base import Claim, NoPE, PositionalScheme, past_max_len
 from posenc_cli.model.positional.composite import Composite
@@ -26,6 +26,7 @@ from posenc_cli.model.positional.schedule import IRoPE, LayerSchedule, LocalGlob
 from posenc_cli.model.positional.sinusoidal import Sinusoidal
 from posenc_cli.model.positional.t5 import T5Bias
 from posenc_cli.model.positional.xpos import XPos
+from posenc_cli.model.sinks import AttentionSinks
 from posenc_cli.model.temperature import build_temperature
 from posenc_cli.model.window import AttentionWindow
 
@@ -67,12 +68,15 @@ def claim_for(label: str) -> Claim:
 
 def build_scheme(name: str, n_embd: int, n_head: int, *, block_size: int, **options: Any) -> PositionalScheme:
     """One scheme by name; `A+B` is the composite of A and B, its options per part in `parts`. The layer
-    options (LAYER_OPTIONS) set its window and temperature, where its class does not take them itself."""
+    options (LAYER_OPTIONS) set its window, temperature and sinks, where its class does not take them itself."""
     own = class_options(name) if name in SCHEMES else []
     layer = {key: options.pop(key) for key in LAYER_OPTIONS if key in options and key not in own}
     scheme = scheme_alone(name, n_embd, n_head, block_size=block_size, **options)
     if layer:
         scheme.window = AttentionWindow(layer.pop("window", None), layer.pop("chunk", None))
+        sinks = layer.pop("sinks", False)
+        require_bool("scheme.sinks", sinks)
+        scheme.sinks = AttentionSinks(n_head) if sinks else None
         scheme.temperature = build_temperature(
             layer.pop("temperature", "none"), n_head=n_head, train_len=block_size, **option_keywords(layer)
         )

@@ -51,6 +51,7 @@ class LayerSchedule(PositionalScheme):
             raise UsageError(f"scheme.pattern must be a list with one scheme per layer, got {pattern!r}")
         self.pattern = [part_spec(entry) for entry in pattern]
         self.build = build
+        self.layer_sinks = False  # scheme.sinks=true on the whole schedule: every layer its own (for_layers)
         self.layers = nn.ModuleList()  # built by for_layers, which knows the depth
         for index, spec in enumerate(self.pattern):  # a bad entry is refused when the scheme is built
             self.layer(index, spec)
@@ -86,10 +87,13 @@ class LayerSchedule(PositionalScheme):
                 f"scheme={self.name} sets windows and temperatures per layer; "
                 f"its options are {', '.join(self.own_options)}"
             )
+        if self.sinks is not None:  # scheme.sinks=true on the schedule: each layer has its own
+            self.sinks, self.layer_sinks = None, True
         if len(self.layers) != n_layer:
-            self.layers = nn.ModuleList(
-                self.layer(i, spec) for i, spec in enumerate(self.layer_specs(n_layer))
-            )
+            specs = self.layer_specs(n_layer)
+            if self.layer_sinks:
+                specs = [(name, {"sinks": True, **options}) for name, options in specs]
+            self.layers = nn.ModuleList(self.layer(i, spec) for i, spec in enumerate(specs))
             join_facts(self)
         return list(self.layers)
 
@@ -167,7 +171,8 @@ class IntervalSchedule(LayerSchedule):
 
     @property
     def label_options(self) -> tuple[str, ...]:
-        return (f"every={self.every}",) if self.every != self.layers_needed else ()
+        every = (f"every={self.every}",) if self.every != self.layers_needed else ()
+        return every + (("sinks",) if self.layer_sinks else ())
 
     @property
     def local_window(self) -> tuple[str, ...]:
