@@ -121,10 +121,10 @@ def test_unknown_top_level_key_and_a_key_of_another_corpus_are_refused():
     assert "foo is not a posenc key" in refusal("+foo=1")
     assert "data.n_chars is not a key of TextData" in refusal("data=text data.path=x data.n_chars=5")
     # every scheme takes the layer options (window, chunk, temperature); alibi its slopes too
-    assert "scheme.base is not an option of scheme=none; known: chunk, temperature" in refusal(
+    assert "scheme.base is not an option of scheme=none; known: chunk, sinks, temperature" in refusal(
         "scheme=none +scheme.base=2"
     )
-    assert "scheme.base is not an option of scheme=alibi; known: chunk, slopes, temperature" in refusal(
+    assert "scheme.base is not an option of scheme=alibi; known: chunk, sinks, slopes, temperature" in refusal(
         "scheme=alibi +scheme.base=2"
     )
 

@@ -13,7 +13,8 @@ import torch
 
 from posenc_cli.model import GPT, ModelConfig
 from posenc_cli.model import blocks as blocks_module
-from posenc_cli.model.attention import attend, reference_weights
+from posenc_cli.model.attention import attend
+from posenc_cli.model.attention_reference import reference_weights
 from posenc_cli.model.extension.method import ExtensionSettings, parse_method
 from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.positional import build_scheme

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from posenc_cli.core.errors import PositionOutOfRange
-from posenc_cli.model.attention import attend, reference_weights
+from posenc_cli.model.attention import attend
+from posenc_cli.model.attention_reference import reference_weights
 from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.positional import PositionalScheme
 from posenc_cli.model.positional.alibi import SLOPE_RULES
@@ -53,19 +54,19 @@ def attention_probs(
     q, k, positions, *, scheme: PositionalScheme, causal: bool = True, x: torch.Tensor | None = None
 ) -> torch.Tensor:
     """(B, H, T, T) weights: the scheme rotates q and k, scores q·k/√D plus its bias, plus what it reads
-    from content (x: the layer's input (B, T, C), read where `reads_content`), causal mask, softmax."""
+    from content (x: the layer's input (B, T, C), read where `reads_content`), causal mask, softmax (or
+    the scheme's own weighing)."""
     q, k = scheme.rotate(q, k, positions)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    seen = positions[None, :] <= positions[:, None] if causal else torch.ones_like(scores[0, 0], dtype=bool)
     if scheme.adds_bias:
         distance = positions[:, None] - positions[None, :]
         scores = scores + scheme.query_bias(positions[:, None], distance).to(scores.dtype)
     if scheme.reads_content:
-        seen = (
-            positions[None, :] <= positions[:, None] if causal else torch.ones_like(scores[0, 0], dtype=bool)
-        )
         scores = scores + scheme.content_bias(q, k, x, seen=seen).to(scores.dtype)
-    if causal:
-        scores = scores.masked_fill(positions[None, :] > positions[:, None], float("-inf"))
+    scores = scores.masked_fill(~seen, float("-inf"))
+    if scheme.replaces_softmax:  # stick-breaking: its own weights, nearest key first
+        return scheme.weigh(scores, seen=seen, own=positions[:, None] == positions[None, :])
     return scores.softmax(-1)
 
 

@@ -11,15 +11,14 @@ and picks one of three ways to compute it from the layer's properties alone:
   queries can see, its mask holds the window, the bias (per pair, or per sequence under randomized
   positions), the content score (CoPE, FoX), and a remap's parts, merged by their log-sum-exps. A KV
   cache is the same loop with an offset: the queries are the newest of the tokens the keys hold.
-`reference_weights` is the same attention per pair, from the definitions, for tests and inspect.
+model/attention_reference.py computes the same attention per pair, from the definitions, for tests and
+`posenc inspect`.
 
 SDPA's CPU flash kernel takes a float mask but gives it no gradient: a mask that needs one (a learned
 bias) goes through `MaskGradAttention`, which keeps the flash forward and computes the backward itself.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +57,7 @@ def attend(
         q = layer.temperature.scale(q, torch.arange(end - Tq, end, device=q.device))
     remap = layer.remap if layer.remap is not None and layer.remap.reaches(end) else None
     whole = Tq == Tk and not first and remap is None and layer.sinks is None and not layer.window.limits(end)
+    whole = whole and not layer.replaces_softmax
     if whole and not layer.adds_bias and not layer.reads_content:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if whole and layer.distance_bias and positions is None and not layer.reads_content:
@@ -115,8 +115,10 @@ def blocked_attention(
     offset = Tk - Tq  # the first query's index among the keys
     tokens = torch.arange(first, first + Tk, device=q.device)
     per_sequence = positions is not None or layer.reads_content
-    per_head = layer.adds_bias or layer.reads_content or layer.sinks is not None
+    per_sequence = per_sequence or layer.replaces_softmax
+    per_head = layer.adds_bias or layer.reads_content or layer.sinks is not None or layer.replaces_softmax
     planes = len(parts) * (H if per_head else 1) * (B if per_sequence else 1)
+    planes *= 4 if layer.replaces_softmax else 1  # its logits, log β, the sums and the weights
     planes *= 1 if layer.distance_bias or not layer.adds_bias else 2  # a bias built per pair: its temporaries
     keys = parts[0][1]
 
@@ -131,12 +133,17 @@ def blocked_attention(
             layer, q[:, :, start:end], keys[:, :, lo:hi], query=query, key=tokens[lo:hi], seen=seen, positions=given,
             inputs=None if inputs is None else inputs[:, lo:hi],
         )  # fmt: skip
+        if layer.replaces_softmax:
+            own = query[:, None] == tokens[None, lo:hi]
+            return weighed(
+                q[:, :, start:end], keys[:, :, lo:hi], v[:, :, lo:hi], layer=layer, seen=seen, own=own, added=added
+            )
         if remap is None and layer.sinks is None:
             mask = seen if added is None else added
             return kernel(q[:, :, start:end], keys[:, :, lo:hi], v[:, :, lo:hi], mask=mask)
         if remap is None:
             block = (q[:, :, start:end], keys[:, :, lo:hi], v[:, :, lo:hi])
-            return with_sinks(*block, layer.sinks.logits, seen=seen, added=added)  # type: ignore[union-attr]
+            return with_sinks(*block, sinks=layer.sinks.logits, seen=seen, added=added)  # type: ignore[union-attr]
         sinks = None if layer.sinks is None else layer.sinks.logits
         return remapped_rows(
             parts, v, remap, rows=slice(start, end), query=query, keys=(lo, hi), seen=seen, added=added,
@@ -186,8 +193,15 @@ def remapped_rows(
     return merged(pieces)
 
 
+def weighed(q, k, v, *, layer: LayerAttention, seen: torch.Tensor, own: torch.Tensor, added) -> torch.Tensor:
+    """Attention whose scheme weighs the keys itself (stick-breaking): its weights times the values."""
+    logits = (q @ k.mT) * q.size(-1) ** -0.5
+    logits = logits.masked_fill(~seen, float("-inf")) if added is None else logits + added
+    return layer.scores.weigh(logits, seen=seen, own=own) @ v  # type: ignore[union-attr,operator]
+
+
 def with_sinks(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor, *, seen: torch.Tensor, added
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks: torch.Tensor, seen: torch.Tensor, added
 ) -> torch.Tensor:
     """The kernel with one more key in front: its value zero, its score the head's sink logit (H,), so
     the sink joins every query's softmax denominator and adds nothing to the output."""
@@ -259,47 +273,6 @@ def kernel_with_lse(q, k, v, *, mask: torch.Tensor) -> tuple[torch.Tensor, torch
         return out, lse
     lse = ((q @ k.mT) * q.size(-1) ** -0.5 + mask).logsumexp(-1)  # other devices: the scores once more
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), lse
-
-
-def reference_weights(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    layer: LayerAttention,
-    *,
-    first: int = 0,
-    positions: torch.Tensor | None = None,
-    inputs: torch.Tensor | None = None,
-    rotation: Rotation | None = None,
-) -> torch.Tensor:
-    """(B, H, Tq, Tk): the weights `attend` computes, pair by pair from the definitions, with no block,
-    kernel or fast path: each pair scored at its part's positions, plus the bias and content score,
-    its query scaled by the temperature, within the window. What tests and `posenc inspect` use."""
-    Tq, Tk = q.size(2), k.size(2)
-    tokens = torch.arange(first, first + Tk, device=q.device)
-    query = tokens[Tk - Tq :]
-    if layer.temperature is not None:
-        q = layer.temperature.scale(q, query)
-    seen = layer.window.visible(query[:, None], tokens)
-    scores = q @ k.mT
-    if layer.remap is not None and layer.remap.reaches(first + Tk):
-        region = layer.remap.region(query[:, None], tokens[None])
-        for part, (moved_q, moved_k) in enumerate(
-            moved_parts(q, k, remap=layer.remap, rotation=rotation, first=first)
-        ):
-            scores = torch.where(region == part, moved_q @ moved_k.mT, scores)
-    scores = scores / math.sqrt(q.size(-1))
-    rule = layer.scores
-    if rule is not None and layer.adds_bias:
-        at = tokens[None] if positions is None else positions
-        distance = at[:, Tk - Tq :, None] - at[:, None, :]
-        scores = scores + rule.query_bias(at[:, Tk - Tq :, None], distance).movedim(0, 1).to(scores.dtype)  # type: ignore[union-attr]
-    if rule is not None and layer.reads_content:
-        scores = scores + rule.content_bias(q, k, inputs, seen=seen).to(scores.dtype)  # type: ignore[arg-type,union-attr]
-    scores = scores.masked_fill(~seen, float("-inf"))
-    if layer.sinks is None:
-        return scores.softmax(-1)
-    sink = layer.sinks.logits.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:3], 1)
-    return torch.cat([scores, sink], dim=-1).softmax(-1)[..., :-1]  # GptOssAttention's softmax
 
 
 class MaskGradAttention(torch.autograd.Function):

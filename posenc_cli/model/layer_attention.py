@@ -39,6 +39,13 @@ class ScoreRule(Protocol):
     @property
     def reads_content(self) -> bool: ...
 
+    @property
+    def replaces_softmax(self) -> bool: ...
+
+    def weigh(
+        self, logits: torch.Tensor, *, seen: torch.Tensor, own: torch.Tensor
+    ) -> torch.Tensor | None: ...
+
     def bias(self, distance: torch.Tensor) -> torch.Tensor | None: ...
 
     def query_bias(self, query: torch.Tensor, distance: torch.Tensor) -> torch.Tensor | None: ...
@@ -76,6 +83,10 @@ class LayerAttention:
     @property
     def reads_content(self) -> bool:
         return self.scores is not None and self.scores.reads_content
+
+    @property
+    def replaces_softmax(self) -> bool:
+        return self.scores is not None and self.scores.replaces_softmax
 
     @property
     def distance_bias(self) -> bool:

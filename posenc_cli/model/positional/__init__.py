@@ -24,6 +24,7 @@ from posenc_cli.model.positional.p_rope import PRoPE
 from posenc_cli.model.positional.rope import RoPE
 from posenc_cli.model.positional.schedule import IRoPE, LayerSchedule, LocalGlobal, RNoPESWA
 from posenc_cli.model.positional.sinusoidal import Sinusoidal
+from posenc_cli.model.positional.stickbreaking import StickBreaking
 from posenc_cli.model.positional.t5 import T5Bias
 from posenc_cli.model.positional.xpos import XPos
 from posenc_cli.model.sinks import AttentionSinks
@@ -34,7 +35,7 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
     cls.name: cls
     for cls in (NoPE, Sinusoidal, Learned, RoPE, ALiBi, T5Bias, XPos, Kerple, FIRE, PRoPE)
     + (LayerSchedule, IRoPE, RNoPESWA, LocalGlobal)
-    + (CoPE, FoX)
+    + (CoPE, FoX, StickBreaking)
 }
 # a scheme class's __init__ arguments that are not options: the model's sizes, and the builder a layer
 # schedule builds its layers' schemes with (given by build_scheme)
@@ -76,6 +77,11 @@ def build_scheme(name: str, n_embd: int, n_head: int, *, block_size: int, **opti
         scheme.window = AttentionWindow(layer.pop("window", None), layer.pop("chunk", None))
         sinks = layer.pop("sinks", False)
         require_bool("scheme.sinks", sinks)
+        if sinks and scheme.replaces_softmax:
+            raise UsageError(
+                f"scheme.sinks joins a softmax's denominator, and scheme={name} weighs its keys without one; "
+                "drop scheme.sinks"
+            )
         scheme.sinks = AttentionSinks(n_head) if sinks else None
         scheme.temperature = build_temperature(
             layer.pop("temperature", "none"), n_head=n_head, train_len=block_size, **option_keywords(layer)

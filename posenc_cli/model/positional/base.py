@@ -137,6 +137,11 @@ class PositionalScheme(nn.Module):
         return derived(self, ("query_bias",))
 
     @property
+    def replaces_softmax(self) -> bool:
+        """The scheme weighs the keys itself (`weigh`: stick-breaking) instead of the softmax."""
+        return derived(self, ("weigh",))
+
+    @property
     def reads_content(self) -> bool:
         """The model adds `content_bias`, read from the queries' and keys' content (CoPE, FoX)."""
         return derived(self, ("content_bias",))
@@ -192,6 +197,12 @@ class PositionalScheme(nn.Module):
         broadcast together. The model calls it only where `bias_reads_query`; for every other scheme it
         is `bias(distance)`, the query's position unread."""
         return self.bias(distance)
+
+    def weigh(self, logits: torch.Tensor, *, seen: torch.Tensor, own: torch.Tensor) -> torch.Tensor | None:
+        """(B, H, Tq, Tk) weights of the keys from their logits (q·k/√D plus what the scheme adds, -inf
+        where unseen), where the scheme replaces the softmax, or None: the softmax. `seen` (Tq, Tk): the
+        keys each query sees; `own`: the pair of each query's token with itself."""
+        return None
 
     def content_bias(
         self, q: torch.Tensor, k: torch.Tensor, x: torch.Tensor, *, seen: torch.Tensor

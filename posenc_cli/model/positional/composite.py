@@ -58,6 +58,8 @@ class Composite(PositionalScheme):
         self.kind = kinds.pop() if len(kinds) == 1 else ("none" if not kinds else "composite")
         self.param_formula = " + ".join(p.param_formula for p in self.parts if p.param_formula != "0") or "0"
         join_facts(self)
+        if sum(part.replaces_softmax for part in self.parts) > 1:
+            raise UsageError(f"scheme={name}: two parts weigh the keys without a softmax; keep one of them")
 
     @property
     def members(self) -> tuple[PositionalScheme, ...]:
@@ -99,6 +101,10 @@ class Composite(PositionalScheme):
     def content_bias(self, q, k, x, *, seen):
         biases = [part.content_bias(q, k, x, seen=seen) for part in self.parts if part.reads_content]
         return torch.stack(biases).sum(0) if biases else None
+
+    def weigh(self, logits, *, seen, own):
+        weighing = [part for part in self.parts if part.replaces_softmax]
+        return weighing[0].weigh(logits, seen=seen, own=own) if weighing else None
 
     def query_bias(self, query, distance):
         biases = [part.query_bias(query, distance) for part in self.parts if part.adds_bias]
