@@ -236,7 +236,8 @@ def draw_episode(task: NeedleTask, rng, depth: float) -> Episode | WordsEpisode:
         return WordsEpisode.draw(rng)
     n = task.needles
     if task.name == "vt":
-        return chain(task, depth, random_names(rng, n), random_keys(rng, 1)[0], rng.random(n - 1))
+        names, value = random_names(rng, n), random_keys(rng, 1)[0]
+        return chain(task, depth, names=names, value=value, uniform=rng.random(n - 1))
     keys = random_keys(rng, n)
     if task.name == "passkey":
         return Episode(task, (Needle(depth, "", keys[0]),), (0,))
@@ -251,7 +252,7 @@ def draw_episode(task: NeedleTask, rng, depth: float) -> Episode | WordsEpisode:
     return episode
 
 
-def chain(task: NeedleTask, depth: float, names: list[str], value: str, uniform) -> Episode:
+def chain(task: NeedleTask, depth: float, *, names: list[str], value: str, uniform) -> Episode:
     """vt's chain: names[0] bound to the value at `depth`, each later name to the one before it at the
     sorted depths `uniform` (in [0, 1)) scaled into [depth, 1]; all asked, in chain order."""
     depths = [depth, *sorted(depth + (1 - depth) * float(u) for u in uniform)]

@@ -256,7 +256,7 @@ def string_match_all(prediction: str, references: list[str]) -> float:
     return sum(r.lower() in prediction for r in references) / len(references)
 
 
-def recall(scorer, trials: torch.Tensor, key_tokens: torch.Tensor, decode) -> torch.Tensor:
+def recall(scorer, trials: torch.Tensor, key_tokens: torch.Tensor, *, decode) -> torch.Tensor:
     """RULER's recall per trial: string_match_all of its greedy continuation (greedy_answers) against
     the words of its answer; `decode` writes token ids as text."""
     continued = greedy_answers(scorer, trials, key_tokens)

@@ -155,7 +155,7 @@ def probe_cell(run: EvalTarget, scorer, spec: ProbeSpec, *, length: int, depth: 
     batches = run.probe_trials(spec.task, length, depth, trials=spec.trials, seed=spec.seed, cache=cache)
     scored = [score(scorer, s, k, digits=spec.task.answer_digits) for s, k in batches]
     hit, nll = (torch.cat(parts) for parts in zip(*scored))
-    found = [recall(scorer, s, k, run.tokenizer.decode) for s, k in batches if spec.task.recalled]
+    found = [recall(scorer, s, k, decode=run.tokenizer.decode) for s, k in batches if spec.task.recalled]
     recalled = float(torch.cat(found).mean()) if found else math.nan  # vt and cwe: RULER's recall
     return {"trials": spec.trials, "accuracy": float(hit.float().mean()), "key_nll": float(nll.mean())} | {
         "recall": recalled
