@@ -579,3 +579,24 @@ def passkey_text() -> str:
     from posenc_cli.data import passkey
 
     return " ".join([passkey.NATURAL_INTRO, *passkey.NATURAL_FILLER])
+
+
+@pytest.mark.parametrize("name", ["vt", "cwe"])
+def test_an_hf_model_is_asked_ruler_s_vt_and_cwe_in_english_and_scored_by_recall(tiny, name):
+    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.evaluation.probe import answer_words, recall, score
+
+    model = load_hf_model(f"hf:{tiny['root'] / 'llama'}")
+    length = {"vt": 2 * CONTEXT, "cwe": 4 * CONTEXT}[name]  # RULER's 60 common entries take ~600 tokens here
+    if name == "cwe":
+        with pytest.raises(UsageError, match="a cwe trial for .* needs 673 tokens; length 512 is too short"):
+            model.probe_trials(NeedleTask(name), 2 * CONTEXT, 0.5, trials=1, seed=0, cache={})
+    ((trial, n_key),) = model.probe_trials(NeedleTask(name), length, 0.5, trials=1, seed=0, cache={})
+    words = tiny["tokenizer"].decode(trial[0])
+    answer = tiny["tokenizer"].decode(trial[0, -int(n_key) :])
+    start = {"vt": "Memorize and track the chain(s)", "cwe": "Below is a numbered list of words."}[name]
+    assert start in words and words.endswith(answer) and trial.size(1) <= length
+    assert len(answer_words(answer)) == {"vt": 5, "cwe": 10}[name]
+    hit, _ = score(model, trial, n_key)
+    found = recall(model, trial, n_key, decode=model.tokenizer.decode)
+    assert 0 <= float(found) <= 1 and (not bool(hit) or float(found) == 1.0)

@@ -175,6 +175,7 @@ def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path, monkeypatch):
         "trials",
         "accuracy",
         "key_nll",
+        "recall",
         "effective_len_retrieval",
         "effective_len_retrieval_at_least",
     ]
@@ -183,6 +184,7 @@ def test_probe_end_to_end_writes_files_and_passkey_rows(tmp_path, monkeypatch):
     assert beyond["accuracy"].isna().all() and (beyond["trials"] == 0).all()
     inside = df.dropna(subset=["accuracy"])
     assert inside["accuracy"].between(0, 1).all() and (inside["key_nll"] > 0).all()
+    assert df["recall"].isna().all()  # RULER's recall is vt's and cwe's (test_ruler_tasks)
     for name in ("probe_rope.png", "probe_learned.png", "probe_summary.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     assert "| seeds retrieving ≥ 50 % |" in (out / "passkey.md").read_text()

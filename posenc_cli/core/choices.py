@@ -12,7 +12,8 @@ CONTEXT_REMAPS = ("self_extend", "rerope", "leaky_rerope", "dca", "string")
 LOGN = "logn"
 HF_DTYPES = ("fp32", "bf16")  # the weights of `hf:` models
 HF_DEVICE_MAPS = ("auto",)  # accelerate's big-model placement of `hf:` models (GPUs, then CPU)
-PROBE_TASKS = ("passkey", "multikey", "multivalue", "multiquery")  # posenc probe --task (data/needles.py)
+# posenc probe --task (data/needles.py; vt and cwe: RULER's variable tracking and common-words extraction)
+PROBE_TASKS = ("passkey", "multikey", "multivalue", "multiquery", "vt", "cwe")
 LEARNED_OVERFLOWS = ("dash", "window")  # eval past a position table (evaluation.perplexity)
 ROPE_LAYOUTS = ("half", "interleaved")  # rope and xpos pairings: rope.LAYOUTS, by name
 ALIBI_SLOPES = ("paper", "chapter")  # alibi slope rules: alibi.SLOPE_RULES, by name

@@ -246,7 +246,9 @@ class Needles:
         "passkey",
         "The needle task (RULER's family beside the passkey): multikey hides distractor keys of other names "
         "and asks one; multivalue hides 4 keys of one name and asks all; multiquery hides 4 keys of 4 names "
-        "and asks all. See docs/probe.md.",
+        "and asks all; vt (RULER's variable tracking) asks every name bound to a value through a 4-hop chain; "
+        "cwe (common-words extraction) asks the most common words of a numbered list (no --depths). vt and "
+        "cwe are also scored by RULER's recall. See docs/probe.md.",
         choice=Choice(PROBE_TASKS),
     )
     distractors: int | None = option(

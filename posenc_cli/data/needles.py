@@ -10,6 +10,13 @@ A needle states a key of a name; an episode is its needles, a question and the a
                 ... what are the pass keys of bazo? the pass keys of bazo are 40913 22817 55120 90871
     multiquery  the pass key of bazo is 40913. remember 40913.     (4 needles, 4 names, all asked)
                 ... what are the pass keys of kimu and bazo and ...? the pass keys of kimu and bazo and ... are 22817 40913 ...
+    vt          var bazo = 40913. ... var kimu = var bazo. ...     (RULER's variable tracking: 1 chain, 4 hops)
+                ... which variables are assigned 40913? they are bazo kimu lapo dufe giha
+
+RULER's common-words extraction (cwe) is a list, not needles: data/common_words.py, asked through the
+same functions here. vt's chain is its needles: needle 0 states the value at the trial's depth, each
+hop binds the next name to the one before, at sorted depths drawn uniformly after it; the answer is the
+chain's names in chain order.
 
 Needle 0 sits at the trial's depth, the others at depths drawn uniformly from [0, 1]. The answer lists
 multivalue's keys in the order the text states them and multiquery's in the order the question asks
@@ -23,16 +30,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from posenc_cli.core.choices import PROBE_TASKS
 from posenc_cli.core.errors import UsageError, require_int
-from posenc_cli.data import passkey
+from posenc_cli.data import common_words, passkey
+from posenc_cli.data.common_words import ENGLISH_LIST, LOWER_LIST, ListPhrasing, WordsEpisode
 from posenc_cli.data.letters import CONSONANTS, VOWELS
 
 DISTRACTORS = 3  # multikey's needles beside the asked one: RULER's niah_multikey_1 (4 keys in all)
 MAX_DISTRACTORS = 16
 VALUES = 4  # multivalue's keys of the one name: RULER's num_needle_v
 QUERIES = 4  # multiquery's names asked at once: RULER's num_needle_q
-NAME_SYLLABLES = 2  # a name is consonant-vowel twice: 5,625 names, each 4 characters
+HOPS = 4  # vt's hops: RULER's num_hops (num_chains 1)
+NAME_SYLLABLES = (
+    common_words.NAME_SYLLABLES
+)  # a name is consonant-vowel twice: 5,625 names, each 4 characters
+NAME_CHARS = 2 * NAME_SYLLABLES
+RECALLED = ("vt", "cwe")  # the tasks scored by RULER's recall (string_match_all) beside exact match
 
 
 @dataclass(frozen=True)
@@ -50,17 +65,24 @@ class NeedleTask:
     @property
     def needles(self) -> int:
         counts = {"passkey": 1, "multikey": 1 + self.distractors, "multivalue": VALUES, "multiquery": QUERIES}
-        return counts[self.name]
+        return counts.get(self.name, HOPS + 1 if self.name == "vt" else 0)  # cwe: a list, no needles
 
     @property
     def asked(self) -> int:
-        """How many needles the question asks for: one, or (multivalue, multiquery) all."""
+        """How many needles the question asks for: one, or (multivalue, multiquery, vt) all."""
         return 1 if self.name in ("passkey", "multikey") else self.needles
 
     @property
     def answer_digits(self) -> int:
-        """The answer's digits: key_nll is per digit."""
-        return passkey.KEY_DIGITS * self.asked
+        """The answer's digits (vt and cwe: its names' letters): key_nll is per digit."""
+        if self.name == "cwe":
+            return LOWER_LIST.counts.common * NAME_CHARS
+        return (NAME_CHARS if self.name == "vt" else passkey.KEY_DIGITS) * self.asked
+
+    @property
+    def recalled(self) -> bool:
+        """Whether RULER's recall is scored beside exact match."""
+        return self.name in RECALLED
 
 
 def needle_task(name: str, distractors: int | None) -> NeedleTask:
@@ -104,8 +126,20 @@ class Phrasing:
     questions: str  # several keys asked: {names}
     names_joiner: str
     keys_joiner: str
+    chain_value: str  # vt's first line: {name}, {key}
+    chain_hop: str  # vt's hops: {name}, {key} (the name before)
+    chain_question: str  # vt's: {key}, {count}
+    capitals: bool  # vt's names in capitals (RULER's)
+    words: ListPhrasing  # cwe's
+
+    def name(self, name: str) -> str:
+        return name.upper() if self.capitals else name
 
     def sentence(self, episode: Episode, needle: Needle) -> str:
+        if episode.task.name == "vt":
+            hop = needle is not episode.needles[0]
+            key = self.name(needle.key) if hop else needle.key
+            return (self.chain_hop if hop else self.chain_value).format(name=self.name(needle.name), key=key)
         templates = {"passkey": self.key_sentence, "multivalue": self.value_needle}
         return templates.get(episode.task.name, self.needle).format(name=needle.name, key=needle.key)
 
@@ -116,6 +150,8 @@ class Phrasing:
             return self.key_question
         if episode.task.name == "multikey":
             return self.question.format(name=asked[0].name)
+        if episode.task.name == "vt":
+            return self.chain_question.format(key=asked[0].key, count=len(asked))
         names = (
             asked[0].name
             if episode.task.name == "multivalue"
@@ -123,8 +159,13 @@ class Phrasing:
         )
         return self.questions.format(names=names)
 
-    def answer(self, episode: Episode) -> str:
-        """What is scored: every asked key, in the answer's order."""
+    def answer(self, episode: Episode | WordsEpisode) -> str:
+        """What is scored: every asked key, in the answer's order (vt: the chain's names; cwe: the common
+        words)."""
+        if isinstance(episode, WordsEpisode):
+            return self.words.answer(episode)
+        if episode.task.name == "vt":
+            return " ".join(self.name(episode.needles[i].name) for i in episode.asked)
         return self.keys_joiner.join(episode.needles[i].key for i in episode.asked)
 
 
@@ -137,6 +178,11 @@ LOWER = Phrasing(
     questions="what are the pass keys of {names}? the pass keys of {names} are ",
     names_joiner=" and ",
     keys_joiner=" ",
+    chain_value="var {name} = {key}. ",
+    chain_hop="var {name} = var {key}. ",
+    chain_question="which variables are assigned {key}? they are ",
+    capitals=False,
+    words=LOWER_LIST,
 )
 ENGLISH = Phrasing(
     key_sentence=passkey.NATURAL_KEY,
@@ -147,7 +193,18 @@ ENGLISH = Phrasing(
     questions="What are the pass keys of {names}? The pass keys of {names} are",
     names_joiner=", ",
     keys_joiner=", ",
+    # RULER's variable_tracking lines (a hop's trailing space as RULER writes it), question and answer prefix
+    chain_value="VAR {name} = {key}",
+    chain_hop="VAR {name} = VAR {key} ",
+    chain_question="Question: Find all variables that are assigned the value {key} in the text above. Answer: "
+    "According to the chain(s) of variable assignment in the text above, {count} variables are assigned "
+    "the value {key}, they are:",
+    capitals=True,
+    words=ENGLISH_LIST,
 )
+# RULER's vt template (before the context) and noise line (type_haystack noise)
+VT_INTRO = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
+VT_NOISE = " ".join(passkey.NATURAL_FILLER)
 
 
 def random_names(rng, n: int) -> list[str]:
@@ -171,10 +228,16 @@ def random_keys(rng, n: int) -> list[str]:
     return keys
 
 
-def draw_episode(task: NeedleTask, rng, depth: float) -> Episode:
-    """One episode from a numpy Generator: needle 0 at `depth`, the others uniform over [0, 1]. The
-    passkey draws its one key and nothing else, as it always has."""
+def draw_episode(task: NeedleTask, rng, depth: float) -> Episode | WordsEpisode:
+    """One episode from a numpy Generator: needle 0 at `depth`, the others uniform over [0, 1] (vt's
+    hops: sorted, over [depth, 1]). The passkey draws its one key and nothing else, as it always has;
+    cwe draws a list's seed (depth has no meaning in a shuffled list)."""
+    if task.name == "cwe":
+        return WordsEpisode.draw(rng)
     n = task.needles
+    if task.name == "vt":
+        names, value = random_names(rng, n), random_keys(rng, 1)[0]
+        return chain(task, depth, names=names, value=value, uniform=rng.random(n - 1))
     keys = random_keys(rng, n)
     if task.name == "passkey":
         return Episode(task, (Needle(depth, "", keys[0]),), (0,))
@@ -189,9 +252,20 @@ def draw_episode(task: NeedleTask, rng, depth: float) -> Episode:
     return episode
 
 
-def placeholder(task: NeedleTask, depth: float = 0.0) -> Episode:
+def chain(task: NeedleTask, depth: float, *, names: list[str], value: str, uniform) -> Episode:
+    """vt's chain: names[0] bound to the value at `depth`, each later name to the one before it at the
+    sorted depths `uniform` (in [0, 1)) scaled into [depth, 1]; all asked, in chain order."""
+    depths = [depth, *sorted(depth + (1 - depth) * float(u) for u in uniform)]
+    keys = [value, *names[:-1]]
+    needles = tuple(Needle(d, name, key) for d, name, key in zip(depths, names, keys))
+    return Episode(task, needles, tuple(range(len(needles))))
+
+
+def placeholder(task: NeedleTask, depth: float = 0.0) -> Episode | WordsEpisode:
     """An episode of zero keys and one fixed name at `depth`, whose length stands for every episode's (a
-    char tokenizer's exactly: names and keys have fixed lengths)."""
+    char tokenizer's exactly: names and keys have fixed lengths). vt's chain and cwe's list: seed 0's."""
+    if task.name in ("vt", "cwe"):
+        return draw_episode(task, np.random.default_rng(0), depth)
     name = "" if task.name == "passkey" else (CONSONANTS[0] + VOWELS[0]) * NAME_SYLLABLES
     needles = tuple(Needle(depth, name, "0" * passkey.KEY_DIGITS) for _ in range(task.needles))
     asked = tuple(range(task.asked))
@@ -202,10 +276,12 @@ def episode_nats(task: NeedleTask) -> float:
     """About the information in an episode's draw: its keys and names (distinctness ignored), which
     needle multikey asks and multiquery's order."""
     n = task.needles
+    name = NAME_SYLLABLES * math.log(len(CONSONANTS) * len(VOWELS))
+    if task.name == "vt":
+        return passkey.KEY_DIGITS * math.log(len(passkey.DIGITS)) + n * name
     nats = n * passkey.KEY_DIGITS * math.log(len(passkey.DIGITS))
     if task.name == "passkey":
         return nats
-    name = NAME_SYLLABLES * math.log(len(CONSONANTS) * len(VOWELS))
     nats += name * (1 if task.name == "multivalue" else n)
     return nats + {"multikey": math.log(n), "multiquery": math.lgamma(n + 1)}.get(task.name, 0.0)
 
@@ -213,15 +289,22 @@ def episode_nats(task: NeedleTask) -> float:
 def needed_chars(task: NeedleTask) -> set[str]:
     """Every character a task's episode can contain (lowercase form): a vocabulary lacking one cannot be
     probed on it."""
+    if task.name == "cwe":
+        return passkey.needed_chars() | common_words.needed_chars()
     episode = placeholder(task)
     text = "".join(LOWER.sentence(episode, n) for n in episode.needles) + LOWER.ask(episode)
     extra = set() if task.name == "passkey" else set(CONSONANTS + VOWELS)
     return passkey.needed_chars() | set(text) | extra
 
 
-def natural_prompt(episode: Episode, sentences: int) -> str:
+def natural_prompt(episode: Episode | WordsEpisode, sentences: int) -> str:
     """Mohtashami & Jaggi's intro, `sentences` filler sentences with each needle (in English) after
-    round(depth · sentences) of them, and the question; the answer (" " + keys) follows."""
+    round(depth · sentences) of them, and the question; the answer (" " + keys) follows. vt: RULER's
+    template, `sentences` noise lines; cwe: RULER's list of its common words and `sentences` others."""
+    if isinstance(episode, WordsEpisode):
+        return ENGLISH.words.prompt(episode, sentences)
+    if episode.task.name == "vt":
+        return vt_prompt(episode, sentences)
     filler = [passkey.NATURAL_FILLER[i % len(passkey.NATURAL_FILLER)] for i in range(sentences)]
     parts, last = [passkey.NATURAL_INTRO], 0
     for needle in episode.in_text_order:
@@ -229,3 +312,15 @@ def natural_prompt(episode: Episode, sentences: int) -> str:
         parts += [*filler[last:at], ENGLISH.sentence(episode, needle)]
         last = at
     return " ".join([*parts, *filler[last:], ENGLISH.ask(episode)])
+
+
+def vt_prompt(episode: Episode, lines: int) -> str:
+    """RULER's vt prompt: its intro, `lines` noise lines with each chain line after round(depth · lines)
+    of them, all joined by newlines, then the question and answer prefix."""
+    parts, last = [], 0
+    for needle in episode.in_text_order:
+        at = round(needle.depth * lines)
+        parts += [VT_NOISE] * (at - last) + [ENGLISH.sentence(episode, needle)]
+        last = at
+    context = "\n".join(parts + [VT_NOISE] * (lines - last))
+    return VT_INTRO + context + "\n" + ENGLISH.ask(episode)

@@ -14,7 +14,8 @@ distance drawn uniformly from `passkey_min_distance`..`passkey_max_distance` cha
 question and the answer (phrasing in passkey.py). Keep the distances inside the training length, so
 every episode can fit in one training window: that is what `posenc probe` asks about. With
 `probe_task` another needle task (data/needles.py), an episode holds that task's needles, each followed
-by its share of the distance, then the task's question and answer.
+by its share of the distance, then the task's question and answer; vt's needles are its chain, and a
+cwe episode is a list (data/common_words.py) of `passkey_min..max_distance` characters, no filler.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posenc_cli.data import needles, passkey
+from posenc_cli.data import common_words, needles, passkey
 from posenc_cli.data.letters import CONSONANTS, VOWELS
 from posenc_cli.data.needles import LOWER
 from posenc_cli.data.synthetic_spec import SyntheticSpec
@@ -123,6 +124,8 @@ def _episode(rng: np.random.Generator, spec: SyntheticSpec, words: _Words) -> tu
     question and the answer; its text, its fresh characters and their nats, and the nats of its gaps and
     choices. The n gaps are drawn from passkey_min..max_distance // n each, so the filler stays within it."""
     task = needles.NeedleTask(spec.probe_task)
+    if task.name == "cwe":
+        return _list_episode(rng, spec)
     episode = needles.draw_episode(task, rng, depth=rng.random() if task.needles > 1 else 0.0)
     n = task.needles
     low, high = max(1, spec.passkey_min_distance // n), max(1, spec.passkey_max_distance // n)
@@ -141,6 +144,22 @@ def _episode(rng: np.random.Generator, spec: SyntheticSpec, words: _Words) -> tu
         chars += distance
     fresh_nats += needles.episode_nats(task)
     return piece + LOWER.ask(episode) + passkey.answer(LOWER.answer(episode)), chars, fresh_nats, event_nats
+
+
+def _list_episode(rng: np.random.Generator, spec: SyntheticSpec) -> tuple[str, int, float, float]:
+    """A cwe episode: a list of the common words and as many others as fill a length drawn uniformly
+    from passkey_min..max_distance characters (one entry each), then the question and answer."""
+    episode = common_words.WordsEpisode.draw(rng)
+    words = LOWER.words
+    entry = len(" 10. ") + needles.NAME_CHARS  # a typical entry's characters
+    low, high = (
+        max(0, d // entry - words.counts.common * words.counts.common_repeats)
+        for d in (spec.passkey_min_distance, spec.passkey_max_distance)
+    )
+    count = int(rng.integers(low, max(low, high) + 1))
+    text = words.prompt(episode, count) + passkey.answer(words.answer(episode))
+    nats = common_words.episode_nats(words.counts, count)
+    return text, 0, nats, math.log(max(low, high) - low + 1)  # no filler: no fresh characters
 
 
 def generate(spec: SyntheticSpec) -> SyntheticText:

@@ -7,18 +7,23 @@ passkey episodes) with the task's needles at their relative depths (needle 0 at 
 the end, then the answer's keys (phrasing in data/needles.py and data/passkey.py), scored through the
 tokens that cover them whatever the tokenizer. A trial counts when greedy decoding reproduces the
 answer's tokens exactly; key_nll is their NLL given the prompt per answer digit, a continuous measure
-that needs no decoding.
+that needs no decoding. RULER's vt and cwe (data/needles.py, data/common_words.py) are scored the same
+way, and also by RULER's recall (string_match_all): each trial's greedy continuation of its prompt, as
+many tokens as its answer, and the fraction of the answer's words found in it (case-insensitive
+substrings, any order).
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import torch
 
 from posenc_cli.core.errors import UsageError, require_int
 from posenc_cli.data import needles, passkey
+from posenc_cli.data.common_words import WordsEpisode
 from posenc_cli.data.needles import LOWER, Episode, NeedleTask
 from posenc_cli.model import token_nll
 
@@ -36,6 +41,7 @@ COLUMNS = [
     "trials",
     "accuracy",
     "key_nll",
+    "recall",  # RULER's string_match_all, vt and cwe only (empty for the needle tasks)
 ]
 
 
@@ -67,8 +73,11 @@ def without_episodes(val, tokenizer) -> torch.Tensor:
 
 
 def overhead(tokenizer, task: NeedleTask = PASSKEY) -> int:
-    """Tokens of a trial that are not filler: the needles, question and answer."""
+    """Tokens of a trial that are not filler: the needles, question and answer (cwe: the shortest list,
+    its common words alone, the question and answer)."""
     episode = needles.placeholder(task)
+    if isinstance(episode, WordsEpisode):
+        return len(tokenizer.encode(LOWER.words.prompt(episode, 0) + LOWER.answer(episode)))
     sentences = [LOWER.sentence(episode, needle) for needle in episode.needles]
     question = LOWER.ask(episode) + LOWER.answer(episode)
     return sum(len(tokenizer.encode(s)) for s in sentences) + len(tokenizer.encode(question))
@@ -139,11 +148,36 @@ def make_trials(
     rng = np.random.default_rng([seed, length, round(depth * 1_000_000)])
     episodes = [needles.draw_episode(task, rng, depth) for _ in range(trials)]
     starts = rng.integers(margin, len(val) - n_filler, size=trials)
+    build = build_list_trial if task.name == "cwe" else build_trial
     built = [
-        build_trial(val[s - margin : s + n_filler], e, length=length, tokenizer=tokenizer, margin=margin)
+        build(val[s - margin : s + n_filler], e, length=length, tokenizer=tokenizer, margin=margin)
         for s, e in zip(starts, episodes)
     ]
     return torch.stack([t for t, _ in built]), torch.tensor([n for _, n in built]), episodes
+
+
+def build_list_trial(
+    filler: torch.Tensor, episode: WordsEpisode, *, length: int, tokenizer, margin: int = 0
+) -> tuple[torch.Tensor, int]:
+    """(`length` tokens, how many of them are the answer's) for cwe: the longest list whose prompt and
+    answer leave at least one of `length` tokens, after filler (ending in a space) that fills the rest."""
+    words = LOWER.words
+
+    def tokens(count: int) -> int:
+        return len(tokenizer.encode(words.prompt(episode, count) + words.answer(episode)))
+
+    low, high = 0, 1  # tokens(low) < length (overhead), the longest such count found by bisection
+    while tokens(high) < length:
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if tokens(middle) < length else (low, middle)
+    prompt = tokenizer.decode(filler.tolist())[:-1] + " " + words.prompt(episode, low)
+    trial, ends = tokenizer.token_ends(prompt + words.answer(episode))
+    n_key = len(trial) - int(np.searchsorted(ends, len(prompt), side="right"))
+    if len(trial) < length:
+        raise UsageError(f"filler too short for a {length}-token cwe trial with this tokenizer")
+    return torch.from_numpy(trial[-length:]), n_key
 
 
 def score(
@@ -188,3 +222,44 @@ def parse_depths(text: str) -> list[float]:
             )
         depths.append(value)
     return sorted(set(depths))
+
+
+def greedy_answers(scorer, trials: torch.Tensor, key_tokens: torch.Tensor) -> list[list[int]]:
+    """Each trial's greedy continuation of its prompt, as many tokens as its answer has. Every step reads
+    the whole trial with the tokens chosen so far in place of the answer's (a causal model never sees
+    the later ones), so each window has the trial's length, as in score: where score counts a hit, the
+    continuation is the answer."""
+    batch, out = scorer.batch_size(trials.size(1)), []
+    for i in range(0, len(trials), batch):
+        chunk, n_key = trials[i : i + batch].clone(), key_tokens[i : i + batch]
+        last, rows = int(n_key.max()), torch.arange(len(chunk))
+        for step in range(last):
+            live = rows[n_key > step]
+            logits = scorer.last_logits(chunk[live], last + 1)[:, :-1]
+            at = (last - n_key[live] + step).to(logits.device)
+            chosen = logits[torch.arange(len(live), device=logits.device), at].argmax(-1).cpu()
+            chunk[live, chunk.size(1) - n_key[live] + step] = chosen
+        out += [chunk[r, chunk.size(1) - int(n) :].tolist() for r, n in enumerate(n_key)]
+    return out
+
+
+def answer_words(text: str) -> list[str]:
+    """The reference answers in an answer's text: its words of letters (vt's names, cwe's words; not
+    cwe's English numbering)."""
+    return re.findall(r"[^\W\d_]+", text)
+
+
+def string_match_all(prediction: str, references: list[str]) -> float:
+    """RULER's recall of one prediction: the fraction of references found in it, case-insensitive
+    substrings (after RULER's postprocess_pred: control characters as newlines, stripped)."""
+    prediction = re.sub(r"[\x00-\x1f]", "\n", prediction).strip().lower()
+    return sum(r.lower() in prediction for r in references) / len(references)
+
+
+def recall(scorer, trials: torch.Tensor, key_tokens: torch.Tensor, *, decode) -> torch.Tensor:
+    """RULER's recall per trial: string_match_all of its greedy continuation (greedy_answers) against
+    the words of its answer; `decode` writes token ids as text."""
+    continued = greedy_answers(scorer, trials, key_tokens)
+    answers = [decode(t[len(t) - int(n) :].tolist()) for t, n in zip(trials, key_tokens)]
+    found = [string_match_all(decode(c), answer_words(a)) for c, a in zip(continued, answers)]
+    return torch.tensor(found, dtype=torch.float64)

@@ -16,7 +16,7 @@ from posenc_cli.evaluation.eval_plan import announce_added
 from posenc_cli.evaluation.eval_runs import as_trained, column_label
 from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers
 from posenc_cli.evaluation.perplexity import target_lengths
-from posenc_cli.evaluation.probe import COLUMNS, check_trials, score
+from posenc_cli.evaluation.probe import COLUMNS, check_trials, recall, score
 from posenc_cli.evaluation.target import EvalTarget, RefusedColumn
 from posenc_cli.evaluation.targets import load_targets
 from posenc_cli.model.extension.method import ContextMethod
@@ -135,7 +135,12 @@ def probe_runs(runs: list[EvalTarget], spec: ProbeSpec, *, lengths: dict, varian
                         row |= {"rope_scaling": asked, "task": spec.task.name, "seed": run.seed}
                         row |= {"train_len": run.train_len, "length": length, "depth": depth}
                         if isinstance(variant, RefusedColumn):  # shown as "—", never scored: noted once
-                            cell = {"trials": 0, "accuracy": math.nan, "key_nll": math.nan}
+                            cell = {
+                                "trials": 0,
+                                "accuracy": math.nan,
+                                "key_nll": math.nan,
+                                "recall": math.nan,
+                            }
                         else:
                             cell = probe_cell(run, scorer, spec, length=length, depth=depth, cache=fillers)
                         rows.append(row | cell)
@@ -146,12 +151,12 @@ def probe_runs(runs: list[EvalTarget], spec: ProbeSpec, *, lengths: dict, varian
 def probe_cell(run: EvalTarget, scorer, spec: ProbeSpec, *, length: int, depth: float, cache: dict) -> dict:
     """trials, accuracy and key_nll of one run at one length and depth ("—" past a position table)."""
     if past_max_len(run.max_len, length):
-        return {"trials": 0, "accuracy": math.nan, "key_nll": math.nan}
-    scored = [
-        score(scorer, sequences, key_tokens, digits=spec.task.answer_digits)
-        for sequences, key_tokens in run.probe_trials(
-            spec.task, length, depth, trials=spec.trials, seed=spec.seed, cache=cache
-        )
-    ]
+        return {"trials": 0, "accuracy": math.nan, "key_nll": math.nan, "recall": math.nan}
+    batches = run.probe_trials(spec.task, length, depth, trials=spec.trials, seed=spec.seed, cache=cache)
+    scored = [score(scorer, s, k, digits=spec.task.answer_digits) for s, k in batches]
     hit, nll = (torch.cat(parts) for parts in zip(*scored))
-    return {"trials": spec.trials, "accuracy": float(hit.float().mean()), "key_nll": float(nll.mean())}
+    found = [recall(scorer, s, k, decode=run.tokenizer.decode) for s, k in batches if spec.task.recalled]
+    recalled = float(torch.cat(found).mean()) if found else math.nan  # vt and cwe: RULER's recall
+    return {"trials": spec.trials, "accuracy": float(hit.float().mean()), "key_nll": float(nll.mean())} | {
+        "recall": recalled
+    }

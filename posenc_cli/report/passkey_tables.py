@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from posenc_cli.data.needles import RECALLED
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
 from posenc_cli.evaluation.eval_runs import unscalable_note
 from posenc_cli.evaluation.labels import Label, scheme_order
@@ -43,23 +44,32 @@ def unscaled_columns(passkey: pd.DataFrame, *, scaling_asked: bool) -> dict[Labe
     return {s: unscalable_note(s) for s in dict.fromkeys(alone["scheme"])}
 
 
-def retrieval_by_length(passkey: pd.DataFrame) -> pd.DataFrame:
-    """Percent retrieved per task, scheme, seed and length, averaged over depths (NaN past a learned
-    table)."""
+def retrieval_by_length(passkey: pd.DataFrame, measure: str = "accuracy") -> pd.DataFrame:
+    """Percent retrieved (or RULER's recall) per task, scheme, seed and length, averaged over depths (NaN
+    past a learned table)."""
     by = ["task", "scheme", "seed", "length"]
-    return (probe_rows(passkey).groupby(by)["accuracy"].mean() * 100).reset_index()
+    return (probe_rows(passkey).groupby(by)[measure].mean() * 100).reset_index()
+
+
+def recalled(passkey: pd.DataFrame) -> list[str]:
+    """The tasks probe.csv holds RULER's recall of (vt and cwe)."""
+    rows = probe_rows(passkey)
+    return [t for t in tasks(rows) if t in RECALLED and "recall" in rows]
 
 
 def passkey_rows(passkey: pd.DataFrame, schemes: list[Label]) -> list[list[str]]:
-    """Rows "passkey @ L" (the task's name @ L): % of trials retrieved exactly, mean ± std over seeds."""
-    by_length = retrieval_by_length(passkey)
+    """Rows "passkey @ L" (the task's name @ L): % of trials retrieved exactly, mean ± std over seeds;
+    vt and cwe also "vt recall @ L", RULER's recall in %."""
     contexts = [int(c) for c in passkey.groupby("scheme")["train_len"].min()]
     rows = []
-    for task in tasks(passkey):
+    measures = [(t, "accuracy", t) for t in tasks(passkey)]
+    measures += [(t, "recall", f"{t} recall") for t in recalled(passkey)]
+    for task, measure, name in measures:
+        by_length = retrieval_by_length(passkey, measure)
         for L in sorted(by_length["length"].unique()):
-            label = f"{task} @ {L} ({relative_to(L, contexts)})"
+            label = f"{name} @ {L} ({relative_to(L, contexts)})"
             cells = by_length[(by_length.length == L) & (by_length.task == task)]
-            rows.append([label] + [mean_std(cells[cells.scheme == s]["accuracy"], digits=0) for s in schemes])
+            rows.append([label] + [mean_std(cells[cells.scheme == s][measure], digits=0) for s in schemes])
     return rows
 
 
@@ -107,6 +117,9 @@ def column_section(sub: pd.DataFrame, scheme, *, task: str, note: str) -> str:
     ]
     per_seed = sub.groupby(["length", "seed"])["percent"].mean()
     rows.append(["all depths"] + [seed_spread(per_seed[L]) for L in lengths])
+    if task in RECALLED and "recall" in sub:  # RULER's score: the answer's words found, any order
+        recall = (sub.groupby(["length", "seed"])["recall"].mean() * 100).dropna()
+        rows.append(["RULER recall, all depths"] + [seed_spread(recall.get(L, pd.Series())) for L in lengths])
     rows.append(
         ["seeds retrieving ≥ 50 %"]
         + [
@@ -129,7 +142,13 @@ def passkey_note(passkey: pd.DataFrame) -> str:
         if asked == ["passkey"]
         else f"{PASSKEY_DIGITS}-digit key or keys (all asked)"
     )
-    return (
+    said = (
         f"{', '.join(asked)}: % of {int(passkey['trials'].max())} trials per depth (depths {depths}) whose "
         f"{what} greedy decoding reproduced exactly (`posenc probe`)."
     )
+    if recalled(passkey):  # vt's names and cwe's words are answers too; their recall is RULER's score
+        said += (
+            f" {' and '.join(recalled(passkey))} answer names or words (not keys); their recall rows are "
+            "RULER's score: % of the answer's words found in the greedy continuation, in any order."
+        )
+    return said

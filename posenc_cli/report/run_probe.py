@@ -12,7 +12,7 @@ import pandas as pd
 from posenc_cli.core.device import resolve_device
 from posenc_cli.core.file_sets import SetKind
 from posenc_cli.core.option_groups import ProbeOptions
-from posenc_cli.core.options import check_given, given
+from posenc_cli.core.options import check_given, given, refuse_unread
 from posenc_cli.data.needles import needle_task
 from posenc_cli.evaluation.eval_runs import rope_methods
 from posenc_cli.evaluation.perplexity import parse_lengths
@@ -46,6 +46,9 @@ def probe_options(options: ProbeOptions, *, write: bool = True) -> Probing:
     methods = rope_methods(o.scaling.rope_scaling, o.scaling.rope_factor, extension_settings(o))
     rule = LengthRule(**asdict(o.rule))  # checked here, applied by the writers
     task = needle_task(n.task, n.distractors)
+    if task.name == "cwe":  # a shuffled list has no depth: one set of trials, at depth 0
+        refuse_unread(o, ["depths"], why="by --task cwe (its words are shuffled through the list)")
+        at_depths = [0.0]
     spec = ProbeSpec(task, at_depths, n.trials, n.seed, methods, o.scaling.rope_factor)
     names = exports_as_hf(list(o.runs))
     refuse_hf_options_without_hf(o, names)
