@@ -124,8 +124,9 @@ def test_unknown_top_level_key_and_a_key_of_another_corpus_are_refused():
     assert "scheme.base is not an option of scheme=none; known: chunk, sinks, temperature" in refusal(
         "scheme=none +scheme.base=2"
     )
-    assert "scheme.base is not an option of scheme=alibi; known: chunk, sinks, slopes, temperature" in refusal(
-        "scheme=alibi +scheme.base=2"
+    assert (
+        "scheme.base is not an option of scheme=alibi; known: chunk, sinks, slopes, temperature"
+        in refusal("scheme=alibi +scheme.base=2")
     )
 
 

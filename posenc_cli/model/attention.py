@@ -136,7 +136,13 @@ def blocked_attention(
         if layer.replaces_softmax:
             own = query[:, None] == tokens[None, lo:hi]
             return weighed(
-                q[:, :, start:end], keys[:, :, lo:hi], v[:, :, lo:hi], layer=layer, seen=seen, own=own, added=added
+                q[:, :, start:end],
+                keys[:, :, lo:hi],
+                v[:, :, lo:hi],
+                layer=layer,
+                seen=seen,
+                own=own,
+                added=added,
             )
         if remap is None and layer.sinks is None:
             mask = seen if added is None else added
