@@ -26,7 +26,12 @@ from posenc_cli.evaluation.target import EvalTarget, RefusedColumn
 from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings, parse_methods
 from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, METHODS
 
-SCALINGS = tuple(m for m in METHODS if m != "none")  # the methods a --rope-factor applies to
+SCALINGS = tuple(m for m in METHODS if ContextMethod(m).scales)  # the methods a --rope-factor applies to
+DYNAMIC_AS_NTK = (
+    "a +ntk column also stands for dynamic NTK: with no --rope-factor both give base·(T/L)^(d/(d−2)) for every "
+    "full window of T tokens, so dynamic is shown once, as ntk (posenc scores whole windows; "
+    "in generation dynamic would grow with the position instead)"
+)
 
 
 def rope_methods(
@@ -37,7 +42,7 @@ def rope_methods(
     if rope_factor is not None:
         require_number("--rope-factor", rope_factor, at_least=1, at_most=MAX_FACTOR)
     methods = parse_methods(rope_scaling, settings)
-    if rope_factor is not None and all(method.scaling == "none" for method in methods):
+    if rope_factor is not None and not any(method.scales for method in methods):
         raise UsageError(
             f"--rope-factor {rope_factor:g} applies only with a frequency scaling in --rope-scaling; add e.g. "
             "--rope-scaling yarn (or yarn+self_extend) or drop it"
@@ -75,21 +80,16 @@ def column_label(run: EvalTarget, variant, overflow: str, *, distinct, rope_fact
     return with_tokenizer(label, run.tokenizer_name, mixed)
 
 
-def same_computation(methods: list[ContextMethod], rope_factor) -> tuple[list[ContextMethod], str]:
-    """The methods to score, and a note: with no --rope-factor, dynamic NTK is ntk at every full window
-    (both give base·(T/L)^(d/(d-2)) for a window of T tokens), so it is scored once, as ntk (with the
-    same extension: `dynamic+logn` as `ntk+logn`)."""
+def same_computation(methods: list[ContextMethod], rope_factor) -> tuple[list[ContextMethod], set[str]]:
+    """The methods to score, and the scalings of the columns that stand for a dropped one: with no
+    --rope-factor, dynamic NTK is ntk at every full window (both give base·(T/L)^(d/(d-2)) for a window of
+    T tokens), so it is scored once, as ntk (ContextMethod.whole_window_twin: `dynamic+logn` as
+    `ntk+logn`)."""
     methods = list(methods)
     if rope_factor is not None:
-        return methods, ""
-    kept = [m for m in methods if m.scaling != "dynamic" or replace(m, scaling="ntk") not in methods]
-    if kept == methods:
-        return methods, ""
-    return kept, (
-        "a +ntk column also stands for dynamic NTK: with no --rope-factor both give base·(T/L)^(d/(d−2)) for every "
-        "full window of T tokens, so dynamic is shown once, as ntk (posenc scores whole windows; "
-        "in generation dynamic would grow with the position instead)"
-    )
+        return methods, set()
+    twins = [m.whole_window_twin for m in methods if m.whole_window_twin in methods]
+    return [m for m in methods if m.whole_window_twin not in methods], {twin.scaling for twin in twins}
 
 
 def evaluate_runs(
@@ -115,7 +115,7 @@ def evaluate_runs(
     import pandas as pd
 
     scoring = Scoring(mode, stride, device)
-    methods, merged = same_computation(rope_scaling or [ContextMethod()], rope_factor)
+    methods, standing = same_computation(rope_scaling or [ContextMethod()], rope_factor)
     plans = plan_runs(  # bad input is found before any work
         runs,
         text,
@@ -146,7 +146,7 @@ def evaluate_runs(
             scored, positions = score_column(
                 run, scheme, plan := plans[id(run)], variant=variant, context=context, scoring=scoring, bar=bar, task=task
             )  # fmt: skip
-            note = column_note(run, scheme, plan, methods=methods, merged=merged)
+            note = column_note(run, scheme, plan, methods=methods, standing=standing)
             rows += [
                 {**row, "note": row["note"] or note, "differs": apart[id(run)].differs} for row in scored
             ]
@@ -168,15 +168,16 @@ def score_column(
 
 
 def column_note(
-    run: EvalTarget, column: Label, plan: RunPlan, *, methods: list[ContextMethod], merged: str
+    run: EvalTarget, column: Label, plan: RunPlan, *, methods: list[ContextMethod], standing: set[str]
 ) -> str:
-    """What the table says of a column as a whole: ntk standing for dynamic too (`merged`), or that
+    """What the table says of a column as a whole: ntk standing for dynamic too (its scaling in
+    `standing`: same_computation), or that
     --rope-scaling asked for a method the run cannot take (no rotary scheme: its one column's variant
     is the trained one), so it was scored once, as trained."""
-    asked = any(method.text != "none" for method in methods)
+    asked = not all(method.as_trained for method in methods)
     if asked and len(plan.variants) == 1 and as_trained(run, column):
         return unscalable_note(run.label)
-    return merged if column.variant.scaling == "ntk" else ""
+    return DYNAMIC_AS_NTK if column.variant.scaling in standing else ""
 
 
 def as_trained(run: EvalTarget, column: Label) -> bool:

@@ -19,12 +19,12 @@ from posenc_cli.core.option_groups import EvalOptions, HfLoading, ProbeOptions
 from posenc_cli.core.options import check_given, given, options_of, refuse_unread
 from posenc_cli.evaluation.eval_runs import check_windows, evaluate_runs, rope_methods
 from posenc_cli.evaluation.eval_text import eval_text
-from posenc_cli.evaluation.hf_models import is_hf
-from posenc_cli.evaluation.hf_options import hf_options
 from posenc_cli.evaluation.labels import Label
 from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
-from posenc_cli.evaluation.targets import load_targets, named_runs
 from posenc_cli.evaluation.task_accuracy import task_accuracy, task_targets
+from posenc_cli.hf.models import is_hf
+from posenc_cli.hf.options import hf_options
+from posenc_cli.hf.targets import load_targets, named_runs
 from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings
 from posenc_cli.report.effective_length import LengthRule, with_ppl_length
 from posenc_cli.report.output_sets import write_eval_outputs
@@ -146,6 +146,6 @@ def run_eval(options: EvalOptions, *, write: bool = True) -> Evaluation:
 
 
 def hf_loading(options: EvalOptions | ProbeOptions, device: Any) -> dict:
-    """How hf: targets are loaded, from the hf: group, checked (evaluation.hf_options)."""
+    """How hf: targets are loaded, from the hf: group, checked (hf.options)."""
     h = options.hf
     return hf_options(h.hf_context, device, h.dtype, device_map=h.device_map)
