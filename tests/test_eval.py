@@ -848,9 +848,9 @@ def test_a_runs_own_training_text_is_scored_on_its_validation_split_for_every_co
 
 
 def test_ntk_and_dynamic_without_a_factor_are_one_computation_shown_once():
-    from posenc_cli.evaluation.eval_runs import DYNAMIC_AS_NTK, same_computation
     from posenc_cli.model.extension.method import ContextMethod
     from posenc_cli.model.positional.rope_scaling import RopeScaling
+    from posenc_cli.report.run_eval import DYNAMIC_AS_NTK, same_computation
 
     for length in (512, 1000, 4096):
         ntk = RopeScaling("ntk", 256).frequencies(64, 10000.0, length)[0]

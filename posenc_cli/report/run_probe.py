@@ -21,8 +21,8 @@ from posenc_cli.core.file_sets import SetKind
 from posenc_cli.core.option_groups import ProbeOptions
 from posenc_cli.core.options import check_given, given
 from posenc_cli.data.needles import NeedleTask, needle_task
+from posenc_cli.evaluation.columns import as_trained, column_label, rope_methods
 from posenc_cli.evaluation.eval_plan import announce_added
-from posenc_cli.evaluation.eval_runs import as_trained, column_label, rope_methods
 from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers
 from posenc_cli.evaluation.perplexity import parse_lengths, target_lengths
 from posenc_cli.evaluation.probe import COLUMNS, check_trials, parse_depths, score
