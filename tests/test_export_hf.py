@@ -419,7 +419,7 @@ def test_code_planted_in_an_export_never_runs_and_every_command_refuses_it_befor
     """evil.py beside an export, named by its configs (the manifest rewritten to vouch for them), or
     posenc's own module replaced: eval (EXPORT or hf:EXPORT), sample and probe refuse it in one line
     naming the file and the key, before transformers reads the directory, and evil.py never runs."""
-    from posenc_cli.hf import loading as hf_loading
+    from posenc_cli.hf import model_loading as hf_loading
 
     def never(*_, **__):
         raise AssertionError("transformers was asked to load the directory")
@@ -445,7 +445,7 @@ def test_a_local_hf_directory_that_names_code_is_refused_and_its_code_never_runs
     """A model directory that is not a posenc export never gets trust_remote_code: one whose JSONs name
     code (posenc's own auto_map copied there too), or a GGUF file beside such a directory's files, is
     refused in one line before transformers reads it."""
-    from posenc_cli.hf import loading as hf_loading
+    from posenc_cli.hf import model_loading as hf_loading
     from posenc_cli.hf.export import HF_FIELDS
 
     monkeypatch.setattr(hf_loading, "load_pretrained", lambda *_, **__: pytest.fail("transformers loaded it"))
@@ -561,7 +561,7 @@ def test_files_swapped_in_an_export_after_its_check_are_never_loaded(smoke_sweep
     import os
     import stat
 
-    from posenc_cli.hf import loading as hf_loading
+    from posenc_cli.hf import model_loading as hf_loading
 
     export, marker = rope_export(smoke_sweep, tmp_path / "export"), tmp_path / "ran"
     source = planted(export, marker)
@@ -595,7 +595,7 @@ def test_a_link_or_a_fifo_among_an_exports_files_is_refused_naming_it_however_it
 
     from posenc_cli.core.errors import UsageError
     from posenc_cli.hf.export_loading import load_export
-    from posenc_cli.hf.loading import load_hf_model
+    from posenc_cli.hf.model_loading import load_hf_model
 
     export = rope_export(smoke_sweep, tmp_path / "export")
     for name in (MODELING, "config.json", "model.safetensors", TOKENIZER):

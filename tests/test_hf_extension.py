@@ -1,4 +1,4 @@
-"""Training-free context extension in transformers' models (hf/extension.py) and in posenc
+"""Training-free context extension in transformers' models (hf/extended_attention.py) and in posenc
 exports: within a method's window a model scores as it does plain; past it, each layer's attention is
 the paper's, computed here from the model's own unrotated queries and keys, pair by pair; a model the
 methods do not fit is refused in one line or, without RoPE, scored once. Tiny models built here: a
@@ -15,7 +15,7 @@ import torch
 from test_hf_files import passkey_tokenizer, tiny_model
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.hf.extension import ATTENTION, HFVariant
+from posenc_cli.hf.extended_attention import ATTENTION, HFVariant
 from posenc_cli.model import ModelConfig, ModelSize, token_nll
 from posenc_cli.model.extension.method import ExtensionSettings, parse_method
 
@@ -55,7 +55,7 @@ def saved(directory: Path, config, tokenizer) -> Path:
 
 
 def load(directory: Path):
-    from posenc_cli.hf.loading import load_hf_model
+    from posenc_cli.hf.model_loading import load_hf_model
 
     return load_hf_model(f"hf:{directory}")
 

@@ -85,7 +85,7 @@ def edit_weights(path: Path, edit) -> None:
 
 
 def load(directory: Path, **options):
-    from posenc_cli.hf.loading import load_hf_model
+    from posenc_cli.hf.model_loading import load_hf_model
 
     return load_hf_model(f"hf:{directory}", **options)
 
@@ -401,7 +401,7 @@ def test_a_model_that_is_not_a_posenc_export_is_loaded_with_trust_remote_code_fa
 ):
     """Said, not left out: without an explicit False transformers asks on a terminal whether to run a
     repository's code (a hub id's); posenc's answer is no for its config, tokenizer and model alike."""
-    from posenc_cli.hf import loading as hf_loading
+    from posenc_cli.hf import model_loading as hf_loading
 
     asked = []
     real = hf_loading.load_pretrained

@@ -20,9 +20,9 @@ from test_hf_files import passkey_tokenizer
 
 from conftest import assert_refused, invoke, posenc
 from posenc_cli.core.errors import UsageError
-from posenc_cli.hf.extension import ATTENTION
+from posenc_cli.hf.extended_attention import ATTENTION
 from posenc_cli.hf.memory import forward_bytes
-from posenc_cli.hf.rope_scaling import scaled_config
+from posenc_cli.hf.rope_config import scaled_config
 from posenc_cli.model.positional.rope import RoPE
 
 transformers = pytest.importorskip("transformers")

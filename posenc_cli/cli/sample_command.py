@@ -113,7 +113,7 @@ def hf_samples(
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
     from posenc_cli.evaluation.sample import generate_hf
-    from posenc_cli.hf.loading import load_hf_model
+    from posenc_cli.hf.model_loading import load_hf_model
 
     if window is not None:
         raise UsageError(

@@ -16,7 +16,6 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.core.file_sets import MANIFEST, hashed_entry, read_manifest
 from posenc_cli.data import data_config
 from posenc_cli.data.tokenizers import from_payload
-from posenc_cli.hf.checks import INTEGER_DTYPES
 from posenc_cli.hf.export import (
     FORMAT,
     HF_FIELDS,
@@ -27,6 +26,7 @@ from posenc_cli.hf.export import (
     safetensors_torch,
     tokenizer_config,
 )
+from posenc_cli.hf.model_checks import INTEGER_DTYPES
 from posenc_cli.hf.model_files import (
     JSON_CAP,
     JSON_ERRORS,

@@ -10,7 +10,7 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.evaluation.run_target import computed_columns, has_rope
 from posenc_cli.evaluation.target import RefusedColumn
-from posenc_cli.hf.extension import HFVariant
+from posenc_cli.hf.extended_attention import HFVariant
 from posenc_cli.hf.models import HFModel, short_name
 from posenc_cli.model import token_nll
 from posenc_cli.model.extension.method import ContextMethod

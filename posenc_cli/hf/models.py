@@ -7,8 +7,8 @@ it has one, batch 1, and logits computed a chunk of positions at a time so a 16k
 holds 16k × vocabulary floats.
 
 RoPE scaling goes through the model's own rotary module, rebuilt from a copy of its config with
-`rope_parameters` set (transformers' implementations: hf.rope_scaling); a training-free
-context extension through posenc's attention function (hf.extension).
+`rope_parameters` set (transformers' implementations: hf.rope_config); a training-free
+context extension through posenc's attention function (hf.extended_attention).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from posenc_cli.core.install import install_hint
 from posenc_cli.data import needles
 from posenc_cli.data.needles import ENGLISH, Episode, NeedleTask
 from posenc_cli.evaluation.labels import Label
-from posenc_cli.hf.extension import HFVariant, use_extension
+from posenc_cli.hf.extended_attention import HFVariant, use_extension
 from posenc_cli.hf.layouts import (
     ExtendedLayers,
     decoder,
@@ -35,7 +35,7 @@ from posenc_cli.hf.layouts import (
 )
 from posenc_cli.hf.memory import LOGITS_CHUNK, extended_bytes, forward_bytes
 from posenc_cli.hf.model_files import local_path
-from posenc_cli.hf.rope_scaling import scaled_config
+from posenc_cli.hf.rope_config import scaled_config
 from posenc_cli.model import token_nll
 from posenc_cli.model.extension import ContextExtension
 from posenc_cli.model.extension.method import ContextMethod
@@ -257,7 +257,7 @@ class HFModel:
 
     def use_variant(self, variant: HFVariant | None) -> Label:
         """Evaluate as this variant from now on: its frequencies through the rotary modules, its extension
-        through posenc's attention function (hf.extension); its label, e.g. 'smollm2 (rope+self_extend)'."""
+        through posenc's attention function (hf.extended_attention); its label, e.g. 'smollm2 (rope+self_extend)'."""
         self.scaling = variant.scaling if variant is not None else None
         if self.rotary:  # the attention of a model that takes no extension is never switched
             extension = variant.extension if variant is not None else None

@@ -27,8 +27,8 @@ from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenize
 from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
 from posenc_cli.evaluation.target import EvalTarget, RefusedColumn
 from posenc_cli.evaluation.task_accuracy import task_accuracy, task_targets
+from posenc_cli.hf.loading_options import hf_options
 from posenc_cli.hf.models import is_hf
-from posenc_cli.hf.options import hf_options
 from posenc_cli.hf.targets import load_targets, named_runs
 from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings
 from posenc_cli.report.effective_length import LengthRule, with_ppl_length
@@ -151,7 +151,7 @@ def run_eval(options: EvalOptions, *, write: bool = True) -> Evaluation:
 
 
 def hf_loading(options: EvalOptions | ProbeOptions, device: Any) -> dict:
-    """How hf: targets are loaded, from the hf: group, checked (hf.options)."""
+    """How hf: targets are loaded, from the hf: group, checked (hf.loading_options)."""
     h = options.hf
     return hf_options(h.hf_context, device, h.dtype, device_map=h.device_map)
 

@@ -20,7 +20,16 @@ import torch
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
-from posenc_cli.hf.checks import (
+from posenc_cli.hf.export_loading import (
+    VerifiedExport,
+    is_export,
+    private_export,
+    refuse_foreign_code,
+)
+from posenc_cli.hf.export_target import ExportModel
+from posenc_cli.hf.loading_options import hf_options
+from posenc_cli.hf.memory import check_weights_fit
+from posenc_cli.hf.model_checks import (
     CONTEXT_KEYS,
     GGUF_SUFFIX,
     Weights,
@@ -32,14 +41,6 @@ from posenc_cli.hf.checks import (
     first_line,
     local_weights,
 )
-from posenc_cli.hf.export_loading import (
-    VerifiedExport,
-    is_export,
-    private_export,
-    refuse_foreign_code,
-)
-from posenc_cli.hf.export_target import ExportModel
-from posenc_cli.hf.memory import check_weights_fit
 from posenc_cli.hf.model_files import gguf_alone, json_value, local_path
 from posenc_cli.hf.models import (
     MODEL_TYPE_SCHEMES,
@@ -49,7 +50,6 @@ from posenc_cli.hf.models import (
     model_scheme,
     transformers_module,
 )
-from posenc_cli.hf.options import hf_options
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # --dtype's names (core.choices.HF_DTYPES)
 
