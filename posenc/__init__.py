@@ -27,8 +27,8 @@ from posenc_cli.core.device import resolve_device
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.option_groups import EvalOptions, ProbeOptions
 from posenc_cli.core.options import Option, build, options_of
-from posenc_cli.evaluation.hf_loading import load_hf_model
-from posenc_cli.evaluation.hf_options import hf_options
+from posenc_cli.hf.loading_options import hf_options
+from posenc_cli.hf.model_loading import load_hf_model
 from posenc_cli.inspection.inspect_scheme import inspect_scheme
 from posenc_cli.report.results_file import labels_as_text
 from posenc_cli.report.run_eval import Evaluation, run_eval

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from posenc_cli.evaluation.hf_models import HFModel
 from posenc_cli.evaluation.run_target import RunTarget
 from posenc_cli.evaluation.target import EvalTarget
+from posenc_cli.hf.models import HFModel
 
 
 def as_eval_targets(run: RunTarget, model: HFModel) -> list[EvalTarget]:

@@ -18,7 +18,7 @@ MAX_MODULE_LINES = 350
 
 # "path:qualified name" -> why it is kept.
 EXCEPTIONS = {
-    "posenc_cli/evaluation/hf_extension.py:extended_attention": (
+    "posenc_cli/hf/extended_attention.py:extended_attention": (
         "transformers' AttentionInterface calls it with module, query, key, value, attention_mask positionally"
     ),
     "posenc_cli/model/attention.py:MaskGradAttention.forward": (

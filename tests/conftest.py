@@ -183,7 +183,9 @@ def cpu_bf16(request, monkeypatch) -> str:
 def fixed_free_memory(monkeypatch) -> int:
     """Every memory check sees 24 GiB free (this project's machine size), whatever the host has."""
     from posenc_cli.config import memory_model
-    from posenc_cli.evaluation import hf_memory, hf_models, run_target, sample
+    from posenc_cli.evaluation import run_target, sample
+    from posenc_cli.hf import memory as hf_memory
+    from posenc_cli.hf import models as hf_models
 
     free = 24 * 2**30
     for module in (memory_model, hf_memory, hf_models, run_target, sample):

@@ -138,7 +138,7 @@ HF_CONTEXT_REFUSED = "--hf-context must be an integer between 1 and 100000000000
 def test_an_hf_context_the_command_line_refuses_is_refused_by_load_hf_evaluate_and_probe_alike(
     context, tmp_path, monkeypatch
 ):
-    """One check (evaluation.hf_options) for --hf-context and posenc.load_hf's context: 1.5 and True were
+    """One check (hf.loading_options) for --hf-context and posenc.load_hf's context: 1.5 and True were
     taken as 1, -5 became the training length, 0 fell back to the config's, 'abc' was a traceback; the
     same line before any model is loaded, whichever way it is given."""
     monkeypatch.chdir(tmp_path)

@@ -848,21 +848,23 @@ def test_a_runs_own_training_text_is_scored_on_its_validation_split_for_every_co
 
 
 def test_ntk_and_dynamic_without_a_factor_are_one_computation_shown_once():
-    from posenc_cli.evaluation.eval_runs import same_computation
     from posenc_cli.model.extension.method import ContextMethod
     from posenc_cli.model.positional.rope_scaling import RopeScaling
+    from posenc_cli.report.run_eval import DYNAMIC_AS_NTK, same_computation
 
     for length in (512, 1000, 4096):
         ntk = RopeScaling("ntk", 256).frequencies(64, 10000.0, length)[0]
         dynamic = RopeScaling("dynamic", 256).frequencies(64, 10000.0, length)[0]
         assert torch.allclose(ntk, dynamic, rtol=1e-12)
     none, ntk, dynamic = (ContextMethod(m) for m in ("none", "ntk", "dynamic"))
-    methods, note = same_computation([none, ntk, dynamic], None)
-    assert methods == [none, ntk] and "dynamic is shown once, as ntk" in note
-    assert same_computation([ntk, dynamic], 4.0) == ([ntk, dynamic], "")  # a factor: they differ
+    methods, standing = same_computation([none, ntk, dynamic], None)
+    assert (
+        methods == [none, ntk] and standing == {"ntk"} and "dynamic is shown once, as ntk" in DYNAMIC_AS_NTK
+    )
+    assert same_computation([ntk, dynamic], 4.0) == ([ntk, dynamic], set())  # a factor: they differ
     with_logn = [ContextMethod("ntk", logn=True), ContextMethod("dynamic", logn=True)]
     assert same_computation(with_logn, None)[0] == with_logn[:1]  # the same extension on both
-    assert same_computation([ntk, ContextMethod("dynamic", logn=True)], None)[1] == ""  # another one
+    assert same_computation([ntk, ContextMethod("dynamic", logn=True)], None)[1] == set()  # another one
 
 
 def context_rows_of(scheme, ppls, *, train_len, context, reference):

@@ -14,7 +14,7 @@ import torch
 from conftest import ALL_SCHEMES, BEYOND_CHAPTERS, assert_refused, evaluate, invoke, posenc, train
 from posenc_cli.data.tokenizers import ByteTokenizer
 from posenc_cli.data.vocab import UNK, Vocab
-from posenc_cli.evaluation.export import (
+from posenc_cli.hf.export import (
     MODELING,
     MODELING_SOURCE,
     TOKENIZER,
@@ -240,7 +240,7 @@ def test_an_export_with_a_tokenizer_file_missing_or_changed_or_one_transformers_
     import shutil
 
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export_loading import verified_config
+    from posenc_cli.hf.export_loading import verified_config
 
     run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
     export = export_run(run, tmp_path / "export")
@@ -266,7 +266,7 @@ def test_a_tokenizer_added_to_an_export_of_token_ids_is_refused(smoke_sweep, tmp
     transformers another tokenizer's ids (and eval hf:DIR an IndexError past the vocabulary)."""
     from posenc_cli.core.errors import UsageError
     from posenc_cli.core.file_sets import MANIFEST, read_manifest
-    from posenc_cli.evaluation.export_loading import verified_config
+    from posenc_cli.hf.export_loading import verified_config
 
     run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
     export = export_run(run, tmp_path / "export")
@@ -291,7 +291,7 @@ def test_an_export_of_token_ids_over_a_text_runs_export_removes_the_tokenizer_it
     them); a tokenizer file its manifest did not vouch for is left, and refused."""
     import numpy as np
 
-    from posenc_cli.evaluation.export_loading import verified_config
+    from posenc_cli.hf.export_loading import verified_config
 
     (np.arange(3000) % 40).astype(np.uint16).tofile(tmp_path / "train.bin")
     (np.arange(1000) % 40).astype(np.uint16).tofile(tmp_path / "val.bin")
@@ -316,8 +316,8 @@ def test_an_export_of_an_older_version_is_refused_by_its_version_and_one_without
 ):
     from posenc_cli.core.errors import UsageError
     from posenc_cli.core.file_sets import MANIFEST, hashed_entry, read_manifest
-    from posenc_cli.evaluation.export import CONFIG
-    from posenc_cli.evaluation.export_loading import verified_config
+    from posenc_cli.hf.export import CONFIG
+    from posenc_cli.hf.export_loading import verified_config
 
     run = next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))
     result = invoke("export", str(run), "--out", str(tmp_path / "export"))
@@ -339,8 +339,8 @@ def test_a_run_holding_its_own_export_is_still_evaluated_as_the_run_and_hf_run_n
 ):
     import shutil
 
-    from posenc_cli.evaluation.export_loading import is_export
-    from posenc_cli.evaluation.targets import exports_as_hf
+    from posenc_cli.hf.export_loading import is_export
+    from posenc_cli.hf.targets import exports_as_hf
 
     run = Path(
         shutil.copytree(
@@ -419,7 +419,7 @@ def test_code_planted_in_an_export_never_runs_and_every_command_refuses_it_befor
     """evil.py beside an export, named by its configs (the manifest rewritten to vouch for them), or
     posenc's own module replaced: eval (EXPORT or hf:EXPORT), sample and probe refuse it in one line
     naming the file and the key, before transformers reads the directory, and evil.py never runs."""
-    from posenc_cli.evaluation import hf_loading
+    from posenc_cli.hf import model_loading as hf_loading
 
     def never(*_, **__):
         raise AssertionError("transformers was asked to load the directory")
@@ -445,8 +445,8 @@ def test_a_local_hf_directory_that_names_code_is_refused_and_its_code_never_runs
     """A model directory that is not a posenc export never gets trust_remote_code: one whose JSONs name
     code (posenc's own auto_map copied there too), or a GGUF file beside such a directory's files, is
     refused in one line before transformers reads it."""
-    from posenc_cli.evaluation import hf_loading
-    from posenc_cli.evaluation.export import HF_FIELDS
+    from posenc_cli.hf import model_loading as hf_loading
+    from posenc_cli.hf.export import HF_FIELDS
 
     monkeypatch.setattr(hf_loading, "load_pretrained", lambda *_, **__: pytest.fail("transformers loaded it"))
     model, marker = tmp_path / "model", tmp_path / "ran"
@@ -484,7 +484,7 @@ def test_an_export_edited_to_another_model_than_its_weights_is_refused_however_i
     1 of its 2 layers, or 3, the manifest rewritten to vouch for it, is refused in one line naming the
     weights it lacks or has beyond, never scored with a layer dropped or made up."""
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export_loading import load_export
+    from posenc_cli.hf.export_loading import load_export
 
     data = str(text_in_vocabulary(two_layer_run, tmp_path / "text.txt"))
     for layers, said in ((1, "unexpected ['blocks.1."), (3, "missing ['blocks.2.")):
@@ -506,7 +506,7 @@ def test_an_exports_configs_must_be_what_posenc_writes_for_its_model_and_tokeniz
     import shutil
 
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export_loading import verified_export
+    from posenc_cli.hf.export_loading import verified_export
 
     export = export_run(two_layer_run, tmp_path / "export")
     verified_export(export)
@@ -561,7 +561,7 @@ def test_files_swapped_in_an_export_after_its_check_are_never_loaded(smoke_sweep
     import os
     import stat
 
-    from posenc_cli.evaluation import hf_loading
+    from posenc_cli.hf import model_loading as hf_loading
 
     export, marker = rope_export(smoke_sweep, tmp_path / "export"), tmp_path / "ran"
     source = planted(export, marker)
@@ -594,8 +594,8 @@ def test_a_link_or_a_fifo_among_an_exports_files_is_refused_naming_it_however_it
     import shutil
 
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export_loading import load_export
-    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.hf.export_loading import load_export
+    from posenc_cli.hf.model_loading import load_hf_model
 
     export = rope_export(smoke_sweep, tmp_path / "export")
     for name in (MODELING, "config.json", "model.safetensors", TOKENIZER):
@@ -618,7 +618,7 @@ def test_an_export_whose_weight_is_stored_as_integers_is_refused_naming_it(smoke
     from safetensors.torch import load_file, save_file
 
     from posenc_cli.core.errors import UsageError
-    from posenc_cli.evaluation.export_loading import load_export
+    from posenc_cli.hf.export_loading import load_export
 
     export = rope_export(smoke_sweep, tmp_path / "export")
     weights = load_file(export / "model.safetensors")

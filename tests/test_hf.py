@@ -20,6 +20,7 @@ from conftest import assert_one_line_error, run_cli
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.needles import NeedleTask
 from posenc_cli.model.extension.method import ContextMethod
+from posenc_cli.model.positional.rope import RoPE
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
@@ -211,8 +212,8 @@ def test_rope_scaling_is_the_model_loaded_with_that_rope_scaling(tiny, evaluated
     ],
 )
 def test_each_method_maps_to_transformers_rope_parameters(tiny, method, params):
-    from posenc_cli.evaluation.hf_extension import HFVariant
-    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.hf.extended_attention import HFVariant
+    from posenc_cli.hf.model_loading import load_hf_model
     from posenc_cli.model.positional.rope_scaling import RopeScaling
 
     ids = text_ids(tiny)[None, : CONTEXT * 2 + 1]
@@ -247,7 +248,7 @@ def test_bytes_are_the_text_the_scored_tokens_cover_and_bpb_follows(tiny, evalua
 
 
 def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
-    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.hf.model_loading import load_hf_model
 
     root = tiny["root"]
     result = run_cli(
@@ -289,8 +290,8 @@ def test_probe_asks_in_english_through_the_models_tokenizer(tiny):
 
 def test_an_hf_model_is_probed_once_per_rope_scaling_on_the_needle_tasks_in_english(tiny):
     from posenc_cli.data.needles import ENGLISH
-    from posenc_cli.evaluation.hf_loading import load_hf_model
     from posenc_cli.evaluation.probe import score
+    from posenc_cli.hf.model_loading import load_hf_model
 
     root = tiny["root"]
     args = ["probe", f"hf:{root / 'llama'}", "--task", "multiquery", "--lengths", str(2 * CONTEXT)]
@@ -327,7 +328,7 @@ def test_an_hf_model_is_probed_once_per_rope_scaling_on_the_needle_tasks_in_engl
 
 
 def test_training_length_comes_from_the_config():
-    from posenc_cli.evaluation.hf_loading import training_length
+    from posenc_cli.hf.model_loading import training_length
 
     tf = transformers
     assert training_length(tf.GPT2Config(n_positions=1024)) == 1024
@@ -337,7 +338,7 @@ def test_training_length_comes_from_the_config():
 
 
 def test_memory_past_the_machine_is_refused_in_one_line(tiny, fixed_free_memory):
-    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.hf.model_loading import load_hf_model
 
     bloom = load_hf_model(f"hf:{tiny['root'] / 'bloom'}")
     bloom.check_fits([CONTEXT], bloom.device)
@@ -346,7 +347,7 @@ def test_memory_past_the_machine_is_refused_in_one_line(tiny, fixed_free_memory)
 
 
 def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path):
-    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.hf.model_loading import load_hf_model
 
     transformers.T5Config(d_model=32, num_layers=1, num_heads=2, d_ff=64).save_pretrained(tmp_path / "t5")
     with pytest.raises(UsageError, match="is a t5 model, not a causal LM"):
@@ -379,8 +380,8 @@ def test_hf_models_that_once_raised_a_traceback_are_one_line(tmp_path):
     the payload never runs), no tokenizer ("it has 0 tokens"), a RoPE factor that overflows."""
     import pickle
 
-    from posenc_cli.evaluation.hf_loading import load_hf_model
-    from posenc_cli.evaluation.hf_models import HFModel
+    from posenc_cli.hf.model_loading import load_hf_model
+    from posenc_cli.hf.models import HFModel
 
     good = small_gpt2(tmp_path / "gpt2")
     with pytest.raises(UsageError, match="--hf-context 1024 is past .* table of 256 learned positions"):
@@ -399,7 +400,7 @@ def test_hf_models_that_once_raised_a_traceback_are_one_line(tmp_path):
         load_hf_model(f"hf:{pickled}")
     assert not (tmp_path / "ran").exists()
     rotary = HFModel.__new__(HFModel)
-    rotary.base_scheme, rotary.train_len = "rope", 256
+    rotary.scheme, rotary.train_len = RoPE, 256
     with pytest.raises(UsageError, match=r"in \[1, 10000\]"):
         rotary.variants([ContextMethod("ntk")], 1e300)
 
@@ -419,7 +420,7 @@ def test_missing_data_and_missing_model_are_one_line(tiny, tmp_path):
 
 
 def test_export_loads_without_pickle_to_identical_logits(tiny, tmp_path):
-    from posenc_cli.evaluation.export_loading import load_export
+    from posenc_cli.hf.export_loading import load_export
     from posenc_cli.rundir.loading import load_run
 
     result = run_cli("export", str(tiny["run"]), "--out", str(tmp_path / "export"), cwd=tmp_path)
@@ -441,10 +442,10 @@ def test_export_loads_without_pickle_to_identical_logits(tiny, tmp_path):
 
 def test_a_posenc_run_and_a_pretrained_model_are_both_eval_targets(tiny, smoke_sweep):
     """evaluation.target.EvalTarget is what eval and probe ask of a model; both kinds provide all of it."""
-    from posenc_cli.evaluation.hf_loading import load_hf_model
     from posenc_cli.evaluation.labels import Label
     from posenc_cli.evaluation.run_target import RunTarget
     from posenc_cli.evaluation.target import EvalTarget
+    from posenc_cli.hf.model_loading import load_hf_model
     from posenc_cli.rundir.loading import load_run
 
     run = RunTarget.of(load_run(next(p for p in smoke_sweep.iterdir() if p.name.endswith("rope_seed0"))))
@@ -519,7 +520,7 @@ def test_device_map_auto_on_cpu_scores_as_the_model_placed_by_hand(tiny, monkeyp
     asked for device_map="auto", puts every module on the CPU, and the NLLs are those of the model
     moved there by posenc."""
     pytest.importorskip("accelerate")
-    from posenc_cli.evaluation import hf_loading
+    from posenc_cli.hf import model_loading as hf_loading
 
     asked = []
     load = hf_loading.load_pretrained
@@ -536,7 +537,7 @@ def test_device_map_auto_on_cpu_scores_as_the_model_placed_by_hand(tiny, monkeyp
 
 def test_a_gguf_architecture_transformers_cannot_read_is_one_line_naming_those_it_can(tmp_path):
     gguf = pytest.importorskip("gguf")
-    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.hf.model_loading import load_hf_model
 
     writer = gguf.GGUFWriter(str(tmp_path / "odd.gguf"), "rwkv6")
     writer.add_block_count(1)

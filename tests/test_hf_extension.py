@@ -1,4 +1,4 @@
-"""Training-free context extension in transformers' models (evaluation/hf_extension.py) and in posenc
+"""Training-free context extension in transformers' models (hf/extended_attention.py) and in posenc
 exports: within a method's window a model scores as it does plain; past it, each layer's attention is
 the paper's, computed here from the model's own unrotated queries and keys, pair by pair; a model the
 methods do not fit is refused in one line or, without RoPE, scored once. Tiny models built here: a
@@ -15,7 +15,7 @@ import torch
 from test_hf_files import passkey_tokenizer, tiny_model
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.hf_extension import ATTENTION, HFVariant
+from posenc_cli.hf.extended_attention import ATTENTION, HFVariant
 from posenc_cli.model import ModelConfig, ModelSize, token_nll
 from posenc_cli.model.extension.method import ExtensionSettings, parse_method
 
@@ -55,7 +55,7 @@ def saved(directory: Path, config, tokenizer) -> Path:
 
 
 def load(directory: Path):
-    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.hf.model_loading import load_hf_model
 
     return load_hf_model(f"hf:{directory}")
 
@@ -247,8 +247,8 @@ def test_parameters_past_the_models_context_are_one_line(llama):
 
 def export_of(scheme: str):
     """A posenc export of a random 1-layer `scheme` model as transformers holds it (no run needed)."""
-    from posenc_cli.evaluation.export_target import ExportModel
     from posenc_cli.evaluation.hf_modeling import PosencConfig, PosencForCausalLM
+    from posenc_cli.hf.export_target import ExportModel
 
     torch.manual_seed(0)
     size = ModelSize(n_layer=1, n_head=2, n_embd=32)

@@ -16,6 +16,7 @@ import torch
 
 from conftest import assert_refused, invoke
 from posenc_cli.core.errors import UsageError
+from posenc_cli.model.positional.rope import RoPE
 
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -84,7 +85,7 @@ def edit_weights(path: Path, edit) -> None:
 
 
 def load(directory: Path, **options):
-    from posenc_cli.evaluation.hf_loading import load_hf_model
+    from posenc_cli.hf.model_loading import load_hf_model
 
     return load_hf_model(f"hf:{directory}", **options)
 
@@ -276,7 +277,7 @@ def tiny_gguf(path: Path, tokenizer, *, skip: str = "", mkdir: bool = False) -> 
 
 
 def test_a_gguf_file_missing_a_tensor_is_refused_naming_it(tmp_path, tokenizer):
-    assert load(tiny_gguf(tmp_path / "whole.gguf", tokenizer)).base_scheme == "rope"  # the file is complete
+    assert load(tiny_gguf(tmp_path / "whole.gguf", tokenizer)).scheme is RoPE  # the file is complete
     with pytest.raises(UsageError, match=f"weights do not match its config \\(missing: {Q_PROJ}\\)"):
         load(tiny_gguf(tmp_path / "cut.gguf", tokenizer, skip="blk.0.attn_q"))
 
@@ -400,7 +401,7 @@ def test_a_model_that_is_not_a_posenc_export_is_loaded_with_trust_remote_code_fa
 ):
     """Said, not left out: without an explicit False transformers asks on a terminal whether to run a
     repository's code (a hub id's); posenc's answer is no for its config, tokenizer and model alike."""
-    from posenc_cli.evaluation import hf_loading
+    from posenc_cli.hf import model_loading as hf_loading
 
     asked = []
     real = hf_loading.load_pretrained

@@ -20,9 +20,10 @@ from test_hf_files import passkey_tokenizer
 
 from conftest import assert_refused, invoke, posenc
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.hf_extension import ATTENTION
-from posenc_cli.evaluation.hf_memory import forward_bytes
-from posenc_cli.evaluation.hf_rope_scaling import scaled_config
+from posenc_cli.hf.extended_attention import ATTENTION
+from posenc_cli.hf.memory import forward_bytes
+from posenc_cli.hf.rope_config import scaled_config
+from posenc_cli.model.positional.rope import RoPE
 
 transformers = pytest.importorskip("transformers")
 
@@ -93,7 +94,7 @@ def test_each_layout_scores_as_transformers_own_forward(layouts, kind):
     """Windows, chunks, NoPE layers, Llama 4's temperature, cohere2's logit scale and Gemma 3's final
     softcapping: posenc's per-token NLL is the cross entropy of transformers' own logits."""
     model = load(layouts[kind])
-    assert model.base_scheme == "rope" and model.attention == "sdpa"
+    assert model.scheme is RoPE and model.attention == "sdpa"
     ids = tokens(LONG, model.config.vocab_size)
     with torch.no_grad():
         logits = model.model(ids[:, :-1]).logits

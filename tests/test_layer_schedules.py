@@ -273,7 +273,7 @@ def test_a_schedule_without_a_full_attention_rope_layer_refuses_an_extension_in_
 @pytest.mark.slow  # trains
 def test_a_scheduled_run_trains_evaluates_samples_and_exports_with_its_layers(tmp_path):
     from conftest import evaluate, invoke, train
-    from posenc_cli.evaluation.export_loading import load_export
+    from posenc_cli.hf.export_loading import load_export
     from posenc_cli.rundir.loading import load_run
 
     run = train(tmp_path, "scheme=irope", "model.n_layer=4", "scheme.chunk=16", "scheme.temperature=llama4")

@@ -72,7 +72,7 @@ RECORD_BOUNDARIES = {  # the readers of files posenc wrote, each the one home of
     ("posenc_cli/data/corpus_config.py", "data_config"): "a run's recorded data config, typed again",
     ("posenc_cli/rundir/record.py", "load_checkpoint"): "checkpoint.pt's record",
     ("posenc_cli/evaluation/labels.py", "run_setting"): "a record from before posenc recorded its config",
-    **{("posenc_cli/evaluation/export_loading.py", f): "an export's config.json" for f in EXPORT_READERS},
+    **{("posenc_cli/hf/export_loading.py", f): "an export's config.json" for f in EXPORT_READERS},
     **{("posenc_cli/report/results_file.py", f): "results.json's sections" for f in RESULTS_READERS},
 }
 

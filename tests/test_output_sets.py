@@ -154,9 +154,9 @@ def export_weights(directory: Path) -> dict:
 def test_an_export_killed_between_its_files_is_refused_never_loaded_as_a_mix(
     smoke_sweep, tmp_path, monkeypatch
 ):
-    from posenc_cli.evaluation import export
-    from posenc_cli.evaluation.export import export_run
-    from posenc_cli.evaluation.export_loading import load_export
+    from posenc_cli.hf import export
+    from posenc_cli.hf.export import export_run
+    from posenc_cli.hf.export_loading import load_export
 
     a, b = a_run(smoke_sweep, "rope"), a_run(smoke_sweep, "alibi")
     export_run(a, tmp_path / "d")
@@ -187,7 +187,7 @@ def test_an_export_killed_between_its_files_is_refused_never_loaded_as_a_mix(
 @pytest.mark.slow
 def test_an_export_sigkilled_mid_write_loads_a_consistent_pair_or_is_refused(smoke_sweep, tmp_path):
     a, b = a_run(smoke_sweep, "rope"), a_run(smoke_sweep, "alibi")
-    from posenc_cli.evaluation.export_loading import load_export
+    from posenc_cli.hf.export_loading import load_export
 
     assert run_cli("export", str(a), "--out", "d", cwd=tmp_path).returncode == 0
     proc = subprocess.Popen(
@@ -231,8 +231,8 @@ def test_export_refuses_and_sample_warns_about_a_run_being_trained(smoke_sweep, 
 def test_an_export_left_in_a_run_that_trained_on_is_refused_and_its_files_are_shareable(
     smoke_sweep, tmp_path
 ):
-    from posenc_cli.evaluation.export import export_run
-    from posenc_cli.evaluation.export_loading import load_export
+    from posenc_cli.hf.export import export_run
+    from posenc_cli.hf.export_loading import load_export
 
     run = tmp_path / "run"
     shutil.copytree(a_run(smoke_sweep, "rope"), run)
@@ -342,8 +342,8 @@ def test_a_forced_set_whose_write_fails_leaves_the_other_set_as_it_was(smoke_swe
     other set goes only once every file of the new one is written; a failure before then leaves it
     byte-identical and loadable, and says nothing of a removal. A write that succeeds replaces it."""
     from posenc_cli.core import atomic
-    from posenc_cli.evaluation.export import export_run
-    from posenc_cli.evaluation.export_loading import load_export
+    from posenc_cli.hf.export import export_run
+    from posenc_cli.hf.export_loading import load_export
 
     run = str(a_run(smoke_sweep, "rope"))
     export_run(run, tmp_path / "d")
@@ -468,8 +468,8 @@ def test_a_set_past_the_file_size_limit_is_one_line_and_nothing_is_left_as_if_co
 def test_export_and_eval_into_one_directory_are_refused_and_force_replaces_the_other_set(
     smoke_sweep, tmp_path
 ):
-    from posenc_cli.evaluation.export import export_run
-    from posenc_cli.evaluation.export_loading import load_export
+    from posenc_cli.hf.export import export_run
+    from posenc_cli.hf.export_loading import load_export
 
     a, b = str(a_run(smoke_sweep, "rope")), str(a_run(smoke_sweep, "alibi"))
     export_run(b, tmp_path / "d")

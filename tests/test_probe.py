@@ -287,9 +287,9 @@ def test_an_hf_model_probed_only_past_its_learned_table_gets_dashes_not_a_traceb
     pytest.importorskip("transformers")
     from test_hf_files import passkey_tokenizer, tiny_model
 
-    from posenc_cli.evaluation.hf_options import hf_options
-    from posenc_cli.evaluation.probe_run import ProbeSpec, run_probe
+    from posenc_cli.hf.loading_options import hf_options
     from posenc_cli.model.extension.method import ContextMethod
+    from posenc_cli.report.run_probe import ProbeSpec, run_probe
 
     model = tiny_model(tmp_path / "gpt2", passkey_tokenizer(), kind="gpt2", n_positions=16)
     cpu = torch.device("cpu")

@@ -1,5 +1,5 @@
 """posenc lets transformers run no code from a model directory but the modelling code it ships, reached
-through the auto_map entries it writes (evaluation.remote_code): every other code reference, in any JSON
+through the auto_map entries it writes (hf.remote_code): every other code reference, in any JSON
 at the directory's top, at any depth, is refused naming the file and the key. The commands that load
 such directories, and the planted code that never runs, are in tests/test_export_hf.py."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.model_files import JSON_CAP
-from posenc_cli.evaluation.remote_code import (
+from posenc_cli.hf.model_files import JSON_CAP
+from posenc_cli.hf.remote_code import (
     CONFIG,
     MODELING,
     MODELING_SOURCE,

@@ -197,8 +197,8 @@ def test_an_hf_model_with_a_learned_table_stops_at_its_end_as_a_run_does(tmp_pat
     pytest.importorskip("transformers")
     from test_hf_files import passkey_tokenizer, tiny_model
 
-    from posenc_cli.evaluation.hf_loading import load_hf_model
     from posenc_cli.evaluation.sample import generate_hf
+    from posenc_cli.hf.model_loading import load_hf_model
 
     model = tiny_model(tmp_path / "gpt2", passkey_tokenizer(), kind="gpt2", n_positions=16)
     hf = load_hf_model(f"hf:{model}")

@@ -112,8 +112,8 @@ def hf_samples(
     sampled as a run is (the same pick, seed + i), through its own KV cache."""
     # imported when the command runs, so that --help leaves torch unimported
     from posenc_cli.core.device import resolve_device
-    from posenc_cli.evaluation.hf_loading import load_hf_model
     from posenc_cli.evaluation.sample import generate_hf
+    from posenc_cli.hf.model_loading import load_hf_model
 
     if window is not None:
         raise UsageError(

@@ -10,6 +10,9 @@ HF_ROPE_SCALING = ("llama3",)  # transformers' own implementations, for `hf:` mo
 # training-free context extension beside a scaling (model/extension): at most one remap, and log-n
 CONTEXT_REMAPS = ("self_extend", "rerope", "leaky_rerope", "dca", "string")
 LOGN = "logn"
+# transformers' model_type of a posenc export (`posenc export`): its config.json, and how `hf:` loading
+# knows one; here, not in hf/, because evaluation/hf_modeling.py (at the path exports import) names it too
+EXPORT_MODEL_TYPE = "posenc"
 HF_DTYPES = ("fp32", "bf16")  # the weights of `hf:` models
 HF_DEVICE_MAPS = ("auto",)  # accelerate's big-model placement of `hf:` models (GPUs, then CPU)
 # posenc probe --task (data/needles.py; vt and cwe: RULER's variable tracking and common-words extraction)

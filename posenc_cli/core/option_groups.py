@@ -119,7 +119,7 @@ class Extension:
 
 @dataclass(frozen=True)
 class HfLoading:
-    """How hf: models are loaded (evaluation.hf_options checks them); refused without an hf: target."""
+    """How hf: models are loaded (hf.loading_options checks them); refused without an hf: target."""
 
     hf_context: int | None = option(
         None,

@@ -1,6 +1,6 @@
 """posenc's GPT as transformers sees a model: a `PretrainedConfig` and a `PreTrainedModel` that wraps
 posenc's own GPT (never a copy of it), so that `AutoModelForCausalLM.from_pretrained(EXPORT,
-trust_remote_code=True)` loads an export (evaluation.export writes `modeling_posenc.py`, which imports
+trust_remote_code=True)` loads an export (hf.export writes `modeling_posenc.py`, which imports
 these classes: posenc must be installed where the export is loaded). Its logits are posenc's exactly."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 from transformers.modeling_outputs import CausalLMOutput
 
+from posenc_cli.core.choices import EXPORT_MODEL_TYPE
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data.vocab import describe_chars
-from posenc_cli.evaluation.export import MODEL_TYPE
 from posenc_cli.model import GPT, ModelConfig, token_nll
 
 
@@ -22,7 +22,7 @@ class PosencConfig(PretrainedConfig):
     """config.json of an export: posenc's model config, and what transformers reads (vocab_size, the
     context). posenc's own fields (format, run id, tokenizer, step) ride along as they are."""
 
-    model_type = MODEL_TYPE
+    model_type = EXPORT_MODEL_TYPE
 
     def __init__(self, model_config: dict[str, Any] | None = None, train_len: int | None = None, **kwargs):
         self.model_config = dict(model_config or {})

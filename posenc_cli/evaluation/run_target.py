@@ -1,5 +1,5 @@
 """A posenc run as evaluation sees it: the EvalTarget that `posenc eval` and `posenc probe` score, beside
-the `hf:` models of evaluation.hf_models."""
+the `hf:` models of hf.models."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ class RunTarget(LoadedRun):
         one is refused rather than composed, while an extension applies on top. A run that computes no
         asked method is scored once, as trained: alone where it has no RoPE at all (the note says so),
         else beside the refused columns."""
-        if [m.text for m in methods] == ["none"]:
+        if methods == [ContextMethod()]:
             return [RunVariant()]
         columns = [self.column(method, factor) for method in methods]
         self.extensions = [c.extension for c in columns if isinstance(c, RunVariant) and c.extension]
@@ -135,7 +135,7 @@ class RunTarget(LoadedRun):
     def column(self, method: ContextMethod, factor: float | None) -> RunVariant | RefusedColumn:
         """One method's column: its RunVariant, checked against the run before any scoring, or why not."""
         scheme = self.model.scheme
-        if method.scaling != "none":
+        if method.scales:
             if not scheme.scalable:
                 return RefusedColumn(method, unscaled_reason(scheme))
             if scheme.scaling_method:
@@ -150,7 +150,7 @@ class RunTarget(LoadedRun):
                     f"--rope-scaling {method.text}: {method.scaling} exists for hf: models only; posenc's own "
                     f"rotary runs take {', '.join(METHODS)}"
                 )
-        options = {} if method.scaling == "none" else {"scaling": method.scaling, "scaling_factor": factor}
+        options = {} if not method.scales else {"scaling": method.scaling, "scaling_factor": factor}
         options |= {"scaling_len": self.train_len} if options else {}
         try:
             extension = method.extension(self.train_len)  # its parameters checked against the run's context

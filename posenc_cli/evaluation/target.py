@@ -1,6 +1,6 @@
 """The EvalTarget protocol: what `posenc eval` and `posenc probe` ask of a model, so that a posenc run
-(evaluation.run_target.RunTarget) and a pretrained `hf:` model (evaluation.hf_models.HFModel) are
-scored by the same code. A new kind of model implements this and is loaded in evaluation.targets."""
+(evaluation.run_target.RunTarget) and a pretrained `hf:` model (hf.models.HFModel) are
+scored by the same code. A new kind of model implements this and is loaded in hf.targets."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class RefusedColumn:
         extension = ((self.method.remap.name,) if self.method.remap is not None else ()) + (
             ("logn",) if self.method.logn else ()
         )
-        scaling = "" if self.method.scaling == "none" else self.method.scaling
+        scaling = self.method.scaling if self.method.scales else ""
         return replace(trained, scaling=scaling or trained.scaling, extension=trained.extension + extension)
 
 

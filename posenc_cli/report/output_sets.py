@@ -18,7 +18,6 @@ import pandas as pd
 from posenc_cli.core.atomic import write_text, write_with
 from posenc_cli.core.file_sets import OutputSet, output_set
 from posenc_cli.evaluation.labels import Label
-from posenc_cli.evaluation.probe_run import ProbeResult
 from posenc_cli.report.cells import markdown_table
 from posenc_cli.report.comparison_notes import skipped_text
 from posenc_cli.report.effective_length import rule_of, with_ppl_length, with_retrieval_length
@@ -35,7 +34,6 @@ from posenc_cli.report.results_file import (
     Provenance,
     ResultsSection,
     earlier_section,
-    provenance,
     write_results_file,
 )
 from posenc_cli.report.tables import comparison, mixes_tokenizers, ppl_pivot
@@ -90,15 +88,6 @@ def write_probe_outputs(
     if track:
         send_to_trackers(section, written)
     return written
-
-
-def write_probe_result(
-    result: ProbeResult, out: Path, *, options: dict, device, lang: str = "en"
-) -> list[Path]:
-    """`posenc probe`'s output set of one run_probe (the command's and posenc.probe's), its
-    results.json recording `options`."""
-    made = provenance(result.targets, options=options, data_path=None, device=device)
-    return write_probe_outputs(result.rows, result.info, out, made=[made], lang=lang, skipped=result.skipped)
 
 
 def file_safe(label: Label) -> str:

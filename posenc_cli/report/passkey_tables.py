@@ -7,7 +7,7 @@ import pandas as pd
 
 from posenc_cli.data.needles import RECALLED
 from posenc_cli.data.passkey import KEY_DIGITS as PASSKEY_DIGITS
-from posenc_cli.evaluation.eval_runs import unscalable_note
+from posenc_cli.evaluation.columns import unscalable_note
 from posenc_cli.evaluation.labels import Label, scheme_order
 from posenc_cli.report.cells import BEYOND_TABLE, markdown_table, mean_std, relative_length, relative_to
 

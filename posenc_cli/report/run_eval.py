@@ -1,4 +1,4 @@
-"""`posenc eval`'s work, once for the command and for `posenc.evaluate`: every option checked before any
+"""`posenc eval`'s work, its one home, which the command and `posenc.evaluate` both call: every option checked before any
 model is loaded (the fixed names as the command line checks them while parsing, then every value, then
 each option the path taken does not read), the targets loaded, scored (perplexity, or exact match for task
 runs), and the output set written (results.json last; its numbers to the runs' trackers, report.tracked).
@@ -12,19 +12,24 @@ from typing import Any
 
 import pandas as pd
 
+from posenc_cli.core import ui
 from posenc_cli.core.device import resolve_device
-from posenc_cli.core.errors import UsageError
+from posenc_cli.core.errors import UsageError, require_positive_int
 from posenc_cli.core.file_sets import SetKind
 from posenc_cli.core.option_groups import EvalOptions, HfLoading, ProbeOptions
 from posenc_cli.core.options import check_given, given, options_of, refuse_unread
-from posenc_cli.evaluation.eval_runs import check_windows, evaluate_runs, rope_methods
-from posenc_cli.evaluation.eval_text import eval_text
-from posenc_cli.evaluation.hf_models import is_hf
-from posenc_cli.evaluation.hf_options import hf_options
-from posenc_cli.evaluation.labels import Label
+from posenc_cli.core.ui import announce
+from posenc_cli.evaluation.columns import as_trained, column_label, rope_methods, unscalable_note
+from posenc_cli.evaluation.eval_plan import RunPlan, Scoring, plan_runs
+from posenc_cli.evaluation.eval_scoring import score_variant, unscored_row
+from posenc_cli.evaluation.eval_text import EvalText, eval_text
+from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers
 from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
-from posenc_cli.evaluation.targets import load_targets, named_runs
+from posenc_cli.evaluation.target import EvalTarget, RefusedColumn
 from posenc_cli.evaluation.task_accuracy import task_accuracy, task_targets
+from posenc_cli.hf.loading_options import hf_options
+from posenc_cli.hf.models import is_hf
+from posenc_cli.hf.targets import load_targets, named_runs
 from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings
 from posenc_cli.report.effective_length import LengthRule, with_ppl_length
 from posenc_cli.report.output_sets import write_eval_outputs
@@ -146,6 +151,131 @@ def run_eval(options: EvalOptions, *, write: bool = True) -> Evaluation:
 
 
 def hf_loading(options: EvalOptions | ProbeOptions, device: Any) -> dict:
-    """How hf: targets are loaded, from the hf: group, checked (evaluation.hf_options)."""
+    """How hf: targets are loaded, from the hf: group, checked (hf.loading_options)."""
     h = options.hf
     return hf_options(h.hf_context, device, h.dtype, device_map=h.device_map)
+
+
+DYNAMIC_AS_NTK = (
+    "a +ntk column also stands for dynamic NTK: with no --rope-factor both give base·(T/L)^(d/(d−2)) for every "
+    "full window of T tokens, so dynamic is shown once, as ntk (posenc scores whole windows; "
+    "in generation dynamic would grow with the position instead)"
+)
+
+
+def check_windows(mode: str, stride: int | None, max_tokens: int) -> None:
+    """--mode, --stride and --max-tokens, checked together before any model is loaded."""
+    if stride is not None:
+        if mode != "sliding":
+            raise UsageError(
+                f"--stride {stride} is only used with --mode sliding; drop it or add --mode sliding"
+            )
+        require_positive_int("--stride", stride)
+    require_positive_int("--max-tokens", max_tokens)
+
+
+def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:
+    """(label overflow, context cap) pairs: a run with a position table once per choice, `window` for the
+    one scored past its table through windows of max_len tokens; any other run once, as it is."""
+    limit = run.max_len
+    if limit is None:
+        return [("", None)]
+    return [("window", limit) if choice == "window" else ("", None) for choice in overflows]
+
+
+def same_computation(methods: list[ContextMethod], rope_factor) -> tuple[list[ContextMethod], set[str]]:
+    """The methods to score, and the scalings of the columns that stand for a dropped one: with no
+    --rope-factor, dynamic NTK is ntk at every full window (both give base·(T/L)^(d/(d-2)) for a window of
+    T tokens), so it is scored once, as ntk (ContextMethod.whole_window_twin: `dynamic+logn` as
+    `ntk+logn`)."""
+    methods = list(methods)
+    if rope_factor is not None:
+        return methods, set()
+    twins = [m.whole_window_twin for m in methods if m.whole_window_twin in methods]
+    return [m for m in methods if m.whole_window_twin not in methods], {twin.scaling for twin in twins}
+
+
+def evaluate_runs(
+    runs: list[EvalTarget],
+    *,
+    lengths: list[int],
+    mode: str,
+    stride: int | None,
+    max_tokens: int,
+    text: EvalText | None,
+    device,
+    rope_scaling: list[ContextMethod] | None = None,
+    rope_factor: float | None = None,
+    why: str = "",
+    learned_overflow: tuple[str, ...] | list[str] = ("dash",),
+    add_context: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[Label, dict]]:
+    """Every run at each of its lengths (perplexity.target_lengths), rotary runs once per RoPE scaling
+    method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
+    and per-scheme facts (positional parameters, relative-position kind, used by) for the report. Each
+    row carries the unigram perplexity of the tokens it scores (unigram_ppl), the bar a model must
+    clear to get a verdict. A run is a posenc run (`RunTarget`) or a Hugging Face model (`HFModel`)."""
+    scoring = Scoring(mode, stride, device)
+    methods, standing = same_computation(rope_scaling or [ContextMethod()], rope_factor)
+    plans = plan_runs(  # bad input is found before any work
+        runs,
+        text,
+        lengths=lengths,
+        add_context=add_context,
+        max_tokens=max_tokens,
+        scoring=scoring,
+        rope_scaling=methods,
+        rope_factor=rope_factor,
+    )
+    mixed = mixes_own_tokenizers(runs)  # then columns say which: "rope [bpe]"
+    apart = distinctions(runs, mixed)  # runs pool as seeds only when equal but the seed
+    announce([run.path for run in runs], why, "evaluating")
+    rows, position_rows, info = [], [], {}
+    jobs = [  # each column of each run
+        (run, variant, overflow, context)
+        for run in runs
+        for variant in plans[id(run)].variants
+        for overflow, context in overflow_variants(run, learned_overflow)
+    ]
+    with ui.progress() as bar:
+        task = bar.add_task("eval", total=sum(len(plans[id(job[0])].lengths) for job in jobs), status="")
+        for run, variant, overflow, context in jobs:
+            scheme = column_label(
+                run, variant, overflow, distinct=apart[id(run)].within, rope_factor=rope_factor, mixed=mixed
+            )
+            info[scheme] = run.facts()
+            scored, positions = score_column(
+                run, scheme, plan := plans[id(run)], variant=variant, context=context, scoring=scoring, bar=bar, task=task
+            )  # fmt: skip
+            note = column_note(run, scheme, plan, methods=methods, standing=standing)
+            rows += [
+                {**row, "note": row["note"] or note, "differs": apart[id(run)].differs} for row in scored
+            ]
+            position_rows += positions
+    return pd.DataFrame(rows), pd.DataFrame(position_rows), info
+
+
+def score_column(
+    run: EvalTarget, column: Label, plan: RunPlan, *, variant, context, scoring: Scoring, bar, task
+) -> tuple[list[dict], list[dict]]:
+    """One column's ppl.csv and per-position rows: scored, or for a refused column one unscored row per
+    length, its note saying why (shown, never dropped)."""
+    if not isinstance(variant, RefusedColumn):
+        return score_variant(run, column, plan, context=context, scoring=scoring, bar=bar, task=task)
+    note = f"{column} not computed: --rope-scaling {variant.method.text}: {variant.why}"
+    bar.advance(task, len(plan.lengths))
+    rows = [unscored_row(run, column, plan, length=length, mode=scoring.mode) for length in plan.lengths]
+    return [{**row, "note": note} for row in rows], []
+
+
+def column_note(
+    run: EvalTarget, column: Label, plan: RunPlan, *, methods: list[ContextMethod], standing: set[str]
+) -> str:
+    """What the table says of a column as a whole: ntk standing for dynamic too (its scaling in
+    `standing`: same_computation), or that
+    --rope-scaling asked for a method the run cannot take (no rotary scheme: its one column's variant
+    is the trained one), so it was scored once, as trained."""
+    asked = not all(method.as_trained for method in methods)
+    if asked and len(plan.variants) == 1 and as_trained(run, column):
+        return unscalable_note(run.label)
+    return DYNAMIC_AS_NTK if column.variant.scaling in standing else ""

@@ -5,7 +5,7 @@ at most one remapping of the positions queries and keys meet at (Self-Extend, Re
 Dual Chunk Attention: one module each, remap.py's contract) and log-n query scaling. What it adds to a
 layer is a ContextExtension: the layer's attention (model/attention.py `LayerAttention.extended`)
 takes its remap, and its log-n as the layer's query temperature. posenc's own runs and transformers'
-models (evaluation/hf_extension.py) are computed by the same executor.
+models (hf/extended_attention.py) are computed by the same executor.
 """
 
 from __future__ import annotations

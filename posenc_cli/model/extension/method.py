@@ -9,7 +9,7 @@ None until a model's training length gives the paper's default (ContextMethod.ex
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from posenc_cli.core.choices import HF_ROPE_SCALING, LOGN, ROPE_SCALING
 from posenc_cli.core.errors import UsageError
@@ -73,6 +73,22 @@ class ContextMethod:
         parts = [self.scaling] if self.scaling != "none" or not self.extends else []
         parts += [self.remap.name] if self.remap is not None else []
         return "+".join(parts + ([LOGN] if self.logn else []))
+
+    @property
+    def scales(self) -> bool:
+        """Whether it scales the RoPE frequencies (a rope_scaling.py method); False: the model's own."""
+        return self.scaling != "none"
+
+    @property
+    def as_trained(self) -> bool:
+        """Whether it changes nothing (`none`): the model's own frequencies and attention."""
+        return not self.scales and not self.extends
+
+    @property
+    def whole_window_twin(self) -> ContextMethod | None:
+        """The method that computes what this one does at every full window when no factor is given
+        (dynamic NTK: ntk, with the same remap and log-n), or None."""
+        return replace(self, scaling="ntk") if self.scaling == "dynamic" else None
 
     @property
     def extends(self) -> bool:

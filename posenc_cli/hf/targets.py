@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.export_loading import is_export
-from posenc_cli.evaluation.hf_loading import load_hf_model
-from posenc_cli.evaluation.hf_models import PREFIX, is_hf
 from posenc_cli.evaluation.run_target import RunTarget
 from posenc_cli.evaluation.target import EvalTarget
+from posenc_cli.hf.export_loading import is_export
+from posenc_cli.hf.model_loading import load_hf_model
+from posenc_cli.hf.models import PREFIX, is_hf
 from posenc_cli.rundir.loading import load_run
 from posenc_cli.rundir.selection import Skipped, finished_runs
 

@@ -20,14 +20,16 @@ import torch
 
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
-from posenc_cli.evaluation.export_loading import (
+from posenc_cli.hf.export_loading import (
     VerifiedExport,
     is_export,
     private_export,
     refuse_foreign_code,
 )
-from posenc_cli.evaluation.export_target import ExportModel
-from posenc_cli.evaluation.hf_checks import (
+from posenc_cli.hf.export_target import ExportModel
+from posenc_cli.hf.loading_options import hf_options
+from posenc_cli.hf.memory import check_weights_fit
+from posenc_cli.hf.model_checks import (
     CONTEXT_KEYS,
     GGUF_SUFFIX,
     Weights,
@@ -39,16 +41,15 @@ from posenc_cli.evaluation.hf_checks import (
     first_line,
     local_weights,
 )
-from posenc_cli.evaluation.hf_memory import check_weights_fit
-from posenc_cli.evaluation.hf_models import (
+from posenc_cli.hf.model_files import gguf_alone, json_value, local_path
+from posenc_cli.hf.models import (
     MODEL_TYPE_SCHEMES,
     PREFIX,
     HFModel,
+    learned_table,
     model_scheme,
     transformers_module,
 )
-from posenc_cli.evaluation.hf_options import hf_options
-from posenc_cli.evaluation.model_files import gguf_alone, json_value, local_path
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # --dtype's names (core.choices.HF_DTYPES)
 
@@ -227,7 +228,7 @@ def checked_context(config, context: int | None, name: str) -> int:
     if not train_len:
         raise UsageError(f"{name}'s config states no context length; give it with --hf-context N")
     table = training_length(config)
-    if model_scheme(config) == "learned" and table and train_len > table:
+    if learned_table(model_scheme(config)) and table and train_len > table:
         raise UsageError(
             f"--hf-context {train_len} is past {name}'s table of {table} learned positions, which it cannot "
             f"be scored beyond; give --hf-context <= {table}"

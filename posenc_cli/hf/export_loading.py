@@ -16,7 +16,7 @@ from posenc_cli.core.errors import UsageError
 from posenc_cli.core.file_sets import MANIFEST, hashed_entry, read_manifest
 from posenc_cli.data import data_config
 from posenc_cli.data.tokenizers import from_payload
-from posenc_cli.evaluation.export import (
+from posenc_cli.hf.export import (
     FORMAT,
     HF_FIELDS,
     TEXT_TOKENIZERS,
@@ -26,8 +26,8 @@ from posenc_cli.evaluation.export import (
     safetensors_torch,
     tokenizer_config,
 )
-from posenc_cli.evaluation.hf_checks import INTEGER_DTYPES
-from posenc_cli.evaluation.model_files import (
+from posenc_cli.hf.model_checks import INTEGER_DTYPES
+from posenc_cli.hf.model_files import (
     JSON_CAP,
     JSON_ERRORS,
     copy_regular,
@@ -38,7 +38,7 @@ from posenc_cli.evaluation.model_files import (
     private_directory,
     too_large,
 )
-from posenc_cli.evaluation.remote_code import (
+from posenc_cli.hf.remote_code import (
     CONFIG,
     MODELING,
     MODELING_SOURCE,

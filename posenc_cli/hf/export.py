@@ -1,7 +1,7 @@
 """A run's model for sharing: `model.safetensors` (weights, no pickle) and `config.json` (posenc's
 model config, tokenizer, training length and the run's id), one output set whose `manifest.json`,
 written last, holds every file's sha256 and size and the run id. `load_export`
-(evaluation.export_loading) rebuilds the same model from the two files alone, so nothing that loads it
+(hf.export_loading) rebuilds the same model from the two files alone, so nothing that loads it
 can run code, and only when the manifest vouches for both: an export killed mid-write (B's weights
 beside A's config) is refused, never loaded.
 
@@ -13,7 +13,7 @@ whose end of text is the newline that ends posenc's documents), so `AutoModelFor
 loads it so as `hf:DIR` (or DIR named as a target), after the one verification every way of naming an
 export goes through (export_loading.private_export, load_export's too), giving trust_remote_code only
 when the one code it names is the modeling_posenc.py this posenc writes, byte for byte
-(evaluation.remote_code), and loading only a private copy of the bytes it checked, beside a
+(hf.remote_code), and loading only a private copy of the bytes it checked, beside a
 modeling_posenc.py it wrote itself."""
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ import json
 from pathlib import Path
 
 from posenc_cli.core.atomic import write_text, write_with
+from posenc_cli.core.choices import EXPORT_MODEL_TYPE
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.file_sets import SetKind, hashed_entry, output_set
 from posenc_cli.core.install import install_hint
-from posenc_cli.evaluation.remote_code import (
+from posenc_cli.hf.remote_code import (
     CONFIG,
     MODELING,
     MODELING_SOURCE,
@@ -41,10 +42,9 @@ VERSION = 3  # 2: the run id, and a manifest of hashes; 3: the tokenizer's own c
 WEIGHTS = "model.safetensors"
 TOKENIZER = "tokenizer.json"
 DOCUMENT_END = "\n"  # posenc ends every document with it (data.hf_datasets), as GPT-2's <|endoftext|>
-MODEL_TYPE = "posenc"  # transformers' model_type of an export
 TEXT_TOKENIZERS = ("char", "byte", "bpe")  # the tokenizers of text, which an export carries for transformers
 HF_FIELDS = {
-    "model_type": MODEL_TYPE,
+    "model_type": EXPORT_MODEL_TYPE,
     "architectures": ["PosencForCausalLM"],
     "auto_map": OWN_AUTO_MAPS[CONFIG],
     "tie_word_embeddings": True,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.hf_layouts import FULL
+from posenc_cli.hf.layouts import FULL
 
 
 def scaled_config(config, method: str, factor: float, *, train_len: int):

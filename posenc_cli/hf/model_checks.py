@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc_cli.core.errors import UsageError, require_number, require_positive_int
-from posenc_cli.evaluation.model_files import json_value
+from posenc_cli.hf.model_files import json_value
 
 CONTEXT_KEYS = ("n_positions", "max_position_embeddings", "max_seq_len", "seq_length", "n_ctx")
 GGUF_SUFFIX = ".gguf"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.model_files import JSON_ERRORS, json_value
+from posenc_cli.hf.model_files import JSON_ERRORS, json_value
 
 CONFIG = "config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"

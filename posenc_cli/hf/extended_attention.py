@@ -6,7 +6,7 @@ extension is active it computes the attention as model/extension does for posenc
 the rotated rows and the rotation the model's rotary module gives now (rotation.py: a frequency
 scaling, YaRN's factor on cos and sin, dynamic NTK's per-forward frequencies all ride along). With no
 extension the model keeps its own kernel (sdpa or eager), untouched. Only the layers that rotate by
-RoPE over full attention are extended (hf_layouts); the others (NoPE, sliding-window, chunked) call
+RoPE over full attention are extended (hf.layouts); the others (NoPE, sliding-window, chunked) call
 the model's own kernel from within the function, with the mask that kernel's mask function gives
 (registered under the same name). Batch 1, no padding, no cache: posenc scores whole windows, so the
 extended layers do causality themselves and ignore the mask.
@@ -21,8 +21,8 @@ from typing import Callable
 import torch
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.hf_layouts import ExtendedLayers, attention_modules
 from posenc_cli.evaluation.labels import Variant
+from posenc_cli.hf.layouts import ExtendedLayers, attention_modules
 from posenc_cli.model.attention import attend
 from posenc_cli.model.extension import ContextExtension, Rotation
 from posenc_cli.model.layer_attention import LayerAttention

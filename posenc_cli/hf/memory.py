@@ -38,7 +38,7 @@ def forward_bytes(config, length: int, *, weights: int, element: int, eager: boo
 def extended_bytes(config, extension: ContextExtension, length: int) -> int:
     """What a column with a training-free extension adds to forward_bytes: the extension's own blocks
     and moved rows (ContextExtension.extra_bytes), and the fp32 queries, keys and values it is given,
-    keys and values repeated for grouped-query attention (evaluation.hf_extension)."""
+    keys and values repeated for grouped-query attention (hf.extended_attention)."""
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     given = 3 * heads * length * head_dim * 4

@@ -7,8 +7,8 @@ it has one, batch 1, and logits computed a chunk of positions at a time so a 16k
 holds 16k × vocabulary floats.
 
 RoPE scaling goes through the model's own rotary module, rebuilt from a copy of its config with
-`rope_parameters` set (transformers' implementations: evaluation.hf_rope_scaling); a training-free
-context extension through posenc's attention function (evaluation.hf_extension).
+`rope_parameters` set (transformers' implementations: hf.rope_config); a training-free
+context extension through posenc's attention function (hf.extended_attention).
 """
 
 from __future__ import annotations
@@ -18,57 +18,56 @@ from dataclasses import replace
 
 import torch
 
+from posenc_cli.core.choices import EXPORT_MODEL_TYPE
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError
 from posenc_cli.core.install import install_hint
 from posenc_cli.data import needles
 from posenc_cli.data.needles import ENGLISH, Episode, NeedleTask
-from posenc_cli.evaluation.export import MODEL_TYPE
-from posenc_cli.evaluation.hf_extension import HFVariant, use_extension
-from posenc_cli.evaluation.hf_layouts import (
+from posenc_cli.evaluation.labels import Label
+from posenc_cli.hf.extended_attention import HFVariant, use_extension
+from posenc_cli.hf.layouts import (
     ExtendedLayers,
     decoder,
     extended_layers,
     output_logits,
     rotary_modules,
 )
-from posenc_cli.evaluation.hf_memory import LOGITS_CHUNK, extended_bytes, forward_bytes
-from posenc_cli.evaluation.hf_rope_scaling import scaled_config
-from posenc_cli.evaluation.labels import Label
-from posenc_cli.evaluation.model_files import local_path
+from posenc_cli.hf.memory import LOGITS_CHUNK, extended_bytes, forward_bytes
+from posenc_cli.hf.model_files import local_path
+from posenc_cli.hf.rope_config import scaled_config
 from posenc_cli.model import token_nll
 from posenc_cli.model.extension import ContextExtension
 from posenc_cli.model.extension.method import ContextMethod
+from posenc_cli.model.positional import SCHEMES, PositionalScheme
+from posenc_cli.model.positional.alibi import ALiBi
+from posenc_cli.model.positional.learned import Learned
+from posenc_cli.model.positional.rope import RoPE
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 from posenc_cli.rundir.record import TrainedText
 
 PREFIX = "hf:"
-# model_type -> the chapters' scheme it uses
-MODEL_TYPE_SCHEMES = {
-    "gpt2": "learned",
-    "opt": "learned",
-    "gpt_neo": "learned",
-    "gpt_bigcode": "learned",
-    "llama": "rope",
-    "qwen2": "rope",
-    "qwen3": "rope",
-    "mistral": "rope",
-    "gpt_neox": "rope",
-    "olmo": "rope",
-    "smollm3": "rope",  # and NoPE layers: the layers are read by hf_layouts
-    "llama4_text": "rope",
-    "gemma3_text": "rope",
-    "cohere2": "rope",
-    "bloom": "alibi",
-    "mpt": "alibi",
+# model_type -> the class of the chapters' scheme it uses: what it is (scalable, relative) is read from it
+MODEL_TYPE_SCHEMES: dict[str, type[PositionalScheme]] = {
+    **dict.fromkeys(("gpt2", "opt", "gpt_neo", "gpt_bigcode"), Learned),
+    **dict.fromkeys(("llama", "qwen2", "qwen3", "mistral", "gpt_neox", "olmo"), RoPE),
+    "smollm3": RoPE,  # and NoPE layers: the layers are read by hf.layouts
+    **dict.fromkeys(("llama4_text", "gemma3_text", "cohere2"), RoPE),
+    **dict.fromkeys(("bloom", "mpt"), ALiBi),
 }
 
 
-def model_scheme(config) -> str | None:
-    """The positional scheme of a transformers config: by its model type, or a posenc export's own."""
-    if config.model_type == MODEL_TYPE:
-        return dict(getattr(config, "model_config", None) or {}).get("scheme")
+def model_scheme(config) -> type[PositionalScheme] | None:
+    """The positional scheme's class of a transformers config: by its model type, or a posenc export's
+    own (None for a composite: an ExportModel reads its built scheme instead)."""
+    if config.model_type == EXPORT_MODEL_TYPE:
+        return SCHEMES.get(dict(getattr(config, "model_config", None) or {}).get("scheme"))
     return MODEL_TYPE_SCHEMES.get(config.model_type)
+
+
+def learned_table(scheme: type[PositionalScheme] | None) -> bool:
+    """Whether the scheme's positions are rows of a learned table, which stops at the training context."""
+    return scheme is not None and issubclass(scheme, Learned)
 
 
 def is_hf(name: str) -> bool:
@@ -124,18 +123,18 @@ class HFModel:
             model.to(device)
         self.device = model.get_input_embeddings().weight.device  # where its inputs go
         self.config = model.config
-        self.base_scheme = model_scheme(self.config)
+        self.scheme = model_scheme(self.config)  # its class: None for a composite export's
         self.tokenizer_name = name
         self.rotary = rotary_modules(model)
         self.layers: ExtendedLayers | None = None  # the layers an extension computes (variants)
         self.scaling: RopeScaling | None = None
-        self.built: tuple[str, float] | None = None  # (method, factor) the rotary modules now hold
+        self.built: tuple[str, float] | None = None  # (method, factor) the rotary modules hold; None: own
         self.extensions: list[ContextExtension] = []  # the asked columns' extensions (memory_needed)
 
     @property
     def max_len(self) -> int | None:
         """Learned position tables stop at the context; rotary and ALiBi models run any length."""
-        return self.train_len if self.base_scheme == "learned" else None
+        return self.train_len if learned_table(self.scheme) else None
 
     @property
     def model_id(self) -> str:
@@ -145,13 +144,13 @@ class HFModel:
         tables = [
             m.weight
             for n, m in self.model.named_modules()
-            if self.base_scheme == "learned"
+            if learned_table(self.scheme)
             and isinstance(m, torch.nn.Embedding)
             and (n.endswith("wpe") or "position" in n)
         ]
         return {
             "positional_params": sum(t.numel() for t in tables),
-            "relative": "none" if tables else "explicit",
+            "relative": self.scheme.relative,
             "used_by": short_name(self.path),
         }
 
@@ -235,12 +234,12 @@ class HFModel:
     # -- RoPE scaling -----------------------------------------------------------------------------
     @property
     def label(self) -> Label:
-        return Label((self.base_scheme,), model=short_name(self.path))
+        return Label((self.scheme.name,), model=short_name(self.path))
 
     def variants(self, methods: list[ContextMethod], factor: float | None) -> list[HFVariant | None]:
         """A rotary model once per --rope-scaling method (None: as published), any other model once; a
         method that changes attention (model/extension) checked against the model before any work."""
-        if self.base_scheme != "rope":
+        if not self.scheme.scalable:
             return [None]
         variants = [self.variant(m, factor) for m in methods]
         self.extensions = [v.extension for v in variants if v is not None and v.extension is not None]
@@ -249,7 +248,7 @@ class HFModel:
     def variant(self, method: ContextMethod, factor: float | None) -> HFVariant | None:
         """One column's frequencies and attention, its extension's parameters resolved for this model's
         context (or --hf-context); None: the model as published."""
-        scaling = None if method.scaling == "none" else RopeScaling(method.scaling, self.train_len, factor)
+        scaling = RopeScaling(method.scaling, self.train_len, factor) if method.scales else None
         extension = None
         if method.extends:
             self.layers = extended_layers(self.model, self.rotary, name=self.path, method=method.text)
@@ -258,7 +257,7 @@ class HFModel:
 
     def use_variant(self, variant: HFVariant | None) -> Label:
         """Evaluate as this variant from now on: its frequencies through the rotary modules, its extension
-        through posenc's attention function (hf_extension); its label, e.g. 'smollm2 (rope+self_extend)'."""
+        through posenc's attention function (hf.extended_attention); its label, e.g. 'smollm2 (rope+self_extend)'."""
         self.scaling = variant.scaling if variant is not None else None
         if self.rotary:  # the attention of a model that takes no extension is never switched
             extension = variant.extension if variant is not None else None
@@ -271,13 +270,11 @@ class HFModel:
         """Give every rotary module the frequencies of the current scaling at this sequence length."""
         if not self.rotary:
             return
-        wanted = ("none", 1.0) if self.scaling is None else (self.scaling.method, self.scaling.scale(seq_len))
+        wanted = None if self.scaling is None else (self.scaling.method, self.scaling.scale(seq_len))
         if wanted == self.built:
             return
         config = (
-            self.config
-            if self.scaling is None
-            else scaled_config(self.config, *wanted, train_len=self.train_len)
+            self.config if wanted is None else scaled_config(self.config, *wanted, train_len=self.train_len)
         )
         for name, original in self.rotary.items():
             module = (

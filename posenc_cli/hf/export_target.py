@@ -7,11 +7,11 @@ from dataclasses import replace
 import torch
 
 from posenc_cli.core.errors import UsageError
-from posenc_cli.evaluation.hf_extension import HFVariant
-from posenc_cli.evaluation.hf_models import HFModel, short_name
 from posenc_cli.evaluation.labels import Label, Variant
 from posenc_cli.evaluation.run_target import computed_columns, has_rope
 from posenc_cli.evaluation.target import RefusedColumn
+from posenc_cli.hf.extended_attention import HFVariant
+from posenc_cli.hf.models import HFModel, short_name
 from posenc_cli.model import token_nll
 from posenc_cli.model.extension.method import ContextMethod
 
@@ -58,7 +58,7 @@ class ExportModel(HFModel):
         runs, so one is refused here, while the exported model's layers compute a training-free
         extension (GPT.with_extension). A column the export cannot compute is a RefusedColumn, as for the
         run it was exported from."""
-        scaled = [m.text for m in methods if m.scaling != "none"]
+        scaled = [m.text for m in methods if m.scales]
         if scaled and self.gpt.scheme.scalable:
             raise UsageError(
                 f"--rope-scaling {','.join(scaled)}: {self.path} is a posenc export, scored as exported; "
@@ -71,7 +71,7 @@ class ExportModel(HFModel):
         return computed_columns(columns, None, rotary=has_rope(self.gpt.scheme))
 
     def column(self, method: ContextMethod) -> HFVariant | RefusedColumn | None:
-        if method.scaling != "none":
+        if method.scales:
             return RefusedColumn(
                 method, f"{self.gpt.scheme.label} has no RoPE frequencies of its own to scale"
             )
