@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import torch
 
-from conftest import SMOKE, assert_refused, evaluate, posenc, train
+from conftest import SMOKE, evaluate, posenc, train
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import data_config, load_corpus, random_positions
 from posenc_cli.evaluation.run_target import RunTarget, RunVariant
@@ -19,7 +20,7 @@ from posenc_cli.model.extension.method import ContextMethod
 from posenc_cli.model.positional import build_scheme
 from posenc_cli.model.positional.rope_scaling import RopeScaling
 from posenc_cli.rundir.layout import CHECKPOINT
-from posenc_cli.rundir.lineage import initial_state, lineage, source_checkpoint
+from posenc_cli.rundir.lineage import check_same_shape, initial_state, lineage, source_checkpoint
 from posenc_cli.rundir.record import Checkpoint, RunRecord, save_checkpoint
 from posenc_cli.training.launch import train_request
 from posenc_cli.training.preflight import preflight
@@ -108,9 +109,12 @@ def test_scaling_while_training_is_the_eval_formula():
     """One implementation: the options a fine-tune gives (block 1,024, factor 4) and the options eval's
     --rope-scaling gives a 256-token run build the same RopeScaling, hence the same rotations."""
     trained = build_scheme("rope", 32, 2, block_size=1024, scaling="yarn", scaling_factor=4)
-    run = SimpleNamespace(
-        model=SimpleNamespace(scheme=build_scheme("rope", 32, 2, block_size=256)), train_len=256, path="run"
+    rope = GPT(
+        ModelConfig(
+            vocab_size=11, block_size=256, size=ModelSize(n_layer=1, n_head=2, n_embd=32), scheme="rope"
+        )
     )
+    run = RunTarget(Path("run"), rope, None, 256, SimpleNamespace(), SimpleNamespace())
     (variant,) = RunTarget.variants(run, [ContextMethod("yarn")], 4.0)
     at_eval = build_scheme("rope", 32, 2, block_size=256, **variant.options)
     assert trained.scaling == at_eval.scaling == RopeScaling("yarn", 256, 4.0)
@@ -121,11 +125,21 @@ def test_scaling_while_training_is_the_eval_formula():
 
 
 def test_a_baked_in_scaling_refuses_another_on_top():
-    baked = build_scheme("xpos", 32, 2, block_size=1024, scaling="linear", scaling_factor=4)
-    run = SimpleNamespace(model=SimpleNamespace(scheme=baked), train_len=1024, path="ft")
+    """A run fine-tuned with a scaling is evaluated as trained; a second scaling is a refused column, shown
+    with why beside it, never composed."""
+    cfg = ModelConfig(
+        11,
+        1024,
+        ModelSize(n_layer=1, n_head=2, n_embd=32),
+        "xpos",
+        {"scaling": "linear", "scaling_factor": 4},
+    )
+    run = RunTarget(Path("ft"), GPT(cfg), None, 1024, SimpleNamespace(), SimpleNamespace())
     assert RunTarget.variants(run, [ContextMethod()], None) == [RunVariant()]  # evaluated as trained
-    with pytest.raises(UsageError, match="scheme.scaling=linear.*do not compose"):
-        RunTarget.variants(run, [ContextMethod(), ContextMethod("yarn")], None)
+    trained, second = RunTarget.variants(run, [ContextMethod(), ContextMethod("yarn")], None)
+    assert (
+        trained == RunVariant() and "scheme.scaling=linear" in second.why and "do not compose" in second.why
+    )
 
 
 def test_randomized_positions_are_sorted_distinct_in_range_and_seeded():
@@ -223,7 +237,28 @@ def test_fine_tune_with_scaling_end_to_end(tmp_path, monkeypatch):
     assert sorted(df.index) == [("learned", 64), ("learned", 256), ("rope+linear", 128), ("rope+linear", 256)]
     assert df["ppl"].notna().all()  # learned past its training length: its table covers max_position
     monkeypatch.chdir(tmp_path)
-    assert_refused(
-        *posenc("eval", "ft", "--rope-scaling", "none,yarn", "--out", "ev2"), "scheme.scaling=linear"
-    )
-    assert not (tmp_path / "ev2").exists()
+    code, _ = posenc("eval", "ft", "--rope-scaling", "none,yarn", "--out", "ev2")
+    refused = pd.read_csv(tmp_path / "ev2" / "ppl.csv").query("scheme == 'rope+yarn'")  # shown, never scored
+    assert code == 0 and refused["ppl"].isna().all()
+    assert refused["note"].str.contains("scheme.scaling=linear, which its evaluation always applies").all()
+
+
+def test_drope_drops_the_scheme_and_starts_its_qk_norm_at_one(tmp_path):
+    """train.init_from=ROPE_RUN scheme=none model.qk_norm=true: every weight of RUN but its scheme's, and
+    QK-norm's new weights at 1 (DroPE's recalibration start)."""
+    run, source = saved_run(tmp_path, "learned")  # a scheme with weights of its own, left behind
+    dropped = initialised(run, source, scheme="none", scheme_options={}, qk_norm=True)
+    kept = source.state_dict()
+    for name, value in dropped.state_dict().items():
+        if name.endswith(("q_norm.weight", "k_norm.weight")):
+            assert torch.equal(value, torch.ones_like(value))
+        else:
+            assert torch.equal(value, kept[name]), name
+    assert not any(name.startswith("scheme.") for name in dropped.state_dict())
+
+
+def test_init_from_refuses_any_other_change_of_scheme_in_one_line(tmp_path):
+    run, source = saved_run(tmp_path, "rope")
+    cfg = {**source.cfg.to_dict(), "scheme": "alibi"}
+    with pytest.raises(UsageError, match="init_from keeps the scheme \\(or drops it: scheme=none\\)"):
+        check_same_shape(run, source_checkpoint(run)[1], cfg)

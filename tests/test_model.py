@@ -159,3 +159,16 @@ def test_bf16_autocast_with_fp32_attention_gives_every_schemes_attention_fp32_in
             assert seen == [expected] * len(model.blocks)
         else:
             assert all(autocast_on for *_, autocast_on in seen) and len(seen) == len(model.blocks)
+
+
+def test_qk_norm_divides_each_tokens_queries_and_keys_by_their_rms_over_all_heads():
+    """model.qk_norm (DroPE's): one RMSNorm over the n_embd values of q (and of k) before the head split,
+    its weight starting at 1: x / sqrt(mean(x²) + eps) per token across all heads; v left as projected."""
+    model = GPT(ModelConfig(vocab_size=11, block_size=8, size=ModelSize(n_head=4, n_embd=32, qk_norm=True)))
+    attn = model.blocks[0].attn
+    x = torch.randn(2, 8, 32)
+    raw = attn.qkv(x).split(32, dim=2)
+    for got, made in zip(attn.project(x), raw):
+        flat = got.transpose(1, 2).flatten(2)
+        want = made / (made.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() if made is not raw[2] else made
+        torch.testing.assert_close(flat, want, rtol=1e-5, atol=1e-6)

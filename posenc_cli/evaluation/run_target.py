@@ -200,13 +200,13 @@ def has_rope(scheme: PositionalScheme) -> bool:
 
 
 def computed_columns(columns: list, as_trained: Any, *, rotary: bool) -> list:
-    """The columns to score: a model with no RoPE at all `as_trained` once (the table's note says it
-    takes no scaling); else as asked, with `as_trained` first where no asked column computes."""
-    if not rotary:
+    """The columns to score: as asked (refused ones shown with their reason), with `as_trained` first
+    where no asked column computes; a model with no RoPE at all that computes nothing but as trained
+    (no log-n column) is scored once, as trained (the table's note says it takes no scaling)."""
+    computed = [column for column in columns if not isinstance(column, RefusedColumn)]
+    if not rotary and all(column == as_trained for column in computed):
         return [as_trained]
-    if any(not isinstance(column, RefusedColumn) for column in columns):
-        return columns
-    return [as_trained, *columns]
+    return columns if computed else [as_trained, *columns]
 
 
 def unscaled_reason(scheme: PositionalScheme) -> str:

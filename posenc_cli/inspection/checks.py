@@ -86,9 +86,7 @@ def layer_attention(model, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor,
         x = block(x, positions, scheme, attention)
     block = model.blocks[layer]
     x = block.ln_1(x)
-    q, k, v = (
-        split_heads(t, model.cfg.size.n_head) for t in block.attn.qkv(x).split(model.cfg.size.n_embd, dim=2)
-    )
+    q, k, v = block.attn.project(x)
     scheme, attention = model.layer_schemes[layer], model.attention[layer]
     q, k = scheme.rotate(q, k, positions)
     rotation = attention.rotation(idx.size(1)) if attention.remap is not None else None

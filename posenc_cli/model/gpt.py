@@ -21,6 +21,8 @@ from posenc_cli.model.positional import PositionalScheme, build_scheme
 from posenc_cli.model.shape import ModelConfig
 from posenc_cli.model.window import FULL, AttentionWindow
 
+QK_NORM_EPS = 1e-5  # the rms_norm_eps of the Llama and SmolLM configs DroPE recalibrates
+
 
 class LayerCache:
     """One layer's keys and values for the tokens seen so far that a later query can still see: the
@@ -83,6 +85,17 @@ class CausalSelfAttention(nn.Module):
         self.n_head = cfg.size.n_head
         self.qkv = nn.Linear(cfg.size.n_embd, 3 * cfg.size.n_embd, bias=False)
         self.proj = nn.Linear(cfg.size.n_embd, cfg.size.n_embd, bias=False)
+        # model.qk_norm: DroPE's QK-norm, one RMSNorm over all heads' q (and k), before the split
+        self.q_norm = nn.RMSNorm(cfg.size.n_embd, eps=QK_NORM_EPS) if cfg.size.qk_norm else None
+        self.k_norm = nn.RMSNorm(cfg.size.n_embd, eps=QK_NORM_EPS) if cfg.size.qk_norm else None
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, C) -> q, k, v (B, H, T, D), q and k normalised where model.qk_norm."""
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return tuple(t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # type: ignore[return-value]
 
     def forward(
         self,
@@ -97,9 +110,7 @@ class CausalSelfAttention(nn.Module):
         `given`: the caller's (B, T) positions, None when they are 0..T-1 (then a bias is cheap).
         `cache`: x holds the newest tokens of a context whose earlier keys and values it keeps."""
         B, T, C = x.shape
-        q, k, v = (
-            t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2)
-        )
+        q, k, v = self.project(x)
         first = 0  # the token index of k's first key
         inputs = x if layer.reads_content else None  # the layer inputs at k's tokens, where read
         if cache is not None and scheme.rotation_reads_context:

@@ -99,11 +99,12 @@ class LayerAttention:
         return None if self.scores is None else self.scores.rotation(seq_len)
 
     def extension_refusal(self, extension: ContextExtension) -> str | None:
-        """Why this layer computes as trained under `extension`, or None where it takes it: only a
-        full-attention RoPE layer does, and log-n only where no temperature already scales its queries."""
-        if self.rotation(1) is None:
+        """Why this layer computes as trained under `extension`, or None where it takes it: a remap only
+        on a full-attention RoPE layer; log-n (a query temperature, no position moved) on any layer where
+        no temperature already scales its queries (a NoPE or DroPE model's inference-time scaling)."""
+        if extension.remap is not None and self.rotation(1) is None:
             return "has no RoPE rotation to extend"
-        if not self.window.full:
+        if extension.remap is not None and not self.window.full:
             return f"attends within a window ({', '.join(self.window.options)}), which already bounds its distances"
         if extension.logn_len is not None and self.temperature is not None:
             return (

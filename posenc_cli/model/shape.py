@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
-from posenc_cli.core.errors import UsageError, require_int, require_number, require_positive_int
+from posenc_cli.core.errors import UsageError, require_bool, require_int, require_number, require_positive_int
 
 MAX_MODEL_SIZE = 2**20  # model.n_layer, n_head, n_embd: past any model a machine holds
 
@@ -18,6 +18,7 @@ class ModelSize:
     n_head: int = 4  # attention heads (n_embd must divide by it)
     n_embd: int = 128  # model width
     embed_std: float = 0.02  # init std of the (tied) token embedding; experiment=probe raises it
+    qk_norm: bool = False  # RMS-normalise q and k over all heads before the split, as DroPE's recalibration
 
     def __post_init__(self) -> None:
         # 0 is "not a positive integer"; past MAX_MODEL_SIZE torch's sizes overflowed before the memory check
@@ -25,6 +26,7 @@ class ModelSize:
             require_positive_int(f"model.{key}", getattr(self, key))
             require_int(f"model.{key}", getattr(self, key), at_least=1, at_most=MAX_MODEL_SIZE)
         require_number("model.embed_std", self.embed_std, above=0)
+        require_bool("model.qk_norm", self.qk_norm)
         if self.n_embd % self.n_head:
             raise UsageError(
                 f"model.n_embd={self.n_embd} is not divisible by model.n_head={self.n_head}; "

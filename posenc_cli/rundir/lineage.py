@@ -5,6 +5,10 @@ RUN: the scheme, the model's shape (layers, heads, width) and the vocabulary. Wh
 training length, the data (if its vocabulary is the same) and scheme options that size no parameter,
 RoPE scaling among them. A scheme whose parameters depend on the length (learned's table) fits RUN's
 weights to the new size with its `extend_state`.
+
+DroPE (Gelberg et al. 2025) is the one change of scheme: `scheme=none` drops RUN's positional scheme
+(its weights, a learned table or FIRE's MLP, are left behind), and `model.qk_norm=true` adds QK-norm,
+whose weights RUN does not have and which start at 1; the recalibration then trains at RUN's length.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ from posenc_cli.rundir.record import Checkpoint, check_own_checkpoint, load_chec
 from posenc_cli.rundir.summary import read_summary
 
 KEPT = {"scheme": "scheme", "n_layer": "model.n_layer", "n_head": "model.n_head", "n_embd": "model.n_embd"}
+DROPPED = "none"  # the scheme a run may start from any other's weights with: positions dropped (DroPE)
+NEW_NORMS = (
+    "q_norm",
+    "k_norm",
+)  # model.qk_norm's weights, which a run without QK-norm lacks: they start at 1
 
 
 def source_checkpoint(value: Any) -> tuple[Path, Checkpoint]:
@@ -65,11 +74,13 @@ def check_same_shape(source: Path, saved: Checkpoint, model_cfg: dict[str, Any])
     """The scheme and the model's shape, which init_from keeps (checked before any corpus is read)."""
     old = saved.record.model_config
     for key, override in KEPT.items():
+        if key == "scheme" and model_cfg[key] == DROPPED:
+            continue  # DroPE: positions dropped after training with them
         if old.get(key) != model_cfg[key]:
             raise UsageError(
                 f"train.init_from={source} was trained with {override}={old.get(key)}, this run asks for "
-                f"{override}={model_cfg[key]}; init_from keeps the scheme, model shape and vocabulary: "
-                f"use {override}={old.get(key)} or train from scratch"
+                f"{override}={model_cfg[key]}; init_from keeps the scheme (or drops it: scheme={DROPPED}), "
+                f"model shape and vocabulary: use {override}={old.get(key)} or train from scratch"
             )
 
 
@@ -86,6 +97,10 @@ def initial_state(source: Path, saved: Checkpoint, model: GPT) -> dict[str, torc
     """RUN's weights shaped for `model` (a meta-device model is enough to check that they fit)."""
     state = dict(saved.model)
     rename_legacy_scheme_keys(model, state, "")
+    if model.cfg.scheme == DROPPED and saved.record.model_config.get("scheme") != DROPPED:
+        state = {key: value for key, value in state.items() if not key.startswith("scheme.")}  # DroPE
+    fresh = model.state_dict()
+    state |= {key: fresh[key] for key in fresh if key not in state and key.rsplit(".", 2)[-2] in NEW_NORMS}
     scheme_state = {key[len("scheme.") :]: value for key, value in state.items() if key.startswith("scheme.")}
     state.update({"scheme." + key: value for key, value in model.scheme.extend_state(scheme_state).items()})
     expected = model.state_dict()
