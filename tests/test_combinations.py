@@ -159,3 +159,30 @@ def test_a_kv_cache_gives_the_full_forwards_logits(name, options):
         cache = model.new_cache()
         steps = [model(tokens[:, i : i + 1], cache=cache) for i in range(tokens.size(1))]
     torch.testing.assert_close(torch.cat(steps, 1), whole, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("name", "options"), SCHEME_CASES, ids=[f"{n}{o or ''}" for n, o in SCHEME_CASES])
+def test_inspect_draws_the_attention_each_layer_computes(name, options):
+    """`posenc inspect --run --layer`'s weights (the executor's per-pair reference, from the block's own
+    weights), times the layer's values, are what the model's attention computes for every layer: its
+    window, chunk, temperature and sinks included; no weight falls outside the window."""
+    from posenc_cli.inspection.checks import layer_attention
+    from posenc_cli.model.attention import attend
+
+    model = tiny_run(name, options).model
+    tokens = TOKENS[:, : model.scheme.max_len or 2 * TRAIN_LEN]
+    positions = torch.arange(tokens.size(1))
+    with torch.no_grad():
+        x = model.scheme.embed(model.tok(tokens), positions)
+        for index, (block, scheme, layer) in enumerate(
+            zip(model.blocks, model.layer_schemes, model.attention)
+        ):
+            weights, v = layer_attention(model, tokens, index)
+            inputs = block.ln_1(x)
+            q, k, _ = block.attn.project(inputs)
+            q, k = scheme.rotate(q, k, positions)
+            computed = attend(q, k, v, layer=layer, inputs=inputs if layer.reads_content else None)
+            torch.testing.assert_close(weights @ v, computed, rtol=1e-4, atol=1e-5)
+            seen = layer.window.visible(positions[:, None], positions)
+            assert (weights.masked_select(~seen) == 0).all()
+            x = block(x, positions, scheme, layer)

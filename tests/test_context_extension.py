@@ -47,6 +47,8 @@ def relative(name: str, p, i: int, j: int) -> float:
         return query - j % s
     if name == "string":  # An et al.: d past the offset S is read as d - S + W
         return d if d < p.window else d - p.window + p.local
+    if name == "streaming":  # Xiao et al.: recent pairs exact, a sink met from the cache's last slot
+        return d if d < p.window else min(i, p.sinks + p.window - 1) - j
     return d
 
 
@@ -58,15 +60,21 @@ def reference(q, k, v, *, layout: str, extension) -> torch.Tensor:
     T = q.size(2)
     out = torch.empty_like(v)
     for i in range(T):
-        r = torch.tensor([relative(name, extension.remap, i, j) for j in range(i + 1)], dtype=torch.float64)
-        angles = spread(r[:, None] * inv_freq)  # (i + 1, D)
+        kept = [
+            j
+            for j in range(i + 1)
+            if name != "streaming" or i - j < extension.remap.window or j < extension.remap.sinks
+        ]
+        r = torch.tensor([relative(name, extension.remap, i, j) for j in kept], dtype=torch.float64)
+        angles = spread(r[:, None] * inv_freq)  # (len(kept), D)
         turned = (
-            q[:, :, i, None] * angles.cos() + turn(q[:, :, i, None].expand(-1, -1, i + 1, -1)) * angles.sin()
+            q[:, :, i, None] * angles.cos()
+            + turn(q[:, :, i, None].expand(-1, -1, len(kept), -1)) * angles.sin()
         )
-        scores = (turned * k[:, :, : i + 1]).sum(-1) / math.sqrt(D)
+        scores = (turned * k[:, :, kept]).sum(-1) / math.sqrt(D)
         if extension.logn_len:
             scores = scores * max(1.0, math.log(i + 1) / math.log(extension.logn_len))
-        out[:, :, i] = (scores.softmax(-1)[..., None] * v[:, :, : i + 1]).sum(-2)
+        out[:, :, i] = (scores.softmax(-1)[..., None] * v[:, :, kept]).sum(-2)
     return out
 
 
@@ -79,8 +87,20 @@ SMALL = ExtensionSettings(
     dca_local=3,
     string_offset=9,
     string_window=2,
+    streaming_sinks=3,
+    streaming_window=7,
 )
-METHODS = ["self_extend", "rerope", "leaky_rerope", "dca", "string", "logn", "self_extend+logn", "dca+logn"]
+METHODS = [
+    "self_extend",
+    "rerope",
+    "leaky_rerope",
+    "dca",
+    "string",
+    "streaming",
+    "logn",
+    "self_extend+logn",
+    "dca+logn",
+]
 
 
 def settings_for(text: str) -> ExtensionSettings:
@@ -91,6 +111,7 @@ def settings_for(text: str) -> ExtensionSettings:
         "rerope": "rerope_window",
         "dca": "dca_",
         "string": "string_",
+        "streaming": "streaming_",
     }
     prefix = next((reads[name] for name in reads if name in text), None)
     kept = {key: value for key, value in vars(SMALL).items() if prefix and key.startswith(prefix)}
@@ -123,6 +144,7 @@ def test_each_method_is_its_papers_relative_positions_for_every_pair(text, layou
         ("leaky_rerope", {"rerope_window": 24}),
         ("dca", {"dca_chunk": 24, "dca_local": 8}),
         ("string", {"string_offset": 24}),
+        ("streaming", {"streaming_sinks": 4, "streaming_window": 20}),
         ("logn", {}),
         ("dca+logn", {"dca_chunk": 24, "dca_local": 8}),
     ],

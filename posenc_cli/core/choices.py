@@ -8,7 +8,7 @@ LANGS = ("en", "zh")
 ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")  # posenc's own, for every rotary run
 HF_ROPE_SCALING = ("llama3",)  # transformers' own implementations, for `hf:` models only
 # training-free context extension beside a scaling (model/extension): at most one remap, and log-n
-CONTEXT_REMAPS = ("self_extend", "rerope", "leaky_rerope", "dca", "string")
+CONTEXT_REMAPS = ("self_extend", "rerope", "leaky_rerope", "dca", "string", "streaming")
 LOGN = "logn"
 # transformers' model_type of a posenc export (`posenc export`): its config.json, and how `hf:` loading
 # knows one; here, not in hf/, because evaluation/hf_modeling.py (at the path exports import) names it too

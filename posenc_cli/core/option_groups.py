@@ -115,6 +115,15 @@ class Extension:
         "With --rope-scaling string: the distance W a pair S apart is read at, at most S (default: 1/16 of the "
         "training length, the paper's 128 at 2K).",
     )
+    streaming_sinks: int | None = option(
+        None,
+        "With --rope-scaling streaming: StreamingLLM's k, the first tokens every query keeps (default 4).",
+    )
+    streaming_window: int | None = option(
+        None,
+        "With --rope-scaling streaming: the W most recent tokens a query keeps, itself included; k + W at most "
+        "the training length (default: the training length minus k).",
+    )
 
 
 @dataclass(frozen=True)

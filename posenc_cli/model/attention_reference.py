@@ -39,6 +39,7 @@ def reference_weights(
             moved_parts(q, k, remap=layer.remap, rotation=rotation, first=first)
         ):
             scores = torch.where(region == part, moved_q @ moved_k.mT, scores)
+        seen = seen & (region >= 0)  # a pair in no part (StreamingLLM's evicted tokens) is never scored
     scores = scores / math.sqrt(q.size(-1))
     rule = layer.scores
     if rule is not None and layer.adds_bias:

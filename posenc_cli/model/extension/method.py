@@ -19,6 +19,7 @@ from posenc_cli.model.extension.dual_chunk import DualChunk
 from posenc_cli.model.extension.remap import PositionRemap
 from posenc_cli.model.extension.rerope import ReRoPE
 from posenc_cli.model.extension.self_extend import SelfExtend
+from posenc_cli.model.extension.streaming import Streaming
 from posenc_cli.model.extension.string import String
 
 # each remap by its --rope-scaling name: the options (ExtensionSettings' fields) it reads, and how it is
@@ -35,6 +36,10 @@ REMAPS: dict[str, tuple[tuple[str, ...], Callable[[Extension], PositionRemap]]] 
     ),
     "dca": (("dca_chunk", "dca_local"), lambda s: DualChunk(s.dca_chunk, s.dca_local)),
     "string": (("string_offset", "string_window"), lambda s: String(s.string_offset, s.string_window)),
+    "streaming": (
+        ("streaming_sinks", "streaming_window"),
+        lambda s: Streaming(s.streaming_sinks, s.streaming_window),
+    ),
 }
 
 
