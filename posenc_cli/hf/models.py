@@ -52,7 +52,8 @@ MODEL_TYPE_SCHEMES: dict[str, type[PositionalScheme]] = {
     **dict.fromkeys(("gpt2", "opt", "gpt_neo", "gpt_bigcode"), Learned),
     **dict.fromkeys(("llama", "qwen2", "qwen3", "mistral", "gpt_neox", "olmo"), RoPE),
     "smollm3": RoPE,  # and NoPE layers: the layers are read by hf.layouts
-    **dict.fromkeys(("llama4_text", "gemma3_text", "cohere2"), RoPE),
+    **dict.fromkeys(("llama4_text", "gemma3_text", "cohere2", "gpt_oss"), RoPE),
+    "phi3": RoPE,  # Phi-3, Phi-3.5, Phi-4-mini: LongRoPE in their config, computed by transformers
     **dict.fromkeys(("bloom", "mpt"), ALiBi),
 }
 
