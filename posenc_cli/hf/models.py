@@ -249,7 +249,11 @@ class HFModel:
     def variant(self, method: ContextMethod, factor: float | None) -> HFVariant | None:
         """One column's frequencies and attention, its extension's parameters resolved for this model's
         context (or --hf-context); None: the model as published."""
-        scaling = RopeScaling(method.scaling, self.train_len, factor) if method.scales else None
+        scaling = (
+            RopeScaling(method.scaling, self.train_len, factor, long_factors=method.long_factors)
+            if method.scales
+            else None
+        )
         extension = None
         if method.extends:
             self.layers = extended_layers(self.model, self.rotary, name=self.path, method=method.text)
@@ -275,7 +279,11 @@ class HFModel:
         if wanted == self.built:
             return
         config = (
-            self.config if wanted is None else scaled_config(self.config, *wanted, train_len=self.train_len)
+            self.config
+            if wanted is None or self.scaling is None
+            else scaled_config(
+                self.config, *wanted, train_len=self.train_len, long_factors=self.scaling.long_factors
+            )
         )
         for name, original in self.rotary.items():
             module = (
