@@ -97,7 +97,7 @@ def test_posencs_longrope_frequencies_equal_transformers_compute_longrope_parame
     s, seq_len, base = 2.5, 40, 10000.0
     factors = LongRopeFactors(given, "f.txt") if given else None
     ours, temperature = RopeScaling("longrope", L0, s, long_factors=factors).frequencies(8, base, seq_len)
-    long = list(given) if given else longrope_rule(8, base, L0, s).tolist()
+    long = list(given) if given else longrope_rule(8, base, L0, s=s).tolist()
     config = phi3_rope_config(4, s, long)
     inv_freq, attention = rope_utils._compute_longrope_parameters(config, "cpu", seq_len=seq_len)
     torch.testing.assert_close(ours.float(), inv_freq, atol=0, rtol=1e-6)
@@ -134,7 +134,7 @@ def test_rope_scaling_longrope_on_an_hf_model_is_transformers_longrope_past_its_
     long = (
         list(given.values)
         if given
-        else longrope_rule(8, config.rope_parameters["rope_theta"], CONTEXT, s).tolist()
+        else longrope_rule(8, config.rope_parameters["rope_theta"], CONTEXT, s=s).tolist()
     )
     config.rope_parameters = {
         "rope_type": "longrope",

@@ -40,7 +40,7 @@ def seed_factors(d: int, base: float, L: int, s: float) -> list[float]:
 def test_the_rules_factors_are_1_at_high_frequency_s_at_low_non_decreasing_and_the_searchs_seed(
     d, base, L, s
 ):
-    factors = longrope_rule(d, base, L, s)
+    factors = longrope_rule(d, base, L, s=s)
     assert factors.shape == (d // 2,)
     assert factors[0] == 1.0 and factors[-1] == pytest.approx(s)
     assert (factors.diff() >= 0).all() and (factors >= 1).all()
@@ -53,7 +53,7 @@ def test_within_the_training_length_it_is_the_runs_own_rope_and_past_it_one_long
     inv_freq, factor = scaling.frequencies(16, 10000.0, 64)
     assert torch.equal(inv_freq, own) and factor == 1.0
     inv_freq, factor = scaling.frequencies(16, 10000.0, 256)  # s = 4
-    torch.testing.assert_close(inv_freq, own / longrope_rule(16, 10000.0, 64, 4.0))
+    torch.testing.assert_close(inv_freq, own / longrope_rule(16, 10000.0, 64, s=4.0))
     assert factor == pytest.approx(math.sqrt(1 + math.log(4) / math.log(64)))
 
 
@@ -77,7 +77,7 @@ def test_an_own_runs_longrope_column_rotates_as_rope_scaled_per_dimension(given)
     run.use_variant(column)
     scheme = run.active.scheme
     base = scheme.base
-    lam = longrope_rule(d, base, TRAIN_LEN, 3.0) if factors is None else torch.tensor(factors.values)
+    lam = longrope_rule(d, base, TRAIN_LEN, s=3.0) if factors is None else torch.tensor(factors.values)
     q, k = torch.randn(2, 1, 2, 3 * TRAIN_LEN, d, generator=torch.Generator().manual_seed(0))
     for T, scale, temperature in (
         (3 * TRAIN_LEN, lam, math.sqrt(1 + math.log(3) / math.log(TRAIN_LEN))),

@@ -89,6 +89,6 @@ def longrope_parameters(params: dict, dim: int, *, train_len: int, given: LongRo
     long = (
         given.values
         if given is not None
-        else longrope_rule(dim, params["rope_theta"], train_len, params["factor"])
+        else longrope_rule(dim, params["rope_theta"], train_len, s=params["factor"])
     )
     return {"short_factor": [1.0] * (dim // 2), "long_factor": [float(x) for x in long]}

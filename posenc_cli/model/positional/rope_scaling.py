@@ -74,7 +74,7 @@ def yarn_temperature(s: float) -> float:
     return 0.1 * math.log(s) + 1 if s > 1 else 1.0
 
 
-def longrope_rule(head_dim: int, base: float, train_len: int, s: float) -> torch.Tensor:
+def longrope_rule(head_dim: int, base: float, train_len: int, *, s: float) -> torch.Tensor:
     """LongRoPE's λ per pair before its search (microsoft/LongRoPE's seed): YaRN's ramp, with the seed's
     β_fast = 32 and β_slow = 1, as factors between 1 (high frequencies) and s (low ones)."""
     return 1 + (s - 1) * yarn_ramp(head_dim, base, train_len, alpha=1, beta=32)
@@ -188,7 +188,7 @@ class RopeScaling:
         factors = (
             torch.tensor(self.long_factors.values, dtype=torch.float64)
             if self.long_factors is not None
-            else longrope_rule(2 * inv_freq.numel(), base, self.train_len, s)
+            else longrope_rule(2 * inv_freq.numel(), base, self.train_len, s=s)
         )
         return inv_freq / factors, longrope_temperature(s, self.train_len)
 
