@@ -156,3 +156,20 @@ def test_a_longrope_column_is_labelled_by_its_method(llama):
     model = load(llama)
     (variant,) = model.variants([method("longrope")], None)
     assert str(model.use_variant(variant)).endswith("(rope+longrope)")
+
+
+def test_an_extension_on_a_phi3_takes_the_long_factors_it_rotated_with_and_within_its_window_changes_nothing(
+    phi3,
+):
+    model = load(phi3)
+    ids = tokens(24, model.config.vocab_size)  # past L0: the long factors
+    plain = nll(model, ids)
+    (variant,) = model.variants([method("self_extend", self_extend_window=24, self_extend_group=2)], None)
+    model.use_variant(variant)
+    torch.testing.assert_close(nll(model, ids), plain, atol=1e-5, rtol=0)
+    pairs = torch.arange(0, 8, 2, dtype=torch.float32) / 8
+    long = 1 / (torch.tensor(LONG_FACTORS) * model.config.rope_parameters["rope_theta"] ** pairs)
+    torch.testing.assert_close(model.layers.rotation().inv_freq, long)  # what a remap moves rows by
+    (variant,) = model.variants([method("rerope", rerope_window=6)], None)
+    model.use_variant(variant)
+    assert (nll(model, ids) - plain).abs().max() > 1e-4

@@ -43,7 +43,7 @@ class Layout:
 
 # model types whose attention goes through transformers' attention interface with RoPE over the whole
 # head (transformers 5.x: modeling_llama, _mistral, _qwen2, _qwen3, _olmo, _smollm3, _llama4, _gemma3,
-# _cohere2, _gpt_oss); GPT-NeoX rotates a part of each head only
+# _cohere2, _gpt_oss, _phi3); GPT-NeoX rotates a part of each head only
 MODEL_LAYOUTS = {
     "llama": Layout(),
     "mistral": Layout(),
@@ -55,6 +55,7 @@ MODEL_LAYOUTS = {
     "gemma3_text": Layout(),
     "cohere2": Layout("interleaved", Rotating.SLIDING),
     "gpt_oss": Layout(),  # its halves as rotate_half's, cos and sin not repeated; sinks on every layer
+    "phi3": Layout(),  # LongRoPE's frequencies as its rotary module switched them; Phi-4-mini's partial rotary refused
 }
 
 
