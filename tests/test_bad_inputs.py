@@ -85,7 +85,7 @@ def test_a_bad_override_or_sweep_point_is_one_line_and_no_run_starts(workdir, ar
     [
         (["eval", "--mode", "slidng"], ["--mode", "'slidng'", "nonoverlap, sliding"]),
         (["eval", "--rope-scaling", "none,yran"], ["--rope-scaling", "'yran'", "yarn"]),
-        (["eval", "--rope-scaling", "none,longrope"], ["longrope"]),
+        (["eval", "--rope-scaling", "none,longrope+ntk"], ["'ntk' is a second frequency scaling"]),
         (["eval", "--rope-scaling", "yarn", "--rope-factor", "0"], ["--rope-factor"]),
         (["probe", "--lang", "fr"], ["--lang", "'fr'", "en, zh"]),
         (["eval", "--device", "gpu"], ["--device", "'gpu'", "cuda"]),

@@ -5,7 +5,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")  # cuda:N also works
 INDEXED_DEVICE = r"cuda:\d+"  # the further --device values, a regex
 EVAL_MODES = ("nonoverlap", "sliding")
 LANGS = ("en", "zh")
-ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn")  # posenc's own, for every rotary run
+ROPE_SCALING = ("none", "linear", "ntk", "dynamic", "yarn", "longrope")  # posenc's own, for every rotary run
 HF_ROPE_SCALING = ("llama3",)  # transformers' own implementations, for `hf:` models only
 # training-free context extension beside a scaling (model/extension): at most one remap, and log-n
 CONTEXT_REMAPS = ("self_extend", "rerope", "leaky_rerope", "dca", "string", "streaming")

@@ -71,6 +71,13 @@ class Scaling:
         "Scale factor s for --rope-scaling, from 1 to 10,000 (default: the length scored / training length; "
         "dynamic: 1, it scales with the length itself).",
     )
+    longrope_factors: str | None = option(
+        None,
+        "With --rope-scaling longrope: LongRoPE's factors from a file, one number per rotary pair (head_dim/2) "
+        "a line, each at least 1, non-decreasing (as a searched long_factor); default: the rule that seeds "
+        "LongRoPE's search, YaRN's ramp as per-pair factors from 1 to s. See docs/training-free.md.",
+        path=True,
+    )
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from posenc_cli.core.errors import UsageError, require_number
 from posenc_cli.evaluation.labels import Label, pretended_context, with_tokenizer
+from posenc_cli.evaluation.longrope_file import read_factors
 from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings, parse_methods
 from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, METHODS
@@ -17,10 +18,15 @@ SCALINGS = tuple(m for m in METHODS if ContextMethod(m).scales)  # the methods a
 
 
 def rope_methods(
-    rope_scaling: str, rope_factor: float | None, settings: ExtensionSettings
+    rope_scaling: str,
+    rope_factor: float | None,
+    settings: ExtensionSettings,
+    *,
+    longrope_factors: str | None = None,
 ) -> list[ContextMethod]:
     """--rope-scaling's methods, parsed once with the extensions' options, and --rope-factor bounded: it
-    applies to a method's frequency scaling, so with none among them it is refused."""
+    applies to a method's frequency scaling, so with none among them it is refused. --longrope-factors is
+    read (verified) once and given to the longrope methods; without one it is refused."""
     if rope_factor is not None:
         require_number("--rope-factor", rope_factor, at_least=1, at_most=MAX_FACTOR)
     methods = parse_methods(rope_scaling, settings)
@@ -29,7 +35,15 @@ def rope_methods(
             f"--rope-factor {rope_factor:g} applies only with a frequency scaling in --rope-scaling; add e.g. "
             "--rope-scaling yarn (or yarn+self_extend) or drop it"
         )
-    return methods
+    if longrope_factors is None:
+        return methods
+    if not any(method.scaling == "longrope" for method in methods):
+        raise UsageError(
+            f"--longrope-factors {longrope_factors} applies only with --rope-scaling longrope; add it or drop "
+            "--longrope-factors"
+        )
+    factors = read_factors(longrope_factors)
+    return [replace(m, long_factors=factors) if m.scaling == "longrope" else m for m in methods]
 
 
 def column_label(run: EvalTarget, variant, overflow: str, *, distinct, rope_factor, mixed: bool) -> Label:

@@ -150,7 +150,10 @@ class RunTarget(LoadedRun):
                     f"--rope-scaling {method.text}: {method.scaling} exists for hf: models only; posenc's own "
                     f"rotary runs take {', '.join(METHODS)}"
                 )
-        options = {} if not method.scales else {"scaling": method.scaling, "scaling_factor": factor}
+        scaling = method.long_factors if method.long_factors is not None else method.scaling
+        options = {} if not method.scales else {"scaling": scaling, "scaling_factor": factor}
+        if method.long_factors is not None and (rotation := scheme.rotation(1)) is not None:
+            method.long_factors.check_pairs(rotation.inv_freq.numel())  # before any scoring
         options |= {"scaling_len": self.train_len} if options else {}
         try:
             extension = method.extension(self.train_len)  # its parameters checked against the run's context

@@ -15,7 +15,7 @@ extended layers do causality themselves and ignore the mask.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -55,10 +55,20 @@ class ActiveExtension:
     extension: ContextExtension
     rotation: Callable[[], Rotation]
 
-    @property
-    def layer(self) -> LayerAttention:
-        """How an extended layer attends: plain scores, the extension's remap and log-n."""
-        return LayerAttention.of_extension(self.extension)
+    def layer(self, module: torch.nn.Module) -> LayerAttention:
+        """How the extended layer `module` attends: plain scores, the extension's remap and log-n, and the
+        module's own sinks where it has them (GPT-OSS: one logit per query head in every softmax)."""
+        layer = LayerAttention.of_extension(self.extension)
+        sinks = getattr(module, "sinks", None)
+        return layer if sinks is None else replace(layer, sinks=ModuleSinks(sinks))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class ModuleSinks:
+    """A transformers attention module's sink logits (GptOssAttention.sinks, (heads,)) as the executor
+    takes a layer's sinks: by their `logits`."""
+
+    logits: torch.Tensor
 
 
 def use_extension(
@@ -97,8 +107,9 @@ def extended_attention(module, query, key, value, attention_mask, **kwargs):
     (B, H_kv, T, D) rotated to positions 0..T-1 -> ((B, T, H, D), no weights), computed by the active
     extension in float32 at least; keys and values repeated for grouped-query attention. The extension
     scales scores by head_dim**-0.5: a model's own scaling (Gemma 3's query_pre_attn_scalar**-0.5) is
-    put on the queries first. A layer the extension does not reach calls the model's own kernel, with
-    the mask it would get; dropout is 0 in eval mode."""
+    put on the queries first; a module's sinks join each softmax (GPT-OSS passes them as s_aux too). A
+    layer the extension does not reach calls the model's own kernel, with the mask it would get; dropout
+    is 0 in eval mode."""
     active: ActiveExtension | None = module.context_extension
     if active is None:
         return module.plain_attention(module, query, key, value, attention_mask, **kwargs)
@@ -109,5 +120,5 @@ def extended_attention(module, query, key, value, attention_mask, **kwargs):
     scaling = kwargs.get("scaling")
     if scaling is not None and scaling != q.size(-1) ** -0.5:
         q = q * (scaling * q.size(-1) ** 0.5)
-    out = attend(q, k, v, layer=active.layer, rotation=active.rotation())
+    out = attend(q, k, v, layer=active.layer(module), rotation=active.rotation())
     return out.to(query.dtype).transpose(1, 2).contiguous(), None

@@ -4,10 +4,11 @@ builds them (transformers 5.x), so that a training-free extension reaches only t
 Released models mix layers: SmolLM3 and Llama 4 leave every fourth layer without RoPE
 (`no_rope_layers`), Llama 4 attends in chunks on its RoPE layers (`attention_chunk_size`), cohere2
 rotates only its sliding-window layers, Gemma 3 alternates local sliding layers with global ones, each
-with its own RoPE base. An extension moves queries and keys past the training length; a sliding
-window or a chunk never lets a pair that far apart meet, and a layer without RoPE has nothing to move,
-so those layers keep transformers' own attention, and a model with no full-attention RoPE layer takes
-no extension.
+with its own RoPE base, GPT-OSS alternates 128-token sliding layers (layer 0 first) with full ones, a
+learned sink logit per head on every layer, its RoPE YaRN (factor 32 from 4,096, base 150k). An
+extension moves queries and keys past the training length; a sliding window or a chunk never lets a
+pair that far apart meet, and a layer without RoPE has nothing to move, so those layers keep
+transformers' own attention, and a model with no full-attention RoPE layer takes no extension.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Layout:
 
 # model types whose attention goes through transformers' attention interface with RoPE over the whole
 # head (transformers 5.x: modeling_llama, _mistral, _qwen2, _qwen3, _olmo, _smollm3, _llama4, _gemma3,
-# _cohere2); GPT-NeoX rotates a part of each head only
+# _cohere2, _gpt_oss, _phi3); GPT-NeoX rotates a part of each head only
 MODEL_LAYOUTS = {
     "llama": Layout(),
     "mistral": Layout(),
@@ -53,6 +54,8 @@ MODEL_LAYOUTS = {
     "llama4_text": Layout("interleaved", Rotating.LISTED),
     "gemma3_text": Layout(),
     "cohere2": Layout("interleaved", Rotating.SLIDING),
+    "gpt_oss": Layout(),  # its halves as rotate_half's, cos and sin not repeated; sinks on every layer
+    "phi3": Layout(),  # LongRoPE's frequencies as its rotary module switched them; Phi-4-mini's partial rotary refused
 }
 
 

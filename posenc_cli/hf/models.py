@@ -52,7 +52,7 @@ MODEL_TYPE_SCHEMES: dict[str, type[PositionalScheme]] = {
     **dict.fromkeys(("gpt2", "opt", "gpt_neo", "gpt_bigcode"), Learned),
     **dict.fromkeys(("llama", "qwen2", "qwen3", "mistral", "gpt_neox", "olmo"), RoPE),
     "smollm3": RoPE,  # and NoPE layers: the layers are read by hf.layouts
-    **dict.fromkeys(("llama4_text", "gemma3_text", "cohere2"), RoPE),
+    **dict.fromkeys(("llama4_text", "gemma3_text", "cohere2", "gpt_oss", "phi3"), RoPE),  # phi3: LongRoPE
     **dict.fromkeys(("bloom", "mpt"), ALiBi),
 }
 
@@ -248,7 +248,9 @@ class HFModel:
     def variant(self, method: ContextMethod, factor: float | None) -> HFVariant | None:
         """One column's frequencies and attention, its extension's parameters resolved for this model's
         context (or --hf-context); None: the model as published."""
-        scaling = RopeScaling(method.scaling, self.train_len, factor) if method.scales else None
+        scaling = None
+        if method.scales:
+            scaling = RopeScaling(method.scaling, self.train_len, factor, long_factors=method.long_factors)
         extension = None
         if method.extends:
             self.layers = extended_layers(self.model, self.rotary, name=self.path, method=method.text)
@@ -273,9 +275,9 @@ class HFModel:
         wanted = None if self.scaling is None else (self.scaling.method, self.scaling.scale(seq_len))
         if wanted == self.built:
             return
-        config = (
-            self.config if wanted is None else scaled_config(self.config, *wanted, train_len=self.train_len)
-        )
+        config, given = self.config, None if self.scaling is None else self.scaling.long_factors
+        if wanted is not None:
+            config = scaled_config(self.config, *wanted, train_len=self.train_len, long_factors=given)
         for name, original in self.rotary.items():
             module = (
                 original

@@ -93,7 +93,12 @@ def checked_eval(o: EvalOptions) -> CheckedEval:
     s, t = o.scoring, o.text
     out = owned_out(o.outputs.out, SetKind.EVALUATION, force=o.outputs.force)
     wanted, overflows = parse_lengths(s.lengths), parse_overflow(s.learned_overflow)
-    methods = rope_methods(o.scaling.rope_scaling, o.scaling.rope_factor, extension_settings(o))
+    methods = rope_methods(
+        o.scaling.rope_scaling,
+        o.scaling.rope_factor,
+        extension_settings(o),
+        longrope_factors=o.scaling.longrope_factors,
+    )
     check_windows(s.mode, s.stride, s.max_tokens)
     LengthRule(**asdict(o.rule))  # checked here, applied by the writers (rule_of)
     if t.documents and t.data is None:

@@ -56,7 +56,12 @@ def probe_options(options: ProbeOptions, *, write: bool = True) -> Probing:
     check_given(o)
     out_dir = owned_out(o.outputs.out, SetKind.EVALUATION, force=o.outputs.force)
     wanted, at_depths = parse_lengths(n.lengths), parse_depths(n.depths)
-    methods = rope_methods(o.scaling.rope_scaling, o.scaling.rope_factor, extension_settings(o))
+    methods = rope_methods(
+        o.scaling.rope_scaling,
+        o.scaling.rope_factor,
+        extension_settings(o),
+        longrope_factors=o.scaling.longrope_factors,
+    )
     rule = LengthRule(**asdict(o.rule))  # checked here, applied by the writers
     task = needle_task(n.task, n.distractors)
     if task.name == "cwe":  # a shuffled list has no depth: one set of trials, at depth 0

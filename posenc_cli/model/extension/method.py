@@ -21,6 +21,7 @@ from posenc_cli.model.extension.rerope import ReRoPE
 from posenc_cli.model.extension.self_extend import SelfExtend
 from posenc_cli.model.extension.streaming import Streaming
 from posenc_cli.model.extension.string import String
+from posenc_cli.model.positional.rope_scaling import LongRopeFactors
 
 # each remap by its --rope-scaling name: the options (ExtensionSettings' fields) it reads, and how it is
 # built from them; core.choices.CONTEXT_REMAPS lists the same names for the command line
@@ -66,11 +67,13 @@ class ExtensionSettings(Extension):
 @dataclass(frozen=True)
 class ContextMethod:
     """A column's context extension: `scaling` (a rope_scaling.py method, "none" for the model's own
-    frequencies), `remap` (None: none), `logn`."""
+    frequencies), `remap` (None: none), `logn`; `long_factors`: longrope's λ as --longrope-factors gives
+    them (None: its rule)."""
 
     scaling: str = "none"
     remap: PositionRemap | None = None
     logn: bool = False
+    long_factors: LongRopeFactors | None = None
 
     @property
     def text(self) -> str:

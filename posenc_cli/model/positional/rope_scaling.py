@@ -13,8 +13,13 @@ inverse frequencies and a factor on cos/sin (YaRN's attention temperature; 1 els
     dynamic (dynamic NTK): for T > L, b' = b·(s·T/L - (s-1))^(d/(d-2)); unchanged for T <= L
     yarn    (Peng et al. 2023): interpolate only the pairs that turn less than α times over L,
             keep those that turn more than β times, ramp in between; cos, sin × (0.1·ln s + 1)
+    longrope (Ding et al. 2024): inv_freq_i / λ_i, one factor per pair, for T > L only (one set per
+            forward, as transformers switches Phi-3's); cos, sin × sqrt(1 + ln s / ln L). λ from a file
+            (eval's --longrope-factors), or the rule that seeds LongRoPE's search: YaRN's ramp as
+            factors, λ_i = 1 + (s - 1)·ramp_i (α = 1, β = 32): 1 on the pairs that turn more than 32
+            times over L, s on those that turn less than once
 
-Every method is the identity at s = 1 (dynamic: whenever T <= L).
+Every method is the identity at s = 1 (dynamic: whenever T <= L; longrope: whenever T <= L).
 """
 
 from __future__ import annotations
@@ -69,6 +74,35 @@ def yarn_temperature(s: float) -> float:
     return 0.1 * math.log(s) + 1 if s > 1 else 1.0
 
 
+def longrope_rule(head_dim: int, base: float, train_len: int, *, s: float) -> torch.Tensor:
+    """LongRoPE's λ per pair before its search (microsoft/LongRoPE's seed): YaRN's ramp, with the seed's
+    β_fast = 32 and β_slow = 1, as factors between 1 (high frequencies) and s (low ones)."""
+    return 1 + (s - 1) * yarn_ramp(head_dim, base, train_len, alpha=1, beta=32)
+
+
+def longrope_temperature(s: float, train_len: int) -> float:
+    """Factor on cos and sin, as transformers' longrope computes it: sqrt(1 + ln s / ln L), 1 for s <= 1."""
+    return math.sqrt(1 + math.log(s) / math.log(train_len)) if s > 1 and train_len > 1 else 1.0
+
+
+@dataclass(frozen=True)
+class LongRopeFactors:
+    """LongRoPE's λ per rotary pair, as given (eval's --longrope-factors): a scheme's `scaling` option may
+    be one, for method longrope with these factors in place of the rule's. Each at least 1, non-decreasing."""
+
+    values: tuple[float, ...]
+    source: str  # the file they were read from, named in a refusal
+
+    method = "longrope"
+
+    def check_pairs(self, pairs: int) -> None:
+        if len(self.values) != pairs:
+            raise UsageError(
+                f"--longrope-factors {self.source}: {len(self.values)} factors, the model rotates {pairs} pairs "
+                "(head_dim/2, or its rotary dims/2); give one factor per pair"
+            )
+
+
 MAX_FACTOR = 1e4  # beyond any published extension (LongRoPE: 512x); larger ones overflow the maths
 # YaRN's alpha and beta count turns over L (the paper's 1 and 32); infinite ones took a log of 0. Past 1e6
 # (L/2π turns need L > 6e6) every pair of any run is on the same side of the ramp.
@@ -88,6 +122,7 @@ class RopeScaling:
     factor: float | None = None
     alpha: float = 1.0
     beta: float = 32.0
+    long_factors: LongRopeFactors | None = None  # longrope's λ as given; None: its rule
 
     def __post_init__(self) -> None:
         if self.method not in METHODS + HF_ONLY:
@@ -110,6 +145,8 @@ class RopeScaling:
             )
 
     def scale(self, seq_len: int) -> float:
+        if self.method == "longrope" and seq_len <= self.train_len:
+            return 1.0  # its short set: the model's own frequencies
         if self.factor is not None:
             return self.factor
         return 1.0 if self.method == "dynamic" else max(1.0, seq_len / self.train_len)
@@ -133,19 +170,44 @@ class RopeScaling:
         if self.method == "yarn":
             ramp = yarn_ramp(head_dim, base, self.train_len, alpha=self.alpha, beta=self.beta)
             return yarn_inv_freq(inv_freq, s, ramp), yarn_temperature(s)
+        if self.method == "longrope":
+            return self.longrope(inv_freq, base, seq_len)
         if self.method == "none":
             return inv_freq, 1.0
         raise UsageError(
             f"RoPE scaling {self.method!r} exists for hf: models only (transformers' implementation)"
         )
 
+    def longrope(self, inv_freq: torch.Tensor, base: float, seq_len: int) -> tuple[torch.Tensor, float]:
+        """LongRoPE's long set past L (the given factors, else the rule's at s), the model's own within."""
+        if self.long_factors is not None:
+            self.long_factors.check_pairs(inv_freq.numel())
+        if seq_len <= self.train_len:
+            return inv_freq, 1.0
+        s = self.scale(seq_len)
+        factors = (
+            torch.tensor(self.long_factors.values, dtype=torch.float64)
+            if self.long_factors is not None
+            else longrope_rule(2 * inv_freq.numel(), base, self.train_len, s=s)
+        )
+        return inv_freq / factors, longrope_temperature(s, self.train_len)
+
 
 def rope_scaling(
-    method: str, block_size: int, factor: float | None, *, original_len: int | None, alpha: float, beta: float
+    method: str | LongRopeFactors,
+    block_size: int,
+    factor: float | None,
+    *,
+    original_len: int | None,
+    alpha: float,
+    beta: float,
 ) -> RopeScaling | None:
-    """The scaling a rotary scheme's options ask for, None for 'none'. L (`original_len`) defaults to
-    block_size / factor: fine-tuning at 1,024 with factor 4 extends a model first trained at 256, as
-    s = L'/L in the papers; with no factor, L is the block size itself (s = T/L past it)."""
+    """The scaling a rotary scheme's options ask for, None for 'none': a method's name, or LongRoPE's
+    factors as given. L (`original_len`) defaults to block_size / factor: fine-tuning at 1,024 with factor 4
+    extends a model first trained at 256, as s = L'/L in the papers; with no factor, L is the block size
+    itself (s = T/L past it)."""
+    long_factors = method if isinstance(method, LongRopeFactors) else None
+    method = method.method if isinstance(method, LongRopeFactors) else method
     if method == "none" and (factor is not None or original_len is not None):
         given = "scheme.scaling_factor" if factor is not None else "scheme.scaling_len"
         raise UsageError(
@@ -159,5 +221,5 @@ def rope_scaling(
             if isinstance(factor, (int, float)) and factor > 0
             else block_size
         )
-    scaling = RopeScaling(method, original_len, factor, alpha, beta)
+    scaling = RopeScaling(method, original_len, factor, alpha, beta, long_factors)
     return None if method == "none" else scaling
