@@ -120,10 +120,8 @@ class RoPE(PositionalScheme):
             self.scaling.frequencies(
                 self.rotary_dims, base, block_size
             )  # refused now if it cannot, not mid-run
-        # dynamic NTK, or a factor taken from the length (none given): the frequencies follow the context
-        self.rotation_reads_length = self.scaling is not None and (
-            self.scaling.method == "dynamic" or self.scaling.factor is None
-        )
+        # the frequencies follow the context's length (RopeScaling.follows_length): a KV cache would be stale
+        self.rotation_reads_length = self.scaling is not None and self.scaling.follows_length
 
     @property
     def label_options(self) -> tuple[str, ...]:

@@ -124,6 +124,12 @@ class RopeScaling:
     beta: float = 32.0
     long_factors: LongRopeFactors | None = None  # longrope's λ as given; None: its rule
 
+    @property
+    def follows_length(self) -> bool:
+        """Whether the frequencies depend on the length of the sequence rotated: dynamic NTK, longrope (its
+        factor set switches at L, as transformers' does per forward), or a factor taken from the length."""
+        return self.method in ("dynamic", "longrope") or self.factor is None
+
     def __post_init__(self) -> None:
         if self.method not in METHODS + HF_ONLY:
             raise UsageError(
