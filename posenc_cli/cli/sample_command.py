@@ -50,6 +50,11 @@ def sample(
         "-w",
         help="Slide the context: the model sees only the last W tokens (default: the whole text, so positions grow past the training length).",
     ),
+    sink_tokens: int = typer.Option(
+        0,
+        "--sink-tokens",
+        help="With --window: keep the text's first K tokens too, StreamingLLM's attention sinks, and the last W - K (positions 0..W-1, the paper's cache).",
+    ),
     out: Optional[str] = typer.Option(
         None, "--out", "-o", help="Also write the prompt and the generated text to this file."
     ),
@@ -82,15 +87,16 @@ def sample(
     warn_if_training(run, f"sampling its checkpoint of step {loaded.checkpoint.step}")
     prompt = start_text(loaded) if prompt is None else prompt
     prompt_ids = encoded(prompt, loaded)
-    steps = plan(loaded, len(prompt_ids), tokens, window=window)
+    steps = plan(loaded, len(prompt_ids), tokens, window=window, sinks=sink_tokens)
     target = resolve_device(device)
     check_context_memory(loaded, window or len(prompt_ids) + steps.tokens, target)
-    texts = samples(loaded, prompt, prompt_ids, **{**drawing, "tokens": steps.tokens}, device=target)
+    drawing |= {"tokens": steps.tokens, "sinks": sink_tokens}
+    texts = samples(loaded, prompt, prompt_ids, **drawing, device=target)
     finish(SEPARATOR.join(texts), out=out, stopped_early=steps.stopped_early)
 
 
 def samples(
-    loaded, prompt: str, prompt_ids, *, tokens: int, sampling, count: int, window, device
+    loaded, prompt: str, prompt_ids, *, tokens: int, sampling, count: int, window, device, sinks: int = 0
 ) -> list[str]:
     """`count` samples, the i-th with seed + i, each streamed as it is drawn, dashes between them."""
     # imported when the command runs, so that --help leaves torch unimported
@@ -100,7 +106,9 @@ def samples(
     for i in range(count):
         ui.out.file.write(SEPARATOR.lstrip("\n") if i else "")  # the sample before ended its line
         draw = replace(sampling, seed=sampling.seed + i)
-        ids = generate(loaded.model, prompt_ids, tokens, sampling=draw, window=window, device=device)
+        ids = generate(
+            loaded.model, prompt_ids, tokens, sampling=draw, window=window, device=device, sinks=sinks
+        )
         texts.append(stream(loaded, prompt, ids))
     return texts
 

@@ -31,10 +31,11 @@ class SamplePlan:
     stopped_early: str | None
 
 
-def plan(run: LoadedRun, prompt_len: int, tokens: int, *, window: int | None) -> SamplePlan:
+def plan(run: LoadedRun, prompt_len: int, tokens: int, *, window: int | None, sinks: int = 0) -> SamplePlan:
     """Check the lengths against the scheme's limit before anything is generated."""
     require_int("--tokens", tokens, at_least=1, at_most=MAX_TOKENS)
     limit = run.model.scheme.max_len  # None: the scheme computes any position
+    check_sinks(sinks, window)
     if window is not None:
         require_positive_int("--window", window)
         if limit is not None and window > limit:
@@ -44,6 +45,25 @@ def plan(run: LoadedRun, prompt_len: int, tokens: int, *, window: int | None) ->
             )
         return SamplePlan(tokens, None)
     return within_table(limit, prompt_len, tokens, who=run.scheme, slides=True)
+
+
+def check_sinks(sinks: int, window: int | None) -> None:
+    """--sink-tokens: StreamingLLM's first tokens, kept within --window's context; fewer than it."""
+    require_int("--sink-tokens", sinks, at_least=0, at_most=MAX_TOKENS)
+    if sinks and window is None:
+        raise UsageError(f"--sink-tokens {sinks} keeps the first tokens of a sliding context; add --window W")
+    if sinks and window is not None and sinks >= window:
+        raise UsageError(
+            f"--sink-tokens {sinks} leaves no room for recent tokens in --window {window}; use fewer than {window}"
+        )
+
+
+def kept_context(context: torch.Tensor, window: int | None, sinks: int) -> torch.Tensor:
+    """What the model sees of the text: all of it; its last `window` tokens; or StreamingLLM's cache, the
+    first `sinks` tokens and the last window − sinks, at positions 0..window−1 (the paper's re-indexing)."""
+    if window is None or len(context) <= window:
+        return context
+    return torch.cat([context[:sinks], context[len(context) - (window - sinks) :]])
 
 
 def within_table(limit: int | None, prompt_len: int, tokens: int, *, who: str, slides: bool) -> SamplePlan:
@@ -98,9 +118,11 @@ def generate(
     window: int | None,
     device: torch.device,
     cached: bool = True,
+    sinks: int = 0,
 ) -> Iterator[int]:
     """Token ids one at a time; the same ids for the same seed. Each step's logits are the model's on the
-    context (its last `window` tokens, at positions 0..W-1): with `cached`, a KV cache runs only the new
+    context (its last `window` tokens, or its first `sinks` and last window − sinks as StreamingLLM keeps
+    them, at positions 0..W-1): with `cached`, a KV cache runs only the new
     token while the context grows; once the window slides every position shifts, so it is run whole, as
     it is at every step for a rotation that reads the context's length (dynamic NTK scaling)."""
     model = model.to(device)
@@ -109,7 +131,7 @@ def generate(
     cached = cached and not model.scheme.rotation_reads_length
     cache = model.new_cache()
     for _ in range(tokens):
-        seen = context[-window:] if window else context
+        seen = kept_context(context, window, sinks)
         if not cached or len(seen) < len(context):
             cache = model.new_cache()
         logits = model(seen[cache.length :][None], cache=cache)[0, -1].float().cpu()
