@@ -21,14 +21,32 @@ EVAL_BUDGET = 2.0  # a row's evaluation at 8x, at most this many times rope's pl
 EXTENSIONS = ("string", "self_extend", "dca")  # --rope-scaling columns timed against rope evaluated plain
 SINKS = "scheme.sinks=true"
 
-# why a row costs more than its budget, by what the row adds (or its scheme); only rows found past the
-# budget on some machine kind need one, and the note names the ratio it was measured at
+# why a row costs more than its budget, by what the row adds (or its scheme): each one found past it by
+# `posenc bench --costs` on the AVX2 EPYC (2026-12-04); the note gives the ratio of the run that prints it
+REMAP = (
+    "{parts} parts, each a masked attention of its own moved queries and keys over the query blocks, merged "
+    "by their log-sum-exps (the moved copies held at once: the memory), where plain attention is one causal "
+    "SDPA call"
+)
 WHY = {
     "stickbreaking": (
         "its weights are computed per pair in the query-block loop (log σ of every logit, then a cumulative "
         "sum of softplus over each query's keys, four (B, H, rows, keys) planes held for the backward) with "
         "no fused kernel, where rope's is one SDPA call"
     ),
+    "cope": (
+        "its positions are read from content: per pair a gate σ(q·k), a cumulative sum of the gates over each "
+        "query's keys and an interpolation of q·E between integer positions, all per (B, H, query, key) in "
+        "the block loop, where rope's is one SDPA call"
+    ),
+    "fire": (
+        "its bias is an MLP of each pair's distance over ψ of the query's position: past L it depends on "
+        "the query, not on the distance alone, so it is built per query block, never once per distance "
+        "(alibi's and t5's strided trick)"
+    ),
+    "string": REMAP.format(parts="two"),
+    "self_extend": REMAP.format(parts="two"),
+    "dca": REMAP.format(parts="three"),
 }
 
 
