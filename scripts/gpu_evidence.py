@@ -1,5 +1,6 @@
-"""One prepared GPU run that answers the open questions of issue #50 within a budget: the needle table,
-the algorithmic tasks at tens of thousands of steps, and PI and YaRN fine-tuning (gpu_evidence_plan.py).
+"""One prepared GPU run within a budget: the needle table, the algorithmic tasks at tens of thousands of
+steps, PI and YaRN fine-tuning, and a DroPE-style comparison (gpu_evidence_plan.py); CPU=1 runs the last
+on a CPU at a reduced recipe (CPU_FALLBACK).
 
 Before anything trains it measures a per-step profile (gpu_evidence_profile.py) or reads the one an
 earlier run wrote, predicts the wall time of the plan with as many runs side by side as pack the
@@ -20,8 +21,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
+from gpu_evidence_drope import RECALIBRATION, recalibration_steps
 from gpu_evidence_page import write_page
-from gpu_evidence_plan import FULL, PARTS, SMOKE, Plan, jobs
+from gpu_evidence_plan import CPU_FALLBACK, FULL, NEEDLE_TRAIN_LEN, PARTS, SMOKE, Plan, jobs
 from gpu_evidence_profile import ProfileError, measure
 from gpu_evidence_run import Launcher, posenc_command, run_schedule
 from gpu_evidence_time import Fit, Profile, duration, fit
@@ -41,16 +43,26 @@ class Settings:
     out: Path  # OUT: every output set, log and the page (default outputs/gpu_evidence/<time>)
     budget_s: float  # BUDGET_S: the whole run's wall time, profile and evaluation included (480)
     smoke: bool  # SMOKE=1: the same script on a CPU, a small grid, a tiny model, a few steps
+    cpu: bool  # CPU=1: the drope part on this machine's CPU at CPU_FALLBACK's reduced recipe
     levels: list[int]  # SLOTS: the counts of runs side by side to measure (cores,2xcores; SMOKE: 2)
     may_cut: frozenset[str]  # MAY_CUT: what a cut may reduce, of steps,seeds (steps)
-    parts: tuple[str, ...]  # PARTS: of needles,tasks,extension (all)
+    parts: tuple[str, ...]  # PARTS: of needles,tasks,extension,drope (all; CPU: drope)
     profile: Path | None  # PROFILE: an earlier run's profile.json instead of measuring
     profile_steps: int  # PROFILE_STEPS: steps of each profile run (150; SMOKE: 6)
     plan_only: bool  # PLAN_ONLY=1: print the plan and the prediction, train nothing
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Settings:
-        smoke = flag(env, "SMOKE")
+        smoke, cpu = flag(env, "SMOKE"), flag(env, "CPU")
+        if smoke and cpu:
+            raise Refused(
+                "SMOKE=1 and CPU=1: choose one (SMOKE is the CPU smoke, CPU the drope part's fallback)"
+            )
+        parts = choices(env, "PARTS", "drope" if cpu else ",".join(PARTS), allowed=PARTS)
+        if cpu and parts != ["drope"]:
+            raise Refused(
+                f"CPU=1 runs PARTS=drope only (the other parts need a GPU's hours), got '{env['PARTS']}'"
+            )
         cores = os.cpu_count() or 1
         stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         slots = choices(env, "SLOTS", "2" if smoke else f"{cores},{2 * cores}")
@@ -58,9 +70,10 @@ class Settings:
             out=Path(env.get("OUT") or f"outputs/gpu_evidence/{stamp}").absolute(),
             budget_s=positive("BUDGET_S", env.get("BUDGET_S") or "480", integer=False),
             smoke=smoke,
+            cpu=cpu,
             levels=sorted({int(positive("SLOTS", n)) for n in slots}),
             may_cut=frozenset(choices(env, "MAY_CUT", "steps", allowed=CUTTABLE, empty=True)),
-            parts=tuple(p for p in PARTS if p in choices(env, "PARTS", ",".join(PARTS), allowed=PARTS)),
+            parts=tuple(p for p in PARTS if p in parts),
             profile=Path(env["PROFILE"]).absolute() if env.get("PROFILE") else None,
             profile_steps=int(
                 positive("PROFILE_STEPS", env.get("PROFILE_STEPS") or ("6" if smoke else "150"))
@@ -102,12 +115,15 @@ def choices(
     return values
 
 
-def describe_device(smoke: bool) -> str:
-    """The GPU's name (nvidia-smi), or the CPU's for SMOKE; a GPU run without a GPU is refused."""
+def describe_device(on_cpu: bool) -> str:
+    """The GPU's name (nvidia-smi), or the CPU's for SMOKE and CPU; a GPU run without a GPU is refused."""
     smi = shutil.which("nvidia-smi")
-    if not smoke:
+    if not on_cpu:
         if smi is None:
-            raise Refused("no GPU found (nvidia-smi is not on PATH); SMOKE=1 runs the CPU smoke instead")
+            raise Refused(
+                "no GPU found (nvidia-smi is not on PATH); SMOKE=1 runs the CPU smoke instead, and "
+                "CPU=1 PARTS=drope the DroPE comparison's CPU fallback"
+            )
         names = subprocess.run(
             [smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True
         )
@@ -158,7 +174,7 @@ def load_profile(settings: Settings, device: str | None) -> Profile:
 
 
 def chosen_plan(settings: Settings) -> Plan:
-    return replace(SMOKE if settings.smoke else FULL, parts=settings.parts)
+    return replace(SMOKE if settings.smoke else CPU_FALLBACK if settings.cpu else FULL, parts=settings.parts)
 
 
 def plan_lines(fitted: Fit, profile: Profile, settings: Settings) -> list[str]:
@@ -180,6 +196,19 @@ def plan_lines(fitted: Fit, profile: Profile, settings: Settings) -> list[str]:
             f"{','.join(map(str, s.seeds))} (of {','.join(map(str, full.seeds))}), {s.steps} steps a run "
             f"(of {full.steps})"
         )
+    if "drope" in plan.parts:
+        lines.append(
+            f"drope: each RoPE run recalibrated as DroPE for {recalibration_steps(plan)} steps "
+            f"({RECALIBRATION:g} of its {plan.drope.steps}) at length {NEEDLE_TRAIN_LEN}; all scored at "
+            f"{2 * NEEDLE_TRAIN_LEN}"
+        )
+    if settings.cpu:
+        lines.append(
+            f"CPU fallback (CPU=1) on {profile.device}: the needle recipe at length {NEEDLE_TRAIN_LEN} "
+            f"(model=small, batch 16), seeds {','.join(map(str, plan.drope.seeds))}, {plan.drope.steps} "
+            f"steps a run (planned {CPU_FALLBACK.drope.steps}, the GPU plan's {FULL.drope.steps}), "
+            f"{plan.trials} probe trials, within BUDGET_S={settings.budget_s:g}"
+        )
     verdict = "fits" if fitted.fits else "does NOT fit even at the floors: the budget will stop runs"
     lines.append(
         f"predicted: {fitted.predicted_s:.0f} s with {fitted.slots} side by side; "
@@ -192,7 +221,9 @@ def run(settings: Settings) -> int:
     started = time.monotonic()
     launcher = Launcher(settings.out, posenc_command(), clock=lambda: time.monotonic() - started)
     # PLAN_ONLY with PROFILE predicts for the profile's machine, from any machine
-    device = None if settings.plan_only and settings.profile else describe_device(settings.smoke)
+    device = (
+        None if settings.plan_only and settings.profile else describe_device(settings.smoke or settings.cpu)
+    )
     plan = chosen_plan(settings)
     if settings.profile is not None:
         profile = load_profile(settings, device)

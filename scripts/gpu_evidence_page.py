@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
-from gpu_evidence_plan import Plan
+from gpu_evidence_drope import LENGTHS, PAPER, RECALIBRATION, ROWS, SCALINGS, TASKS, recalibration_steps
+from gpu_evidence_plan import NEEDLE_TRAIN_LEN, Plan, joined
 from gpu_evidence_run import ROOT, Record
 from gpu_evidence_time import Fit, Profile
 
 PAGE = "summary.md"
 LEARNED = 0.9  # a task counts as learned at 1x when its seeds' mean exact match reaches this
-SETTINGS = ("SMOKE", "BUDGET_S", "SLOTS", "MAY_CUT", "PARTS", "PROFILE")
+SETTINGS = ("SMOKE", "CPU", "BUDGET_S", "SLOTS", "MAY_CUT", "PARTS", "PROFILE")
 
 
 def table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
@@ -47,6 +48,7 @@ def write_page(
     ]
     lines += cuts(fitted, full) + stopped(records, out) + time_model(profile, fitted) + jobs_table(records)
     lines += ["## Results", ""] + needles(out) + tasks(out) + extension(out)
+    lines += drope_section(out, fitted.plan) if "drope" in fitted.plan.parts else []
     page = out / PAGE
     page.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return page
@@ -58,7 +60,7 @@ def header(settings, profile: Profile) -> list[str]:
     )
     given = " ".join(f"{k}={v}" for k in SETTINGS if (v := os.environ.get(k)))
     lines = [
-        "# GPU evidence: needles, tasks, context extension (issue #50)",
+        "# GPU evidence: needles, tasks, context extension, DroPE",
         "",
         f"{datetime.now():%Y-%m-%d %H:%M}, {profile.device}, code {commit.stdout.strip() or 'unknown'}: "
         f"`{given + ' ' if given else ''}bash scripts/gpu_evidence.sh`, every output set under `{settings.out}`.",
@@ -68,6 +70,13 @@ def header(settings, profile: Profile) -> list[str]:
         lines += [
             "**SMOKE**: a CPU run of the same script with a small grid, a tiny model and a few steps: it "
             "checks the path end to end; its numbers measure nothing.",
+            "",
+        ]
+    if settings.cpu:
+        lines += [
+            f"**CPU=1**: the drope part on this CPU at a reduced recipe (one seed, steps cut to fit "
+            f"BUDGET_S={settings.budget_s:g}; What ran says how many): retrieval is learned in a phase change "
+            "that short runs may not reach, so read it beside a GPU run's, not for the paper's numbers.",
             "",
         ]
     return lines
@@ -245,5 +254,63 @@ def pi_claim(fine_tuned: dict) -> list[str]:
     return [
         f"rope there is the fine-tune with no scaling. PI's claim (fine-tuned interpolation beats fine-tuned "
         f"extrapolation at the fine-tuning length) {verdict} here: {pi:.2f} against {plain:.2f} at 1,024.",
+        "",
+    ]
+
+
+def column(label: str) -> tuple[str, ...]:
+    """A label's scheme and the methods it adds, its options (`window=256`) left out: `rope+ntk` ->
+    (rope, ntk), `rnope_swa+window=256` -> (rnope_swa,)."""
+    return tuple(part for part in label.split("+") if "=" not in part)
+
+
+def found(out: Path, kind: str, value: str, key: str) -> dict:
+    """{(group, column): {task: {length: mean over seeds and depths}}} from every group's output set."""
+    cells: dict = {}
+    csv_name, directory = {"probe": ("probe.csv", "probe"), "ppl": ("ppl.csv", "ppl")}[kind]
+    for task in TASKS:
+        for group in SCALINGS:
+            rows = read_rows(out / "drope" / directory / f"{task}_{group}" / csv_name)
+            for label, by in means(rows, lambda r: r["scheme"], value=value, key=key).items():
+                cells.setdefault((group, column(label)), {})[task] = by
+    return cells
+
+
+def drope_section(out: Path, plan: Plan) -> list[str]:
+    """posenc's retrieval at 2x and perplexity beside the paper's Table 1, one row per Table 1 row."""
+    retrieved, ppl = found(out, "probe", "accuracy", "length"), found(out, "ppl", "ppl", "eval_len")
+    if not retrieved and not ppl:
+        return ["### DroPE-style comparison", "", "No drope output (see the jobs above).", ""]
+
+    def triple(cells: dict, length: int, show) -> str:
+        return "/".join(show(cells[t][length]) if length in cells.get(t, {}) else "—" for t in TASKS)
+
+    rows = []
+    for name, (group, key) in ROWS.items():
+        paper = "/".join(f"{v:g}" for v in PAPER[name]) if name in PAPER else "— (posenc's own row)"
+        hits, loss = retrieved.get((group, key), {}), ppl.get((group, key), {})
+        rows.append(
+            [
+                name,
+                triple(hits, LENGTHS[1], lambda v: f"{100 * v:.1f}"),
+                paper,
+                triple(loss, LENGTHS[0], lambda v: f"{v:.2f}"),
+                triple(loss, LENGTHS[1], lambda v: f"{v:.2f}"),
+            ]
+        )
+    return [
+        "### DroPE-style comparison: retrieval at 2x the training length, posenc's beside the paper's",
+        "",
+        f"Each task trained at the needle recipe (length {NEEDLE_TRAIN_LEN}, {plan.drope.steps} steps a run, seeds "
+        f"{joined(plan.drope.seeds)}); DroPE: each RoPE run with RoPE dropped and QK-norm added, recalibrated "
+        f"{recalibration_steps(plan)} steps ({RECALIBRATION:.3g} of the RoPE run's) at the same length. % "
+        f"retrieved at {LENGTHS[1]} ({plan.trials} trials, 3 depths, seeds averaged), and perplexity at "
+        f"{LENGTHS[0]} and {LENGTHS[1]}, each as MQ/MK/MV. The paper's column is Table 1 of Gelberg et al. "
+        "(0.5B parameters, 2x its training length), quoted for its shape: posenc's models are tiny and its "
+        "recipe was not tuned toward it. drope/probe/ and drope/ppl/ hold every depth and seed.",
+        "",
+        *table(
+            ["", "posenc % MQ/MK/MV", "paper % MQ/MK/MV (0.5B)", "ppl 1x MQ/MK/MV", "ppl 2x MQ/MK/MV"], rows
+        ),
         "",
     ]

@@ -1,18 +1,19 @@
-"""What scripts/gpu_evidence.py runs (issue #50): three parts as posenc commands, each a job of the schedule.
+"""What scripts/gpu_evidence.py runs: four parts as posenc commands, each a job of the schedule.
 
-- needles: RULER's multikey, multivalue, multiquery x the five chapter schemes and issue #54's (p_rope at
-  keep_fraction 0.75, cope, fox) x seeds, trained as scripts/reproduce_needles.sh trains them (length
-  512), probed at 2x-8x, the rope runs also under NTK and YaRN; and issue #54's layer schedules (irope,
+- needles: RULER's multikey, multivalue, multiquery x the five chapter schemes and the 2025 ones (p_rope
+  at keep_fraction 0.75, cope, fox) x seeds, trained as scripts/reproduce_needles.sh trains them (length
+  512), probed at 2x-8x, the rope runs also under NTK and YaRN; and the layer schedules (irope,
   rnope_swa, local_global) with rope and none beside them at DEEP_LAYERS, the depth they build at;
 - tasks: reverse, parity, addition (reversed digits), copy x none, learned, rope, alibi, fire and
   learned and rope with randomized positions x seeds, scripts/reproduce_tasks.sh's recipe at many more
   steps, scored at 1x-8x;
 - extension: a rope run at 256 (the default recipe), fine-tuned at 1,024 with no scaling, PI (linear)
-  and YaRN (s = 4), scored zero-shot and fine-tuned at 1x-8x.
+  and YaRN (s = 4), scored zero-shot and fine-tuned at 1x-8x;
+- drope: the DroPE-style comparison at the needle recipe (gpu_evidence_drope.py).
 
 A training job is one `posenc train -m` process (a sweep over seeds, so the start-up is paid once per
 process); an evaluation job is one `posenc eval` or `posenc probe`. SMOKE is the same plan on a CPU with a
-smaller grid, a tiny model and a few steps.
+smaller grid, a tiny model and a few steps; CPU_FALLBACK the drope part on a CPU, at a reduced recipe.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class Kind(Enum):
 
 
 TRAIN_KINDS = (Kind.NEEDLE, Kind.TASK, Kind.BASE, Kind.FINE_TUNE)
-PARTS = ("needles", "tasks", "extension")
+PARTS = ("needles", "tasks", "extension", "drope")
 
 
 @dataclass(frozen=True)
@@ -71,11 +72,19 @@ class Plan:
     ppl_lengths: tuple[int, ...]
     max_tokens: int
     scalings: tuple[str, ...]  # the fine-tunes: none (plain), linear (PI), yarn
+    drope: Sizes  # the drope part's trainings (its recalibrations: a share of their steps)
+    drope_schemes: tuple[str, ...]  # trained beside RoPE, the run DroPE starts from
+    drope_tasks: tuple[str, ...]
     parts: tuple[str, ...] = PARTS
     smoke: bool = False
 
     def sizes(self, part: str) -> Sizes:
-        return {"needles": self.needles, "tasks": self.tasks, "extension": self.fine_tune}[part]
+        return {
+            "needles": self.needles,
+            "tasks": self.tasks,
+            "extension": self.fine_tune,
+            "drope": self.drope,
+        }[part]
 
     def with_sizes(self, part: str, sizes: Sizes) -> Plan:
         return dataclasses.replace(self, **{{"extension": "fine_tune"}.get(part, part): sizes})
@@ -98,7 +107,7 @@ class Job:
     step_scale: float = 1.0  # a step's cost over its kind's measured one (a deeper model's layers)
 
 
-# issue #54's schemes, each where this checkout's SCHEMES has it (some land in parallel): at the needle
+# the 2025 schemes, each where this checkout's SCHEMES has it (some land in parallel): at the needle
 # recipe's depth, and the layer schedules at DEEP_LAYERS (local_global's every 6th layer; irope's and
 # rnope_swa's every 4th), with rope and none as their references there
 WANTED_NEEDLES = ("p_rope", "cope", "fox")
@@ -128,6 +137,9 @@ FULL = Plan(
     ppl_lengths=(256, 1024, 2048),
     max_tokens=16384,
     scalings=("none", "linear", "yarn"),
+    drope=Sizes(seeds=(0, 1), min_seeds=1, steps=6000, min_steps=1000),  # the needles part's recipe
+    drope_schemes=("rope", "alibi", "none", "rnope_swa"),
+    drope_tasks=("multiquery", "multikey", "multivalue"),
 )
 SMOKE = dataclasses.replace(
     FULL,
@@ -146,7 +158,19 @@ SMOKE = dataclasses.replace(
     ppl_lengths=(256, 1024),
     max_tokens=2048,
     scalings=("linear",),
+    drope=Sizes(seeds=(0,), min_seeds=1, steps=8, min_steps=8),  # 8: DroPE's eighth is one step
+    drope_schemes=("rope", "none"),  # NoPE beside DroPE: two `none` labels kept apart
+    drope_tasks=("multikey",),
     smoke=True,
+)
+# CPU=1: the drope part on this machine's CPU, at the needle recipe's length and model (512, model=small,
+# batch 16) with one seed and fewer steps, cut further to fit BUDGET_S
+CPU_FALLBACK = dataclasses.replace(
+    FULL,
+    drope=Sizes(seeds=(0,), min_seeds=1, steps=1500, min_steps=250),
+    trials=10,
+    max_tokens=8192,
+    parts=("drope",),
 )
 
 # scripts/reproduce_tasks.sh's block sizes: the longest training sequence at data.max_train_len=8
@@ -221,7 +245,9 @@ def extension_args(
 
 def jobs(plan: Plan) -> list[Job]:
     """Every job of the plan, in the order the parts are listed."""
-    builders = {"needles": needle_jobs, "tasks": task_jobs, "extension": extension_jobs}
+    from gpu_evidence_drope import drope_jobs  # it builds on this module's recipe: imported when used
+
+    builders = {"needles": needle_jobs, "tasks": task_jobs, "extension": extension_jobs, "drope": drope_jobs}
     return [job for part in plan.parts for job in builders[part](plan)]
 
 

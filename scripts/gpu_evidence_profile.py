@@ -140,7 +140,13 @@ def eval_jobs(plan: Plan, run: dict[Kind, str], *, trials: int) -> list[Job]:
         "profile/probe",
     ]
     tasks = ["eval", run.get(Kind.TASK, ""), "--lengths", ",".join(map(str, plan.task_lengths))]
-    ppl = ["eval", run.get(Kind.BASE, ""), "--lengths", ",".join(map(str, plan.ppl_lengths))]
+    # on the base model where the extension part runs, else on the needle model (the drope part alone)
+    ppl = [
+        "eval",
+        run.get(Kind.BASE) or run.get(Kind.NEEDLE, ""),
+        "--lengths",
+        ",".join(map(str, plan.ppl_lengths)),
+    ]
     ppl += ["--max-tokens", str(plan.max_tokens), "--out", "profile/ppl_eval"]
     return [
         Job(

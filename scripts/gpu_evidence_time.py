@@ -15,7 +15,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from gpu_evidence_plan import Job, Kind, Plan, cut, jobs
+from gpu_evidence_plan import PARTS, Job, Kind, Plan, cut, jobs
 
 MARGIN = 0.95  # the share of the budget the prediction may fill: the rest absorbs the model's error
 MIN_FRACTION = 0.01
@@ -135,9 +135,7 @@ def fit(plan: Plan, profile: Profile, *, available_s: float, may_cut: frozenset[
     makespans = {n: predict(plan, profile, n) for n in profile.levels}
     slots = min(makespans, key=lambda n: makespans[n])
     room = available_s * MARGIN
-    max_drop = (
-        max(len(plan.sizes(p).seeds) for p in ("needles", "tasks", "extension")) if "seeds" in may_cut else 0
-    )
+    max_drop = max(len(plan.sizes(p).seeds) for p in PARTS) if "seeds" in may_cut else 0
     for dropped in range(max_drop + 1):
         fraction = largest_fraction(
             plan, profile, slots, room=room, dropped=dropped, steps="steps" in may_cut

@@ -21,6 +21,7 @@ from posenc_cli.bench import sampling as sampling_module
 from posenc_cli.bench import scheme_costs
 from posenc_cli.bench import train_speed as train_speed_module
 from posenc_cli.bench.bench_targets import STARTUP_TARGETS, load_targets, mfu_text, precision_auto, targets
+from posenc_cli.bench.cost_cases import EXTENSIONS, WHY, CostCase, budget_note, cost_cases
 from posenc_cli.bench.peak import Peak, flops_per_token, sized_operands, step_gemms
 from posenc_cli.bench.peer import side_by_side, speedup
 from posenc_cli.bench.processes import TINY_MODEL
@@ -411,28 +412,84 @@ def test_every_scheme_is_benchmarked_at_a_depth_it_builds_at_and_a_preset_at_the
 
 
 def test_the_cost_table_has_one_row_per_scheme_each_against_rope_at_the_schemes_depth(monkeypatch):
+    """Each scheme's row at its depth; after rope's, its sinks and window rows (trained and evaluated) and
+    the extensions' (evaluated only, rope's own model extended against it plain)."""
     measured = []
 
-    def measure(ours, theirs, effort):
-        measured.append(
-            (ours.cfg.scheme_name, ours.cfg.model.n_layer, theirs.cfg.scheme_name, theirs.cfg.model.n_layer)
-        )
-        return {"ms_per_step": 2.0, "rope_ms_per_step": 1.0, "step_vs_rope": 2.0}
+    def measure(ours, theirs, effort, *, step=True):
+        layers = {type(a.remap).__name__ for a in ours.model.attention if a.remap is not None}
+        measured.append((ours.cfg.scheme_name, ours.cfg.model.n_layer, step, *sorted(layers)))
+        assert theirs.cfg.scheme_name == "rope" and theirs.cfg.model.n_layer == ours.cfg.model.n_layer
+        return {"ms_per_step": 2.0, "rope_ms_per_step": 1.0, "step_vs_rope": 2.0} if step else {}
 
     monkeypatch.setattr(scheme_costs, "measure", measure)
     effort = SimpleNamespace(overrides=TINY_MODEL, cost_pairs=1)
     rows = scheme_costs.bench_costs(["rope", "learned", "irope"], effort)
-    assert measured == [("rope", 1, "rope", 1), ("learned", 1, "rope", 1), ("irope", 4, "rope", 4)]
-    assert [(r["scheme"], r["n_layer"], r["deeper"]) for r in rows] == [
-        ("rope", 1, False),
-        ("learned", 1, False),
+    assert measured == [
+        ("rope", 1, True),
+        *[("rope", 1, True)] * 3,  # sinks, window, window and sinks
+        ("rope", 1, False, "String"),
+        ("rope", 1, False, "SelfExtend"),
+        ("rope", 1, False, "DualChunk"),
+        ("learned", 1, True),
         ("irope", 4, True),
     ]
-    assert rows[1]["note"].startswith("eval: cannot represent positions")  # learned past its table at 8×
+    assert [(r["scheme"], r["variant"], r["n_layer"], r["deeper"]) for r in rows] == [
+        ("rope", "", 1, False),
+        ("rope", "scheme.sinks=true", 1, False),
+        ("rope", "scheme.window=4", 1, False),  # a quarter of --quick's 16
+        ("rope", "scheme.window=4 scheme.sinks=true", 1, False),
+        ("rope", "--rope-scaling string", 1, False),
+        ("rope", "--rope-scaling self_extend", 1, False),
+        ("rope", "--rope-scaling dca", 1, False),
+        ("learned", "", 1, False),
+        ("irope", "", 4, True),
+    ]
+    assert rows[7]["note"].startswith("eval: cannot represent positions")  # learned past its table at 8×
     table = "\n".join(scheme_costs.costs_section(pd.DataFrame(rows)))
     body = [line for line in table.splitlines() if line.startswith("| ") and "step ms" not in line]
-    assert [line.split(" | ")[0] for line in body] == ["| rope", "| learned", "| irope (n_layer=4)"]
-    assert all(" | 2.00× | " in line for line in body)
+    assert [line.split(" | ")[0] for line in body] == [
+        "| rope",
+        "| rope scheme.sinks=true",
+        "| rope scheme.window=4",
+        "| rope scheme.window=4 scheme.sinks=true",
+        "| rope --rope-scaling string",
+        "| rope --rope-scaling self_extend",
+        "| rope --rope-scaling dca",
+        "| learned",
+        "| irope (n_layer=4)",
+    ]
+    assert sum(" | 2.00× | " in line for line in body) == 6  # the extensions' rows have no step
+
+
+@pytest.mark.parametrize(
+    ("case", "found", "said"),
+    [
+        (CostCase("alibi"), {"step_vs_rope": 1.2, "eval_vs_rope": 1.9}, ""),
+        (
+            CostCase("stickbreaking"),
+            {"step_vs_rope": 1.6, "eval_vs_rope": 6.0},
+            "step 1.60× > 1.5×, eval 6.00× > 2×: its",
+        ),
+        (
+            CostCase("rope", method="string", adds="string"),
+            {"eval_vs_rope": 2.8},
+            "eval 2.80× > 2×: two parts",
+        ),
+        (CostCase("rope", ("scheme.sinks=true",), adds="sinks"), {"step_vs_rope": 1.7}, "no reason recorded"),
+    ],
+)
+def test_a_row_past_its_budget_says_by_how_much_and_why_or_that_no_reason_is_recorded(case, found, said):
+    note = budget_note(case, found)
+    assert note.startswith(said) if said != "no reason recorded" else note.endswith(said)
+    assert (note == "") == (said == "")
+
+
+def test_every_scheme_and_every_row_beside_rope_has_a_case_and_a_reason_names_a_row_there_is():
+    cases = cost_cases(list(SCHEMES), 256)
+    assert [c.scheme for c in cases if not c.variant] == list(SCHEMES)
+    assert {c.adds for c in cases if c.adds} == {"sinks", "window", "window+sinks", *EXTENSIONS}
+    assert set(WHY) <= set(SCHEMES) | {c.adds for c in cases}  # no reason for a row the table never has
 
 
 def test_alternated_calls_flip_their_order_pair_by_pair_and_report_the_median_pair_ratio(monkeypatch):
@@ -470,6 +527,8 @@ def test_bench_costs_alone_measures_each_scheme_and_its_rope_in_one_run(tmp_path
         "alibi",
         "--scheme",
         "irope",
+        "--scheme",
+        "rope",  # and its sinks, window and extension rows
         "--out",
         "b",
         cwd=tmp_path,
@@ -477,14 +536,26 @@ def test_bench_costs_alone_measures_each_scheme_and_its_rope_in_one_run(tmp_path
     )
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "b" / "bench.csv")
-    assert set(df["section"]) == {"cost"} and df["scheme"].tolist() == ["alibi", "irope"]
-    assert df["n_layer"].tolist() == [1, 4]  # --quick's 1-layer model; irope at the depth it needs
-    for column in ("step_vs_rope", "train_peak_vs_rope", "eval_vs_rope", "eval_peak_vs_rope"):
+    assert set(df["section"]) == {"cost"} and df["scheme"].tolist() == [
+        "alibi",
+        "irope",
+        "rope",
+        *["rope"] * 6,
+    ]
+    assert df["n_layer"].tolist() == [1, 4, *[1] * 7]  # --quick's 1-layer model; irope at the depth it needs
+    trained = df[~df["variant"].fillna("").str.startswith("--rope-scaling")]
+    for column in ("step_vs_rope", "train_peak_vs_rope"):
+        assert (trained[column] > 0).all() and df[column].isna().sum() == 3, (
+            column
+        )  # the extensions: eval only
+    for column in ("eval_vs_rope", "eval_peak_vs_rope"):
         assert (df[column] > 0).all(), column
     markdown = (tmp_path / "b" / "bench.md").read_text(encoding="utf-8")
     assert (
         "## Each scheme against rope: time and peak memory" in markdown
         and "| irope (n_layer=4) |" in markdown
+        and "| rope scheme.sinks=true |" in markdown
+        and "| rope --rope-scaling string | — |" in markdown
     )
     assert "Command: `posenc bench --quick --costs" in markdown and "torch " in markdown
     assert "## Targets" not in markdown and "## Beside nanoGPT" not in markdown

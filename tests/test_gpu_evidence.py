@@ -1,6 +1,7 @@
-"""scripts/gpu_evidence.sh (issue #50): the time model fits the plan to the budget and says what it cut, the
+"""scripts/gpu_evidence.sh: the time model fits the plan to the budget and says what it cut, the
 schedule honours dependencies and stops a job at its deadline, and the CPU smoke (SMOKE=1) runs the
-whole script end to end, its summary page agreeing with the output sets it wrote."""
+whole script end to end, its summary page agreeing with the output sets it wrote; the drope part trains
+DroPE from each RoPE run and its page sets posenc's numbers beside the paper's."""
 
 from __future__ import annotations
 
@@ -86,8 +87,16 @@ def test_the_schedule_packs_the_slots_and_waits_for_what_a_job_depends_on():
 def test_the_plan_trains_what_the_issue_asks_and_every_evaluation_reads_its_own_runs():
     plan_jobs = jobs(FULL)
     runs = {part: sum(j.runs for j in plan_jobs if j.part == part and j.kind.trains) for part in FULL.parts}
-    needle_schemes = 5 + len(present(WANTED_NEEDLES)) + len(present(WANTED_DEEP))  # issue #54's where present
-    assert runs == {"needles": 3 * needle_schemes * 2, "tasks": 4 * 7 * 3, "extension": 1 + 3 * 2}
+    needle_schemes = (
+        5 + len(present(WANTED_NEEDLES)) + len(present(WANTED_DEEP))
+    )  # the 2025 ones where present
+    drope = 3 * (4 * 2 + 2)  # per task: rope, alibi, none, rnope_swa x 2 seeds; DroPE from each rope seed
+    assert runs == {
+        "needles": 3 * needle_schemes * 2,
+        "tasks": 4 * 7 * 3,
+        "extension": 1 + 3 * 2,
+        "drope": drope,
+    }
     trained = {j.name: str(j.sweep) for j in plan_jobs if j.kind.trains}
     for job in (j for j in plan_jobs if not j.kind.trains):
         out = job.args[job.args.index("--out") + 1]
@@ -105,8 +114,10 @@ def test_bad_settings_are_refused_in_one_line_before_anything_runs():
         ({"BUDGET_S": "ten"}, "BUDGET_S must be a positive number"),
         ({"SLOTS": "0"}, "SLOTS must be a positive integer"),
         ({"MAY_CUT": "steps,layers"}, "MAY_CUT must be a comma list of steps, seeds"),
-        ({"PARTS": "needles,nope"}, "PARTS must be a comma list of needles, tasks, extension"),
+        ({"PARTS": "needles,nope"}, "PARTS must be a comma list of needles, tasks, extension, drope"),
         ({"SMOKE": "yes"}, "SMOKE must be 0 or 1"),
+        ({"CPU": "1", "SMOKE": "1"}, "choose one"),
+        ({"CPU": "1", "PARTS": "drope,needles"}, "CPU=1 runs PARTS=drope only"),
     ):
         with pytest.raises(gpu_evidence.Refused, match=needle):
             gpu_evidence.Settings.from_env(env)
@@ -115,7 +126,7 @@ def test_bad_settings_are_refused_in_one_line_before_anything_runs():
 def test_plan_only_with_an_earlier_profile_prints_the_plan_and_its_prediction_and_trains_nothing(
     tmp_path, capsys
 ):
-    device = gpu_evidence.describe_device(smoke=True)
+    device = gpu_evidence.describe_device(on_cpu=True)
     earlier = replace(profile(0.01, levels=(2,)), device=device, smoke=True)
     (tmp_path / "profile.json").write_text(json.dumps(earlier.to_json()))
     env = {
@@ -196,11 +207,24 @@ def test_the_cpu_smoke_runs_every_part_end_to_end_and_its_summary_agrees_with_th
     task_row = next(line for line in page.splitlines() if line.startswith("| rope+randomized |"))
     learned, at_1x, at_2x = task_row.strip("| ").split(" | ")[1:]
     assert at_1x[0].isdigit() and at_2x.startswith("(") == (learned == "no")  # not learned at 1x: not judged
+    assert {r["scheme"] for r in rows(out / "drope/probe/multikey_trained/probe.csv")} == {
+        "rope",
+        "rope+ntk",
+        "rope+yarn",
+        "none",
+    }
+    assert {r["scheme"] for r in rows(out / "drope/probe/multikey_dropped/probe.csv")} == {
+        "none",
+        "none+logn",
+    }
+    assert {r["eval_len"] for r in rows(out / "drope/ppl/multikey_dropped/ppl.csv")} == {"512", "1024"}
+    drope = next(line for line in page.splitlines() if line.startswith("| DroPE |"))
+    assert "| 28/41.6/23.3 |" in drope and "### DroPE-style comparison" in page
     measured = json.loads((out / "profile.json").read_text())
     assert measured["smoke"] and set(measured["levels"]["2"]) == {k.value for k in TRAIN_KINDS}
 
 
-def test_issue_54s_schemes_join_the_needle_table_and_the_layer_schedules_train_at_a_depth_they_build_at():
+def test_the_2025_schemes_join_the_needle_table_and_the_layer_schedules_train_at_a_depth_they_build_at():
     """p_rope (at 0.75), cope and fox beside the chapter schemes where SCHEMES has them; irope, rnope_swa and
     local_global with rope and none at DEEP_LAYERS, in a probe of their own, their steps predicted deeper."""
     from posenc_cli.bench.train_speed import compose
@@ -228,3 +252,79 @@ def test_issue_54s_schemes_join_the_needle_table_and_the_layer_schedules_train_a
 def rows(path: Path) -> list[dict[str, str]]:
     with open(path, encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+def test_drope_recalibrates_each_rope_seed_without_positions_and_probes_nope_and_drope_apart():
+    """DroPE: each seed's RoPE run, scheme=none with QK-norm, at the same length for an eighth of its steps;
+    NoPE and DroPE (both `none` to posenc's labels) are scored by different jobs into different sets."""
+    from gpu_evidence_drope import RECALIBRATION
+
+    plan_jobs = {j.name: j for j in jobs(replace(FULL, parts=("drope",)))}
+    for seed, number in ((0, 0), (1, 1)):
+        dropped = plan_jobs[f"drope-multikey-drope-seed{seed}"]
+        assert f"train.init_from=drope/multikey/trained/rope/{number}_rope_seed{seed}" in dropped.args
+        assert {"scheme=none", "model.qk_norm=true", "train.block_size=512"} <= set(dropped.args)
+        assert dropped.steps == FULL.drope.steps * RECALIBRATION and dropped.deps == ("drope-multikey-rope",)
+    trained = plan_jobs["probe-drope-multikey-trained"]
+    assert (
+        "drope/multikey/trained" in trained.args
+        and "none,ntk,yarn" in trained.args
+        and "1024" in trained.args
+    )
+    assert "drope/multikey/dropped" in plan_jobs["probe-drope-multikey-dropped"].args
+    assert {j.args[-1] for j in plan_jobs.values() if j.part == "drope" and j.kind.trains} >= {
+        "model.qk_norm=true"
+    }
+
+
+def test_cpu_fallback_plans_the_drope_part_alone_on_this_cpu_and_says_its_recipe(tmp_path, capsys):
+    settings = gpu_evidence.Settings.from_env({"CPU": "1", "OUT": str(tmp_path), "BUDGET_S": "3600"})
+    assert settings.parts == ("drope",) and gpu_evidence.chosen_plan(settings).drope.seeds == (0,)
+    device = gpu_evidence.describe_device(on_cpu=True)
+    earlier = replace(profile(0.2, levels=(2,)), device=device, smoke=False)
+    (tmp_path / "profile.json").write_text(json.dumps(earlier.to_json()))
+    env = {
+        "CPU": "1",
+        "PLAN_ONLY": "1",
+        "OUT": str(tmp_path / "out"),
+        "PROFILE": str(tmp_path / "profile.json"),
+    }
+    assert gpu_evidence.run(gpu_evidence.Settings.from_env({**env, "SLOTS": "2", "BUDGET_S": "3600"})) == 0
+    printed = capsys.readouterr().out
+    assert "CPU fallback (CPU=1)" in printed and "the needle recipe at length 512" in printed
+    assert "within BUDGET_S=3600" in printed and "recalibrated as DroPE" in printed
+
+
+def test_the_drope_section_sets_posencs_retrieval_and_perplexity_beside_the_papers(tmp_path):
+    from gpu_evidence_page import drope_section
+
+    def write(path: Path, header: list[str], body: list[list]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(",".join(map(str, r)) for r in [header, *body]) + "\n")
+
+    for task, hit in (("multiquery", 0.25), ("multikey", 0.5), ("multivalue", 0.75)):
+        probe = tmp_path / "drope" / "probe"
+        write(
+            probe / f"{task}_trained" / "probe.csv",
+            ["scheme", "length", "accuracy"],
+            [["rope+ntk", 1024, hit]],
+        )
+        write(probe / f"{task}_trained" / "probe.csv", ["scheme", "length", "accuracy"], [
+            ["rope+ntk", 1024, hit], ["rnope_swa+window=256", 1024, 0.0], ["none", 1024, 0.1]
+        ])  # fmt: skip
+        write(
+            probe / f"{task}_dropped" / "probe.csv", ["scheme", "length", "accuracy"], [["none", 1024, 1.0]]
+        )
+        ppl = tmp_path / "drope" / "ppl" / f"{task}_dropped" / "ppl.csv"
+        write(ppl, ["scheme", "eval_len", "ppl"], [["none", 512, 3.0], ["none", 1024, 4.0]])
+    lines = drope_section(tmp_path, FULL)
+    row = {
+        cells[0]: cells[1:]
+        for line in lines
+        if line.startswith("| ")
+        for cells in [line.strip("| ").split(" | ")]
+    }
+    assert row["RoPE+NTK"][:2] == ["25.0/50.0/75.0", "21.1/19.4/16.5"]
+    assert row["RNoPE-SWA"][0] == "0.0/0.0/0.0" and row["NoPE"][0] == "10.0/10.0/10.0"
+    assert row["DroPE"][:4] == ["100.0/100.0/100.0", "28/41.6/23.3", "3.00/3.00/3.00", "4.00/4.00/4.00"]
+    assert row["RoPE"][0] == "—/—/—" and row["DroPE+log-n"][1] == "— (posenc's own row)"

@@ -3,26 +3,30 @@ on the model and optimizer the loop builds) and an evaluation forward (evaluate_
 EVAL_MULTIPLE × the training length), each timed and its peak tensor memory measured. Every scheme is
 alternated call by call with rope at the same depth, so a busy moment falls on both and the ratios hold;
 a scheme that needs more layers than the default model (a preset whose pattern repeats every k layers)
-is measured, and its rope with it, at the least depth it builds at."""
+is measured, and its rope with it, at the least depth it builds at. Beside rope: its sinks and window
+rows, and the training-free extensions' evaluation against the same model evaluated plain
+(cost_cases.py, which holds each row's budget too)."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 
 import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from posenc_cli.bench.cost_cases import EVAL_BUDGET, STEP_BUDGET, CostCase, budget_note, cost_cases
 from posenc_cli.bench.train_speed import at_depth, compose
 from posenc_cli.config.schema import PosencConfig, check_keys
 from posenc_cli.core import ui
 from posenc_cli.data import load_corpus
 from posenc_cli.evaluation.perplexity import LogitsScorer, evaluate_length
 from posenc_cli.model import GPT
+from posenc_cli.model.extension.method import ExtensionSettings, parse_method
 from posenc_cli.model.positional import past_max_len
 from posenc_cli.report.cells import markdown_table
 from posenc_cli.training.precision_timing import throwaway_step
@@ -75,6 +79,12 @@ class Contender:
     def forward(self) -> None:
         evaluate_length(LogitsScorer(self.model), self.tokens, span=self.eval_length, length=self.eval_length)
 
+    def extended(self, method: str) -> Contender:
+        """This contender's model, its weights shared, with `method` (--rope-scaling) at its paper's
+        defaults for the training length, as `posenc eval` extends it (GPT.with_extension)."""
+        extension = parse_method(method, ExtensionSettings()).extension(self.cfg.train.block_size)
+        return replace(self, model=self.model.with_extension(extension))
+
 
 def seconds(call: Callable[[], object]) -> float:
     start = time.perf_counter()
@@ -116,12 +126,14 @@ def peak_tensor_mib(call: Callable[[], object]) -> float:
     return max(0, max(accumulate(nbytes for _, nbytes in records), default=0)) / MIB
 
 
-def measure(ours: Contender, theirs: Contender, effort) -> dict[str, float]:
-    """Training step, then evaluation (where the scheme reads that far): ours and theirs alternated."""
+def measure(ours: Contender, theirs: Contender, effort, *, step: bool = True) -> dict[str, float]:
+    """Training step (unless not `step`), then evaluation (where the scheme reads that far): ours and
+    theirs alternated."""
     found: dict[str, float] = {}
-    step = alternated(ours.step, theirs.step, pairs=effort.cost_pairs, warm_up=2)
-    found["ms_per_step"], found["rope_ms_per_step"], found["step_vs_rope"] = step
-    found |= peaks("train", peak_tensor_mib(ours.measured_step), peak_tensor_mib(theirs.measured_step))
+    if step:
+        timed = alternated(ours.step, theirs.step, pairs=effort.cost_pairs, warm_up=2)
+        found["ms_per_step"], found["rope_ms_per_step"], found["step_vs_rope"] = timed
+        found |= peaks("train", peak_tensor_mib(ours.measured_step), peak_tensor_mib(theirs.measured_step))
     if ours.unread is None:
         forward = alternated(ours.forward, theirs.forward, pairs=effort.cost_pairs, warm_up=1)
         found["eval_ms"], found["rope_eval_ms"], found["eval_vs_rope"] = forward
@@ -145,29 +157,40 @@ def peaks(phase: str, ours: float, theirs: float) -> dict[str, float]:
 
 
 def bench_costs(schemes: list[str], effort) -> list[dict]:
-    """One row per scheme: its costs and rope's at the same depth, measured alternated."""
-    rows, configured = [], check_keys(compose([f"scheme={REFERENCE}", *effort.overrides]))
+    """One row per scheme (and beside rope, its sinks, window and extension rows): its costs and rope's at
+    the same depth, measured alternated."""
+    configured = check_keys(compose([f"scheme={REFERENCE}", *effort.overrides]))
     vocab_size = len(load_corpus(configured.data).tokenizer)
-    for scheme in schemes:
-        cfg = check_keys(compose(at_depth([f"scheme={scheme}", *effort.overrides])))
-        depth = f"model.n_layer={cfg.model.n_layer}"
-        reference = check_keys(compose([f"scheme={REFERENCE}", *effort.overrides, depth]))
-        ui.err.print(f"cost against {REFERENCE}: {scheme} ({depth})")
-        ours, theirs = Contender.build(cfg, vocab_size), Contender.build(reference, vocab_size)
-        row = {
-            "section": "cost",
-            "config": "default",
-            "scheme": scheme,
-            "n_layer": cfg.model.n_layer,
-            "deeper": cfg.model.n_layer != configured.model.n_layer,
-            "length": cfg.train.block_size,
-            "batch": cfg.train.batch_size,
-            "eval_length": ours.eval_length,
-            "steps": effort.cost_pairs,
-            "note": f"eval: {ours.unread}" if ours.unread else "",
-        }
-        rows.append(row | measure(ours, theirs, effort))
-    return rows
+    cases = cost_cases(schemes, configured.train.block_size)
+    return [
+        cost_row(case, effort, vocab_size=vocab_size, default_depth=configured.model.n_layer)
+        for case in cases
+    ]
+
+
+def cost_row(case: CostCase, effort, *, vocab_size: int, default_depth: int) -> dict:
+    """One case measured against rope at its depth; an extension's against rope's own model, plain."""
+    cfg = check_keys(compose(at_depth([*case.overrides, *effort.overrides])))
+    depth = f"model.n_layer={cfg.model.n_layer}"
+    reference = check_keys(compose([f"scheme={REFERENCE}", *effort.overrides, depth]))
+    ui.err.print(f"cost against {REFERENCE}: {case.scheme} {case.variant} ({depth})".replace("  ", " "))
+    theirs = Contender.build(reference, vocab_size)
+    ours = theirs.extended(case.method) if case.method else Contender.build(cfg, vocab_size)
+    row = {
+        "section": "cost",
+        "config": "default",
+        "scheme": case.scheme,
+        "variant": case.variant,
+        "n_layer": cfg.model.n_layer,
+        "deeper": cfg.model.n_layer != default_depth,
+        "length": cfg.train.block_size,
+        "batch": cfg.train.batch_size,
+        "eval_length": ours.eval_length,
+        "steps": effort.cost_pairs,
+    }
+    found = measure(ours, theirs, effort, step=case.method is None)
+    notes = [f"eval: {ours.unread}" if ours.unread else "", budget_note(case, found)]
+    return row | found | {"note": "; ".join(n for n in notes if n)}
 
 
 def ratio(value: float) -> str:
@@ -182,7 +205,8 @@ def costs_section(df: pd.DataFrame) -> list[str]:
     found = df[df["section"] == "cost"]
     if not len(found):
         return []
-    found = found.reindex(columns=list(dict.fromkeys([*found.columns, *MEASURED])))  # none read past 8×
+    # none read past 8×; a row without a variant (a scheme as registered) reads one back from the csv as NaN
+    found = found.reindex(columns=list(dict.fromkeys([*found.columns, *MEASURED, "variant"])))
     first = found.iloc[0]
     columns = [
         "scheme",
@@ -195,7 +219,7 @@ def costs_section(df: pd.DataFrame) -> list[str]:
     columns += ["vs rope", "eval peak MiB", "vs rope", "note"]
     rows = [
         [
-            f"{r.scheme} (n_layer={int(r.n_layer)})" if r.deeper else r.scheme,
+            row_name(r),
             amount(r.ms_per_step, ".1f"),
             ratio(r.step_vs_rope),
             amount(r.train_peak_mib, ".1f"),
@@ -219,8 +243,21 @@ def costs_section(df: pd.DataFrame) -> list[str]:
         "its rope, at the depth it builds at (its n_layer named). Peak MiB: the most tensor memory alive at "
         "once during one call beyond what was alive before it (a step's activations, gradients and attention; "
         "torch.profiler's allocation records), exact where a process's peak RSS is not. rope's own row is rope "
-        "against a second rope model: the ratios' noise.",
+        "against a second rope model: the ratios' noise. With rope asked for, rows with its options follow "
+        "it: attention sinks (`scheme.sinks=true`) on full attention and on a window of a quarter of the "
+        "training length, beside the window alone; and the training-free extensions (`--rope-scaling`, each "
+        "at its defaults for the training length) evaluated only, against the same model evaluated plain, "
+        "as `posenc eval` extends it. The budget: a step within "
+        f"{STEP_BUDGET:g}× rope's, an evaluation within {EVAL_BUDGET:g}× rope's plain attention's; a row past "
+        "it says by how much and why in its note.",
         "",
         markdown_table(columns, rows),
         "",
     ]
+
+
+def row_name(r) -> str:
+    """The scheme, its options or extension (`rope scheme.sinks=true`), and a depth other than the
+    default's (`irope (n_layer=4)`)."""
+    name = r.scheme if pd.isna(r.variant) or not r.variant else f"{r.scheme} {r.variant}"
+    return f"{name} (n_layer={int(r.n_layer)})" if r.deeper else name
