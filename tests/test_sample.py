@@ -212,3 +212,31 @@ def test_an_hf_model_with_a_learned_table_stops_at_its_end_as_a_run_does(tmp_pat
     stopped = invoke("sample", f"hf:{model}", "--tokens", "100", "--temperature", "0")
     assert stopped.code == 0, stopped.stderr
     assert f"hf:{model} stopped after" in stopped.stderr and "its table has 16 positions" in stopped.stderr
+
+
+@pytest.mark.parametrize("sinks", [0, 1, 4])
+def test_streamingllms_context_keeps_the_first_sink_tokens_and_the_most_recent_ones(sinks):
+    """--window 8 --sink-tokens K: the first K tokens of the text and its last 8 − K, in order, run at
+    positions 0..7 (the paper's cache); a text within the window is seen whole."""
+    from posenc_cli.evaluation.sample import kept_context
+
+    text = torch.arange(30)
+    kept = kept_context(text, 8, sinks)
+    assert kept.tolist() == list(range(sinks)) + list(range(30 - (8 - sinks), 30))
+    assert torch.equal(kept_context(text[:8], 8, sinks), text[:8])
+    assert torch.equal(kept_context(text, None, 0), text)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"sinks": 4, "window": None}, "add --window W"),
+        ({"sinks": 8, "window": 8}, "leaves no room"),
+        ({"sinks": -1, "window": 8}, "--sink-tokens"),
+    ],
+)
+def test_sink_tokens_without_a_window_or_filling_it_are_refused_in_one_line(options, message):
+    from posenc_cli.evaluation.sample import check_sinks
+
+    with pytest.raises(UsageError, match=message):
+        check_sinks(options["sinks"], options["window"])
