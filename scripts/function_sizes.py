@@ -26,6 +26,8 @@ EXCEPTIONS = {
     ),
     "posenc_cli/model/gpt.py:CausalSelfAttention.forward": "nn.Module.forward: torch's calling convention",
     "posenc_cli/model/gpt.py:Block.forward": "nn.Module.forward: torch's calling convention",
+    "posenc_cli/model/flex.py:flex_attend.mask_mod": "FlexAttention calls a mask_mod with b, h, q_idx, kv_idx positionally",
+    "posenc_cli/model/flex.py:flex_attend.score_mod": "FlexAttention calls a score_mod with score, b, h, q_idx, kv_idx positionally",
 }
 # "path" of a module over MAX_MODULE_LINES -> why it is kept.
 LONG_MODULES: dict[str, str] = {}

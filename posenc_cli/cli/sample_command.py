@@ -25,6 +25,16 @@ NUM_SAMPLES_HELP = (
     "How many samples, the i-th drawn with seed --seed + i, separated by a line of dashes (at most 100)."
 )
 
+TEMPERATURE_HELP = "Softmax temperature; 0 is greedy, and a tiny one (1e-40) samples as greedy does."
+WINDOW_HELP = (
+    "Slide the context: the model sees only the last W tokens (default: the whole text, so positions grow past "
+    "the training length)."
+)
+SINK_TOKENS_HELP = (
+    "With --window: keep the text's first K tokens too, StreamingLLM's attention sinks, and the last W - K "
+    "(positions 0..W-1, the paper's cache)."
+)
+
 
 @app.command()
 def sample(
@@ -34,27 +44,13 @@ def sample(
     tokens: int = typer.Option(
         200, "--tokens", "-n", help="How many tokens to generate (at most 1,000,000)."
     ),
-    temperature: float = typer.Option(
-        0.8,
-        "--temperature",
-        "-t",
-        help="Softmax temperature; 0 is greedy, and a tiny one (1e-40) samples as greedy does.",
-    ),
+    temperature: float = typer.Option(0.8, "--temperature", "-t", help=TEMPERATURE_HELP),
     top_k: Optional[int] = typer.Option(
         None, "--top-k", "-k", help="Sample only from the k most likely tokens (default: all)."
     ),
     seed: int = typer.Option(0, "--seed", help="Sampling seed: the same seed gives the same text."),
-    window: Optional[int] = typer.Option(
-        None,
-        "--window",
-        "-w",
-        help="Slide the context: the model sees only the last W tokens (default: the whole text, so positions grow past the training length).",
-    ),
-    sink_tokens: int = typer.Option(
-        0,
-        "--sink-tokens",
-        help="With --window: keep the text's first K tokens too, StreamingLLM's attention sinks, and the last W - K (positions 0..W-1, the paper's cache).",
-    ),
+    window: Optional[int] = typer.Option(None, "--window", "-w", help=WINDOW_HELP),
+    sink_tokens: int = typer.Option(0, "--sink-tokens", help=SINK_TOKENS_HELP),
     out: Optional[str] = typer.Option(
         None, "--out", "-o", help="Also write the prompt and the generated text to this file."
     ),
@@ -78,7 +74,7 @@ def sample(
 
     out = checked_out_file(out)
     sampling = check_sampling(temperature, top_k, seed, count=num_samples)
-    drawing = dict(tokens=tokens, sampling=sampling, count=num_samples, window=window)
+    drawing: dict = dict(tokens=tokens, sampling=sampling, count=num_samples, window=window)
     if run.startswith("hf:"):
         return finish(
             SEPARATOR.join(hf_samples(run, prompt, **drawing, device=device)), out=out, stopped_early=None
@@ -90,8 +86,9 @@ def sample(
     steps = plan(loaded, len(prompt_ids), tokens, window=window, sinks=sink_tokens)
     target = resolve_device(device)
     check_context_memory(loaded, window or len(prompt_ids) + steps.tokens, target)
-    drawing |= {"tokens": steps.tokens, "sinks": sink_tokens}
-    texts = samples(loaded, prompt, prompt_ids, **drawing, device=target)
+    texts = samples(
+        loaded, prompt, prompt_ids, **drawing | {"tokens": steps.tokens, "sinks": sink_tokens}, device=target
+    )
     finish(SEPARATOR.join(texts), out=out, stopped_early=steps.stopped_early)
 
 

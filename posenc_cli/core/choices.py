@@ -37,3 +37,5 @@ RETRIEVAL_THRESHOLD = 0.50  # at least half the keys retrieved, where probed
 # options every positional scheme takes, for the attention layer it serves (model/positional build_scheme):
 # which keys its queries see (model/window.py) and their temperature (model/temperature.py)
 LAYER_OPTIONS = ("window", "chunk", "temperature", "temperature_beta", "temperature_floor", "sinks")
+# the kernels posenc's own models attend with (--attention-backend): auto (flex on CUDA), sdpa, flex
+ATTENTION_BACKENDS = ("auto", "sdpa", "flex")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from posenc_cli.core.choices import (
+    ATTENTION_BACKENDS,
     CONTEXT_REMAPS,
     DEVICES,
     EVAL_MODES,
@@ -56,6 +57,13 @@ class Running:
     device: str = option("auto", DEVICE_HELP, choice=Choice(DEVICES, also=INDEXED_DEVICE))
     add_context: bool = option(
         False, "Also score each target at its own training length when it is longer than every --lengths."
+    )
+    attention_backend: str = option(
+        "auto",
+        "The kernels posenc's own models attend with: sdpa (posenc's executor), flex (torch's FlexAttention, "
+        "compiled; its first call on a CPU compiles for about a minute) or auto (flex on CUDA, else sdpa). "
+        "results.json records what computed each column.",
+        choice=Choice(ATTENTION_BACKENDS),
     )
 
 

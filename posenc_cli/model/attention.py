@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from posenc_cli.model.blocks import in_query_blocks, query_block
 from posenc_cli.model.extension.remap import PositionRemap
 from posenc_cli.model.extension.rotation import Rotation
+from posenc_cli.model.flex import ATTENTION_BACKEND, flex_attend, flex_takes
 from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.window import FULL
 
@@ -55,6 +56,8 @@ def attend(
     end = first + Tk
     if layer.temperature is not None:
         q = layer.temperature.scale(q, torch.arange(end - Tq, end, device=q.device))
+    if ATTENTION_BACKEND.get() == "flex" and flex_takes(layer, positions=positions):
+        return flex_attend(q, k, v, layer=layer, first=first)
     remap = layer.remap if layer.remap is not None and layer.remap.reaches(end) else None
     whole = Tq == Tk and not first and remap is None and layer.sinks is None and not layer.window.limits(end)
     whole = whole and not layer.replaces_softmax

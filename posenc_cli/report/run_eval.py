@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
 from posenc_cli.core import ui
 from posenc_cli.core.device import resolve_device
@@ -25,12 +26,15 @@ from posenc_cli.evaluation.eval_scoring import score_variant, unscored_row
 from posenc_cli.evaluation.eval_text import EvalText, eval_text
 from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers
 from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
+from posenc_cli.evaluation.run_target import RunTarget
 from posenc_cli.evaluation.target import EvalTarget, RefusedColumn
 from posenc_cli.evaluation.task_accuracy import task_accuracy, task_targets
+from posenc_cli.hf.export_target import ExportModel
 from posenc_cli.hf.loading_options import hf_options
 from posenc_cli.hf.models import is_hf
 from posenc_cli.hf.targets import load_targets, named_runs
 from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings
+from posenc_cli.model.flex import ATTENTION_BACKEND, attention_backend, flex_takes
 from posenc_cli.report.effective_length import LengthRule, with_ppl_length
 from posenc_cli.report.output_sets import write_eval_outputs
 from posenc_cli.report.results_file import provenance
@@ -130,20 +134,22 @@ def run_eval(options: EvalOptions, *, write: bool = True) -> Evaluation:
             "--learned-overflow window scores past a position table, and no target here has one (learned); drop it"
         )
     text = eval_text(t.data, loaded, text_field=t.text_field, documents=t.documents) if t.data else None
-    df, positions, info = evaluate_runs(
-        loaded,
-        lengths=c.lengths,
-        mode=s.mode,
-        stride=s.stride,
-        max_tokens=s.max_tokens,
-        text=text,
-        device=c.device,
-        rope_scaling=c.methods,
-        rope_factor=o.scaling.rope_factor,
-        why=why,
-        learned_overflow=c.overflows,
-        add_context=o.running.add_context,
-    )
+    backend = resolved_backend(o.running.attention_backend, c.device)
+    with attention_backend(backend):
+        df, positions, info = evaluate_runs(
+            loaded,
+            lengths=c.lengths,
+            mode=s.mode,
+            stride=s.stride,
+            max_tokens=s.max_tokens,
+            text=text,
+            device=c.device,
+            rope_scaling=c.methods,
+            rope_factor=o.scaling.rope_factor,
+            why=why,
+            learned_overflow=c.overflows,
+            add_context=o.running.add_context,
+        )
     df = with_ppl_length(df, LengthRule(**asdict(o.rule)))  # ppl.csv's rows, written or not
     out = c.out or (default_out("eval") if write else None)  # made only once the work is done
     if out is None:
@@ -153,6 +159,41 @@ def run_eval(options: EvalOptions, *, write: bool = True) -> Evaluation:
         df, positions, info, out=out, made=[made], lang=o.outputs.lang, skipped=skipped
     )
     return Evaluation(df, positions, info, out, written)
+
+
+def resolved_backend(asked: str, device) -> str:
+    """--attention-backend auto: FlexAttention on CUDA, where it is compiled once and pays at once; on a
+    CPU the executor's own kernels, as a compile there costs about a minute before the first window."""
+    if asked != "auto":
+        return asked
+    return "flex" if torch.device(device).type == "cuda" else "sdpa"
+
+
+def computed_by(run: EvalTarget) -> str:
+    """What computed a column's attention (results.json's `attention`): FlexAttention for the layers it
+    expresses and the executor for the others (`flex (2 of 6 layers), sdpa`), the executor alone, or an
+    hf: model's own kernels."""
+    model = (
+        run.gpt
+        if isinstance(run, ExportModel)
+        else (run.active or run.model)
+        if isinstance(run, RunTarget)
+        else None
+    )
+    if model is None:
+        return "transformers"
+    flexed = (
+        sum(flex_takes(layer, positions=None) for layer in model.attention)
+        if ATTENTION_BACKEND.get() == "flex"
+        else 0
+    )
+    if not flexed:
+        return "sdpa"
+    return (
+        "flex"
+        if flexed == len(model.attention)
+        else f"flex ({flexed} of {len(model.attention)} layers), sdpa"
+    )
 
 
 def hf_loading(options: EvalOptions | ProbeOptions, device: Any) -> dict:
@@ -248,7 +289,7 @@ def evaluate_runs(
             scheme = column_label(
                 run, variant, overflow, distinct=apart[id(run)].within, rope_factor=rope_factor, mixed=mixed
             )
-            info[scheme] = run.facts()
+            info[scheme] = run.facts() | {"attention": computed_by(run)}
             scored, positions = score_column(
                 run, scheme, plan := plans[id(run)], variant=variant, context=context, scoring=scoring, bar=bar, task=task
             )  # fmt: skip
