@@ -278,8 +278,14 @@ def test_a_scheduled_run_trains_evaluates_samples_and_exports_with_its_layers(tm
 
     run = train(tmp_path, "scheme=irope", "model.n_layer=4", "scheme.chunk=16", "scheme.temperature=llama4")
     table = evaluate(tmp_path, str(run), "--lengths", "64,256", "--rope-scaling", "none,self_extend")
-    assert set(table["scheme"]) == {"irope+chunk=16+temperature=llama4"}  # chunked RoPE layers: scored once
-    assert table["ppl"].notna().all() and len(table) == 2
+    # chunked RoPE layers: scored once as trained, the extension's column shown unscored with why
+    assert set(table["scheme"]) == {
+        "irope+chunk=16+temperature=llama4",
+        "irope+chunk=16+temperature=llama4+self_extend",
+    }
+    refused = table[table["scheme"].str.endswith("self_extend")]
+    assert refused["ppl"].isna().all() and refused["note"].str.contains("has no layer that takes it").all()
+    assert table[~table["scheme"].str.endswith("self_extend")]["ppl"].notna().all() and len(table) == 4
     sampled = invoke("sample", str(run), "--tokens", "40", "--seed", "1")
     assert sampled.code == 0, sampled.stderr
     exported = invoke("export", str(run), "--out", str(tmp_path / "export"))

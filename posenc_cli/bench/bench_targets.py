@@ -8,6 +8,7 @@ from posenc_cli.bench.eval_memory import EVAL_MULTIPLES
 from posenc_cli.bench.peer import speedup
 from posenc_cli.config.location import config_dir
 from posenc_cli.model.positional import SCHEMES
+from posenc_cli.model.positional.base import overrides
 from posenc_cli.report.cells import markdown_table
 
 TARGETS_FILE = "bench_targets.yaml"
@@ -72,7 +73,7 @@ def train_mfu(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
 
 def bias_vs_rope(df: pd.DataFrame, goal: dict[str, float]) -> list | None:
     train = df[df["section"] == "train"]
-    biased = train[train["scheme"].map(lambda s: SCHEMES[s].adds_bias)]
+    biased = train[train["scheme"].map(lambda s: overrides(SCHEMES[s], "bias"))]
     if not (len(biased) and train["vs_rope"].notna().any()):
         return None
     worst = biased.loc[biased["vs_rope"].idxmin()]

@@ -214,8 +214,10 @@ class PositionalScheme(nn.Module):
         return None
 
 
-def overrides(scheme: PositionalScheme, hook: str) -> bool:
-    return getattr(type(scheme), hook) is not getattr(PositionalScheme, hook)
+def overrides(scheme: PositionalScheme | type[PositionalScheme], hook: str) -> bool:
+    """Whether a scheme (or its class: what tables of the registry ask) defines `hook` itself."""
+    cls = scheme if isinstance(scheme, type) else type(scheme)
+    return getattr(cls, hook) is not getattr(PositionalScheme, hook)
 
 
 def derived(scheme: PositionalScheme, hooks: tuple[str, ...]) -> bool:
