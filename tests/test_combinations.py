@@ -186,3 +186,42 @@ def test_inspect_draws_the_attention_each_layer_computes(name, options):
             seen = layer.window.visible(positions[:, None], positions)
             assert (weights.masked_select(~seen) == 0).all()
             x = block(x, positions, scheme, layer)
+
+
+EXPORT_CASES = [(name, {}) for name in SCHEMES] + [("rope", {"sinks": True}), ("alibi", {"window": 16})]
+
+
+@pytest.mark.slow  # trains, exports and evaluates each scheme as a user does
+@pytest.mark.parametrize(("name", "options"), EXPORT_CASES, ids=[f"{n}{o or ''}" for n, o in EXPORT_CASES])
+def test_an_export_scores_as_its_run_in_every_column(name, options, tmp_path):
+    """`posenc export RUN` then `posenc eval hf:EXPORT` gives the run's own numbers, column by column: as
+    trained, with an extension, and a column refused for the run is refused for its export."""
+    from conftest import evaluate, train
+    from posenc_cli.hf.export import export_run
+    from posenc_cli.rundir.loading import load_run
+
+    depth = max(2, SCHEMES[name].layers_needed)
+    overrides = [f"scheme={name}", f"model.n_layer={depth}", *(f"scheme.{k}={v}" for k, v in options.items())]
+    run = train(tmp_path, *overrides)
+    export_run(run, tmp_path / "export")
+    chars = load_run(run).tokenizer.chars  # a text both read whole: the run's own characters
+    (tmp_path / "text.txt").write_text("".join(chars[(i * 7 + i // 5) % len(chars)] for i in range(3000)))
+    asked = [
+        "--data",
+        str(tmp_path / "text.txt"),
+        "--lengths",
+        "64,128",
+        "--rope-scaling",
+        "none,self_extend",
+    ]
+    ours = evaluate(tmp_path, str(run), *asked, out="ours")
+    theirs = evaluate(tmp_path, f"hf:{tmp_path / 'export'}", *asked, out="theirs")
+
+    def columns(table):
+        extended = table["scheme"].str.contains("self_extend")
+        return {(bool(e), int(n)): p for e, n, p in zip(extended, table["eval_len"], table["ppl"])}
+
+    got, want = columns(theirs), columns(ours)
+    assert got.keys() == want.keys() or set(got) <= set(want), (got, want)
+    for key, ppl in got.items():
+        assert ppl == pytest.approx(want[key], rel=1e-4, nan_ok=True), key

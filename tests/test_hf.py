@@ -584,8 +584,8 @@ def passkey_text() -> str:
 
 @pytest.mark.parametrize("name", ["vt", "cwe"])
 def test_an_hf_model_is_asked_ruler_s_vt_and_cwe_in_english_and_scored_by_recall(tiny, name):
-    from posenc_cli.hf.model_loading import load_hf_model
     from posenc_cli.evaluation.probe import answer_words, recall, score
+    from posenc_cli.hf.model_loading import load_hf_model
 
     model = load_hf_model(f"hf:{tiny['root'] / 'llama'}")
     length = {"vt": 2 * CONTEXT, "cwe": 4 * CONTEXT}[name]  # RULER's 60 common entries take ~600 tokens here

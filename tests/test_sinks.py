@@ -35,11 +35,12 @@ def gpt_oss_attention(q, k, v, sinks, *, window: int | None = None) -> torch.Ten
     return combined.softmax(-1)[..., :-1] @ v
 
 
-def sunk_rope(window: int | None = None):
-    scheme = build_scheme("rope", H * D, H, block_size=8, sinks=True, window=window)
+def sunk_rope(window: int | None = None) -> LayerAttention:
+    """A rope layer with sinks (a window where given), its sink logits drawn wide so each head's counts."""
+    layer = LayerAttention.of(build_scheme("rope", H * D, H, block_size=8, sinks=True, window=window))
     with torch.no_grad():
-        scheme.sinks.logits.normal_(0, 2.0, generator=torch.Generator().manual_seed(5))
-    return scheme
+        layer.sinks.logits.normal_(0, 2.0, generator=torch.Generator().manual_seed(5))
+    return layer
 
 
 @pytest.mark.parametrize("window", [None, 5])
@@ -47,44 +48,45 @@ def sunk_rope(window: int | None = None):
 def test_the_sink_is_gpt_oss_softmax_in_values_and_the_sinks_gradient(window, budget, monkeypatch):
     if budget:
         monkeypatch.setattr(blocks_module, "MASK_BUDGET", budget)  # a few queries per block
-    scheme = sunk_rope(window)
+    layer = sunk_rope(window)
     q, k, v = (torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(s)) for s in (1, 2, 3))
-    got = attend(q, k, v, layer=LayerAttention.of(scheme))
-    want = gpt_oss_attention(q, k, v, scheme.sinks.logits, window=window)
+    got = attend(q, k, v, layer=layer)
+    want = gpt_oss_attention(q, k, v, layer.sinks.logits, window=window)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     weights = torch.randn(got.shape, generator=torch.Generator().manual_seed(4))
-    (got_grad,) = torch.autograd.grad((got * weights).sum(), scheme.sinks.logits)
-    (want_grad,) = torch.autograd.grad((want * weights).sum(), scheme.sinks.logits)
+    (got_grad,) = torch.autograd.grad((got * weights).sum(), layer.sinks.logits)
+    (want_grad,) = torch.autograd.grad((want * weights).sum(), layer.sinks.logits)
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-4, atol=1e-5)
 
 
 def test_the_reference_weights_drop_the_sinks_share_and_sum_to_less_than_one():
-    scheme = sunk_rope()
+    layer = sunk_rope()
     q, k, v = (torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(s)) for s in (1, 2, 3))
-    weights = reference_weights(q, k, LayerAttention.of(scheme))
+    weights = reference_weights(q, k, layer)
     torch.testing.assert_close(
-        weights @ v, gpt_oss_attention(q, k, v, scheme.sinks.logits), rtol=1e-5, atol=1e-5
+        weights @ v, gpt_oss_attention(q, k, v, layer.sinks.logits), rtol=1e-5, atol=1e-5
     )
     assert (weights.sum(-1) < 1).all()
 
 
 def test_a_sink_far_below_every_logit_is_plain_attention():
-    scheme = sunk_rope()
+    layer = sunk_rope()
     with torch.no_grad():
-        scheme.sinks.logits.fill_(-1e4)
+        layer.sinks.logits.fill_(-1e4)
     q, k, v = (torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(s)) for s in (1, 2, 3))
     plain = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    torch.testing.assert_close(attend(q, k, v, layer=LayerAttention.of(scheme)), plain, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(attend(q, k, v, layer=layer), plain, rtol=1e-5, atol=1e-6)
 
 
 def test_a_remap_with_sinks_merges_the_sink_as_one_more_part():
     """Self-Extend past its window with sinks: the remap's parts and the sink, merged by log-sum-exp,
     equal the per-pair reference (its weights over every pair at its part's positions)."""
-    scheme = sunk_rope()
+    sunk = sunk_rope()
+    scheme = sunk.scores
     extension = parse_method(
         "self_extend", ExtensionSettings(self_extend_window=4, self_extend_group=2)
     ).extension(8)
-    layer = LayerAttention.of(scheme).extended(extension)
+    layer = sunk.extended(extension)
     q, k, v = (torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(s)) for s in (1, 2, 3))
     q, k = scheme.rotate(q, k, torch.arange(T))
     rotation = scheme.rotation(T)
@@ -97,5 +99,12 @@ def test_sinks_on_a_preset_give_every_layer_its_own_and_name_the_column():
     cfg = ModelConfig(11, 16, ModelSize(n_layer=4, n_head=2, n_embd=16), "rnope_swa", {"sinks": True})
     model = GPT(cfg)
     logits = [layer.sinks.logits for layer in model.attention]
-    assert len({id(t) for t in logits}) == 4 and model.scheme.label == "rnope_swa+sinks+window=8"
+    assert len({id(t) for t in logits}) == 4 and model.scheme.label == "rnope_swa+window=8+sinks"
     assert sum("sinks" in name for name, _ in model.named_parameters()) == 4
+
+
+def test_sinks_on_a_plain_scheme_are_each_layers_own_as_gpt_osss_are():
+    model = GPT(ModelConfig(11, 16, ModelSize(n_layer=3, n_head=2, n_embd=16), "rope", {"sinks": True}))
+    names = [name for name, _ in model.named_parameters() if "sinks" in name]
+    assert names == [f"blocks.{i}.attn.sinks.logits" for i in range(3)]
+    assert model.scheme.label == "rope+sinks"

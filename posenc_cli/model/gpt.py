@@ -19,6 +19,7 @@ from posenc_cli.model.extension import ContextExtension
 from posenc_cli.model.layer_attention import LayerAttention
 from posenc_cli.model.positional import PositionalScheme, build_scheme
 from posenc_cli.model.shape import ModelConfig
+from posenc_cli.model.sinks import AttentionSinks
 from posenc_cli.model.window import FULL, AttentionWindow
 
 QK_NORM_EPS = 1e-5  # the rms_norm_eps of the Llama and SmolLM configs DroPE recalibrates
@@ -88,13 +89,14 @@ class CausalSelfAttention(nn.Module):
         # model.qk_norm: DroPE's QK-norm, one RMSNorm over all heads' q (and k), before the split
         self.q_norm = nn.RMSNorm(cfg.size.n_embd, eps=QK_NORM_EPS) if cfg.size.qk_norm else None
         self.k_norm = nn.RMSNorm(cfg.size.n_embd, eps=QK_NORM_EPS) if cfg.size.qk_norm else None
+        self.sinks: AttentionSinks | None = None  # scheme.sinks: this layer's own, set by the GPT
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, T, C) -> q, k, v (B, H, T, D), q and k normalised where model.qk_norm."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
+        if self.q_norm is not None and self.k_norm is not None:  # in fp32, as its weight is (bf16 autocast)
+            q, k = self.q_norm(q.float()).to(q.dtype), self.k_norm(k.float()).to(k.dtype)
         return tuple(t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # type: ignore[return-value]
 
     def forward(
@@ -166,10 +168,16 @@ class GPT(nn.Module):
         # the scheme each block calls: one shared instance, or the scheme's own per layer (FIRE per_layer);
         # a plain list, since the scheme already holds (and registers) every instance
         self.layer_schemes = self.scheme.for_layers(cfg.size.n_layer)
-        # how each block attends, built once from its scheme's options (with_extension builds others)
-        self.attention = [LayerAttention.of(s) for s in self.layer_schemes]
         self.tok = nn.Embedding(cfg.vocab_size, cfg.size.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.size.n_layer))
+        for block, scheme in zip(self.blocks, self.layer_schemes):  # scheme.sinks: each layer its own
+            block.attn.sinks = AttentionSinks(cfg.size.n_head) if scheme.has_sinks else None
+        # how each block attends, built once from its scheme's options (with_extension builds others)
+        self.trained_attention = [
+            LayerAttention.of(scheme, sinks=block.attn.sinks)
+            for block, scheme in zip(self.blocks, self.layer_schemes)
+        ]
+        self.attention = self.trained_attention
         self.ln_f = nn.LayerNorm(cfg.size.n_embd)
         self.head = nn.Linear(cfg.size.n_embd, cfg.vocab_size, bias=False)
         self.head.weight = self.tok.weight  # tied input and output embeddings
@@ -208,7 +216,7 @@ class GPT(nn.Module):
         """This model, its weights shared, with `extension` on each layer that takes one (full-attention
         RoPE) and every other layer as trained; None: every layer as trained. Nothing in `self` changes.
         Refused in one line (UsageError) where no layer takes it."""
-        trained = [LayerAttention.of(s) for s in self.layer_schemes]
+        trained = self.trained_attention
         layers = trained
         if extension is not None:
             refusals = [layer.extension_refusal(extension) for layer in trained]

@@ -71,10 +71,13 @@ class LayerAttention:
     sinks: AttentionSinks | None = None
 
     @classmethod
-    def of(cls, scheme) -> LayerAttention:
+    def of(cls, scheme, *, sinks: AttentionSinks | None = None) -> LayerAttention:
         """A layer as its scheme was built for it: its score rule and the attention options it was given
-        (scheme.window, scheme.temperature, scheme.sinks)."""
-        return cls(scheme, scheme.window, scheme.temperature, sinks=scheme.sinks)
+        (scheme.window, scheme.temperature, scheme.sinks: the layer's own `sinks`, fresh where none is
+        given)."""
+        if scheme.has_sinks and sinks is None:
+            sinks = AttentionSinks(scheme.n_head)
+        return cls(scheme, scheme.window, scheme.temperature, sinks=sinks if scheme.has_sinks else None)
 
     @property
     def adds_bias(self) -> bool:

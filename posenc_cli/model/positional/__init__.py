@@ -27,7 +27,6 @@ from posenc_cli.model.positional.sinusoidal import Sinusoidal
 from posenc_cli.model.positional.stickbreaking import StickBreaking
 from posenc_cli.model.positional.t5 import T5Bias
 from posenc_cli.model.positional.xpos import XPos
-from posenc_cli.model.sinks import AttentionSinks
 from posenc_cli.model.temperature import build_temperature
 from posenc_cli.model.window import AttentionWindow
 
@@ -82,7 +81,7 @@ def build_scheme(name: str, n_embd: int, n_head: int, *, block_size: int, **opti
                 f"scheme.sinks joins a softmax's denominator, and scheme={name} weighs its keys without one; "
                 "drop scheme.sinks"
             )
-        scheme.sinks = AttentionSinks(n_head) if sinks else None
+        scheme.has_sinks = sinks
         scheme.temperature = build_temperature(
             layer.pop("temperature", "none"), n_head=n_head, train_len=block_size, **option_keywords(layer)
         )

@@ -18,7 +18,6 @@ from torch import nn
 
 from posenc_cli.core.errors import require_bool
 from posenc_cli.model.extension.rotation import Rotation
-from posenc_cli.model.sinks import AttentionSinks
 from posenc_cli.model.temperature import QueryTemperature
 from posenc_cli.model.window import FULL, AttentionWindow
 
@@ -75,14 +74,15 @@ class PositionalScheme(nn.Module):
     # and the factor its queries are multiplied by (model/temperature.py)
     window: AttentionWindow = FULL
     temperature: QueryTemperature | None  # a submodule (SSMax learns), so set per instance in __init__
-    sinks: AttentionSinks | None  # a learned logit per head (model/sinks.py), set per instance too
+    has_sinks: bool = (
+        False  # scheme.sinks: each layer learns a sink logit per head (model/sinks.py, the model's)
+    )
 
     def __init__(self, n_embd: int, n_head: int, block_size: int):
         super().__init__()
         self.n_embd, self.n_head, self.block_size = n_embd, n_head, block_size
         self.head_dim = n_embd // n_head
         self.temperature = None
-        self.sinks = None
 
     @property
     def max_len(self) -> int | None:
@@ -98,8 +98,7 @@ class PositionalScheme(nn.Module):
     def column_options(self) -> tuple[str, ...]:
         """label_options, then the layer's window and temperature: what `label` names after the scheme."""
         temperature = self.temperature.options if self.temperature is not None else ()
-        sinks = self.sinks.options if self.sinks is not None else ()
-        return self.label_options + self.window.options + temperature + sinks
+        return self.label_options + self.window.options + temperature + (("sinks",) if self.has_sinks else ())
 
     @property
     def label_options(self) -> tuple[str, ...]:

@@ -77,6 +77,10 @@ class LayerSchedule(PositionalScheme):
         return (",".join(shown),)
 
     @property
+    def column_options(self) -> tuple[str, ...]:
+        return super().column_options + (("sinks",) if self.layer_sinks else ())
+
+    @property
     def least_depth(self) -> int:
         """The fewest layers the schedule builds at: its pattern's length."""
         return len(self.pattern)
@@ -87,8 +91,8 @@ class LayerSchedule(PositionalScheme):
                 f"scheme={self.name} sets windows and temperatures per layer; "
                 f"its options are {', '.join(self.own_options)}"
             )
-        if self.sinks is not None:  # scheme.sinks=true on the schedule: each layer has its own
-            self.sinks, self.layer_sinks = None, True
+        if self.has_sinks:  # scheme.sinks=true on the schedule: each layer has its own
+            self.has_sinks, self.layer_sinks = False, True
         if len(self.layers) != n_layer:
             specs = self.layer_specs(n_layer)
             if self.layer_sinks:
@@ -171,8 +175,7 @@ class IntervalSchedule(LayerSchedule):
 
     @property
     def label_options(self) -> tuple[str, ...]:
-        every = (f"every={self.every}",) if self.every != self.layers_needed else ()
-        return every + (("sinks",) if self.layer_sinks else ())
+        return (f"every={self.every}",) if self.every != self.layers_needed else ()
 
     @property
     def local_window(self) -> tuple[str, ...]:
