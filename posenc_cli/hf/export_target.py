@@ -97,4 +97,6 @@ class ExportModel(HFModel):
         if isinstance(variant, RefusedColumn):
             return replace(self.label, variant=variant.variant(self.label.variant))
         self.model.gpt = self.trained.with_extension(None if variant is None else variant.extension)
-        return self.label if variant is None else replace(self.label, variant=variant.variant)
+        if variant is None:
+            return self.label
+        return replace(self.label, variant=replace(variant.variant, options=self.label.variant.options))
