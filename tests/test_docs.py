@@ -196,13 +196,14 @@ def test_a_changing_figure_is_refused_anywhere_but_its_one_home(tmp_path):
 
 def smoke_commands(doc: Path) -> list[list[str]]:
     """posenc's arguments for each line of doc's ```bash runnable smoke blocks; a training gets
-    experiment=smoke last (a group Hydra composes first: the keys the line sets still win)."""
+    experiment=smoke last, in place of the experiment the line names (a group Hydra composes first: the
+    keys the line sets still win)."""
     found = []
     for block in RUNNABLE_SMOKE.findall(doc.read_text()):
         for line in block.replace("\\\n", " ").splitlines():
             args = shlex.split(line, comments=True)[1:]
             trains = args[:1] == ["train"] and "--cfg" not in args
-            found.append([*args, *SMOKE] if trains else args)
+            found.append([*(a for a in args if not a.startswith("experiment=")), *SMOKE] if trains else args)
     return found
 
 
@@ -214,6 +215,22 @@ def test_the_readmes_everyday_commands_run_as_written_at_the_smoke_budget(tmp_pa
         done = run_cli(*args, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
         assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done.stderr)
     assert (tmp_path / "my_model" / "modeling_posenc.py").is_file()
+
+
+@pytest.mark.slow  # trains four 4-layer runs at the smoke budget, then evaluates them
+def test_the_tutorials_commands_run_as_written_at_the_smoke_budget_at_equal_depth(tmp_path):
+    tutorial = ROOT / "docs" / "tutorial.md"
+    assert "docs/tutorial.md" in (ROOT / "README.md").read_text()
+    commands = smoke_commands(tutorial)
+    trainings = [args for args in commands if args[:1] == ["train"]]
+    assert any({"scheme=rope,alibi,irope,rnope_swa", "model.n_layer=4"} <= set(args) for args in trainings)
+    assert any(args[:1] == ["eval"] for args in commands), commands
+    for args in commands:
+        done = run_cli(*args, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done.stderr)
+    (table,) = (tmp_path / "outputs" / "eval").glob("*/comparison.md")
+    header = table.read_text().split("\n|")[1]
+    assert all(scheme in header for scheme in ("rope", "alibi", "irope", "rnope_swa")), header
 
 
 @pytest.mark.slow  # trains a smoke run
