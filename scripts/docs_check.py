@@ -1,10 +1,13 @@
-"""The docs name only what exists: every `tests/F.py::test`, every repo path, every option of a
+"""The docs name only what exists: every `tests/<file>.py::<test>`, every repo path, every option of a
 `posenc CMD ... --option` in code, every config key written `group.key=`, every `[link](doc.md#heading)`'s
 heading. And they read as a user's pages: no development-log talk (PROCESS_TALK), and each figure that a
-later measurement changes stated in its one home only (ONE_HOME). Run by `make lint`; prints one line
-per problem (FILE:LINE: what) and exits 1 if there is any.
+later measurement changes stated in its one home only (ONE_HOME). Run by `make lint`; A stated count of
+all schemes must be the registry's (SCHEME_COUNT), and the scripts' comments and docstrings follow the
+same rules of paths and process talk (SCRIPTS). Prints one line per problem (FILE:LINE: what) and exits
+1 if there is any.
 
-    python scripts/docs_check.py [DOC.md ...]   # default: README.md, docs/*.md, data/README.md, benchmarks/README.md
+    python scripts/docs_check.py [DOC.md|SCRIPT ...]   # default: README.md, docs/*.md, data/README.md,
+                                                       # benchmarks/README.md, scripts/*.py, scripts/*.sh
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ import html
 import re
 import shlex
 import sys
+import tokenize
 from pathlib import Path
 from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "docs/*.md", "data/README.md", "benchmarks/README.md")
+SCRIPTS = ("scripts/*.py", "scripts/*.sh")
 sys.path.insert(0, str(ROOT))  # this checkout's posenc_cli, not whichever one is installed
 
 TEST = re.compile(r"\b(tests/[\w/]+\.py)((?:::\w+)+)")
@@ -37,7 +42,7 @@ SETEXT_UNDERLINE = re.compile(r"^ {0,3}(=+|-+)\s*$")
 HTML_ID = re.compile(r"<[^>]*\s(?:id|name)=\"([^\"]+)\"")
 # Hydra's own flags, which `posenc train` passes through (its other arguments are overrides)
 HYDRA_FLAGS = {"--cfg", "--info", "--multirun", "--resolve", "--package", "--hydra-help"}
-# The words of a development log, not of a user's page: which issue, work session, person, branch or
+# The words of a development log, not of a user's page: which issue, sitting of work, person, branch or
 # machine of the project made a figure. A reader needs a figure's date, CPU, versions and command.
 PROCESS_TALK = {
     "an issue number": re.compile(r"\bissues? #?\d+\b|(?<![\w&/(])#\d+\b", re.I),
@@ -47,16 +52,43 @@ PROCESS_TALK = {
     "this project's machine": re.compile(r"\bthis project(?:'s| runs on)\b", re.I),
 }
 # Figures a later measurement changes live in one file; a copy elsewhere would go stale, so other pages
-# link to FIGURE_HOME's heading instead (benchmarks/ keeps dated history). NEAR: within one paragraph and
-# one sentence.
+# link to the figure's home heading instead (benchmarks/ keeps dated history). NEAR: within one paragraph
+# and one sentence. A figure is caught in digits and in words ("about twice three minutes").
 FIGURE_HOME = "docs/performance.md"
+HOME = f"{FIGURE_HOME}#current-figures"
 NEAR = r"(?:[^.\n]|\n(?![ \t]*\n)){0,200}?"
+IN_WORDS = (
+    r"\b(?:(?:about|roughly|nearly|under|within|over|longer than|near)\s+)?(?:(?:twice|half|three times)\s+)?"
+    r"(?:the\s+)?(?:one|two|three|four|five|six|seven|eight|nine|ten|a few)\s+minutes\b"
+)
 ONE_HOME = {
-    "make demo's wall time": re.compile(rf"make demo(?!`?'s)`?{NEAR}\b\d+ min \d+ s"),
-    "the suite's size": re.compile(r"\b\d[\d,]* tests\b"),
-    "the suite's time": re.compile(rf"make test(?:-\w+)?`?{NEAR}\b\d+ min \d+ s"),
-    "the AVX2 demo's projection": re.compile(rf"(?:AVX2|project(?:ed|ion)){NEAR}\b\d+½?\s?[–-]\s?\d+½? min"),
+    "make demo's wall time": (re.compile(rf"make demo(?!`?'s)`?{NEAR}\b\d+ min \d+ s"), HOME),
+    "the suite's size": (re.compile(r"\b\d[\d,]* tests\b"), HOME),
+    "the suite's time": (re.compile(rf"make test(?:-\w+)?`?{NEAR}\b\d+ min \d+ s"), HOME),
+    "the AVX2 demo's projection": (
+        re.compile(rf"(?:AVX2|project(?:ed|ion)){NEAR}\b\d+½?\s?[–-]\s?\d+½? min"),
+        HOME,
+    ),
+    "the demo's time in words": (re.compile(rf"(?:\bdemo\b|AVX2|main job){NEAR}{IN_WORDS}", re.I), HOME),
+    "a probe-preset run's CPU cost": (
+        re.compile(
+            rf"(?:experiment=probe|probe preset|128-token|needle){NEAR}\b\d[\d,]* CPU-(?:minutes|seconds)\b"
+        ),
+        "docs/probe.md#training-models-that-can-be-probed",
+    ),
 }
+# A stated count of every scheme ("all 16 schemes", "17 registered schemes", "the scheme group's 9"):
+# it must be len(SCHEMES), or better no count at all. A count of a subset ("the five chapter schemes") is not
+# one of these.
+NUMBER = r"\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|twenty"
+NUMBER_WORDS = NUMBER.split("|")[1:]
+SCHEME_COUNT = re.compile(
+    rf"\b(?P<b>{NUMBER})\s+(?:registered|built-in|built in|available)\s+(?:positional\s+)?schemes\b"
+    rf"|\b(?:lists|registers|holds|has)\s+(?P<c>{NUMBER})\s+(?:positional\s+)?schemes\b"
+    rf"|\b(?P<d>{NUMBER})\s+schemes\s+(?:in|of)\s+(?:the\s+)?(?:scheme group|registry|`SCHEMES`|all|total|posenc)\b"
+    rf"|\bscheme group(?:'s)?\s+(?:has\s+|holds\s+|lists\s+)?(?P<e>{NUMBER})\b",
+    re.I,
+)
 
 
 def command_options() -> dict[str, set[str]]:
@@ -199,23 +231,72 @@ def process_talk(text: str) -> list[tuple[int, str]]:
     return found
 
 
-def figures_off_home(text: str) -> list[tuple[int, str]]:
-    """(line, what) for each ONE_HOME figure text states: only FIGURE_HOME may."""
+def figures_off_home(text: str, doc: Path | None = None, root: Path = ROOT) -> list[tuple[int, str]]:
+    """(line, what) for each ONE_HOME figure text states: only the figure's home page may (and
+    benchmarks/, its dated history)."""
     return [
-        (
-            text.count("\n", 0, m.start()) + 1,
-            f"states {what}: its one home is {FIGURE_HOME}#current-figures, link there",
-        )
-        for what, rule in ONE_HOME.items()
+        (text.count("\n", 0, m.start()) + 1, f"states {what}: its one home is {home}, link there")
+        for what, (rule, home) in ONE_HOME.items()
+        if doc is None or not figures_may_live_in(doc, root, home.split("#")[0])
         for m in rule.finditer(text)
     ]
 
 
-def figures_may_live_in(doc: Path, root: Path) -> bool:
-    """FIGURE_HOME, and benchmarks/: dated snapshots, history that says when each figure held."""
-    return doc.resolve() == (root / FIGURE_HOME).resolve() or doc.resolve().is_relative_to(
-        root / "benchmarks"
-    )
+def figures_may_live_in(doc: Path, root: Path, home: str = FIGURE_HOME) -> bool:
+    """The figure's home (FIGURE_HOME unless named), and benchmarks/: dated snapshots, history that says
+    when each figure held."""
+    return doc.resolve() == (root / home).resolve() or doc.resolve().is_relative_to(root / "benchmarks")
+
+
+def scheme_counts(text: str, registered: int) -> list[tuple[int, str]]:
+    """(line, what) for each count of all schemes (SCHEME_COUNT) that is not the registry's."""
+    found = []
+    for m in SCHEME_COUNT.finditer(text):
+        said = next(group for group in m.groups() if group)
+        number = int(said) if said.isdigit() else NUMBER_WORDS.index(said.lower()) + 1
+        if number != registered:
+            found.append(
+                (
+                    text.count("\n", 0, m.start()) + 1,
+                    f"states {number} schemes, SCHEMES holds {registered}: state no count",
+                )
+            )
+    return found
+
+
+def script_comments(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of a script's comments, and of a Python script's module docstring: what a reader of
+    the script reads as prose. A shell script's # comments (its #! line left out)."""
+    text = path.read_text()
+    if path.suffix != ".py":
+        return [
+            (n, m[1])
+            for n, line in enumerate(text.splitlines(), 1)
+            if not line.startswith("#!") and (m := re.search(r"(?:^|\s)#(?![{#])(.*)$", line))
+        ]
+    found, first = [], True
+    for token in tokenize.generate_tokens(iter(text.splitlines(keepends=True)).__next__):
+        if token.type == tokenize.COMMENT:
+            found.append((token.start[0], token.string[1:]))
+        elif first and token.type == tokenize.STRING:
+            found += [(token.start[0] + i, line) for i, line in enumerate(token.string.splitlines())]
+        first = first and token.type in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENCODING)
+    return found
+
+
+def check_script(script: Path, *, root: Path) -> list[str]:
+    """One "SCRIPT:LINE: what" per path its comments name that does not exist, and per process talk."""
+    found = []
+    for number, comment in script_comments(script):
+        prose = re.sub(r"`[^`]*`", "``", comment)
+        found += [(number, what) for what in missing_names(comment, root)]
+        found += [
+            (number, f"process talk ({what}): {m[0]!r}")
+            for what, rule in PROCESS_TALK.items()
+            if what != "a work session" or not re.search(r"\bsession[._(]", prose)
+            for m in rule.finditer(prose)
+        ]
+    return [f"{script}:{number}: {what}" for number, what in found]
 
 
 def wrong_options(code: str, options: dict[str, set[str]]) -> list[str]:
@@ -269,8 +350,8 @@ def check(doc: Path, *, root: Path, options: dict[str, set[str]], keys: dict[str
     """One "DOC:LINE: what" per name in doc that does not exist."""
     text = doc.read_text()
     found = [(n, what) for n, line in enumerate(text.splitlines(), 1) for what in missing_names(line, root)]
-    found += broken_links(text, doc, root) + process_talk(text)
-    found += figures_off_home(text) if not figures_may_live_in(doc, root) else []
+    found += broken_links(text, doc, root) + process_talk(text) + figures_off_home(text, doc, root)
+    found += scheme_counts(text, registered_schemes())
     found += [
         (n, what)
         for n, code in code_pieces(text)
@@ -279,18 +360,33 @@ def check(doc: Path, *, root: Path, options: dict[str, set[str]], keys: dict[str
     return [f"{doc}:{number}: {what}" for number, what in sorted(found, key=lambda item: item[0])]
 
 
+@functools.cache
+def registered_schemes() -> int:
+    from posenc_cli.model.positional import SCHEMES
+
+    return len(SCHEMES)
+
+
 def doc_files() -> list[Path]:
     return sorted(p for pattern in DOCS for p in ROOT.glob(pattern))
 
 
+def script_files() -> list[Path]:
+    return sorted(p for pattern in SCRIPTS for p in ROOT.glob(pattern))
+
+
 def main(argv: list[str]) -> int:
-    docs = [Path(a) for a in argv] or doc_files()
+    given = [Path(a) for a in argv]
+    docs = [p for p in given if p.suffix not in (".py", ".sh")] if given else doc_files()
+    scripts = [p for p in given if p.suffix in (".py", ".sh")] if given else script_files()
     options, keys = command_options(), config_keys()
     problems = [p for doc in docs for p in check(doc, root=ROOT, options=options, keys=keys)]
+    problems += [p for script in scripts for p in check_script(script, root=ROOT)]
     print(
         "\n".join(problems)
-        or f"docs_check: {len(docs)} docs, every test, path, option, key and heading link they name exists;"
-        " no process talk, each changing figure in its one home"
+        or f"docs_check: {len(docs)} docs and {len(scripts)} scripts' comments, every test, path, option, key"
+        " and heading link they name exists; no process talk, each changing figure in its one home, no"
+        " wrong count of schemes"
     )
     return 1 if problems else 0
 

@@ -3,7 +3,7 @@
 # past it. Train sweep -> eval of the whole sweep directory (seeds aggregated as mean ± std) -> tables.
 #
 #   bash scripts/reproduce_table.sh                      # the full table (tiny model, 600 steps a run)
-#   JOBS=1 bash scripts/reproduce_table.sh               # without the joblib launcher (pip install 'posenc[cluster]')
+#   JOBS=1 bash scripts/reproduce_table.sh               # without the joblib launcher (in a checkout: pip install -e '.[cluster]')
 #   SEEDS=0 LENGTHS=128,256 bash scripts/reproduce_table.sh experiment=smoke   # a one-minute dry run
 #
 # Extra arguments are Hydra overrides for every training run (model=small, train.max_steps=1000, ...).

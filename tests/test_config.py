@@ -310,3 +310,19 @@ def test_a_plain_train_composes_and_validates_each_job_once_and_trains_the_confi
     assert [cfg.seed for cfg in trained] == ([0, 1] if sweep else [0])
     pattern = "outputs/sweeps/*/*/.hydra/config.yaml" if sweep else "outputs/runs/*/.hydra/config.yaml"
     assert len(list(tmp_path.glob(pattern))) == jobs  # Hydra's record of each job, written by run_job
+
+
+def test_no_experiment_preset_trips_its_own_warmup_warning():
+    """A preset's warm-up fits in its steps: `posenc train` warns when train.warmup_steps is longer than
+    train.max_steps (training/run_summary.py), and a preset must not trip its own warning."""
+    import yaml
+
+    from conftest import ROOT
+
+    defaults = TrainConfig()
+    presets = sorted((ROOT / "configs" / "experiment").glob("*.yaml"))
+    assert {p.stem for p in presets} >= {"smoke", "demo", "probe", "extend"}
+    for preset in presets:
+        train = yaml.safe_load(preset.read_text()).get("train") or {}
+        warmup = train.get("warmup_steps", defaults.warmup_steps)
+        assert warmup <= train.get("max_steps", defaults.max_steps), preset.name

@@ -196,13 +196,14 @@ def test_a_changing_figure_is_refused_anywhere_but_its_one_home(tmp_path):
 
 def smoke_commands(doc: Path) -> list[list[str]]:
     """posenc's arguments for each line of doc's ```bash runnable smoke blocks; a training gets
-    experiment=smoke last (a group Hydra composes first: the keys the line sets still win)."""
+    experiment=smoke last, in place of the experiment the line names (a group Hydra composes first: the
+    keys the line sets still win)."""
     found = []
     for block in RUNNABLE_SMOKE.findall(doc.read_text()):
         for line in block.replace("\\\n", " ").splitlines():
             args = shlex.split(line, comments=True)[1:]
             trains = args[:1] == ["train"] and "--cfg" not in args
-            found.append([*args, *SMOKE] if trains else args)
+            found.append([*(a for a in args if not a.startswith("experiment=")), *SMOKE] if trains else args)
     return found
 
 
@@ -214,6 +215,22 @@ def test_the_readmes_everyday_commands_run_as_written_at_the_smoke_budget(tmp_pa
         done = run_cli(*args, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
         assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done.stderr)
     assert (tmp_path / "my_model" / "modeling_posenc.py").is_file()
+
+
+@pytest.mark.slow  # trains four 4-layer runs at the smoke budget, then evaluates them
+def test_the_tutorials_commands_run_as_written_at_the_smoke_budget_at_equal_depth(tmp_path):
+    tutorial = ROOT / "docs" / "tutorial.md"
+    assert "docs/tutorial.md" in (ROOT / "README.md").read_text()
+    commands = smoke_commands(tutorial)
+    trainings = [args for args in commands if args[:1] == ["train"]]
+    assert any({"scheme=rope,alibi,irope,rnope_swa", "model.n_layer=4"} <= set(args) for args in trainings)
+    assert any(args[:1] == ["eval"] for args in commands), commands
+    for args in commands:
+        done = run_cli(*args, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done.stderr)
+    (table,) = (tmp_path / "outputs" / "eval").glob("*/comparison.md")
+    header = table.read_text().split("\n|")[1]
+    assert all(scheme in header for scheme in ("rope", "alibi", "irope", "rnope_swa")), header
 
 
 @pytest.mark.slow  # trains a smoke run
@@ -229,3 +246,63 @@ def test_the_readmes_python_example_runs_as_written_and_its_frame_is_ppl_csvs_ro
     written = pd.read_csv(tmp_path / "eval" / "ppl.csv")
     assert json.loads((tmp_path / "columns.json").read_text()) == list(written.columns)
     assert "effective_len_ppl" in written.columns and (tmp_path / "eval" / "probe.csv").is_file()
+
+
+def test_a_changing_figure_restated_in_words_or_away_from_its_own_home_is_refused(tmp_path):
+    text = (
+        "An AVX2-only CPU computes the demo in fp32 and took about twice\nthree minutes for it.\n"
+        "`make demo` on that machine gives the same verdicts within the three minutes.\n"
+        "The needle runs are at length 512, several times the 33 CPU-minutes of a 128-token run.\n"
+        "The eval took 30 min of wall time (19 CPU-minutes, 62 % of one core).\n"
+    )
+    found = sorted(docs_check.figures_off_home(text))
+    assert [(line, what.split(":")[0]) for line, what in found] == [
+        (1, "states the demo's time in words"),
+        (3, "states the demo's time in words"),
+        (4, "states a probe-preset run's CPU cost"),
+    ]
+    assert "docs/probe.md#training-models-that-can-be-probed" in found[2][1]
+    home = tmp_path / "docs" / "probe.md"
+    home.parent.mkdir()
+    home.write_text(text)
+    assert [what for _, what in docs_check.figures_off_home(text, home, tmp_path)] == [
+        what for _, what in found if "probe-preset" not in what
+    ]
+
+
+def test_a_stated_count_of_all_schemes_must_be_the_registrys():
+    from posenc_cli.model.positional import SCHEMES
+
+    n = len(SCHEMES)
+    text = (
+        "The scheme group lists 9 schemes; posenc has 16 registered schemes.\n"
+        f"posenc has {n} registered schemes, and make demo trains all five schemes of the chapters.\n"
+        "The five chapter schemes, 11 schemes × 3 tasks, and seventeen built-in schemes.\n"
+    )
+    found = docs_check.scheme_counts(text, n)
+    assert [(line, what.split(",")[0]) for line, what in found] == [
+        (1, "states 9 schemes"),
+        (1, "states 16 schemes"),
+        *([(3, "states 17 schemes")] if n != 17 else []),
+    ]
+
+
+def test_the_scripts_comments_and_docstrings_are_checked_but_their_code_is_not(tmp_path, capsys):
+    shell = tmp_path / "run.sh"
+    shell.write_text(
+        "#!/usr/bin/env bash\n# From issue #50: trains, then docs/no_such_page.md\n"
+        'echo "${#ARRAY[@]}" "#7"   # see docs/index.md\n'
+    )
+    python = tmp_path / "tool.py"
+    python.write_text(
+        '"""Measured for #51; it calls session.train_step."""\n\nPATTERN = "issue 12"  # fixed in session 4\n'
+    )
+    assert docs_check.main([str(shell), str(python)]) == 1
+    found = [line.split(": ", 1)[1] for line in capsys.readouterr().out.splitlines()]
+    assert found == [
+        "no file docs/no_such_page.md",
+        "process talk (an issue number): 'issue #50'",
+        "process talk (an issue number): '#51'",
+        "process talk (a work session): 'session'",
+    ]
+    assert {p.name for p in docs_check.script_files()} >= {"gpu_evidence.sh", "docs_check.py"}
