@@ -19,7 +19,7 @@ import pandas as pd
 from posenc_cli.core.choices import PPL_TOLERANCE, RETRIEVAL_THRESHOLD
 from posenc_cli.core.errors import require_number
 from posenc_cli.evaluation.labels import Label
-from posenc_cli.report.verdict import mean_of_all, per_column
+from posenc_cli.report.verdict import computed_columns, mean_of_all, per_column
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,7 @@ def failures(
     """Per column and length read: what did not hold there, or None where it held."""
     checks: dict[Label, dict[int, str | None]] = {}
     if ppl is not None:
+        ppl = ppl[ppl["scheme"].isin(computed_columns(ppl))]  # a refused column has no length, held or not
         means = ppl.groupby(["scheme", "eval_len"])["ppl"].agg(mean_of_all)
         reference = per_column(ppl, "reference_len")
         for (scheme, length), value in means.items():

@@ -41,6 +41,7 @@ LEARNED_BELOW_UNIGRAM = 0.8
 NO_VERDICT = "no verdict"
 
 
+NOT_COMPUTED = "not computed"  # a column the model cannot compute (its note says why): nothing to grade
 NOT_MEASURED = "not measured"  # no length past the model's own context: there was no extrapolation to grade
 
 
@@ -76,6 +77,7 @@ class Extrapolation:
     longest_compared: float  # what quality compares at the longest length (see `compared_perplexity`)
     best_longest_compared: float  # the same for the best learned scheme
     past_context: bool = True  # whether the longest length is past the model's own (real) context
+    computed: bool = True  # whether any token of the column was scored (a refused column: none)
 
     @property
     def stability(self) -> float:
@@ -91,6 +93,8 @@ class Extrapolation:
 
     @property
     def verdict(self) -> str:
+        if not self.computed:
+            return NOT_COMPUTED
         return verdict(self.stability, self.quality, self.learned, past_context=self.past_context)
 
 
@@ -135,10 +139,21 @@ def extrapolation(df: pd.DataFrame, longest: int) -> tuple[dict[Label, Extrapola
     learned = {s: f[3] for s, f in facts.items() if has_learned(f[0], f[2]) and math.isfinite(f[3])}
     best = min(learned, key=learned.get) if learned else None
     best_compared = learned[best] if best else math.nan
+    computed = computed_columns(df)
     return {
-        s: Extrapolation(*f, best_longest_compared=best_compared, past_context=longest > context[s])
+        s: Extrapolation(
+            *f, best_longest_compared=best_compared, past_context=longest > context[s], computed=s in computed
+        )
         for s, f in facts.items()
     }, best
+
+
+def computed_columns(ppl: pd.DataFrame) -> set:
+    """The columns any token was scored in: a column the model cannot compute (a refused --rope-scaling
+    method, its note says why) scores none at any length."""
+    if "tokens" not in ppl:
+        return set(ppl["scheme"])
+    return set(ppl.loc[ppl["tokens"] > 0, "scheme"]) | set(ppl.loc[ppl["ppl"].notna(), "scheme"])
 
 
 def bands_text(bands: list[tuple[float, str]]) -> str:

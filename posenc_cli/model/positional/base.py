@@ -16,6 +16,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from posenc_cli.core.choices import LAYER_OPTIONS
 from posenc_cli.core.errors import require_bool
 from posenc_cli.model.extension.rotation import Rotation
 from posenc_cli.model.temperature import QueryTemperature
@@ -65,6 +66,8 @@ class PositionalScheme(nn.Module):
     # True: the constructor takes RoPE context extension (scaling, scaling_factor, scaling_len,
     # yarn_alpha, yarn_beta; see rope_scaling.py), both for training and for `posenc eval --rope-scaling`
     scalable: ClassVar[bool] = False
+    # the attention options (core.choices.LAYER_OPTIONS) the scheme's layers take from it
+    layer_options: ClassVar[tuple[str, ...]] = LAYER_OPTIONS
     # the model depth the scheme needs at its defaults (a layer schedule's interval): what tests and
     # benchmarks build it at; a shallower model is refused by for_layers
     layers_needed: ClassVar[int] = 1

@@ -34,6 +34,7 @@ class LayerSchedule(PositionalScheme):
 
     name = "schedule"
     kind = "schedule"
+    layer_options = ("sinks",)  # windows and temperatures are each layer's own (pattern entries, presets)
     relative = "explicit"  # replaced per instance by the strongest of its layers'
     claim = Claim(used_by="Llama 4, SmolLM3, Command R7B, Gemma 3 (one scheme per layer)")
 
@@ -89,7 +90,7 @@ class LayerSchedule(PositionalScheme):
         if not self.window.full or self.temperature is not None:
             raise UsageError(
                 f"scheme={self.name} sets windows and temperatures per layer; "
-                f"its options are {', '.join(self.own_options)}"
+                f"its options are {', '.join([*self.own_options, *self.layer_options])}"
             )
         if self.has_sinks:  # scheme.sinks=true on the schedule: each layer has its own
             self.has_sinks, self.layer_sinks = False, True
