@@ -1,4 +1,4 @@
-"""How often one parameter's calls climb back to a higher layer (issue #63's measure of a message bus).
+"""How often one parameter's calls climb back to a higher layer: how far a value travels as a message bus.
 
 Static (AST): from FUNCTION's PARAM, every call whose argument is the parameter, an alias of it or an
 attribute of it (`o.scoring`) is followed into the callee's matching parameters (module-level functions,
@@ -9,7 +9,7 @@ functions entered are listed in the order first entered, and a climb is a functi
 layer (pyproject's import-linter layers) than the one entered just before it.
 
 usage: layer_climbs.py MODULE:FUNCTION PARAM [MODULE:FUNCTION PARAM ...]   (prints each path and its count)
-       layer_climbs.py --check   (the two paths issue #63 bounds, against their targets; exits 1 past one)
+       layer_climbs.py --check   (the two bounded paths, against their targets; exits 1 past one)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-# issue #63: following `options` from run_eval at most 8 climbs; `args` from train_with at most 12
+# following `options` from run_eval at most 8 climbs; `args` from train_with at most 12
 TARGETS = {
     ("posenc_cli.report.run_eval:run_eval", "options"): 8,
     ("posenc_cli.training.launch:train_with", "args"): 12,

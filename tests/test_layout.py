@@ -159,7 +159,7 @@ def test_no_import_cycle_remains_counting_imports_inside_functions():
     assert result.returncode == 0 and "no import cycle" in result.stdout, result.stdout
 
 
-def test_options_and_args_climb_back_to_a_higher_layer_no_more_than_issue_63_allows():
+def test_evals_options_and_trains_args_climb_back_to_a_higher_layer_at_most_8_and_12_times():
     """Following `options` from report.run_eval:run_eval down the calls, they climb back to a higher
     layer at most 8 times; `args` from training.launch:train_with at most 12 (scripts/layer_climbs.py,
     which `--check`s the same bounds)."""
