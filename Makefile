@@ -36,6 +36,7 @@ lint: $(VENV)/.installed
 	$(BIN)/lint-imports   # the layers of pyproject.toml [tool.importlinter]: imports only run downward
 	$(BIN)/python scripts/import_cycles.py   # and no cycle inside a layer, imports in functions counted
 	$(BIN)/python scripts/function_sizes.py   # no function over 60 lines, keyword-only past the third; no module over 350
+	$(BIN)/python scripts/layer_climbs.py --check   # eval's options and train's args climb back up the layers at most 8 and 12 times
 	$(BIN)/mypy --follow-imports=silent --ignore-missing-imports scripts/eval_targets_conform.py   # eval targets
 	$(BIN)/python scripts/docs_check.py   # every test, path, option, config key and heading link the docs name exists; no process talk; each changing figure in its one home
 

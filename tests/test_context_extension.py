@@ -292,3 +292,44 @@ def test_an_extensions_memory_grows_linearly_with_the_length(text):
     extension = parse_method(text, ExtensionSettings()).extension(8192)
     at = {T: extension.extra_bytes(batch=1, heads=9, length=T, head_dim=64) for T in (16384, 32768)}
     assert at[32768] <= 2 * at[16384] and at[32768] < 32768**2 * 4 / 4
+
+
+@pytest.mark.parametrize(
+    "scheme, method",
+    [
+        ("rope", None),  # the kernel's whole causal path
+        ("alibi", None),  # a bias of the distance: the Toeplitz path
+        ("fire", None),  # a bias built per pair: the blocked path
+        ("cope", None),  # a content score: blocked, per sequence and head
+        ("fox", None),
+        ("stickbreaking", None),  # a softmax replaced: four planes per block
+        ("rope", "self_extend"),  # a remap's parts (ContextExtension.extra_bytes)
+        ("rope", "dca"),
+        ("rope", "logn"),
+    ],
+)
+def test_the_forward_estimate_bounds_what_a_forward_holds(scheme, method):
+    """What the memory checks read (config.forward_memory: eval's memory_short, sample's
+    check_context_memory, training's activations) is at least the tensor memory a scoring forward holds
+    at once, measured, on every path of the executor, at a length past one block of queries; and its
+    attention stays a few blocks of queries at any length, where the old estimate counted the T x T
+    scores of every head at once."""
+    from posenc_cli.bench.scheme_costs import peak_tensor_mib
+    from posenc_cli.config.forward_memory import forward_of
+    from posenc_cli.evaluation.perplexity import LogitsScorer
+
+    batch, length, vocab = 2, 2048, 256
+    cfg = ModelConfig.from_dict(
+        {"scheme": scheme, "n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 256, "vocab_size": vocab}
+    )
+    model, extensions = GPT(cfg), []
+    if method is not None:
+        extensions = [parse_method(method, ExtensionSettings()).extension(256)]
+        model = model.with_extension(extensions[0])
+    ids = torch.randint(0, vocab, (batch, length + 1), generator=torch.Generator().manual_seed(0))
+    scorer = LogitsScorer(model)
+    measured = peak_tensor_mib(lambda: scorer.token_nll(ids[:, :-1], ids[:, 1:])) * 2**20
+    forward = forward_of(cfg.size, vocab, batch=batch, length=length)
+    assert measured <= forward.bytes(extensions)
+    longer = forward_of(cfg.size, vocab, batch=batch, length=8 * length)
+    assert longer.attention() <= forward.attention()  # blocks within MASK_BUDGET; every score at once: 64x

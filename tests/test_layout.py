@@ -159,6 +159,20 @@ def test_no_import_cycle_remains_counting_imports_inside_functions():
     assert result.returncode == 0 and "no import cycle" in result.stdout, result.stdout
 
 
+def test_evals_options_and_trains_args_climb_back_to_a_higher_layer_at_most_8_and_12_times():
+    """Following `options` from report.run_eval:run_eval down the calls, they climb back to a higher
+    layer at most 8 times; `args` from training.launch:train_with at most 12 (scripts/layer_climbs.py,
+    which `--check`s the same bounds)."""
+    spec = importlib.util.spec_from_file_location("layer_climbs", ROOT / "scripts" / "layer_climbs.py")
+    climbs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(climbs)
+    options = climbs.walk("posenc_cli.report.run_eval:run_eval", "options", ROOT)
+    args = climbs.walk("posenc_cli.training.launch:train_with", "args", ROOT)
+    assert options.climbs() <= 8, climbs.report(options)
+    assert args.climbs() <= 12, climbs.report(args)
+    assert len(options.order) > 10  # the walk found the path: checks, loading, scoring, writing
+
+
 def test_every_function_and_module_keeps_to_the_size_rules_or_is_a_named_exception():
     """No function over 60 lines, none with more than three positional parameters, no module over 350
     lines, unless scripts/function_sizes.py's EXCEPTIONS or LONG_MODULES names it and says why (and they

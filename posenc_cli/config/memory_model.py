@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from posenc_cli.config.forward_memory import Forward
 from posenc_cli.config.hydra_args import one_line
 from posenc_cli.config.schema import PosencConfig
 from posenc_cli.core.device import free_memory
@@ -51,12 +52,13 @@ def memory_needed(
     floats a layer keeps for its bias (FIRE's MLP over every pair), per sequence with randomized positions
     or where `per_sequence` (a bias read from content: CoPE, FoX)."""
     tc, mc = cfg.train, cfg.model
-    d, layers, vocab, tokens = mc.n_embd, mc.n_layer, 256, tc.batch_size * tc.block_size
+    d, layers, vocab = mc.n_embd, mc.n_layer, 256
     params = vocab * d + layers * (12 * d * d + 13 * d)
+    step = Forward(tc.batch_size, tc.block_size, d, layers, mc.n_head, vocab)  # kept for the backward
     return {
         "model.n_embd/model.n_layer (weights, gradients, optimizer)": 16.0 * params,
         "the scheme's parameters (scheme.max_len, train.max_position, an MLP's size)": 16.0 * positional,
-        "train.batch_size x train.block_size (activations)": 4.0 * tokens * (layers * 16 * d + 3 * vocab),
+        "train.batch_size x train.block_size (activations)": float(step.activations() + step.logits(3)),
         "the scheme's bias over every pair (its MLP's width and depth)": 4.0
         * layers
         * bias

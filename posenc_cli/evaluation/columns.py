@@ -5,9 +5,10 @@ report.run_eval and report.run_probe."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from posenc_cli.core.errors import UsageError, require_number
+from posenc_cli.core.option_groups import Extension
 from posenc_cli.evaluation.labels import Label, pretended_context, with_tokenizer
 from posenc_cli.evaluation.longrope_file import read_factors
 from posenc_cli.evaluation.target import EvalTarget
@@ -15,6 +16,11 @@ from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings, 
 from posenc_cli.model.positional.rope_scaling import MAX_FACTOR, METHODS
 
 SCALINGS = tuple(m for m in METHODS if ContextMethod(m).scales)  # the methods a --rope-factor applies to
+
+
+def extension_settings(extension: Extension) -> ExtensionSettings:
+    """The model layer's settings of the extensions (--self-extend-group, ...): the extension group whole."""
+    return ExtensionSettings(**asdict(extension))
 
 
 def rope_methods(

@@ -19,7 +19,7 @@ import torch
 from posenc_cli.core.choices import EVAL_MODES as MODES
 from posenc_cli.core.choices import LEARNED_OVERFLOWS as OVERFLOWS
 from posenc_cli.core.device import autocast
-from posenc_cli.core.errors import UsageError
+from posenc_cli.core.errors import UsageError, require_positive_int
 from posenc_cli.data import token_window
 from posenc_cli.model import token_nll
 
@@ -221,6 +221,17 @@ def unigram_perplexity(tokens) -> float:
     counts = np.bincount(np.asarray(tokens, dtype=np.int64))
     p = counts[counts > 0] / counts.sum()
     return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def check_windows(mode: str, stride: int | None, max_tokens: int) -> None:
+    """--mode, --stride and --max-tokens, checked together before any model is loaded."""
+    if stride is not None:
+        if mode != "sliding":
+            raise UsageError(
+                f"--stride {stride} is only used with --mode sliding; drop it or add --mode sliding"
+            )
+        require_positive_int("--stride", stride)
+    require_positive_int("--max-tokens", max_tokens)
 
 
 def parse_lengths(text: str) -> list[int]:

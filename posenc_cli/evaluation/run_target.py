@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from posenc_cli.config.forward_memory import forward_of
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError
 from posenc_cli.data import token_window
@@ -223,19 +224,12 @@ def unscaled_reason(scheme: PositionalScheme) -> str:
 
 
 def memory_short(run: RunTarget, tokens: int, device: torch.device) -> str | None:
-    """Why one forward of `tokens` tokens (windows batched up to TOKENS_PER_FORWARD tokens) does not
-    fit: its fp32 activations, logits and attention scores against what the device has free; None if
-    it fits."""
-    cfg = run.model.cfg.size
-    batched = max(tokens, TOKENS_PER_FORWARD)
-    need = 4 * batched * (len(run.tokenizer) + 16 * cfg.n_embd * cfg.n_layer + cfg.n_head * tokens)
-    windows, head_dim = batched // tokens, cfg.n_embd // cfg.n_head
-    need += max(
-        (
-            e.extra_bytes(batch=windows, heads=cfg.n_head, length=tokens, head_dim=head_dim)
-            for e in run.extensions
-        ),
-        default=0,
+    """Why one forward of `tokens` tokens, windows batched as LogitsScorer batches them, does not fit:
+    what the forward holds (config.forward_memory: activations, logits, the executor's blocks of
+    attention, the asked columns' largest extension) against what the device has free; None if it fits."""
+    windows = max(1, TOKENS_PER_FORWARD // tokens)  # LogitsScorer.batch_size
+    need = forward_of(run.model.cfg.size, len(run.tokenizer), batch=windows, length=tokens).bytes(
+        run.extensions
     )
     free = free_memory(device)
     if free is None or need <= free:

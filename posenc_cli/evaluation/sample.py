@@ -14,6 +14,7 @@ from typing import Iterator
 
 import torch
 
+from posenc_cli.config.forward_memory import forward_of
 from posenc_cli.core import ui
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError, require_int, require_positive_int, require_seed
@@ -87,10 +88,9 @@ def within_table(limit: int | None, prompt_len: int, tokens: int, *, who: str, s
 
 
 def check_context_memory(run: LoadedRun, context: int, device: torch.device) -> None:
-    """The last step reads `context` tokens at once (the window, or the prompt and every token): its
-    logits and activations must fit, or the run is refused before it starts rather than killed later."""
-    cfg = run.model.cfg.size
-    need = 4 * context * (len(run.tokenizer) + 16 * cfg.n_embd * cfg.n_layer)  # fp32 bytes of one forward
+    """The last step reads `context` tokens at once (the window, or the prompt and every token): what that
+    forward holds (config.forward_memory) must fit, or the run is refused before it starts, not killed later."""
+    need = forward_of(run.model.cfg.size, len(run.tokenizer), batch=1, length=context).bytes()
     free = free_memory(device)
     if free is not None and need > free:
         raise UsageError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from posenc_cli.config.forward_memory import extension_bytes
 from posenc_cli.core.device import free_memory
 from posenc_cli.core.errors import UsageError
 from posenc_cli.model.extension import ContextExtension
@@ -37,12 +38,13 @@ def forward_bytes(config, length: int, *, weights: int, element: int, eager: boo
 
 def extended_bytes(config, extension: ContextExtension, length: int) -> int:
     """What a column with a training-free extension adds to forward_bytes: the extension's own blocks
-    and moved rows (ContextExtension.extra_bytes), and the fp32 queries, keys and values it is given,
-    keys and values repeated for grouped-query attention (hf.extended_attention)."""
+    and moved rows (config.forward_memory.extension_bytes, as for a posenc run's forward), and the fp32
+    queries, keys and values it is given, keys and values repeated for grouped-query attention
+    (hf.extended_attention)."""
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     given = 3 * heads * length * head_dim * 4
-    return given + extension.extra_bytes(batch=1, heads=heads, length=length, head_dim=head_dim)
+    return given + extension_bytes([extension], batch=1, heads=heads, length=length, head_dim=head_dim)
 
 
 def check_weights_fit(config, elements: int, *, element: int, devices: list[torch.device], name: str) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 from posenc_cli.core.errors import UsageError
+from posenc_cli.core.option_groups import EvalOptions, HfLoading, ProbeOptions
+from posenc_cli.core.options import refuse_unread
 from posenc_cli.evaluation.run_target import RunTarget
 from posenc_cli.evaluation.target import EvalTarget
 from posenc_cli.hf.export_loading import is_export
@@ -12,6 +15,8 @@ from posenc_cli.hf.model_loading import load_hf_model
 from posenc_cli.hf.models import PREFIX, is_hf
 from posenc_cli.rundir.loading import load_run
 from posenc_cli.rundir.selection import Skipped, finished_runs
+
+HF_READ = tuple(f.name for f in fields(HfLoading))  # read only to load hf: models
 
 
 def load_targets(
@@ -47,3 +52,11 @@ def named_runs(runs: list[str], data: Path | None) -> list[str]:
         export = f"{given} is a posenc export, scored as {name}, which " if given != name else f"{name} "
         raise UsageError(f"{export}needs --data FILE: the text to evaluate it on (its own tokenizer is used)")
     return named
+
+
+def refuse_hf_options_without_hf(options: EvalOptions | ProbeOptions, names: list[str]) -> None:
+    """--hf-context, --dtype and --device-map load hf: models; with none among the targets they are refused."""
+    if not any(is_hf(name) for name in names):
+        refuse_unread(
+            options, HF_READ, why="without an hf: model among the targets (posenc runs score in fp32)"
+        )

@@ -6,7 +6,7 @@ The command only parses and prints; the Python API only spells its keywords as t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +15,30 @@ import torch
 
 from posenc_cli.core import ui
 from posenc_cli.core.device import resolve_device
-from posenc_cli.core.errors import UsageError, require_positive_int
+from posenc_cli.core.errors import UsageError
 from posenc_cli.core.file_sets import SetKind
-from posenc_cli.core.option_groups import EvalOptions, HfLoading, ProbeOptions
+from posenc_cli.core.option_groups import EvalOptions, ProbeOptions
 from posenc_cli.core.options import check_given, given, options_of, refuse_unread
 from posenc_cli.core.ui import announce
-from posenc_cli.evaluation.columns import as_trained, column_label, rope_methods, unscalable_note
+from posenc_cli.evaluation.columns import (
+    as_trained,
+    column_label,
+    extension_settings,
+    rope_methods,
+    unscalable_note,
+)
 from posenc_cli.evaluation.eval_plan import RunPlan, Scoring, plan_runs
 from posenc_cli.evaluation.eval_scoring import score_variant, unscored_row
 from posenc_cli.evaluation.eval_text import EvalText, eval_text
 from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers
-from posenc_cli.evaluation.perplexity import parse_lengths, parse_overflow
+from posenc_cli.evaluation.perplexity import check_windows, parse_lengths, parse_overflow
 from posenc_cli.evaluation.run_target import RunTarget
 from posenc_cli.evaluation.target import EvalTarget, RefusedColumn
 from posenc_cli.evaluation.task_accuracy import task_accuracy, task_targets
 from posenc_cli.hf.export_target import ExportModel
 from posenc_cli.hf.loading_options import hf_options
-from posenc_cli.hf.models import is_hf
-from posenc_cli.hf.targets import load_targets, named_runs
-from posenc_cli.model.extension.method import ContextMethod, ExtensionSettings
+from posenc_cli.hf.targets import load_targets, named_runs, refuse_hf_options_without_hf
+from posenc_cli.model.extension.method import ContextMethod
 from posenc_cli.model.flex import ATTENTION_BACKEND, attention_backend, flex_takes
 from posenc_cli.report.effective_length import LengthRule, with_ppl_length
 from posenc_cli.report.output_sets import write_eval_outputs
@@ -41,26 +46,12 @@ from posenc_cli.report.results_file import provenance
 from posenc_cli.report.task_tables import write_task_outputs
 from posenc_cli.rundir.destinations import default_out, owned_out
 
-HF_READ = tuple(f.name for f in fields(HfLoading))  # read only to load hf: models
 TASKS_READ = (
     "lengths",
     "out",
     "device",
     "force",
 )  # all a task eval reads besides RUNS: exact match by length
-
-
-def extension_settings(options: EvalOptions | ProbeOptions) -> ExtensionSettings:
-    """The model layer's settings of the extensions (--self-extend-group, ...): the extension group whole."""
-    return ExtensionSettings(**asdict(options.extension))
-
-
-def refuse_hf_options_without_hf(options: EvalOptions | ProbeOptions, names: list[str]) -> None:
-    """--hf-context, --dtype and --device-map load hf: models; with none among the targets they are refused."""
-    if not any(is_hf(name) for name in names):
-        refuse_unread(
-            options, HF_READ, why="without an hf: model among the targets (posenc runs score in fp32)"
-        )
 
 
 @dataclass(frozen=True)
@@ -79,7 +70,7 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class CheckedEval:
-    """An eval's options once checked, parsed as the work takes them."""
+    """An eval's options once checked, parsed as the work takes them: what run_eval reads past the checks."""
 
     out: Path | None  # --out, owned by this command (None: the default, made once the work is done)
     names: list[str]  # the targets as named (a posenc export as hf:EXPORT)
@@ -87,12 +78,18 @@ class CheckedEval:
     overflows: list[str]
     methods: list[ContextMethod]
     device: Any  # a torch.device
+    scoring: Scoring  # --mode and --stride (check_windows) on the device
+    max_tokens: int  # checked with them
+    rope_factor: float | None  # bounded, and only with a frequency scaling (rope_methods)
+    add_context: bool
+    backend: str  # --attention-backend, auto resolved for the device (resolved_backend)
+    hf: dict  # how hf: targets are loaded, checked (hf.loading_options)
 
 
 def checked_eval(o: EvalOptions) -> CheckedEval:
     """Every option of `o` checked, before any model is loaded: the flags, the fixed names, the values, the options
     only another path reads (--documents without --data, --text-field without a dataset, hf: options
-    without an hf: model), and --out (not another kind of output set, unless --force)."""
+    without an hf: model), --out (not another kind of output set, unless --force), and how hf: models load."""
     check_given(o)
     s, t = o.scoring, o.text
     out = owned_out(o.outputs.out, SetKind.EVALUATION, force=o.outputs.force)
@@ -100,7 +97,7 @@ def checked_eval(o: EvalOptions) -> CheckedEval:
     methods = rope_methods(
         o.scaling.rope_scaling,
         o.scaling.rope_factor,
-        extension_settings(o),
+        extension_settings(o.extension),
         longrope_factors=o.scaling.longrope_factors,
     )
     check_windows(s.mode, s.stride, s.max_tokens)
@@ -111,22 +108,29 @@ def checked_eval(o: EvalOptions) -> CheckedEval:
         refuse_unread(o, ("text_field",), why="without --data hf:DATASET (a column of a dataset's rows)")
     names = named_runs(o.runs, t.data)
     refuse_hf_options_without_hf(o, names)
-    return CheckedEval(out, names, wanted, overflows, methods, resolve_device(o.running.device))
+    device = resolve_device(o.running.device)
+    backend = resolved_backend(o.running.attention_backend, device)
+    hf = hf_loading(o, device)
+    scoring = Scoring(s.mode, s.stride, device)
+    return CheckedEval(
+        out, names, wanted, overflows, methods, device, scoring, s.max_tokens, o.scaling.rope_factor,
+        o.running.add_context, backend, hf,
+    )  # fmt: skip
 
 
 def run_eval(options: EvalOptions, *, write: bool = True) -> Evaluation:
     """Every target of `options` at every length; the output set in --out (outputs/eval/<time> when it is
     not given), or none when `write` is False and no --out is given (posenc.evaluate without `out`)."""
     o, c = options, checked_eval(options)
-    s, t = o.scoring, o.text
-    loaded, why, skipped = load_targets(c.names, "evaluate", hf_loading(o, c.device))
+    t = o.text
+    loaded, why, skipped = load_targets(c.names, "evaluate", c.hf)
     tasks = task_targets(loaded)
     if tasks is not None:  # task runs: --lengths are instance lengths, scored by exact match
         unread = [f.name for f in options_of(EvalOptions) if f.name not in TASKS_READ]
         refuse_unread(o, unread, why="for task runs, scored by exact match")
         accuracy = task_accuracy(tasks, c.lengths, device=c.device)
         out = c.out or (default_out("eval") if write else None)  # made only once the work is done
-        made = provenance(loaded, options=given(o), data_path=t.data, device=c.device)
+        made = provenance(loaded, options=given(o), data_path=None, device=c.device)  # --data refused above
         written = write_task_outputs(accuracy, out, made=[made]) if out is not None else []
         return Evaluation(pd.DataFrame(), pd.DataFrame(), {}, out, written, tasks=accuracy)
     if "window" in c.overflows and all(target.max_len is None for target in loaded):
@@ -134,22 +138,8 @@ def run_eval(options: EvalOptions, *, write: bool = True) -> Evaluation:
             "--learned-overflow window scores past a position table, and no target here has one (learned); drop it"
         )
     text = eval_text(t.data, loaded, text_field=t.text_field, documents=t.documents) if t.data else None
-    backend = resolved_backend(o.running.attention_backend, c.device)
-    with attention_backend(backend):
-        df, positions, info = evaluate_runs(
-            loaded,
-            lengths=c.lengths,
-            mode=s.mode,
-            stride=s.stride,
-            max_tokens=s.max_tokens,
-            text=text,
-            device=c.device,
-            rope_scaling=c.methods,
-            rope_factor=o.scaling.rope_factor,
-            why=why,
-            learned_overflow=c.overflows,
-            add_context=o.running.add_context,
-        )
+    with attention_backend(c.backend):
+        df, positions, info = evaluate_runs(loaded, c, text=text, why=why)
     df = with_ppl_length(df, LengthRule(**asdict(o.rule)))  # ppl.csv's rows, written or not
     out = c.out or (default_out("eval") if write else None)  # made only once the work is done
     if out is None:
@@ -209,17 +199,6 @@ DYNAMIC_AS_NTK = (
 )
 
 
-def check_windows(mode: str, stride: int | None, max_tokens: int) -> None:
-    """--mode, --stride and --max-tokens, checked together before any model is loaded."""
-    if stride is not None:
-        if mode != "sliding":
-            raise UsageError(
-                f"--stride {stride} is only used with --mode sliding; drop it or add --mode sliding"
-            )
-        require_positive_int("--stride", stride)
-    require_positive_int("--max-tokens", max_tokens)
-
-
 def overflow_variants(run, overflows: list[str]) -> list[tuple[str, int | None]]:
     """(label overflow, context cap) pairs: a run with a position table once per choice, `window` for the
     one scored past its table through windows of max_len tokens; any other run once, as it is."""
@@ -242,33 +221,21 @@ def same_computation(methods: list[ContextMethod], rope_factor) -> tuple[list[Co
 
 
 def evaluate_runs(
-    runs: list[EvalTarget],
-    *,
-    lengths: list[int],
-    mode: str,
-    stride: int | None,
-    max_tokens: int,
-    text: EvalText | None,
-    device,
-    rope_scaling: list[ContextMethod] | None = None,
-    rope_factor: float | None = None,
-    why: str = "",
-    learned_overflow: tuple[str, ...] | list[str] = ("dash",),
-    add_context: bool = False,
+    runs: list[EvalTarget], checked: CheckedEval, *, text: EvalText | None, why: str = ""
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[Label, dict]]:
     """Every run at each of its lengths (perplexity.target_lengths), rotary runs once per RoPE scaling
     method, runs with a position table once per overflow choice: tidy ppl rows, per-position rows,
     and per-scheme facts (positional parameters, relative-position kind, used by) for the report. Each
     row carries the unigram perplexity of the tokens it scores (unigram_ppl), the bar a model must
     clear to get a verdict. A run is a posenc run (`RunTarget`) or a Hugging Face model (`HFModel`)."""
-    scoring = Scoring(mode, stride, device)
-    methods, standing = same_computation(rope_scaling or [ContextMethod()], rope_factor)
+    c, scoring, rope_factor = checked, checked.scoring, checked.rope_factor
+    methods, standing = same_computation(c.methods or [ContextMethod()], rope_factor)
     plans = plan_runs(  # bad input is found before any work
         runs,
         text,
-        lengths=lengths,
-        add_context=add_context,
-        max_tokens=max_tokens,
+        lengths=c.lengths,
+        add_context=c.add_context,
+        max_tokens=c.max_tokens,
         scoring=scoring,
         rope_scaling=methods,
         rope_factor=rope_factor,
@@ -281,7 +248,7 @@ def evaluate_runs(
         (run, variant, overflow, context)
         for run in runs
         for variant in plans[id(run)].variants
-        for overflow, context in overflow_variants(run, learned_overflow)
+        for overflow, context in overflow_variants(run, c.overflows)
     ]
     with ui.progress() as bar:
         task = bar.add_task("eval", total=sum(len(plans[id(job[0])].lengths) for job in jobs), status="")

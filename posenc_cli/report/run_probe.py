@@ -21,19 +21,19 @@ from posenc_cli.core.file_sets import SetKind
 from posenc_cli.core.option_groups import ProbeOptions
 from posenc_cli.core.options import check_given, given, refuse_unread
 from posenc_cli.data.needles import NeedleTask, needle_task
-from posenc_cli.evaluation.columns import as_trained, column_label, rope_methods
+from posenc_cli.evaluation.columns import as_trained, column_label, extension_settings, rope_methods
 from posenc_cli.evaluation.eval_plan import announce_added
 from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers
 from posenc_cli.evaluation.perplexity import parse_lengths, target_lengths
 from posenc_cli.evaluation.probe import COLUMNS, check_trials, parse_depths, recall, score
 from posenc_cli.evaluation.target import EvalTarget, RefusedColumn
-from posenc_cli.hf.targets import exports_as_hf, load_targets
+from posenc_cli.hf.targets import exports_as_hf, load_targets, refuse_hf_options_without_hf
 from posenc_cli.model.extension.method import ContextMethod
 from posenc_cli.model.positional import past_max_len
 from posenc_cli.report.effective_length import LengthRule, with_retrieval_length
 from posenc_cli.report.output_sets import write_probe_outputs
 from posenc_cli.report.results_file import provenance
-from posenc_cli.report.run_eval import extension_settings, hf_loading, refuse_hf_options_without_hf
+from posenc_cli.report.run_eval import hf_loading
 from posenc_cli.rundir.destinations import default_out, owned_out
 from posenc_cli.rundir.selection import Skipped
 
@@ -59,7 +59,7 @@ def probe_options(options: ProbeOptions, *, write: bool = True) -> Probing:
     methods = rope_methods(
         o.scaling.rope_scaling,
         o.scaling.rope_factor,
-        extension_settings(o),
+        extension_settings(o.extension),
         longrope_factors=o.scaling.longrope_factors,
     )
     rule = LengthRule(**asdict(o.rule))  # checked here, applied by the writers
