@@ -45,7 +45,9 @@ def scheme_options(name: str | None = None) -> list[str]:
     """The option names of one scheme (or of any scheme): its __init__'s arguments past the model sizes,
     and its parent's where it passes **options on, and the layer options it takes (a schedule sets its
     layers' windows and temperatures per layer: only sinks)."""
-    layer = LAYER_OPTIONS if name is None or "+" in name or name not in SCHEMES else SCHEMES[name].layer_options
+    layer = (
+        LAYER_OPTIONS if name is None or "+" in name or name not in SCHEMES else SCHEMES[name].layer_options
+    )
     return sorted(set(class_options(name)) | set(layer))
 
 
