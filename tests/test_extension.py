@@ -165,7 +165,7 @@ def test_randomized_positions_are_sorted_distinct_in_range_and_seeded():
             ["scheme=learned", "scheme.max_len=256", "train.positions=randomized", "train.max_position=512"],
             "scheme.max_len=256",
         ),
-        (["scheme=rope", "scheme.scaling=longrope"], "longrope"),
+        (["scheme=rope", "scheme.scaling=llama3"], "llama3"),
         (["scheme=xpos", "scheme.scaling=linear", "scheme.scaling_factor=0"], "scheme.scaling_factor"),
         (["train.init_from=nowhere"], "train.init_from=nowhere"),
     ],

@@ -171,7 +171,7 @@ def probe_runs(runs: list[EvalTarget], spec: ProbeSpec, *, lengths: dict, varian
     with ui.progress() as bar:
         task = bar.add_task("probe", total=cells, status="")
         for run in runs:
-            for method, variant in zip(spec.rope_scaling, variants[id(run)]):
+            for method, variant in asked_columns(spec.rope_scaling, variants[id(run)]):
                 scheme = column_label(
                     run,
                     variant,
@@ -206,6 +206,16 @@ def probe_runs(runs: list[EvalTarget], spec: ProbeSpec, *, lengths: dict, varian
                         rows.append(row | cell)
                         bar.advance(task)
     return pd.DataFrame(rows, columns=COLUMNS), info
+
+
+def asked_columns(methods, columns: list) -> list[tuple[ContextMethod, Any]]:
+    """Each column with the method it was asked as: a model that computes no asked method is probed as
+    trained first, beside the refused columns (run_target.computed_columns); one that takes no method at
+    all once, as trained, under the first."""
+    methods = list(methods)
+    if len(columns) == len(methods) + 1:
+        methods = [ContextMethod(), *methods]
+    return list(zip(methods, columns))
 
 
 def probe_cell(run: EvalTarget, scorer, spec: ProbeSpec, *, length: int, depth: float, cache: dict) -> dict:
