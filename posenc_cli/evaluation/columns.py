@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 
 from posenc_cli.core.errors import UsageError, require_number
-from posenc_cli.core.option_groups import Extension
+from posenc_cli.core.option_groups import Extension, Scaling
 from posenc_cli.evaluation.labels import Label, pretended_context, with_tokenizer
 from posenc_cli.evaluation.longrope_file import read_factors
 from posenc_cli.evaluation.target import EvalTarget
@@ -21,6 +21,17 @@ SCALINGS = tuple(m for m in METHODS if ContextMethod(m).scales)  # the methods a
 def extension_settings(extension: Extension) -> ExtensionSettings:
     """The model layer's settings of the extensions (--self-extend-group, ...): the extension group whole."""
     return ExtensionSettings(**asdict(extension))
+
+
+def asked_methods(scaling: Scaling, extension: Extension) -> list[ContextMethod]:
+    """The columns eval and probe were asked for: --rope-scaling's methods with the scaling and extension
+    groups' options (rope_methods)."""
+    return rope_methods(
+        scaling.rope_scaling,
+        scaling.rope_factor,
+        extension_settings(extension),
+        longrope_factors=scaling.longrope_factors,
+    )
 
 
 def rope_methods(

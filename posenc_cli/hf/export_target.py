@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cached_property
 
 import torch
 
@@ -84,12 +85,10 @@ class ExportModel(HFModel):
             return RefusedColumn(method, str(refused))
         return HFVariant(None, extension)
 
-    @property
+    @cached_property
     def trained(self):
-        """The exported GPT as trained, whatever column is scored now."""
-        if not hasattr(self, "_trained"):
-            self._trained = self.gpt
-        return self._trained
+        """The exported GPT as trained, whatever column is scored now (read before any column sets one)."""
+        return self.gpt
 
     def use_variant(self, variant: HFVariant | RefusedColumn | None) -> Label:
         """Score with the variant's extension from now on: the exported model, its weights shared, its

@@ -22,9 +22,8 @@ from posenc_cli.core.options import check_given, given, options_of, refuse_unrea
 from posenc_cli.core.ui import announce
 from posenc_cli.evaluation.columns import (
     as_trained,
+    asked_methods,
     column_label,
-    extension_settings,
-    rope_methods,
     unscalable_note,
 )
 from posenc_cli.evaluation.eval_plan import RunPlan, Scoring, plan_runs
@@ -94,12 +93,7 @@ def checked_eval(o: EvalOptions) -> CheckedEval:
     s, t = o.scoring, o.text
     out = owned_out(o.outputs.out, SetKind.EVALUATION, force=o.outputs.force)
     wanted, overflows = parse_lengths(s.lengths), parse_overflow(s.learned_overflow)
-    methods = rope_methods(
-        o.scaling.rope_scaling,
-        o.scaling.rope_factor,
-        extension_settings(o.extension),
-        longrope_factors=o.scaling.longrope_factors,
-    )
+    methods = asked_methods(o.scaling, o.extension)
     check_windows(s.mode, s.stride, s.max_tokens)
     LengthRule(**asdict(o.rule))  # checked here, applied by the writers (rule_of)
     if t.documents and t.data is None:

@@ -21,7 +21,7 @@ from posenc_cli.core.file_sets import SetKind
 from posenc_cli.core.option_groups import ProbeOptions
 from posenc_cli.core.options import check_given, given, refuse_unread
 from posenc_cli.data.needles import NeedleTask, needle_task
-from posenc_cli.evaluation.columns import as_trained, column_label, extension_settings, rope_methods
+from posenc_cli.evaluation.columns import as_trained, asked_methods, column_label
 from posenc_cli.evaluation.eval_plan import announce_added
 from posenc_cli.evaluation.labels import Label, distinctions, mixes_own_tokenizers
 from posenc_cli.evaluation.perplexity import parse_lengths, target_lengths
@@ -56,12 +56,7 @@ def probe_options(options: ProbeOptions, *, write: bool = True) -> Probing:
     check_given(o)
     out_dir = owned_out(o.outputs.out, SetKind.EVALUATION, force=o.outputs.force)
     wanted, at_depths = parse_lengths(n.lengths), parse_depths(n.depths)
-    methods = rope_methods(
-        o.scaling.rope_scaling,
-        o.scaling.rope_factor,
-        extension_settings(o.extension),
-        longrope_factors=o.scaling.longrope_factors,
-    )
+    methods = asked_methods(o.scaling, o.extension)
     rule = LengthRule(**asdict(o.rule))  # checked here, applied by the writers
     task = needle_task(n.task, n.distractors)
     if task.name == "cwe":  # a shuffled list has no depth: one set of trials, at depth 0
